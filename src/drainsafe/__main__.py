@@ -1,0 +1,5 @@
+import sys
+
+from drainsafe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""PodDisruptionBudget arithmetic, as the disruption controller does it.
+
+Transcribed in meaning (not code) from kubernetes/kubernetes
+pkg/controller/disruption/disruption.go (getExpectedPodCount, updatePdbStatus)
+and apimachinery intstr.GetScaledValueFromIntOrPercent:
+
+- maxUnavailable (int or %): expected = sum of the owning controllers' scales;
+  desiredHealthy = expected - scaled(maxUnavailable, expected, round up), floored at 0.
+- minAvailable int: desiredHealthy = minAvailable; expected = number of matched pods.
+- minAvailable %: expected = sum of scales;
+  desiredHealthy = scaled(minAvailable, expected, round up).
+- disruptionsAllowed = currentHealthy - desiredHealthy, and 0 when that is negative
+  or when expected <= 0 (a PDB matching no pods yet is kept safe).
+
+Pure functions of plain data; no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+IntOrPercent = int | str
+UnhealthyPodEvictionPolicy = Literal["IfHealthyBudget", "AlwaysAllow"]
+
+_PERCENT = re.compile(r"^(\d+)%$")
+
+
+class BudgetSpecError(ValueError):
+    """A PDB field that the API server would reject."""
+
+
+def scaled_value(value: IntOrPercent, total: int, *, round_up: bool) -> int:
+    """intstr.GetScaledValueFromIntOrPercent: an int is itself, "N%" is N% of total."""
+    if isinstance(value, bool):
+        raise BudgetSpecError(f"invalid value {value!r}: expected an integer or a percentage")
+    if isinstance(value, int):
+        return value
+    match = _PERCENT.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise BudgetSpecError(f"invalid value {value!r}: a string must be a percentage like '50%'")
+    scaled = int(match.group(1)) * total / 100
+    return math.ceil(scaled) if round_up else math.floor(scaled)
+
+
+def is_percent(value: IntOrPercent) -> bool:
+    return isinstance(value, str)
+
+
+@dataclass(frozen=True)
+class PdbSpec:
+    """The parts of a PodDisruptionBudget's spec that decide its arithmetic."""
+
+    min_available: IntOrPercent | None = None
+    max_unavailable: IntOrPercent | None = None
+    unhealthy_pod_eviction_policy: UnhealthyPodEvictionPolicy = "IfHealthyBudget"
+
+    def __post_init__(self) -> None:
+        if self.min_available is not None and self.max_unavailable is not None:
+            raise BudgetSpecError("minAvailable and maxUnavailable cannot both be set")
+
+    @classmethod
+    def from_manifest(cls, spec: dict[str, object]) -> PdbSpec:
+        policy = spec.get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
+        if policy not in ("IfHealthyBudget", "AlwaysAllow"):
+            raise BudgetSpecError(f"unknown unhealthyPodEvictionPolicy {policy!r}")
+        return cls(
+            min_available=_int_or_percent(spec.get("minAvailable"), "minAvailable"),
+            max_unavailable=_int_or_percent(spec.get("maxUnavailable"), "maxUnavailable"),
+            unhealthy_pod_eviction_policy=policy,
+        )
+
+    @property
+    def uses_scale(self) -> bool:
+        """Whether expected pods come from the controllers' scale (not from the pod count)."""
+        return self.max_unavailable is not None or (
+            self.min_available is not None and is_percent(self.min_available)
+        )
+
+
+def _int_or_percent(value: object, field: str) -> IntOrPercent | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BudgetSpecError(f"{field}: expected an integer or a percentage, got {value!r}")
+    if isinstance(value, str):
+        scaled_value(value, 100, round_up=True)  # validates the form
+    elif value < 0:
+        raise BudgetSpecError(f"{field}: must be >= 0, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class PdbStatus:
+    expected_pods: int
+    desired_healthy: int
+    current_healthy: int
+    disruptions_allowed: int
+
+
+def desired_healthy(spec: PdbSpec, *, expected_scale: int, matched_pods: int) -> tuple[int, int]:
+    """Return (expectedCount, desiredHealthy) as getExpectedPodCount computes them.
+
+    expected_scale is the sum of the owning controllers' scales (replicas);
+    matched_pods is the number of pods the selector matches.
+    """
+    if spec.max_unavailable is not None:
+        expected = expected_scale
+        unavailable = scaled_value(spec.max_unavailable, expected, round_up=True)
+        return expected, max(expected - unavailable, 0)
+    if spec.min_available is not None:
+        if is_percent(spec.min_available):
+            expected = expected_scale
+            return expected, scaled_value(spec.min_available, expected, round_up=True)
+        return matched_pods, int(spec.min_available)
+    # Neither set: getExpectedPodCount assigns nothing, so expected stays 0 and
+    # disruptionsAllowed is 0: such a budget blocks every eviction.
+    return 0, 0
+
+
+def disruptions_allowed(*, current_healthy: int, desired: int, expected: int) -> int:
+    allowed = current_healthy - desired
+    if expected <= 0 or allowed <= 0:
+        return 0
+    return allowed
+
+
+def status(
+    spec: PdbSpec, *, expected_scale: int, matched_pods: int, current_healthy: int
+) -> PdbStatus:
+    expected, desired = desired_healthy(
+        spec, expected_scale=expected_scale, matched_pods=matched_pods
+    )
+    return PdbStatus(
+        expected_pods=expected,
+        desired_healthy=desired,
+        current_healthy=current_healthy,
+        disruptions_allowed=disruptions_allowed(
+            current_healthy=current_healthy, desired=desired, expected=expected
+        ),
+    )
+
+
+def best_case_disruptions(spec: PdbSpec, replicas: int) -> int:
+    """disruptionsAllowed with every one of `replicas` pods running and ready.
+
+    Zero means the budget can never allow a voluntary eviction at that scale: a wedge.
+    """
+    return status(
+        spec, expected_scale=replicas, matched_pods=replicas, current_healthy=replicas
+    ).disruptions_allowed
+
+
+def eviction_bypasses_budget(*, phase: str, terminating: bool) -> bool:
+    """Pods the eviction handler deletes without consulting the budget (canIgnorePDB).
+
+    Source: kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go.
+    """
+    return terminating or phase in ("Pending", "Succeeded", "Failed")
+
+
+def unhealthy_pod_may_be_evicted(
+    spec: PdbSpec, *, current_healthy: int, desired: int
+) -> bool:
+    """Whether a Running but not-Ready pod can be evicted (unhealthyPodEvictionPolicy)."""
+    if spec.unhealthy_pod_eviction_policy == "AlwaysAllow":
+        return True
+    return current_healthy >= desired
