@@ -1,0 +1,1 @@
+"""Static audit of Kubernetes manifests for drain safety."""

@@ -1,0 +1,1 @@
+"""Safe node drain: a pure plan, and its execution through the Eviction API."""

@@ -1,0 +1,1 @@
+"""Kubernetes API access: client from kubeconfig, list+watch."""

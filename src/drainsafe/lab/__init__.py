@@ -1,0 +1,1 @@
+"""A local Kubernetes-compatible cluster whose pods are real processes."""

@@ -1,0 +1,1 @@
+"""Drain-aware serving: the lifecycle, the ASGI runtime and the entrypoint wrapper."""

@@ -1,0 +1,1 @@
+"""Fleet-scale what-if of drains and upgrades, in virtual time."""

@@ -1,0 +1,1 @@
+"""Load plus lifecycle measurement, and settings derived from measurements."""
