@@ -1,0 +1,158 @@
+"""Termination sequencing against real processes: preStop, SIGTERM, SIGKILL, the 2 s floor."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from drainsafe.lab.handlers import Target, run_action
+from drainsafe.lab.process import ProcessContainer, VirtualContainer
+from drainsafe.lab.termination import MINIMUM_GRACE_SECONDS, kill_container, stop_timeout
+
+# A child that logs each signal it gets, and either exits on SIGTERM or ignores it.
+CHILD = r"""
+import os, signal, sys, time
+mode = sys.argv[1]
+log = open(sys.argv[2], "a", buffering=1)
+def on_term(signo, frame):
+    log.write(f"TERM {time.monotonic()}\n")
+    if mode == "exit":
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+log.write(f"START {os.getpid()}\n")
+if len(sys.argv) > 3:  # spawn a grandchild that ignores SIGTERM, to see it die with the group
+    import subprocess
+    p = subprocess.Popen([sys.executable, "-c",
+        "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    log.write(f"GRANDCHILD {p.pid}\n")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_stop_timeout_follows_the_kubelet() -> None:
+    assert stop_timeout(30, None) == 30
+    assert stop_timeout(30, 10.9) == 20          # elapsed truncated to whole seconds
+    assert stop_timeout(30, 29.5) == MINIMUM_GRACE_SECONDS  # 30 - 29 = 1 -> floor of 2
+    assert stop_timeout(3, 3.0) == MINIMUM_GRACE_SECONDS    # hook overran: one-off 2 s
+    assert stop_timeout(0, None) == MINIMUM_GRACE_SECONDS
+
+
+async def _start(tmp_path: Path, mode: str, *extra: str) -> tuple[ProcessContainer, Path]:
+    log = tmp_path / "signals.log"
+    container = ProcessContainer([sys.executable, "-c", CHILD, mode, str(log), *extra],
+                                 env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "c.log")
+    await container.start()
+    deadline = time.monotonic() + 20
+    while not (log.exists() and "START" in log.read_text()):
+        assert time.monotonic() < deadline, "child did not start"
+        await asyncio.sleep(0.02)
+    return container, log
+
+
+async def test_prestop_runs_before_sigterm_and_a_cooperative_process_exits(tmp_path: Path) -> None:
+    container, log = await _start(tmp_path, "exit")
+    marks: list[float] = []
+
+    async def prestop() -> None:
+        await run_action({"sleep": {"seconds": 0.5}}, Target("127.0.0.1"), timeout=None)
+        marks.append(time.monotonic())
+
+    record = await kill_container(container, grace=10, prestop=prestop)
+    assert record.prestop_completed is True
+    assert record.sigterm_at is not None and marks and record.sigterm_at >= marks[0]
+    assert record.sigterm_at - record.started >= 0.5
+    assert record.sigkill_at is None
+    assert record.exit_code == 0
+    assert record.stop_timeout == 10  # 0.5 s truncates to 0: the full grace is left
+    assert "TERM" in log.read_text()
+
+
+async def test_sigkill_at_the_deadline_when_sigterm_is_ignored(tmp_path: Path) -> None:
+    container, log = await _start(tmp_path, "ignore")
+    record = await kill_container(container, grace=2, prestop=None)
+    assert record.sigterm_at is not None and record.sigkill_at is not None
+    waited = record.sigkill_at - record.sigterm_at
+    assert 1.9 <= waited <= 3.5
+    assert record.exit_code == 128 + signal.SIGKILL
+    assert "TERM" in log.read_text()
+
+
+async def test_prestop_overrunning_grace_gets_the_one_off_two_second_extension(
+        tmp_path: Path) -> None:
+    container, _ = await _start(tmp_path, "ignore")
+
+    async def prestop() -> None:
+        await asyncio.sleep(60)  # far longer than the grace period
+
+    record = await kill_container(container, grace=1, prestop=prestop)
+    assert record.prestop_completed is False
+    assert record.prestop_ended is not None and record.sigterm_at is not None
+    assert record.sigkill_at is not None
+    # SIGTERM when the grace period ends, SIGKILL 2 s later: 3 s in all, not 1.
+    assert 0.9 <= record.sigterm_at - record.started <= 2.0
+    assert record.stop_timeout == MINIMUM_GRACE_SECONDS
+    assert 1.9 <= record.sigkill_at - record.sigterm_at <= 3.5
+    assert record.sigkill_at - record.started >= 2.9
+
+
+async def test_exec_prestop_runs_with_the_container_env(tmp_path: Path) -> None:
+    container, _ = await _start(tmp_path, "exit")
+    out = tmp_path / "hook.txt"
+    target = Target("127.0.0.1", env={"GREETING": "bye"}, cwd=tmp_path)
+
+    async def prestop() -> None:
+        await run_action({"exec": {"command": [
+            sys.executable, "-c",
+            f"import os; open({str(out)!r}, 'w').write(os.environ['GREETING'])"]}},
+            target, timeout=None)
+
+    record = await kill_container(container, grace=10, prestop=prestop)
+    assert out.read_text() == "bye"
+    assert record.exit_code == 0
+
+
+async def test_sigkill_takes_the_whole_process_group(tmp_path: Path) -> None:
+    container, log = await _start(tmp_path, "ignore", "spawn")
+    deadline = time.monotonic() + 20
+    while "GRANDCHILD" not in log.read_text():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    grandchild = int(log.read_text().split("GRANDCHILD ")[1].split()[0])
+    await kill_container(container, grace=0, prestop=None)
+    deadline = time.monotonic() + 10
+    while _alive(grandchild):
+        assert time.monotonic() < deadline, "grandchild survived its container"
+        await asyncio.sleep(0.05)
+
+
+async def test_virtual_container_exits_after_the_configured_time() -> None:
+    container = VirtualContainer(exit_after_sigterm=0.3)
+    record = await kill_container(container, grace=5, prestop=None)
+    assert record.exit_code == 0 and record.sigkill_at is None
+    assert record.exited_at is not None and record.sigterm_at is not None
+    assert record.exited_at - record.sigterm_at >= 0.29
+
+
+async def test_virtual_container_that_outlives_grace_is_killed() -> None:
+    container = VirtualContainer(exit_after_sigterm=60)
+    record = await kill_container(container, grace=0, prestop=None)
+    assert record.killed and record.exit_code == 128 + signal.SIGKILL
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); read its state.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
