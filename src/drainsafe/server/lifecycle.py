@@ -1,0 +1,162 @@
+"""The drain lifecycle shared by `drainsafe serve` and `drainsafe run`, as pure data.
+
+    SERVING --signal or drain request--> DRAINING --drain delay over--> CLOSING
+    CLOSING --nothing in flight, or deadline passed and streams cut--> EXIT
+
+- DRAINING: readiness fails at once, liveness stays up; new connections are still accepted
+  (endpoint removal has not reached every proxy yet) and every response says
+  `Connection: close`, so pooled keep-alive connections retire.
+- CLOSING: the listener is closed, then idle connections; in-flight work runs on until the
+  shutdown deadline (counted from the start of CLOSING, as in drainsafe.budget); streams
+  still open at the deadline are ended with drainsafe.marker's error event and counted.
+- A second signal (SIGTERM or SIGINT) forces exit. A drain request (preStop httpGet) is not
+  a signal: the kubelet's SIGTERM that follows the hook is still the first signal.
+
+Functions here take the state and a clock reading and return the next state; the I/O shell
+(serve, run) feeds them events and acts on the result.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, replace
+
+from drainsafe.budget import DEFAULT_GRACE_SECONDS, Budget
+
+EXIT_OK = 0
+EXIT_CUT = 1
+"""Some requests or streams were still running at the deadline and were ended on purpose."""
+EXIT_USAGE = 2
+EXIT_FORCED = 3
+"""A second signal forced exit while work was in flight."""
+
+
+class Phase(enum.StrEnum):
+    SERVING = "serving"
+    DRAINING = "draining"
+    CLOSING = "closing"
+    EXIT = "exit"
+
+
+@dataclass(frozen=True)
+class Settings:
+    drain_delay: float = 5.0
+    shutdown_timeout: float = 20.0
+    idle_grace: float = 0.5
+    """In CLOSING, an idle keep-alive connection is closed once idle this long; a request
+    that arrives on it sooner is still served (with Connection: close). Closing at once
+    races with a client or proxy sending on that connection (uvicorn discussion #2315)."""
+    flush: float = 1.0
+    """After cutting streams at the deadline, time given to write the marker and close."""
+
+    def __post_init__(self) -> None:
+        for name in ("drain_delay", "shutdown_timeout", "idle_grace", "flush"):
+            value = getattr(self, name)
+            if not value >= 0:  # also rejects NaN
+                raise ValueError(f"{name.replace('_', '-')} must be >= 0 seconds, got {value}")
+
+
+@dataclass(frozen=True)
+class State:
+    phase: Phase = Phase.SERVING
+    signals: int = 0
+    drain_started: float | None = None
+    drain_reason: str = ""
+    closing_started: float | None = None
+    forced: bool = False
+    cut_done: bool = False
+
+    def deadline(self, settings: Settings) -> float | None:
+        if self.closing_started is None:
+            return None
+        return self.closing_started + settings.shutdown_timeout
+
+
+def begin_drain(state: State, now: float, reason: str) -> State:
+    """Start draining (idempotent: a drain already under way keeps its start time)."""
+    if state.phase is not Phase.SERVING:
+        return state
+    return replace(state, phase=Phase.DRAINING, drain_started=now, drain_reason=reason)
+
+
+def on_signal(state: State, now: float, name: str) -> State:
+    """A termination signal: the first starts the drain, the second forces exit."""
+    signals = state.signals + 1
+    if signals >= 2:
+        return replace(state, signals=signals, forced=True,
+                       drain_started=state.drain_started if state.drain_started is not None
+                       else now,
+                       drain_reason=state.drain_reason or name)
+    return replace(begin_drain(state, now, name), signals=signals)
+
+
+def advance(state: State, now: float, settings: Settings, *, in_flight: int) -> State:
+    """Move on with time: DRAINING -> CLOSING -> EXIT."""
+    if state.forced:
+        return replace(state, phase=Phase.EXIT)
+    if state.phase is Phase.DRAINING and state.drain_started is not None \
+            and now >= state.drain_started + settings.drain_delay:
+        state = replace(state, phase=Phase.CLOSING, closing_started=now)
+    if state.phase is Phase.CLOSING:
+        deadline = state.deadline(settings)
+        assert deadline is not None
+        assert state.closing_started is not None
+        # Nothing in flight: exit, once late requests on idle connections had their chance.
+        if in_flight == 0 and now >= state.closing_started + min(settings.idle_grace,
+                                                                 settings.shutdown_timeout):
+            return replace(state, phase=Phase.EXIT)
+        if now >= deadline and not state.cut_done:
+            return replace(state, cut_done=True)
+        if now >= deadline + settings.flush:
+            return replace(state, phase=Phase.EXIT)
+    return state
+
+
+def should_cut(state: State, now: float, settings: Settings) -> bool:
+    """Whether open streams must be ended with the marker now."""
+    deadline = state.deadline(settings)
+    return state.forced or (deadline is not None and now >= deadline)
+
+
+def exit_code(state: State, *, cut: int, in_flight: int) -> int:
+    """0 when everything finished; EXIT_CUT when anything was ended on purpose."""
+    if state.forced and (cut or in_flight):
+        return EXIT_FORCED
+    if cut or in_flight:
+        return EXIT_CUT
+    return EXIT_OK
+
+
+def budget_warning(settings: Settings, grace: float | None) -> str | None:
+    """A warning when drain delay + deadline (+ buffer) does not fit the grace period."""
+    budget = Budget(grace=DEFAULT_GRACE_SECONDS if grace is None else grace,
+                    drain_delay=settings.drain_delay,
+                    shutdown_deadline=settings.shutdown_timeout)
+    if budget.fits:
+        return None
+    source = "DRAINSAFE_GRACE_SECONDS" if grace is not None else "the default grace period"
+    return (f"drain delay + shutdown timeout + buffer do not fit {source}: "
+            f"{budget.arithmetic()}; the kubelet sends SIGKILL at {budget.sigkill_at:g}s")
+
+
+def parse_grace(value: str | None) -> float | None:
+    """DRAINSAFE_GRACE_SECONDS as seconds, or ValueError naming the variable."""
+    if value is None or value.strip() == "":
+        return None
+    try:
+        grace = float(value)
+    except ValueError:
+        raise ValueError(f"DRAINSAFE_GRACE_SECONDS={value!r} is not a number of seconds") \
+            from None
+    if not grace >= 0:
+        raise ValueError(f"DRAINSAFE_GRACE_SECONDS={value!r} must be >= 0")
+    return grace
+
+
+def phase_log_line(phase: Phase, now_wall: float, **figures: object) -> str:
+    """One structured (JSON) log line for a phase change."""
+    record: dict[str, object] = {"ts": round(now_wall, 3), "event": "drainsafe.phase",
+                                 "phase": phase.value}
+    record.update(figures)
+    return json.dumps(record, separators=(",", ":"), default=str)
