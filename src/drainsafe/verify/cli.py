@@ -1,0 +1,194 @@
+"""`drainsafe verify` and `drainsafe tune`. Light imports only; the work happens in handlers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def register(subparsers: Any) -> None:
+    _register_verify(subparsers)
+    _register_tune(subparsers)
+
+
+def _register_verify(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "verify",
+        help="send constant load (e.g. through a rollout or drain) and classify every request",
+        description="Send constant load to URL over a keep-alive pool, classify every request "
+        "(ok, http_5xx, refused, reset, closed, timeout, truncated stream, drain marker), "
+        "optionally watch the pods behind it, and write a record and a timeline. "
+        "Exits 1 if any request failed, so it can gate a rollout in CI.",
+    )
+    p.add_argument("url", help="target URL (http:// or https://)")
+    p.add_argument("--duration", type=float, default=30.0, metavar="S",
+                   help="seconds of load (default 30); requests in flight then finish")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", "-c", type=int, default=10, metavar="N",
+                      help="closed loop: N workers, each sends when its last request ended "
+                      "(default 10)")
+    load.add_argument("--rate", "-r", type=float, metavar="R",
+                      help="open loop: start R requests per second whatever the latency")
+    p.add_argument("--max-inflight", type=int, default=1000, metavar="N",
+                   help="open loop: cap on requests in flight (default 1000)")
+    p.add_argument("--method", "-m", default="GET", help="HTTP method (default GET)")
+    body = p.add_mutually_exclusive_group()
+    body.add_argument("--body", "-d", help="request body")
+    body.add_argument("--body-file", "-D", metavar="FILE", help="request body from a file")
+    p.add_argument("--header", "-H", action="append", default=[], metavar="K:V",
+                   help="request header (repeatable)")
+    p.add_argument("--stream-end", default="[DONE]", metavar="MARKER",
+                   help="an SSE stream without this marker is truncated (default [DONE]; "
+                   "'' to disable)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                   help="per request, whole exchange (default 120)")
+    p.add_argument("--pod-header", default="x-drainsafe-pod", metavar="NAME",
+                   help="response header naming the serving pod (default x-drainsafe-pod)")
+    p.add_argument("--namespace", "-n", help="watch pods and EndpointSlices in this namespace")
+    p.add_argument("--selector", "-l", metavar="LABELS",
+                   help="label selector of the pods behind the URL (with --namespace)")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--linger", type=float, default=0.0, metavar="S",
+                   help="keep watching pods S seconds after the load ends")
+    p.add_argument("--out", metavar="DIR",
+                   help="write record.json, timeline.png and timeline.html here")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                   help="summary format on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no live progress on stderr")
+    p.set_defaults(handler=run_verify)
+
+
+def _register_tune(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "tune",
+        help="recommend drain delay, shutdown deadline and grace period from measurements",
+        description="Read verify's record and/or drainsafe serve/run metrics and recommend "
+        "drain delay (propagation p99 + margin), shutdown deadline (request duration p99 or "
+        "declared maximum), terminationGracePeriodSeconds and readiness probe timing, "
+        "stating the measurement behind each number.",
+    )
+    p.add_argument("--from", dest="source", action="append", default=[], metavar="PATH",
+                   help="verify --out directory or record.json, or a metrics text dump "
+                   "(repeatable)")
+    p.add_argument("--metrics", action="append", default=[], metavar="FILE",
+                   help="Prometheus text dump of a drainsafe serve/run /metrics (repeatable)")
+    p.add_argument("--workload", metavar="KIND/NAME", default="deployment/app",
+                   help="workload to patch (default deployment/app)")
+    p.add_argument("--container", metavar="NAME",
+                   help="container for the probe settings (default: the workload's name)")
+    p.add_argument("--namespace", "-n", help="namespace for the kubectl patch command")
+    p.add_argument("--margin", type=float, default=0.2,
+                   help="fraction added to each measured figure (default 0.2)")
+    p.add_argument("--buffer", type=float, default=None, metavar="S",
+                   help="seconds of slack in the grace period (default 5)")
+    p.add_argument("--max-request", type=float, metavar="S",
+                   help="declared longest request; overrides the measured p99")
+    p.add_argument("--min-propagation", type=float, default=None, metavar="S",
+                   help="floor for the propagation figure when little was measured")
+    p.add_argument("-o", "--output", choices=("text", "yaml", "json", "patch"), default="text")
+    p.set_defaults(handler=run_tune)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    import signal
+    import sys
+    from contextlib import nullcontext
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from drainsafe.verify.load import LoadSpec
+    from drainsafe.verify.report import LiveView, print_summary
+    from drainsafe.verify.session import WatchSpec, verify
+
+    err = Console(stderr=True)
+    try:
+        spec = LoadSpec(
+            url=args.url, duration=args.duration, concurrency=args.concurrency, rate=args.rate,
+            method=args.method.upper(), body=_body(args), headers=_headers(args.header),
+            end_marker=args.stream_end or None, timeout=args.timeout,
+            pod_header=args.pod_header or None, max_inflight=args.max_inflight,
+        )
+    except ValueError as exc:
+        err.print(f"[red]drainsafe verify: {exc}[/]")
+        return EXIT_USAGE
+    if args.selector and not args.namespace:
+        err.print("[red]drainsafe verify: --selector needs --namespace[/]")
+        return EXIT_USAGE
+    watch = (WatchSpec(args.namespace, args.selector, args.kubeconfig, args.context, args.linger)
+             if args.namespace else None)
+
+    view = LiveView(spec.duration)
+    show = not args.no_progress and err.is_terminal
+
+    async def main() -> Any:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, stop.set)  # stop sending, keep the record
+        try:
+            live = (Live(view, console=err, refresh_per_second=4, transient=True) if show
+                    else nullcontext())
+            with live:
+                return await verify(spec, watch=watch, on_result=view.add,
+                                    on_event=view.add_event, stop=stop)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        record = asyncio.run(main())
+    except Exception as exc:  # kubeconfig / API errors: name them, no traceback
+        if type(exc).__module__.startswith("drainsafe.kube") or isinstance(exc, TimeoutError):
+            err.print(f"[red]drainsafe verify: watching pods failed: {exc}[/]")
+            return EXIT_USAGE
+        raise
+    summary = record.summary()
+    if args.out:
+        from drainsafe.verify.timeline import HTML_FILE, PNG_FILE, render_html, render_png
+
+        out = Path(args.out)
+        record.write(out)
+        png = render_png(record, out / PNG_FILE)
+        render_html(record, png, out / HTML_FILE)
+        err.print(f"record and timeline written to {out}/")
+    if args.output == "json":
+        json.dump(record.to_json()["summary"], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_summary(record, Console())
+    return EXIT_FAILED if summary.failed else EXIT_OK
+
+
+def _body(args: argparse.Namespace) -> bytes | None:
+    if args.body is not None:
+        return str(args.body).encode()
+    if args.body_file:
+        try:
+            with open(args.body_file, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise ValueError(f"--body-file {args.body_file}: {exc.strerror}") from exc
+    return None
+
+
+def _headers(values: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for value in values:
+        name, sep, content = value.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"--header {value!r}: expected NAME:VALUE")
+        out.append((name.strip(), content.strip()))
+    return tuple(out)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from drainsafe.verify.tune_cli import run
+
+    return int(run(args))

@@ -1,0 +1,231 @@
+"""Constant load over a keep-alive connection pool, every request observed and classified.
+
+Closed loop: N workers, each sends its next request when the previous one ends (like hey -c N).
+Open loop: requests start at a fixed rate whatever the server does, so a slow server builds a
+queue instead of slowing the load down; a cap on requests in flight keeps the client itself
+bounded, and requests that could not start because of the cap are counted, not hidden.
+
+One httpx.AsyncClient with a pool sized to the concurrency, so connections are reused the way
+a real client pool (or a proxy's upstream pool) reuses them; that is what exposes the
+keep-alive races at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from drainsafe.verify.outcome import (
+    DEFAULT_END_MARKER,
+    Observation,
+    Outcome,
+    classify,
+    error_facts,
+)
+from drainsafe.verify.scan import MarkerScanner
+
+DEFAULT_TIMEOUT_SECONDS = 120.0
+"""Per request, whole exchange: above the 90 s generations the project is about."""
+DEFAULT_POD_HEADER = "x-drainsafe-pod"
+"""Response header naming the pod that served the request (set by drainsafe serve/run)."""
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    url: str
+    duration: float
+    concurrency: int = 10
+    rate: float | None = None
+    """Requests per second (open loop); None means closed loop with `concurrency` workers."""
+    method: str = "GET"
+    body: bytes | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    end_marker: str | None = DEFAULT_END_MARKER
+    timeout: float = DEFAULT_TIMEOUT_SECONDS
+    pod_header: str | None = DEFAULT_POD_HEADER
+    max_inflight: int = 1000
+    """Open loop only: at most this many requests (and connections) at once."""
+
+    def __post_init__(self) -> None:
+        if self.duration <= 0:
+            raise ValueError(f"duration must be > 0 (got {self.duration})")
+        if self.rate is None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1 (got {self.concurrency})")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError(f"rate must be > 0 requests/s (got {self.rate})")
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0 (got {self.timeout})")
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"URL must start with http:// or https:// (got {self.url!r})")
+
+    @property
+    def mode(self) -> str:
+        return "open" if self.rate is not None else "closed"
+
+    @property
+    def pool_size(self) -> int:
+        return self.max_inflight if self.rate is not None else self.concurrency
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """One request; times are seconds since the start of the run."""
+
+    start: float
+    end: float
+    outcome: Outcome
+    headers_at: float | None = None
+    first_byte: float | None = None
+    bytes: int = 0
+    pod: str | None = None
+
+    @property
+    def total(self) -> float:
+        return self.end - self.start
+
+    @property
+    def ttfb(self) -> float | None:
+        return None if self.first_byte is None else self.first_byte - self.start
+
+
+@dataclass
+class LoadRun:
+    spec: LoadSpec
+    started_at: float
+    """Wall clock (Unix seconds) of time 0, to place Kubernetes timestamps on the same axis."""
+    results: list[RequestResult] = field(default_factory=list)
+    not_started: int = 0
+    """Open loop: requests due while `max_inflight` were already running."""
+    elapsed: float = 0.0
+
+
+ResultCallback = Callable[[RequestResult], None]
+
+
+async def run_load(
+    spec: LoadSpec,
+    *,
+    on_result: ResultCallback | None = None,
+    stop: asyncio.Event | None = None,
+    clock_zero: tuple[float, float] | None = None,
+) -> LoadRun:
+    """Send load for spec.duration seconds, then wait for requests in flight to finish.
+
+    clock_zero=(loop time, wall time) shares time 0 with a lifecycle watcher started earlier.
+    """
+    loop = asyncio.get_running_loop()
+    t0, wall0 = clock_zero if clock_zero is not None else (loop.time(), time.time())
+    run = LoadRun(spec=spec, started_at=wall0)
+    stop = stop or asyncio.Event()
+
+    def record(result: RequestResult) -> None:
+        run.results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    limits = httpx.Limits(max_connections=spec.pool_size,
+                          max_keepalive_connections=spec.pool_size)
+    timeout = httpx.Timeout(spec.timeout)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=dict(spec.headers),
+                                 follow_redirects=False, trust_env=False) as client:
+        deadline = loop.time() + spec.duration
+        if spec.rate is None:
+            await _closed_loop(client, spec, t0, deadline, stop, record)
+        else:
+            run.not_started = await _open_loop(client, spec, t0, deadline, stop, record)
+    run.elapsed = loop.time() - t0
+    return run
+
+
+async def _closed_loop(client: httpx.AsyncClient, spec: LoadSpec, t0: float, deadline: float,
+                       stop: asyncio.Event, record: ResultCallback) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def worker() -> None:
+        while loop.time() < deadline and not stop.is_set():
+            record(await send_one(client, spec, t0))
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(spec.concurrency):
+            group.create_task(worker())
+
+
+async def _open_loop(client: httpx.AsyncClient, spec: LoadSpec, t0: float, deadline: float,
+                     stop: asyncio.Event, record: ResultCallback) -> int:
+    assert spec.rate is not None
+    loop = asyncio.get_running_loop()
+    interval = 1.0 / spec.rate
+    inflight: set[asyncio.Task[None]] = set()
+    not_started = 0
+
+    async def one() -> None:
+        record(await send_one(client, spec, t0))
+
+    start = loop.time()
+    n = 0
+    while not stop.is_set():
+        due = start + n * interval
+        if due >= deadline:
+            break
+        delay = due - loop.time()
+        if delay > 0:
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+                break
+            except TimeoutError:
+                pass
+        n += 1
+        if len(inflight) >= spec.max_inflight:
+            not_started += 1
+            continue
+        task = asyncio.create_task(one())
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+    if inflight:
+        await asyncio.gather(*inflight)
+    return not_started
+
+
+async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> RequestResult:
+    """One request, read to the end; never raises for a failed exchange, it records it."""
+    loop = asyncio.get_running_loop()
+    start = loop.time() - t0
+    scanner = MarkerScanner(spec.end_marker)
+    status: int | None = None
+    content_type = ""
+    pod: str | None = None
+    headers_at: float | None = None
+    first_byte: float | None = None
+    facts: tuple[tuple[str, ...], int | None, str] = ((), None, "")
+    try:
+        async with asyncio.timeout(spec.timeout):
+            request = client.build_request(spec.method, spec.url, content=spec.body)
+            response = await client.send(request, stream=True)
+            try:
+                headers_at = loop.time() - t0
+                status = response.status_code
+                content_type = response.headers.get("content-type", "")
+                if spec.pod_header:
+                    pod = response.headers.get(spec.pod_header)
+                async for chunk in response.aiter_bytes():
+                    if first_byte is None:
+                        first_byte = loop.time() - t0
+                    scanner.feed(chunk)
+            finally:
+                await response.aclose()
+    except Exception as exc:  # every failure is a finding, recorded below
+        facts = error_facts(exc)
+    observation = Observation(
+        status=status, content_type=content_type, body_bytes=scanner.bytes,
+        end_marker_seen=scanner.end_marker_seen, drain_marker_seen=scanner.drain_marker_seen,
+        error_types=facts[0], error_errno=facts[1], error_message=facts[2],
+    )
+    return RequestResult(
+        start=start, end=loop.time() - t0,
+        outcome=classify(observation, end_marker=spec.end_marker),
+        headers_at=headers_at, first_byte=first_byte, bytes=scanner.bytes, pod=pod,
+    )

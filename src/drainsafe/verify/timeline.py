@@ -1,0 +1,214 @@
+"""The timeline picture: requests per second by outcome, with the pods' lifecycle marked.
+
+Requests are placed by the moment their outcome happened (their end): a refused connect ends
+at once, a cut stream ends at the cut, so each failure lines up with the lifecycle event that
+caused it. The lower panel shows every request's duration, which makes a stream cut short
+visible even when the count per second barely moves.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from drainsafe.verify.load import RequestResult
+from drainsafe.verify.outcome import Kind
+from drainsafe.verify.record import (
+    ENDPOINT_NOT_READY,
+    ENDPOINT_REMOVED,
+    POD_DELETED,
+    POD_EXITED,
+    POD_NOT_READY,
+    POD_READY,
+    POD_TERMINATING,
+    LifecycleEvent,
+    Record,
+)
+
+PNG_FILE = "timeline.png"
+HTML_FILE = "timeline.html"
+
+# Colour per outcome kind: ok green; failures in colours that stay apart in print.
+KIND_COLOURS = {
+    Kind.OK.value: "#4caf50",
+    Kind.HTTP.value: "#d62728",
+    Kind.REFUSED.value: "#ff7f0e",
+    Kind.RESET.value: "#9467bd",
+    Kind.CLOSED.value: "#8c564b",
+    Kind.TIMEOUT.value: "#7f7f7f",
+    Kind.TRUNCATED.value: "#e6b800",
+    Kind.DRAIN_MARKER.value: "#1f77b4",
+    Kind.ERROR.value: "#000000",
+}
+Dash = Literal["-", "--", "-.", ":"]
+EVENT_STYLES: dict[str, tuple[str, Dash, str]] = {
+    POD_TERMINATING: ("#d62728", "-", "terminating"),
+    POD_NOT_READY: ("#ff7f0e", ":", "not ready"),
+    ENDPOINT_NOT_READY: ("#9467bd", "--", "endpoint not ready"),
+    ENDPOINT_REMOVED: ("#9467bd", "-", "endpoint removed"),
+    POD_EXITED: ("#000000", "-.", "exited"),
+    POD_DELETED: ("#7f7f7f", ":", "deleted"),
+    POD_READY: ("#4caf50", "--", "ready"),
+}
+
+
+@dataclass(frozen=True)
+class Bins:
+    width: float
+    edges: list[float]
+    """Left edge of each bin."""
+    rates: dict[str, list[float]]
+    """Outcome label -> requests per second in each bin ('ok' first)."""
+
+
+def bin_width(duration: float) -> float:
+    """About 60-120 bins whatever the run length, on round widths."""
+    for width in (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0):
+        if duration / width <= 120:
+            return width
+    return 60.0
+
+
+def bin_outcomes(requests: Sequence[RequestResult], duration: float,
+                 width: float | None = None) -> Bins:
+    """Requests per second by outcome label, binned by the time each request ended."""
+    end = max([duration, *(r.end for r in requests)]) if requests else duration
+    width = width or bin_width(end)
+    n = max(math.ceil(end / width), 1)
+    rates: dict[str, list[float]] = {Kind.OK.value: [0.0] * n}
+    for r in requests:
+        row = rates.setdefault(r.outcome.label, [0.0] * n)
+        row[min(int(r.end / width), n - 1)] += 1 / width
+    return Bins(width=width, edges=[i * width for i in range(n)], rates=rates)
+
+
+def _colour(label: str) -> str:
+    kind = "http" if label.startswith("http_") else label
+    return KIND_COLOURS.get(kind, "#000000")
+
+
+def render_png(record: Record, path: Path) -> Path:
+    """Draw the timeline; returns the path written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bins = bin_outcomes(record.requests, record.elapsed)
+    summary = record.summary()
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(12, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    try:
+        bottom_stack = [0.0] * len(bins.edges)
+        for label, row in bins.rates.items():
+            if not any(row):
+                continue
+            count = summary.counts.get(label, 0)
+            top.bar(bins.edges, row, width=bins.width, bottom=bottom_stack, align="edge",
+                    color=_colour(label), label=f"{label} ({count})", linewidth=0)
+            bottom_stack = [a + b for a, b in zip(bottom_stack, row, strict=True)]
+        top.set_ylabel("requests/s (by end time)")
+        verdict = "no failed requests" if summary.failed == 0 else f"{summary.failed} failed"
+        top.set_title(f"drainsafe verify  {record.url}\n{summary.total} requests, {verdict}, "
+                      f"{record.mode} loop", fontsize=11)
+        top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="outcome")
+        top.grid(axis="y", alpha=0.3)
+
+        oks = [r for r in record.requests if r.outcome.ok]
+        bad = [r for r in record.requests if not r.outcome.ok]
+        if oks:
+            bottom.scatter([r.end for r in oks], [r.total for r in oks], s=4, alpha=0.35,
+                           color=_colour("ok"), label="ok", linewidths=0)
+        if bad:
+            bottom.scatter([r.end for r in bad], [r.total for r in bad], s=14,
+                           color=[_colour(r.outcome.label) for r in bad], label="failed",
+                           marker="x", linewidths=1)
+        bottom.set_ylabel("request duration (s)")
+        bottom.set_xlabel("seconds since start")
+        bottom.grid(alpha=0.3)
+
+        _mark_events(top, bottom, record.events)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _mark_events(top: object, bottom: object, events: Sequence[LifecycleEvent]) -> None:
+    from matplotlib.axes import Axes
+    from matplotlib.lines import Line2D
+
+    assert isinstance(top, Axes) and isinstance(bottom, Axes)
+    used: dict[str, tuple[str, Dash, str]] = {}
+    ymax = top.get_ylim()[1]
+    for event in events:
+        style = EVENT_STYLES.get(event.kind)
+        if style is None:
+            continue
+        colour, dash, _ = style
+        used[event.kind] = style
+        for ax in (top, bottom):
+            ax.axvline(event.t, color=colour, linestyle=dash, linewidth=1.2, alpha=0.8)
+        if event.kind == POD_TERMINATING:
+            top.text(event.t, ymax * 0.98, f" {short_pod(event.pod)}", rotation=90,
+                     va="top", ha="right", fontsize=8, color=colour)
+    if used:
+        handles = [Line2D([0], [0], color=c, linestyle=d, label=n) for c, d, n in used.values()]
+        bottom.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                      fontsize=9, title="pod lifecycle")
+
+
+def short_pod(name: str) -> str:
+    """The distinguishing tail of a generated pod name (web-7d9f8-abcde -> abcde)."""
+    return name.rsplit("-", 1)[-1] if name.count("-") >= 2 else name
+
+
+def render_html(record: Record, png: Path, path: Path) -> Path:
+    """A single self-contained page: the picture inline, the summary, events and failures."""
+    summary = record.summary()
+    image = base64.b64encode(png.read_bytes()).decode()
+    counts = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>"
+                     for k, v in summary.counts.items())
+    events = "".join(
+        f"<tr><td>{e.t:.3f}</td><td>{html.escape(e.pod)}</td><td>{html.escape(e.kind)}</td>"
+        f"<td>{html.escape(e.detail)}</td></tr>" for e in record.events)
+    failures = [r for r in record.requests if not r.outcome.ok]
+    failure_rows = "".join(
+        f"<tr><td>{r.start:.3f}</td><td>{r.end:.3f}</td><td>{html.escape(r.outcome.label)}</td>"
+        f"<td>{html.escape(r.outcome.detail)}</td><td>{html.escape(r.pod or '')}</td></tr>"
+        for r in failures[:500])
+    more = (f"<p>{len(failures) - 500} more failures are in record.json.</p>"
+            if len(failures) > 500 else "")
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1000:.1f} ms"
+
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>drainsafe verify</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1300px}}
+table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:2px 8px;
+text-align:left}}img{{max-width:100%}}.bad{{color:#b00}}.good{{color:#070}}</style></head>
+<body><h1>drainsafe verify</h1>
+<p>{html.escape(record.url)}, {record.mode} loop, {record.elapsed:.1f} s,
+{summary.total} requests ({summary.rate:.1f}/s):
+<b class="{'good' if summary.failed == 0 else 'bad'}">{summary.failed} failed</b></p>
+<img alt="requests per second by outcome, with pod lifecycle events"
+ src="data:image/png;base64,{image}">
+<h2>Outcomes</h2><table><tr><th>outcome</th><th>requests</th></tr>{counts}</table>
+<p>ok requests: time to first byte p50 {ms(summary.ttfb_p50)}, p99 {ms(summary.ttfb_p99)};
+total p50 {ms(summary.total_p50)}, p99 {ms(summary.total_p99)}</p>
+<h2>Pod lifecycle</h2><table><tr><th>t (s)</th><th>pod</th><th>event</th><th>detail</th></tr>
+{events or '<tr><td colspan="4">not watched (use --namespace/--selector)</td></tr>'}</table>
+<h2>Failed requests</h2><table><tr><th>start (s)</th><th>end (s)</th><th>outcome</th>
+<th>detail</th><th>pod</th></tr>{failure_rows}</table>{more}
+</body></html>
+"""
+    path.write_text(page)
+    return path
