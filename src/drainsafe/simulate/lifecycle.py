@@ -1,0 +1,508 @@
+"""The drain and pod lifecycle as a small discrete-event process in virtual time.
+
+Events are per node and per pod (drain start, eviction attempt, pod gone, replacement
+Ready, node back), never per request: a 1,000-node upgrade is a few tens of thousands of
+events. What each terminating pod means for its traffic is written down per deletion
+(time, per-pod arrival rate, each consumer's propagation delay) and counted afterwards,
+vectorised, by drainsafe.simulate.requests.
+
+Kubernetes behaviour modelled (and where it comes from):
+- Eviction goes through the PodDisruptionBudget (drainsafe.pdb, the disruption controller's
+  arithmetic); a refused eviction is retried every `eviction_retry` seconds, as kubectl drain
+  does (5 s). A not-Ready pod may be evicted per unhealthyPodEvictionPolicy.
+- The termination timeline of a deleted pod is drainsafe.budget.Budget: SIGTERM when the
+  drain delay (preStop) ends, or at the grace period if the hook overruns it; SIGKILL at
+  Budget.sigkill_at (grace, or grace + 2 s after an overrunning hook). Source:
+  kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ ("Hook handler execution")
+  and kubernetes/kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go (killContainer).
+- Endpoint removal starts at deletion; each consumer stops routing new requests to the pod
+  after its own propagation delay (sampled per pod and consumer).
+- kubectl-like drain: cordon, evict every pod on the node at once; the ReplicaSet creates a
+  replacement as soon as a pod is deleted; it runs only where a schedulable node has free GPUs.
+- drainsafe drain: cordon, start a replacement for each pod first, evict the old pod only when
+  its replacement is Ready (still through the PDB).
+- A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
+  takes Pending pods; `parallelism` nodes are in the upgrade at once. Surge nodes join at the
+  start, already upgraded, and are not drained.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from drainsafe.pdb import status, unhealthy_pod_may_be_evicted
+from drainsafe.simulate.distributions import SurvivalTable, survival_table
+from drainsafe.simulate.scenario import Scenario
+from drainsafe.simulate.traffic import Rate
+
+# Event kinds
+_DRAIN, _EVICT, _GONE, _READY, _BACK, _SURGE, _ROUTE_GONE = range(7)
+# Pod states
+_PENDING, _STARTING, _READY_STATE, _TERMINATING, _DELETED = range(5)
+
+_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class TerminationTimes:
+    """Per workload, seconds after deletion: listener closed, in-flight work cut, and how."""
+
+    close: float
+    cut: float
+    cut_by_deadline: bool
+    """True: the server's shutdown deadline ends the stragglers; False: SIGKILL does."""
+
+
+def termination_times(scenario: Scenario) -> list[TerminationTimes]:
+    out = []
+    for w in scenario.workloads:
+        budget = w.termination.budget
+        close = min(budget.drain_delay, budget.grace)
+        deadline_end = close + budget.shutdown_deadline
+        cut = min(deadline_end, budget.sigkill_at)
+        out.append(TerminationTimes(close=close, cut=cut,
+                                    cut_by_deadline=deadline_end < budget.sigkill_at))
+    return out
+
+
+@dataclass
+class Lifecycle:
+    """What happened, as plain arrays; the input of the request counting."""
+
+    scenario: Scenario
+    # One row per deleted pod that was serving traffic.
+    deleted_at: NDArray[np.float64]
+    workload: NDArray[np.int64]
+    pod_rate: NDArray[np.float64]
+    propagation: NDArray[np.float64]
+    """shape (deletions, consumers)"""
+    gone_after: NDArray[np.float64]
+    """seconds from deletion to the pod's exit"""
+    # Ready pods per workload over time: step function (times, counts[w]).
+    ready_times: NDArray[np.float64]
+    ready_counts: NDArray[np.int64]
+    """shape (len(ready_times), workloads): ready pods from ready_times[i] on"""
+    node_drain_started: NDArray[np.float64]
+    node_empty: NDArray[np.float64]
+    node_back: NDArray[np.float64]
+    upgrade_started: float
+    upgrade_finished: float
+    """NaN when the upgrade never finishes (wedged)."""
+    end: float
+    events: int
+    wedged: str | None = None
+    pending_max: int = 0
+    survival: list[SurvivalTable] = field(default_factory=list)
+    times: list[TerminationTimes] = field(default_factory=list)
+
+
+class _Sampler:
+    """Pre-drawn samples in chunks, so the event loop never calls numpy per event.
+
+    Each stream has its own generator, so changing one setting (say the drain delay) leaves
+    the other streams' draws where they were: sweeps compare settings on common random numbers.
+    """
+
+    def __init__(self, draw: object, rng: np.random.Generator) -> None:
+        self._draw = draw
+        self._rng = rng
+        self._buf: list[float] = []
+        self._i = 0
+
+    def next(self) -> float:
+        if self._i >= len(self._buf):
+            self._buf = self._draw(self._rng, _CHUNK).tolist()  # type: ignore[operator]
+            self._i = 0
+        value = self._buf[self._i]
+        self._i += 1
+        return float(value)
+
+
+def run_lifecycle(scenario: Scenario) -> Lifecycle:
+    return _Engine(scenario).run()
+
+
+class _Engine:
+    def __init__(self, s: Scenario) -> None:
+        self.s = s
+        seeds = np.random.SeedSequence(s.seed).spawn(6 + len(s.consumers) + len(s.workloads))
+        rngs = [np.random.default_rng(x) for x in seeds]
+        self.node_upgrade = _Sampler(s.upgrade.node_upgrade.sample, rngs[0])
+        self.surge_ready = _Sampler(s.upgrade.surge_ready.sample, rngs[1])
+        self.uniform = _Sampler(lambda r, n: r.random(n), rngs[2])
+        self.prop = [_Sampler(c.propagation.sample, rngs[6 + i])
+                     for i, c in enumerate(s.consumers)]
+        base = 6 + len(s.consumers)
+        self.startup = [_Sampler(w.startup.sample, rngs[base + i])
+                        for i, w in enumerate(s.workloads)]
+        self.rates = [Rate(w.rate, s.start_hour, w.diurnal) for w in s.workloads]
+        self.times = termination_times(s)
+        self.survival = [survival_table(w.durations) for w in s.workloads]
+        self.shares = [c.share for c in s.consumers]
+
+        n_nodes = s.nodes + s.upgrade.surge_nodes
+        self.gpus = s.gpus_per_node
+        self.free = [s.gpus_per_node] * n_nodes
+        self.up = [True] * s.nodes + [False] * s.upgrade.surge_nodes
+        self.cordoned = [False] * n_nodes
+        self.node_pods: list[set[int]] = [set() for _ in range(n_nodes)]
+        # Schedulable nodes with free GPUs, in node order for first-fit placement.
+        self.open_nodes: dict[int, None] = {}
+
+        self.pod_w: list[int] = []
+        self.pod_node: list[int] = []
+        self.pod_state: list[int] = []
+        self.pod_replaces: list[int] = []
+        self.pod_first_refusal: list[float] = []
+
+        nw = len(s.workloads)
+        self.ready = [0] * nw
+        self.matched = [0] * nw
+        self.routed = [0] * nw
+        self.waiters: list[list[int]] = [[] for _ in range(nw)]
+        self.pending: deque[int] = deque()
+
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.events = 0
+        self.now = 0.0
+
+        self.ready_times: list[float] = [0.0]
+        self.ready_rows: list[list[int]] = []
+
+        self.del_t: list[float] = []
+        self.del_w: list[int] = []
+        self.del_rate: list[float] = []
+        self.del_prop: list[list[float]] = []
+        self.del_gone: list[float] = []
+
+        self.drain_started = [math.nan] * s.nodes
+        self.emptied = [math.nan] * s.nodes
+        self.back = [math.nan] * s.nodes
+        self.to_drain = deque(range(s.nodes))
+        self.nodes_done = 0
+        self.pending_max = 0
+
+    # ------------------------------------------------------------------ helpers
+    def push(self, t: float, kind: int, arg: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, arg))
+
+    def new_pod(self, w: int, replaces: int = -1) -> int:
+        p = len(self.pod_w)
+        self.pod_w.append(w)
+        self.pod_node.append(-1)
+        self.pod_state.append(_PENDING)
+        self.pod_replaces.append(replaces)
+        self.pod_first_refusal.append(math.nan)
+        self.matched[w] += 1
+        return p
+
+    def place(self, p: int, node: int) -> None:
+        self.pod_node[p] = node
+        self.node_pods[node].add(p)
+        self.free[node] -= self.s.workloads[self.pod_w[p]].gpus
+        if self.free[node] <= 0:
+            self.open_nodes.pop(node, None)
+
+    def record_ready(self) -> None:
+        t = self.now
+        if self.ready_times[-1] == t and self.ready_rows:
+            self.ready_rows[-1] = list(self.ready)
+        else:
+            self.ready_times.append(t)
+            self.ready_rows.append(list(self.ready))
+
+    def open_node(self, node: int) -> None:
+        if self.up[node] and not self.cordoned[node] and self.free[node] > 0:
+            self.open_nodes[node] = None
+            # Keep first-fit order deterministic by node index.
+            if len(self.open_nodes) > 1 and node < next(reversed(self.open_nodes)):
+                self.open_nodes = dict.fromkeys(sorted(self.open_nodes))
+
+    # ------------------------------------------------------------------ set-up
+    def initial_placement(self) -> None:
+        s = self.s
+        for n in range(s.nodes):
+            self.open_nodes[n] = None
+        for w, wl in enumerate(s.workloads):
+            for _ in range(wl.replicas):
+                p = self.new_pod(w)
+                node = self.fit(wl.gpus)
+                if node < 0:
+                    # parse_scenario checked the GPU total; fragmentation can still defeat it.
+                    raise ValueError(f"workload {wl.name}: replicas do not pack onto the "
+                                     f"fleet ({wl.gpus} GPUs per pod)")
+                self.place(p, node)
+                self.pod_state[p] = _READY_STATE
+                self.ready[w] += 1
+                self.routed[w] += 1
+        self.ready_rows.append(list(self.ready))
+
+    def fit(self, gpus: int) -> int:
+        for node in self.open_nodes:
+            if self.free[node] >= gpus:
+                return node
+        return -1
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> Lifecycle:
+        s = self.s
+        self.initial_placement()
+        start = s.upgrade.start
+        for i in range(s.upgrade.surge_nodes):
+            self.push(start + self.surge_ready.next(), _SURGE, s.nodes + i)
+        for _ in range(min(s.upgrade.parallelism, s.nodes)):
+            self.push(start, _DRAIN, self.to_drain.popleft())
+
+        handlers = {
+            _DRAIN: self.on_drain, _EVICT: self.on_evict, _GONE: self.on_gone,
+            _READY: self.on_ready, _BACK: self.on_back, _SURGE: self.on_surge,
+            _ROUTE_GONE: self.on_route_gone,
+        }
+        heap = self.heap
+        while heap:
+            t, _, kind, arg = heapq.heappop(heap)
+            self.now = t
+            self.events += 1
+            handlers[kind](arg)
+
+        finished = self.nodes_done == s.nodes
+        wedged = None if finished else self.wedge_reason()
+        upgrade_finished = max(self.back) if finished else math.nan
+        end = max(s.horizon, self.now)
+        return Lifecycle(
+            scenario=s,
+            deleted_at=np.array(self.del_t, dtype=np.float64),
+            workload=np.array(self.del_w, dtype=np.int64),
+            pod_rate=np.array(self.del_rate, dtype=np.float64),
+            propagation=np.array(self.del_prop, dtype=np.float64).reshape(
+                len(self.del_t), len(s.consumers)),
+            gone_after=np.array(self.del_gone, dtype=np.float64),
+            ready_times=np.array(self.ready_times, dtype=np.float64),
+            ready_counts=np.array(self.ready_rows, dtype=np.int64),
+            node_drain_started=np.array(self.drain_started),
+            node_empty=np.array(self.emptied),
+            node_back=np.array(self.back),
+            upgrade_started=start,
+            upgrade_finished=upgrade_finished,
+            end=end,
+            events=self.events,
+            wedged=wedged,
+            pending_max=self.pending_max,
+            survival=self.survival,
+            times=self.times,
+        )
+
+    def wedge_reason(self) -> str:
+        s = self.s
+        for w, waiting in enumerate(self.waiters):
+            if waiting:
+                return (f"workload {s.workloads[w].name}: its PodDisruptionBudget allows no "
+                        f"eviction and nothing will change that ({len(waiting)} pods waiting)")
+        if self.pending:
+            names = sorted({s.workloads[self.pod_w[p]].name for p in self.pending})
+            hint = ("; replacement-first needs spare GPUs: add surge nodes"
+                    if s.upgrade.strategy == "drainsafe" else "")
+            return (f"{len(self.pending)} pods of {', '.join(names)} wait for free GPUs that "
+                    f"never come{hint}")
+        return "the upgrade stopped before every node was drained"
+
+    # ------------------------------------------------------------------ events
+    def on_drain(self, node: int) -> None:
+        self.cordoned[node] = True
+        self.open_nodes.pop(node, None)
+        self.drain_started[node] = self.now
+        pods = sorted(self.node_pods[node])
+        if not pods:
+            self.node_emptied(node)
+            return
+        if self.s.upgrade.strategy == "kubectl":
+            for p in pods:
+                self.try_evict(p)
+        else:
+            for p in pods:
+                if self.pod_state[p] == _READY_STATE:
+                    r = self.new_pod(self.pod_w[p], replaces=p)
+                    self.pending.append(r)
+                else:
+                    # A pod that is not serving yet has nothing to protect: evict it.
+                    self.try_evict(p)
+            self.schedule_pending()
+
+    def evictable(self, p: int) -> bool:
+        w = self.pod_w[p]
+        spec = self.s.workloads[w].pdb
+        if spec is None:
+            return True
+        st = status(spec, expected_scale=self.s.workloads[w].replicas,
+                    matched_pods=self.matched[w], current_healthy=self.ready[w])
+        if self.pod_state[p] != _READY_STATE:
+            return unhealthy_pod_may_be_evicted(spec, current_healthy=self.ready[w],
+                                                desired=st.desired_healthy)
+        return st.disruptions_allowed > 0
+
+    def try_evict(self, p: int) -> None:
+        state = self.pod_state[p]
+        if state in (_TERMINATING, _DELETED):
+            return
+        if state == _PENDING:
+            # A pod that never got a node is not on the drained node; nothing to evict.
+            return
+        if self.evictable(p):
+            self.delete(p)
+            return
+        if math.isnan(self.pod_first_refusal[p]):
+            self.pod_first_refusal[p] = self.now
+        self.waiters[self.pod_w[p]].append(p)
+
+    def on_evict(self, p: int) -> None:
+        self.try_evict(p)
+
+    def delete(self, p: int) -> None:
+        w = self.pod_w[p]
+        was_ready = self.pod_state[p] == _READY_STATE
+        self.pod_state[p] = _TERMINATING
+        self.matched[w] -= 1
+        tt = self.times[w]
+        if was_ready:
+            self.ready[w] -= 1
+            self.record_ready()
+            rate = self.rates[w].at(self.now) / max(self.routed[w], 1)
+            props = [sampler.next() for sampler in self.prop]
+            gone = self.exit_after(w, rate, props)
+            self.del_t.append(self.now)
+            self.del_w.append(w)
+            self.del_rate.append(rate)
+            self.del_prop.append(props)
+            self.del_gone.append(gone)
+            self.push(self.now + max(props), _ROUTE_GONE, w)
+        else:
+            gone = tt.close
+        self.push(self.now + gone, _GONE, p)
+        # The ReplicaSet replaces a deleted pod at once. drainsafe started the replacement
+        # of a Ready pod before evicting it; a pod evicted before it was Ready (say a
+        # replacement on a node drained meanwhile) is re-made and keeps its duty.
+        if self.s.upgrade.strategy == "kubectl":
+            self.pending.append(self.new_pod(w))
+            self.schedule_pending()
+        elif not was_ready:
+            self.pending.append(self.new_pod(w, replaces=self.pod_replaces[p]))
+            self.schedule_pending()
+
+    def exit_after(self, w: int, rate: float, props: list[float]) -> float:
+        """Seconds from deletion to the process exiting: when its last request is done.
+
+        With arrivals stopping at a_c for consumer c, the number of requests still running
+        at close + x is Poisson with mean m(x) = sum_c r_c I(close + x - a_c), so the last
+        one ends by close + x with probability exp(-m(x)). Draw that time by inversion.
+        """
+        tt = self.times[w]
+        table = self.survival[w]
+        close = tt.close
+        span = tt.cut - close
+        lags = [close - min(close, p) for p in props]
+        rates = [rate * share for share in self.shares]
+
+        def m(x: float) -> float:
+            return sum(r * table.at_scalar(lag + x) for r, lag in zip(rates, lags, strict=True))
+
+        target = -math.log(max(self.uniform.next(), 1e-300))
+        if span <= 0 or m(0.0) <= target:
+            return close
+        if m(span) >= target:
+            return tt.cut
+        lo, hi = 0.0, span
+        for _ in range(24):
+            mid = (lo + hi) / 2
+            if m(mid) > target:
+                lo = mid
+            else:
+                hi = mid
+        return close + hi
+
+    def on_route_gone(self, w: int) -> None:
+        self.routed[w] -= 1
+
+    def on_gone(self, p: int) -> None:
+        self.pod_state[p] = _DELETED
+        node = self.pod_node[p]
+        self.node_pods[node].discard(p)
+        self.free[node] += self.s.workloads[self.pod_w[p]].gpus
+        if self.cordoned[node]:
+            if not self.node_pods[node] and node < self.s.nodes and self.up[node]:
+                self.node_emptied(node)
+        else:
+            self.open_node(node)
+            self.schedule_pending()
+
+    def node_emptied(self, node: int) -> None:
+        self.emptied[node] = self.now
+        self.up[node] = False
+        self.push(self.now + self.node_upgrade.next(), _BACK, node)
+
+    def on_back(self, node: int) -> None:
+        self.back[node] = self.now
+        self.up[node] = True
+        self.cordoned[node] = False
+        self.nodes_done += 1
+        self.open_node(node)
+        self.schedule_pending()
+        if self.to_drain:
+            self.push(self.now, _DRAIN, self.to_drain.popleft())
+
+    def on_surge(self, node: int) -> None:
+        self.up[node] = True
+        self.open_node(node)
+        self.schedule_pending()
+
+    def on_ready(self, p: int) -> None:
+        if self.pod_state[p] != _STARTING:
+            return
+        w = self.pod_w[p]
+        self.pod_state[p] = _READY_STATE
+        self.ready[w] += 1
+        self.routed[w] += 1
+        self.record_ready()
+        old = self.pod_replaces[p]
+        if old >= 0:
+            self.try_evict(old)
+        self.wake_waiters(w)
+
+    def wake_waiters(self, w: int) -> None:
+        waiting = self.waiters[w]
+        if not waiting:
+            return
+        self.waiters[w] = []
+        retry = self.s.upgrade.eviction_retry
+        for p in waiting:
+            first = self.pod_first_refusal[p]
+            ticks = math.ceil((self.now - first) / retry - 1e-9)
+            self.push(first + max(ticks, 1) * retry, _EVICT, p)
+
+    def schedule_pending(self) -> None:
+        if not self.pending:
+            return
+        if len(self.pending) > self.pending_max:
+            self.pending_max = len(self.pending)
+        if not self.open_nodes:
+            return
+        still: deque[int] = deque()
+        wls = self.s.workloads
+        for p in self.pending:
+            if self.pod_state[p] != _PENDING:
+                continue
+            node = self.fit(wls[self.pod_w[p]].gpus) if self.open_nodes else -1
+            if node < 0:
+                still.append(p)
+                continue
+            self.place(p, node)
+            self.pod_state[p] = _STARTING
+            self.push(self.now + self.startup[self.pod_w[p]].next(), _READY, p)
+        self.pending = still
