@@ -1,0 +1,94 @@
+"""The informer against a scripted server: events, 410 relist, dropped and silent streams."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from drainsafe.kube.client import KubeClient
+from drainsafe.kube.retry import Backoff
+from drainsafe.kube.watch import Informer, WaitTimeout
+
+from .apiserver import FakeApi, kubeconfig, serve
+
+
+def client_for(tmp: Path, url: str) -> KubeClient:
+    path = tmp / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig(url, {"token": "t"})))
+    return KubeClient.from_kubeconfig(str(path), timeout=5)
+
+
+def informer(client: KubeClient, **kw: object) -> Informer:
+    return Informer(client, "/api/v1/pods", backoff=Backoff(base=0.05, cap=0.2),
+                    rng=random.Random(1), **kw)  # type: ignore[arg-type]
+
+
+async def test_list_then_watch_sees_every_change(tmp_path: Path) -> None:
+    api = FakeApi()
+    api.put("a")
+    seen: list[tuple[str, str]] = []
+    async with serve(api) as url, client_for(tmp_path, url) as client:
+        inf = informer(client, on_event=lambda t, o: seen.append((t, o["metadata"]["name"])))
+        async with inf:
+            assert set(inf.cache) == {"ns/a"}
+            api.put("b")
+            await inf.wait_for(lambda c: "ns/b" in c, timeout=10)
+            api.delete("a")
+            await inf.wait_for(lambda c: "ns/a" not in c, timeout=10)
+            assert inf.resource_version == str(api.rv)
+    assert ("ADDED", "b") in seen and ("DELETED", "a") in seen
+
+
+async def test_410_relists_and_loses_nothing(tmp_path: Path) -> None:
+    api = FakeApi()
+    api.put("a")
+    async with serve(api) as url, client_for(tmp_path, url) as client:
+        inf = informer(client)
+        async with inf:
+            # The stream drops before b and c are sent, and history is compacted past
+            # the informer's resourceVersion: only a relist can recover them.
+            api.drop_next_watch_after = 0
+            api.oldest_rv = api.rv + 2
+            api.put("b")
+            api.put("c")
+            await inf.wait_for(lambda c: {"ns/a", "ns/b", "ns/c"} <= set(c), timeout=15)
+            api.delete("b")
+            api.oldest_rv = 0
+            await inf.wait_for(lambda c: "ns/b" not in c, timeout=15)
+            assert inf.stats.expired >= 1
+            assert inf.stats.lists >= 2
+
+
+async def test_silent_stream_is_abandoned_after_idle_timeout(tmp_path: Path) -> None:
+    api = FakeApi()
+    api.put("a")
+    api.silent_watch = True
+    async with serve(api) as url, client_for(tmp_path, url) as client:
+        inf = Informer(client, "/api/v1/pods", idle_timeout=0.5)
+        async with inf:
+            for _ in range(500):  # until the first (silent) watch is open
+                if any("watch=true" in r for r in api.requests):
+                    break
+                await asyncio.sleep(0.01)
+            api.silent_watch = False
+            api.put("b")
+            await inf.wait_for(lambda c: "ns/b" in c, timeout=15)
+            assert inf.stats.idle_timeouts >= 1
+
+
+async def test_errors_back_off_and_wait_for_is_bounded(tmp_path: Path) -> None:
+    api = FakeApi()
+    async with serve(api) as url, client_for(tmp_path, url) as client, informer(client) as inf:
+        api.token = "other"  # every further request fails with 401
+        api.drop_next_watch_after = 0
+        api.put("x")
+        with pytest.raises(WaitTimeout, match="pod y"):
+            await inf.wait_for(lambda c: "ns/y" in c, timeout=1.0, what="pod y")
+        assert inf.stats.errors >= 1
+        api.token = None
+        api.put("y")
+        await inf.wait_for(lambda c: "ns/y" in c, timeout=15)
