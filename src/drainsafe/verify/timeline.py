@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,13 @@ def bin_outcomes(requests: Sequence[RequestResult], duration: float,
     return Bins(width=width, edges=[i * width for i in range(n)], rates=rates)
 
 
+def in_flight(requests: Sequence[RequestResult], times: Sequence[float]) -> list[int]:
+    """How many requests were open at each of `times` (started, not yet ended)."""
+    starts = sorted(r.start for r in requests)
+    ends = sorted(r.end for r in requests)
+    return [bisect_right(starts, t) - bisect_right(ends, t) for t in times]
+
+
 def _colour(label: str) -> str:
     kind = "http" if label.startswith("http_") else label
     return KIND_COLOURS.get(kind, "#000000")
@@ -116,8 +124,15 @@ def render_png(record: Record, path: Path) -> Path:
         verdict = "no failed requests" if summary.failed == 0 else f"{summary.failed} failed"
         top.set_title(f"drainsafe verify  {record.url}\n{summary.total} requests, {verdict}, "
                       f"{record.mode} loop", fontsize=11)
-        top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="outcome")
+        top.legend(loc="upper left", bbox_to_anchor=(1.07, 1.0), fontsize=9, title="outcome")
         top.grid(axis="y", alpha=0.3)
+        # Long streams end rarely, so also show the load itself: requests open over time.
+        load = top.twinx()
+        steps = [i * bins.width / 4 for i in range(len(bins.edges) * 4 + 1)]
+        load.plot(steps, in_flight(record.requests, steps), color="#333333", linewidth=1,
+                  drawstyle="steps-post", label="in flight")
+        load.set_ylabel("in flight (line)")
+        load.set_ylim(bottom=0)
 
         oks = [r for r in record.requests if r.outcome.ok]
         bad = [r for r in record.requests if not r.outcome.ok]
@@ -133,7 +148,7 @@ def render_png(record: Record, path: Path) -> Path:
         bottom.grid(alpha=0.3)
 
         _mark_events(top, bottom, record.events)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 0.88, 1))
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=100)
     finally:
@@ -157,11 +172,12 @@ def _mark_events(top: object, bottom: object, events: Sequence[LifecycleEvent]) 
         for ax in (top, bottom):
             ax.axvline(event.t, color=colour, linestyle=dash, linewidth=1.2, alpha=0.8)
         if event.kind == POD_TERMINATING:
-            top.text(event.t, ymax * 0.98, f" {short_pod(event.pod)}", rotation=90,
-                     va="top", ha="right", fontsize=8, color=colour)
+            top.text(event.t, ymax * 0.98, f"{short_pod(event.pod)} ", rotation=90,
+                     va="top", ha="right", fontsize=8, color=colour,
+                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
     if used:
         handles = [Line2D([0], [0], color=c, linestyle=d, label=n) for c, d, n in used.values()]
-        bottom.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+        bottom.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.07, 1.0),
                       fontsize=9, title="pod lifecycle")
 
 
