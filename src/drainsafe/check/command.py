@@ -1,0 +1,93 @@
+"""The check command's shell: settings, run, output, exit code."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from drainsafe.check import report
+from drainsafe.check.context import ConfigError, Context, apply_config, find_config, load_config
+from drainsafe.check.engine import run
+from drainsafe.check.fix import fix_files
+from drainsafe.check.rules import all_rules
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def settings(args: argparse.Namespace, known: frozenset[str]) -> Context:
+    context = Context()
+    config_path = None if args.no_config else (
+        Path(args.config) if args.config else find_config(Path.cwd()))
+    if args.config and not Path(args.config).is_file():
+        raise ConfigError(f"--config: no such file {args.config}")
+    if config_path is not None:
+        context = apply_config(context, load_config(config_path), str(config_path), known)
+        context = Context(**{**context.__dict__, "config_file": str(config_path)})
+    flags: dict[str, Any] = {
+        "cluster-version": args.cluster_version,
+        "max-request-seconds": args.max_request_seconds,
+        "propagation-seconds": args.propagation_seconds,
+        "max-grace-seconds": args.max_grace_seconds,
+        "buffer-seconds": args.buffer_seconds,
+        "fail-on": args.fail_on,
+        "disable": ",".join(args.disable) or None,
+    }
+    return apply_config(context, flags, "command line", known)
+
+
+def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) -> int:
+    rules = all_rules()
+    if args.list_rules:
+        report.rule_table(rules.values(), out)
+        return EXIT_OK
+    if args.explain:
+        rule = rules.get(args.explain)
+        if rule is None:
+            err.write(f"drainsafe check: unknown rule {args.explain!r}; known: "
+                      f"{', '.join(rules)}\n")
+            return EXIT_USAGE
+        out.write(report.explain(rule))
+        return EXIT_OK
+    if not args.paths:
+        err.write("drainsafe check: no input; give files, directories or - for stdin\n")
+        return EXIT_USAGE
+    try:
+        context = settings(args, frozenset(rules))
+    except ConfigError as exc:
+        err.write(f"drainsafe check: {exc}\n")
+        return EXIT_USAGE
+    result = run(args.paths, context, stdin)
+    for error in result.errors:
+        err.write(f"error: {error}\n")
+    if args.diff or args.fix:
+        return _fix(result.findings, apply=args.fix, out=out, err=err,
+                    code=result.exit_code(context))
+    if args.output == "json":
+        report.write_json(result, out)
+    elif args.output == "sarif":
+        report.write_sarif(result, rules, out)
+    else:
+        report.text(result, context, out)
+    return result.exit_code(context)
+
+
+def _fix(findings: list[Any], *, apply: bool, out: IO[str], err: IO[str], code: int) -> int:
+    fixes, problems = fix_files(findings)
+    for problem in problems:
+        err.write(f"error: {problem}\n")
+    for fix in fixes:
+        if apply:
+            Path(fix.file).write_text(fix.after, encoding="utf-8")
+            err.write(f"fixed {fix.file}\n")
+        else:
+            out.write(fix.diff())
+    if not fixes:
+        err.write("no safe automatic fixes\n")
+    fixed = {f.file for f in fixes}
+    remaining = [f for f in findings if not (apply and f.edits and f.file in fixed)]
+    if problems:
+        return EXIT_USAGE
+    if code == EXIT_USAGE:
+        return code
+    return EXIT_FINDINGS if (remaining if apply else findings) and code else EXIT_OK

@@ -1,0 +1,74 @@
+"""Run the rules over loaded input: index, check, drop ignored findings, place lines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import BinaryIO
+
+from drainsafe.check.context import Context
+from drainsafe.check.findings import Finding, ObjectRef
+from drainsafe.check.load import Document, InputError, Loaded, load
+from drainsafe.check.locate import locate
+from drainsafe.check.model import Index, build_index
+from drainsafe.check.rules import all_rules
+
+
+@dataclass
+class Result:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    index: Index = field(default_factory=Index)
+    documents: int = 0
+    inputs: int = 0
+
+    def failed(self, context: Context) -> bool:
+        threshold = context.fail_on
+        return threshold is not None and any(f.severity >= threshold for f in self.findings)
+
+    def exit_code(self, context: Context) -> int:
+        if self.errors:
+            return 2
+        return 1 if self.failed(context) else 0
+
+
+def check_documents(docs: list[Document], context: Context) -> tuple[list[Finding], Index]:
+    index = build_index(docs)
+    ignored: dict[tuple[str, int, tuple[str | int, ...], ObjectRef], frozenset[str]] = {}
+    docs_by_key: dict[tuple[str, int, ObjectRef], Document] = {}
+    for subject in index.iter_subjects():
+        doc = subject.doc
+        ignored[(doc.file, doc.doc_index, doc.prefix, subject.ref)] = subject.ignored
+        docs_by_key[(doc.file, doc.doc_index, subject.ref)] = doc
+    findings: list[Finding] = []
+    for rule_id, rule in all_rules().items():
+        if rule_id in context.disabled:
+            continue
+        for finding in rule.run(index, context):
+            found = docs_by_key.get((finding.file, finding.doc_index, finding.object))
+            if found is None:
+                findings.append(finding)
+                continue
+            skip = ignored.get((found.file, found.doc_index, found.prefix, finding.object),
+                               frozenset())
+            if rule_id in skip or "all" in skip:
+                continue
+            findings.append(replace(finding, line=locate(found, finding.path)))
+    findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
+    return findings, index
+
+
+def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None) -> Result:
+    loaded: Loaded = load(args, stdin)
+    findings, index = check_documents(loaded.documents, context)
+    result = Result(findings, list(loaded.errors), index, len(loaded.documents), loaded.inputs)
+    if not loaded.documents and not loaded.errors:
+        result.errors.append(InputError(
+            ", ".join(sorted({*args})) or "input", None,
+            "empty input: no Kubernetes objects found (a failed helm template?)"))
+    elif loaded.documents and index.checked == 0 and not loaded.errors:
+        kinds = sorted({str(d.obj.get("kind")) for d in loaded.documents})
+        result.errors.append(InputError(
+            ", ".join(sorted({*args})), None,
+            f"nothing to check: no object of a checked kind (found {', '.join(kinds)})"))
+    return result

@@ -1,0 +1,84 @@
+"""What a rule reports: a finding about one object, with its fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from drainsafe.budget import Budget
+
+Path = tuple[str | int, ...]
+"""Keys from a document's root to a field, e.g. ("spec", "template", "spec", "containers", 0)."""
+
+
+class Severity(IntEnum):
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(
+                f"unknown severity {text!r}: expected one of info, warning, error"
+            ) from None
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A safe change --fix can make: set the field at `path` (relative to the document) to value."""
+
+    path: Path
+    value: Any
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    object: ObjectRef
+    file: str
+    line: int
+    message: str
+    fix: str
+    """A YAML snippet showing the change."""
+    doc_index: int = 0
+    """Which document of the file the object came from (for --fix)."""
+    path: Path = ()
+    """The field the finding is about, relative to the document (gives the line)."""
+    budget: Budget | None = None
+    """The grace-budget arithmetic behind the finding, when there is one."""
+    edits: tuple[Edit, ...] = field(default=())
+    """Present only when the fix is safe to apply automatically."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity.label,
+            "object": {
+                "kind": self.object.kind,
+                "namespace": self.object.namespace,
+                "name": self.object.name,
+            },
+            "file": self.file,
+            "line": self.line,
+            "message": self.message,
+            "fix": self.fix,
+        }

@@ -1,0 +1,76 @@
+"""A container's drain delay: how long it keeps serving after termination starts.
+
+The preStop hook runs before SIGTERM and SIGTERM waits for it (kubernetes.io/docs/concepts/
+containers/container-lifecycle-hooks/), so a sleep there is the drain delay. drainsafe
+serve/run can provide the same delay in-process (--drain-delay).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from drainsafe.check.findings import Path
+from drainsafe.check.model import Container, mapping, number, sequence
+from drainsafe.check.servers import SHELLS, ServerShutdown
+
+_SLEEP = re.compile(r"(?:^|[\s;&|(])(?:/bin/|/usr/bin/)?sleep\s+(\d+(?:\.\d+)?)s?(?=$|[\s;&|)])")
+
+
+@dataclass(frozen=True)
+class DrainDelay:
+    seconds: float | None
+    """None when a hook exists but its duration cannot be read (httpGet, a script)."""
+    kind: str
+    """none, sleep-action, exec-sleep, exec, httpGet, drainsafe."""
+    path: Path
+    command: tuple[str, ...] = ()
+
+    @property
+    def present(self) -> bool:
+        return self.kind != "none"
+
+    @property
+    def known(self) -> float:
+        return self.seconds or 0.0
+
+
+def drain_delay(container: Container, server: ServerShutdown | None = None) -> DrainDelay:
+    pre_stop = mapping(mapping(container.spec.get("lifecycle")).get("preStop"))
+    path = (*container.path, "lifecycle", "preStop")
+    if "sleep" in pre_stop:
+        seconds = number(mapping(pre_stop.get("sleep")).get("seconds"))
+        return DrainDelay(seconds, "sleep-action", (*path, "sleep", "seconds"))
+    if "exec" in pre_stop:
+        command = tuple(str(c) for c in sequence(mapping(pre_stop.get("exec")).get("command")))
+        seconds = exec_sleep_seconds(command)
+        kind = "exec-sleep" if seconds is not None else "exec"
+        return DrainDelay(seconds, kind, (*path, "exec", "command"), command)
+    if "httpGet" in pre_stop or "tcpSocket" in pre_stop:
+        return DrainDelay(None, "httpGet", path)
+    if server is not None and server.drain_delay:
+        return DrainDelay(server.drain_delay, "drainsafe", (*container.path, "args"))
+    return DrainDelay(None, "none", path)
+
+
+def exec_sleep_seconds(command: tuple[str, ...]) -> float | None:
+    """Total seconds an exec hook sleeps: `sleep N`, or `sh -c '... sleep N ...'`."""
+    if not command:
+        return None
+    first = command[0].rsplit("/", 1)[-1]
+    if first == "sleep" and len(command) > 1:
+        return number(command[1])
+    if first in SHELLS:
+        script = " ".join(command[1:])
+        sleeps = [float(m) for m in _SLEEP.findall(script)]
+        return sum(sleeps) if sleeps else None
+    return None
+
+
+def needs_shell(command: tuple[str, ...]) -> bool:
+    """Whether an exec hook needs a shell or coreutils in the image."""
+    if not command:
+        return False
+    first = command[0].rsplit("/", 1)[-1]
+    return first in SHELLS or first == "sleep"
+

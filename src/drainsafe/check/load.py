@@ -1,0 +1,260 @@
+"""Reading the input: files, directories, stdin; multi-document YAML, JSON, `kind: List`.
+
+Speed matters (CI runs this on every chart change): PyYAML's libyaml-backed CSafeLoader
+reads, and each document keeps only its line span; finer line numbers are found later,
+and only for the objects that have findings (see locate.py).
+
+Bad input loses nothing: an unparsable document becomes an InputError naming the file and
+line, and the documents and files around it are still read. A file above the size limit is
+refused before it is read, and a document whose aliases expand past a node budget (a
+"billion laughs" bomb) is refused instead of walked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import yaml
+
+MAX_INPUT_BYTES = 32 * 1024 * 1024
+"""Refuse a single input larger than this (a rendered chart is rarely above 1 MB)."""
+
+MAX_EXPANDED_NODES = 2_000_000
+"""Aliases may share nodes; a document that expands past this many is refused."""
+
+YAML_SUFFIXES = (".yaml", ".yml", ".json")
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+
+_TEMPLATE = re.compile(r"\{\{-?\s*")
+_ANCHOR = re.compile(r"(?:^|[\s\[{,:-])&[^\s\[\]{},]+")
+
+
+@dataclass
+class SourceText:
+    """One input's text, split into lines only when a finding needs a line number."""
+
+    name: str
+    text: str
+    _lines: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = self.text.splitlines()
+        return self._lines
+
+
+@dataclass(frozen=True)
+class Document:
+    """A Kubernetes object as read: the parsed dict and where it came from."""
+
+    obj: dict[str, Any]
+    source: SourceText
+    doc_index: int
+    start_line: int
+    """1-based line of the document's first node."""
+    end_line: int
+    prefix: tuple[str | int, ...] = ()
+    """Path of the object inside its document: ("items", 3) for a member of a List."""
+
+    @property
+    def file(self) -> str:
+        return self.source.name
+
+
+@dataclass(frozen=True)
+class InputError:
+    file: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Loaded:
+    documents: list[Document] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    inputs: int = 0
+    """Files (or stdin) read."""
+    empty_documents: int = 0
+
+
+def expand_paths(args: Iterable[str]) -> tuple[list[str], list[InputError]]:
+    """Arguments to input names: files as given, directories walked for *.yaml/*.yml/*.json."""
+    paths: list[str] = []
+    errors: list[InputError] = []
+    for arg in args:
+        if arg == STDIN:
+            paths.append(STDIN)
+            continue
+        path = Path(arg)
+        if path.is_dir():
+            found = sorted(_walk(path))
+            if not found:
+                errors.append(InputError(arg, None, "directory has no .yaml, .yml or .json files"))
+            paths.extend(str(p) for p in found)
+        elif path.exists():
+            paths.append(arg)
+        else:
+            errors.append(InputError(arg, None, "no such file or directory"))
+    return paths, errors
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for directory, subdirs, files in os.walk(root):
+        # Hidden directories (.git, .venv, ...) hold no manifests of the project.
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        for name in files:
+            if name.endswith(YAML_SUFFIXES) and not name.startswith("."):
+                yield Path(directory) / name
+
+
+def read_input(name: str, stdin: BinaryIO | None = None) -> SourceText | InputError:
+    display = STDIN_NAME if name == STDIN else name
+    try:
+        if name == STDIN:
+            stream = stdin if stdin is not None else sys.stdin.buffer
+            data = stream.read(MAX_INPUT_BYTES + 1)
+        else:
+            size = os.path.getsize(name)
+            if size > MAX_INPUT_BYTES:
+                return InputError(display, None, _too_big(size))
+            with open(name, "rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        return InputError(display, None, f"cannot read: {exc.strerror or exc}")
+    if len(data) > MAX_INPUT_BYTES:
+        return InputError(display, None, _too_big(len(data)))
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        return InputError(display, line, "not UTF-8 text")
+    return SourceText(display, text)
+
+
+def _too_big(size: int) -> str:
+    return (f"input is {size / 1024 / 1024:.1f} MiB, above the "
+            f"{MAX_INPUT_BYTES // 1024 // 1024} MiB limit; split it")
+
+
+def parse(source: SourceText, loaded: Loaded) -> None:
+    """Add the source's objects and errors to `loaded`."""
+    text = source.text
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "[") and source.name.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            loaded.errors.append(InputError(source.name, exc.lineno, f"invalid JSON: {exc.msg}"))
+            return
+        _add(loaded, source, data, 0, 1, text.count("\n") + 1)
+        return
+    check_bomb = _ANCHOR.search(text) is not None
+    loader = yaml.CSafeLoader(text)
+    index = 0
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                break
+            start, end = node.start_mark.line + 1, node.end_mark.line + 1
+            data = loader.construct_document(node)
+            if check_bomb and not _within_budget(data):
+                loaded.errors.append(InputError(
+                    source.name, start,
+                    f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
+                    "(alias bomb or self-reference); document refused"))
+            else:
+                _add(loaded, source, data, index, start, end)
+            index += 1
+    except yaml.YAMLError as exc:
+        loaded.errors.append(_yaml_error(source, exc))
+    except (ValueError, TypeError, RecursionError) as exc:
+        # The constructor rejects some scalars (e.g. an out-of-range timestamp).
+        loaded.errors.append(InputError(source.name, None, f"invalid YAML value: {exc}"))
+    finally:
+        loader.dispose()
+
+
+def _yaml_error(source: SourceText, exc: yaml.YAMLError) -> InputError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    template = _TEMPLATE.search(source.text)
+    if template is not None:
+        tline = source.text.count("\n", 0, template.start()) + 1
+        return InputError(
+            source.name, line,
+            f"unrendered Helm template syntax ({{{{ ... }}}} first at line {tline}) "
+            "is not YAML; render the chart first: helm template RELEASE CHART | "
+            "drainsafe check -")
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return InputError(source.name, line, f"invalid YAML: {problem}")
+
+
+def _add(loaded: Loaded, source: SourceText, data: object, index: int,
+         start: int, end: int) -> None:
+    if data is None:
+        loaded.empty_documents += 1
+        return
+    if not isinstance(data, dict):
+        loaded.errors.append(InputError(
+            source.name, start,
+            f"document {index + 1} is a {type(data).__name__}, not a Kubernetes object"))
+        return
+    kind = data.get("kind")
+    if kind == "List" or (isinstance(kind, str) and kind.endswith("List")
+                          and isinstance(data.get("items"), list)):
+        items = data.get("items")
+        if not isinstance(items, list):
+            loaded.errors.append(InputError(source.name, start, "kind: List without items"))
+            return
+        for i, item in enumerate(items):
+            if isinstance(item, dict):
+                loaded.documents.append(
+                    Document(item, source, index, start, end, ("items", i)))
+            else:
+                loaded.errors.append(InputError(
+                    source.name, start, f"items[{i}] is not a Kubernetes object"))
+        return
+    loaded.documents.append(Document(data, source, index, start, end))
+
+
+def _within_budget(data: object) -> bool:
+    """Walk the document as a consumer would (aliases expanded) until the budget runs out."""
+    budget = MAX_EXPANDED_NODES
+    stack: list[object] = [data]
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+def load(args: Iterable[str], stdin: BinaryIO | None = None) -> Loaded:
+    names, errors = expand_paths(args)
+    loaded = Loaded(errors=errors)
+    for name in names:
+        source = read_input(name, stdin)
+        loaded.inputs += 1
+        if isinstance(source, InputError):
+            loaded.errors.append(source)
+            continue
+        parse(source, loaded)
+    return loaded

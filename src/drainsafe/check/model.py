@@ -1,0 +1,376 @@
+"""The objects check reasons about, indexed across the whole input.
+
+Rules see plain data plus this index: workloads (anything with a pod template), PDBs,
+Services and HPAs, grouped by namespace so that "which PDBs select this workload's pods"
+is a lookup, not a scan. Fields of the wrong type (e.g. an unrendered template value)
+read as unknown rather than crash a rule.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from drainsafe.budget import DEFAULT_GRACE_SECONDS
+from drainsafe.check.context import IGNORE_ANNOTATION
+from drainsafe.check.findings import ObjectRef, Path
+from drainsafe.check.load import Document
+from drainsafe.labels import Selector, SelectorError, from_label_selector
+from drainsafe.pdb import BudgetSpecError, PdbSpec
+
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
+SCALED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet")
+CHECKED_KINDS = (*WORKLOAD_KINDS, "Pod", "PodDisruptionBudget", "Service",
+                 "HorizontalPodAutoscaler")
+DEFAULT_NAMESPACE = "default"
+MAX_EMBEDDED_DEPTH = 8
+
+
+def mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def sequence(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def integer(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return None
+
+
+def number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip().removesuffix("s"))
+        except ValueError:
+            return None
+    return None
+
+
+def string_map(value: object) -> dict[str, str]:
+    return {str(k): str(v) for k, v in mapping(value).items()}
+
+
+@dataclass
+class Subject:
+    """One object (or a pod template inside one) that findings are about."""
+
+    doc: Document
+    ref: ObjectRef
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        return self.doc.obj
+
+    @cached_property
+    def annotations(self) -> dict[str, str]:
+        return string_map(mapping(self.obj.get("metadata")).get("annotations"))
+
+    @cached_property
+    def ignored(self) -> frozenset[str]:
+        return _ignores(self.annotations)
+
+
+def _ignores(annotations: Mapping[str, str]) -> frozenset[str]:
+    text = annotations.get(IGNORE_ANNOTATION, "")
+    return frozenset(r.strip() for r in text.split(",") if r.strip())
+
+
+@dataclass
+class Container:
+    index: int
+    spec: dict[str, Any]
+    path: Path
+    """Path of the container from the document root."""
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.get("name") or f"#{self.index}")
+
+    @property
+    def image(self) -> str:
+        return str(self.spec.get("image") or "")
+
+
+@dataclass
+class Workload(Subject):
+    pod_path: Path = ()
+    """Path of the pod spec inside the object."""
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    template_annotations: dict[str, str] = field(default_factory=dict)
+    replicas: int | None = None
+    """Declared replicas for scaled kinds (1 when unset); None for kinds without a scale."""
+    embedded: bool = False
+    """A pod template found inside a kind check does not know (a CRD)."""
+
+    @cached_property
+    def pod(self) -> dict[str, Any]:
+        node: Any = self.obj
+        for key in self.pod_path:
+            node = node[key] if isinstance(key, int) else mapping(node).get(key)
+        return mapping(node)
+
+    @cached_property
+    def ignored(self) -> frozenset[str]:
+        return _ignores(self.annotations) | _ignores(self.template_annotations)
+
+    def annotation(self, key: str) -> str | None:
+        return self.template_annotations.get(key, self.annotations.get(key))
+
+    @property
+    def grace_set(self) -> bool:
+        return number(self.pod.get("terminationGracePeriodSeconds")) is not None
+
+    @property
+    def grace(self) -> float:
+        value = number(self.pod.get("terminationGracePeriodSeconds"))
+        return DEFAULT_GRACE_SECONDS if value is None else value
+
+    @property
+    def grace_path(self) -> Path:
+        return (*self.pod_path, "terminationGracePeriodSeconds")
+
+    @cached_property
+    def containers(self) -> list[Container]:
+        return [
+            Container(i, c, (*self.pod_path, "containers", i))
+            for i, c in enumerate(sequence(self.pod.get("containers")))
+            if isinstance(c, dict)
+        ]
+
+    @cached_property
+    def init_containers(self) -> list[Container]:
+        return [
+            Container(i, c, (*self.pod_path, "initContainers", i))
+            for i, c in enumerate(sequence(self.pod.get("initContainers")))
+            if isinstance(c, dict)
+        ]
+
+    @property
+    def strategy(self) -> dict[str, Any]:
+        spec = mapping(self.obj.get("spec"))
+        key = "updateStrategy" if self.ref.kind in ("StatefulSet", "DaemonSet") else "strategy"
+        return mapping(spec.get(key))
+
+    @property
+    def selector_labels(self) -> dict[str, str]:
+        return string_map(mapping(mapping(self.obj.get("spec")).get("selector")).get("matchLabels"))
+
+
+@dataclass
+class Pdb(Subject):
+    spec: PdbSpec | None = None
+    spec_error: str | None = None
+    selector: Selector | None = None
+    """None: no selector, which selects no pods in policy/v1."""
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return self.selector is not None and self.selector.matches(labels)
+
+
+@dataclass
+class Service(Subject):
+    selector: dict[str, str] = field(default_factory=dict)
+    type: str = "ClusterIP"
+    external_traffic_policy: str = "Cluster"
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        # A Service without a selector has manually managed endpoints: it selects no pods.
+        return bool(self.selector) and all(labels.get(k) == v for k, v in self.selector.items())
+
+    @property
+    def health_checked_externally(self) -> bool:
+        return self.type == "LoadBalancer" or self.external_traffic_policy == "Local"
+
+
+@dataclass
+class Hpa(Subject):
+    target_kind: str = ""
+    target_name: str = ""
+    min_replicas: int = 1
+    max_replicas: int | None = None
+
+
+def _ref(obj: Mapping[str, Any], kind: str) -> ObjectRef:
+    meta = mapping(obj.get("metadata"))
+    name = meta.get("name") or meta.get("generateName") or "<unnamed>"
+    return ObjectRef(kind, str(meta.get("namespace") or DEFAULT_NAMESPACE), str(name))
+
+
+@dataclass
+class Index:
+    workloads: list[Workload] = field(default_factory=list)
+    pdbs: list[Pdb] = field(default_factory=list)
+    services: list[Service] = field(default_factory=list)
+    hpas: list[Hpa] = field(default_factory=list)
+    skipped: int = 0
+    """Objects of kinds check does not audit."""
+    _pdbs_by_ns: dict[str, list[Pdb]] = field(default_factory=lambda: defaultdict(list))
+    _services_by_ns: dict[str, list[Service]] = field(default_factory=lambda: defaultdict(list))
+    _hpas_by_target: dict[tuple[str, str, str], Hpa] = field(default_factory=dict)
+
+    @property
+    def checked(self) -> int:
+        return len(self.workloads) + len(self.pdbs) + len(self.services) + len(self.hpas)
+
+    def add(self, doc: Document) -> None:
+        obj = doc.obj
+        kind = obj.get("kind")
+        if not isinstance(kind, str):
+            self.skipped += 1
+            return
+        if kind in WORKLOAD_KINDS or kind == "Pod":
+            self.workloads.append(_workload(doc, kind))
+        elif kind == "PodDisruptionBudget":
+            pdb = _pdb(doc)
+            self.pdbs.append(pdb)
+            self._pdbs_by_ns[pdb.ref.namespace].append(pdb)
+        elif kind == "Service":
+            svc = _service(doc)
+            self.services.append(svc)
+            self._services_by_ns[svc.ref.namespace].append(svc)
+        elif kind == "HorizontalPodAutoscaler":
+            hpa = _hpa(doc)
+            self.hpas.append(hpa)
+            self._hpas_by_target[(hpa.ref.namespace, hpa.target_kind, hpa.target_name)] = hpa
+        else:
+            found = list(_embedded(doc, kind))
+            if found:
+                self.workloads.extend(found)
+            else:
+                self.skipped += 1
+
+    def pdbs_for(self, w: Workload) -> list[Pdb]:
+        if w.embedded:
+            return []
+        return [p for p in self._pdbs_by_ns.get(w.ref.namespace, ()) if p.selects(w.pod_labels)]
+
+    def services_for(self, w: Workload) -> list[Service]:
+        if w.embedded:
+            return []
+        return [s for s in self._services_by_ns.get(w.ref.namespace, ())
+                if s.selects(w.pod_labels)]
+
+    def hpa_for(self, w: Workload) -> Hpa | None:
+        return self._hpas_by_target.get((w.ref.namespace, w.ref.kind, w.ref.name))
+
+    def expected_replicas(self, w: Workload) -> int | None:
+        """The scale the disruption controller would use: HPA minimum, else replicas."""
+        hpa = self.hpa_for(w)
+        if hpa is not None:
+            return hpa.min_replicas
+        return w.replicas
+
+    def workloads_selected_by(self, pdb: Pdb) -> list[Workload]:
+        return [w for w in self.workloads
+                if not w.embedded and w.ref.namespace == pdb.ref.namespace
+                and pdb.selects(w.pod_labels)]
+
+    def iter_subjects(self) -> Iterator[Subject]:
+        yield from self.workloads
+        yield from self.pdbs
+        yield from self.services
+        yield from self.hpas
+
+
+def _workload(doc: Document, kind: str) -> Workload:
+    obj = doc.obj
+    ref = _ref(obj, kind)
+    if kind == "Pod":
+        meta = mapping(obj.get("metadata"))
+        return Workload(doc, ref, pod_path=("spec",), pod_labels=string_map(meta.get("labels")),
+                        template_annotations={})
+    spec = mapping(obj.get("spec"))
+    template_meta = mapping(mapping(spec.get("template")).get("metadata"))
+    replicas: int | None = None
+    if kind in SCALED_KINDS:
+        replicas = integer(spec.get("replicas"))
+        if replicas is None and "replicas" not in spec:
+            replicas = 1
+    return Workload(
+        doc, ref, pod_path=("spec", "template", "spec"),
+        pod_labels=string_map(template_meta.get("labels")),
+        template_annotations=string_map(template_meta.get("annotations")),
+        replicas=replicas,
+    )
+
+
+def _embedded(doc: Document, kind: str) -> Iterator[Workload]:
+    """Pod specs inside other kinds (CronJob, RayService, KServe templates...)."""
+    ref = _ref(doc.obj, kind)
+    stack: list[tuple[Path, Any, int]] = [((), doc.obj.get("spec"), 0)]
+    base: Path = ("spec",)
+    while stack:
+        path, node, depth = stack.pop()
+        if depth > MAX_EMBEDDED_DEPTH:
+            continue
+        if isinstance(node, dict):
+            containers = node.get("containers")
+            if isinstance(containers, list) and any(
+                    isinstance(c, dict) and "image" in c for c in containers):
+                full = (*base, *path)
+                where = ".".join(str(k) for k in full)
+                yield Workload(doc, ObjectRef(kind, ref.namespace, f"{ref.name} ({where})"),
+                               pod_path=full, embedded=True)
+                continue
+            for key, value in node.items():
+                if isinstance(value, dict | list):
+                    stack.append(((*path, str(key)), value, depth + 1))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                if isinstance(value, dict | list):
+                    stack.append(((*path, i), value, depth + 1))
+
+
+def _pdb(doc: Document) -> Pdb:
+    obj = doc.obj
+    spec = mapping(obj.get("spec"))
+    pdb = Pdb(doc, _ref(obj, "PodDisruptionBudget"))
+    try:
+        pdb.spec = PdbSpec.from_manifest(spec)
+    except BudgetSpecError as exc:
+        pdb.spec_error = str(exc)
+    raw = spec.get("selector")
+    if isinstance(raw, dict):
+        try:
+            pdb.selector = from_label_selector(raw)
+        except (SelectorError, AttributeError, TypeError) as exc:
+            pdb.spec_error = pdb.spec_error or f"selector: {exc}"
+    return pdb
+
+
+def _service(doc: Document) -> Service:
+    obj = doc.obj
+    spec = mapping(obj.get("spec"))
+    return Service(doc, _ref(obj, "Service"), selector=string_map(spec.get("selector")),
+                   type=str(spec.get("type") or "ClusterIP"),
+                   external_traffic_policy=str(spec.get("externalTrafficPolicy") or "Cluster"))
+
+
+def _hpa(doc: Document) -> Hpa:
+    obj = doc.obj
+    spec = mapping(obj.get("spec"))
+    target = mapping(spec.get("scaleTargetRef"))
+    minimum = integer(spec.get("minReplicas"))
+    return Hpa(doc, _ref(obj, "HorizontalPodAutoscaler"),
+               target_kind=str(target.get("kind") or ""), target_name=str(target.get("name") or ""),
+               min_replicas=1 if minimum is None else minimum,
+               max_replicas=integer(spec.get("maxReplicas")))
+
+
+def build_index(docs: list[Document]) -> Index:
+    index = Index()
+    for doc in docs:
+        index.add(doc)
+    return index

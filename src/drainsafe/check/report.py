@@ -1,0 +1,166 @@
+"""Output: human text grouped by object (rich), JSON, and SARIF 2.1.0."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from itertools import groupby
+from pathlib import Path
+from typing import IO, Any
+
+from drainsafe import __version__
+from drainsafe.check.context import Context
+from drainsafe.check.engine import Result
+from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.rules import Rule
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+INFORMATION_URI = "https://github.com/drainsafe/drainsafe/blob/main/docs/check.md"
+
+
+def text(result: Result, context: Context, out: IO[str], *, color: bool | None = None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(file=out, force_terminal=color, no_color=color is False,
+                      highlight=False, soft_wrap=True)
+    key = lambda f: (f.file, str(f.object))  # noqa: E731
+    for (_file, _obj), group in groupby(sorted(result.findings, key=key), key=key):
+        items = sorted(group, key=lambda f: (-f.severity, f.line, f.rule))
+        first = items[0]
+        console.print(f"[bold]{escape(str(first.object))}[/]  "
+                      f"[dim]{escape(first.file)}:{min(f.line for f in items)}[/]")
+        shown_budget = False
+        for f in items:
+            console.print(f"  [{_STYLE[f.severity]}]{f.severity.label:<7}[/] "
+                          f"[bold]{f.rule}[/] [dim]line {f.line}[/]  {escape(f.message)}")
+            if f.budget is not None and not shown_budget:
+                console.print(f"          budget: drain delay + shutdown deadline + buffer "
+                              f"<= grace: [bold]{escape(f.budget.arithmetic())}[/]")
+                shown_budget = True
+            fix = "\n".join("            " + line for line in f.fix.splitlines())
+            console.print(f"          fix{' (auto, --fix)' if f.edits else ''}:", style="dim")
+            console.print(escape(fix), style="green")
+        console.print()
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in Severity}
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("inputs", justify="right")
+    table.add_column("objects checked", justify="right")
+    for s in sorted(Severity, reverse=True):
+        table.add_column(s.label + "s", justify="right", style=_STYLE[s])
+    table.add_column("input errors", justify="right")
+    table.add_row(str(result.inputs), str(result.index.checked),
+                  *(str(counts[s]) for s in sorted(Severity, reverse=True)),
+                  str(len(result.errors)))
+    console.print(table)
+    if not result.findings and not result.errors:
+        console.print("[green]no drain-safety findings[/]")
+
+
+def to_json(result: Result) -> dict[str, Any]:
+    return {"findings": [f.to_json() for f in result.findings]}
+
+
+def write_json(result: Result, out: IO[str]) -> None:
+    json.dump(to_json(result), out, indent=2)
+    out.write("\n")
+
+
+def _uri(file: str) -> str:
+    if file.startswith("<"):
+        return "stdin"
+    path = Path(file)
+    return path.as_posix() if not path.is_absolute() else path.as_uri()
+
+
+def to_sarif(result: Result, rules: dict[str, Rule]) -> dict[str, Any]:
+    ids = list(rules)
+    descriptors = [
+        {
+            "id": r.id,
+            "name": "".join(part.capitalize() for part in r.id.split("-")),
+            "shortDescription": {"text": r.summary},
+            "fullDescription": {"text": r.explain},
+            "help": {"text": r.explain},
+            "helpUri": f"{INFORMATION_URI}#{r.id}",
+            "defaultConfiguration": {"level": SARIF_LEVEL[r.severity]},
+        }
+        for r in rules.values()
+    ]
+    results = [_sarif_result(f, ids) for f in result.findings]
+    notifications = [
+        {
+            "level": "error",
+            "message": {"text": e.message},
+            "locations": [_location(e.file, e.line or 1)],
+        }
+        for e in result.errors
+    ]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "drainsafe",
+                "version": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": descriptors,
+            }},
+            "invocations": [{
+                "executionSuccessful": not result.errors,
+                "toolExecutionNotifications": notifications,
+            }],
+            "results": results,
+        }],
+    }
+
+
+def _location(file: str, line: int) -> dict[str, Any]:
+    return {"physicalLocation": {
+        "artifactLocation": {"uri": _uri(file)},
+        "region": {"startLine": max(line, 1)},
+    }}
+
+
+def _sarif_result(f: Finding, ids: list[str]) -> dict[str, Any]:
+    location = _location(f.file, f.line)
+    location["logicalLocations"] = [{
+        "name": f.object.name,
+        "fullyQualifiedName": f"{f.object.namespace}/{f.object.kind}/{f.object.name}",
+        "kind": "object",
+    }]
+    item: dict[str, Any] = {
+        "ruleId": f.rule,
+        "level": SARIF_LEVEL[f.severity],
+        "message": {"text": f"{f.object}: {f.message}\nFix:\n{f.fix}"},
+        "locations": [location],
+        "properties": {"fix": f.fix, "object": f.to_json()["object"]},
+    }
+    if f.rule in ids:
+        item["ruleIndex"] = ids.index(f.rule)
+    return item
+
+
+def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str]) -> None:
+    json.dump(to_sarif(result, rules), out, indent=2)
+    out.write("\n")
+
+
+def explain(rule: Rule) -> str:
+    return (f"{rule.id} ({rule.severity.label})\n{rule.summary}\n\n{rule.explain}\n")
+
+
+def rule_table(rules: Iterable[Rule], out: IO[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="drainsafe check rules")
+    table.add_column("rule")
+    table.add_column("severity")
+    table.add_column("what it finds")
+    for r in rules:
+        table.add_row(r.id, r.severity.label, r.summary)
+    Console(file=out, soft_wrap=False, width=120).print(table)

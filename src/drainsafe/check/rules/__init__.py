@@ -1,0 +1,71 @@
+"""The rule registry: every rule's id, severity, one-line summary and explanation.
+
+A rule is a pure function of the input's index and the context that yields findings.
+Rule modules register themselves on import; `all_rules()` imports them in a fixed order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from drainsafe.budget import Budget
+from drainsafe.check.findings import Edit, Finding, Path, Severity
+
+if TYPE_CHECKING:
+    from drainsafe.check.context import Context
+    from drainsafe.check.model import Index, Subject
+
+Check = Callable[["Index", "Context"], Iterable[Finding]]
+
+
+@dataclass
+class Rule:
+    id: str
+    severity: Severity
+    summary: str
+    explain: str
+    """Why it matters, with the Kubernetes facts and their sources (for --explain)."""
+    checks: list[Check] = field(default_factory=list)
+
+    def check(self, fn: Check) -> Check:
+        self.checks.append(fn)
+        return fn
+
+    def finding(self, subject: Subject, message: str, fix: str, *, path: Path = (),
+                budget: Budget | None = None, edits: tuple[Edit, ...] = (),
+                severity: Severity | None = None) -> Finding:
+        return Finding(
+            rule=self.id,
+            severity=severity or self.severity,
+            object=subject.ref,
+            file=subject.doc.file,
+            line=subject.doc.start_line,
+            message=message,
+            fix=fix,
+            doc_index=subject.doc.doc_index,
+            path=path,
+            budget=budget,
+            edits=tuple(Edit((*subject.doc.prefix, *e.path), e.value) for e in edits),
+        )
+
+    def run(self, index: Index, context: Context) -> Iterable[Finding]:
+        for fn in self.checks:
+            yield from fn(index, context)
+
+
+REGISTRY: dict[str, Rule] = {}
+
+
+def rule(id: str, severity: Severity, summary: str, explain: str) -> Rule:
+    if id in REGISTRY:
+        raise ValueError(f"rule {id} registered twice")
+    REGISTRY[id] = Rule(id, severity, summary, explain.strip())
+    return REGISTRY[id]
+
+
+def all_rules() -> dict[str, Rule]:
+    from drainsafe.check.rules import disruption, pods, probes, rollout, termination  # noqa: F401
+
+    return REGISTRY

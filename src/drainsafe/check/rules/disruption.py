@@ -1,0 +1,306 @@
+"""Disruption rules: PodDisruptionBudgets against the workloads they protect.
+
+All PDB arithmetic is drainsafe.pdb's (the disruption controller's rules); expected pods
+come from the HPA minimum where an HPA targets the workload, since that is the scale at
+which a drain must still be possible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from drainsafe.check.context import Context
+from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.model import SCALED_KINDS, Index, Pdb, Workload
+from drainsafe.check.rules import rule
+from drainsafe.check.rules.termination import serves_traffic
+from drainsafe.check.snippets import dump
+from drainsafe.pdb import best_case_disruptions, is_percent
+
+FEW_REPLICAS = 5
+
+
+def _scale_text(index: Index, w: Workload) -> str:
+    hpa = index.hpa_for(w)
+    if hpa is not None:
+        return f"HPA {hpa.ref.name} minReplicas {hpa.min_replicas}"
+    return f"{w.ref.kind} {w.ref.name} replicas {w.replicas}"
+
+
+def expected_pods(index: Index, pdb: Pdb) -> tuple[int, str] | None:
+    """Sum of the selected workloads' scales, or None when one is not known statically."""
+    selected = index.workloads_selected_by(pdb)
+    if not selected:
+        return None
+    total, parts = 0, []
+    for w in selected:
+        if w.ref.kind not in SCALED_KINDS:
+            return None
+        scale = index.expected_replicas(w)
+        if scale is None:
+            return None
+        total += scale
+        parts.append(_scale_text(index, w))
+    return total, "; ".join(parts)
+
+
+def _budget_text(pdb: Pdb) -> str:
+    assert pdb.spec is not None
+    if pdb.spec.max_unavailable is not None:
+        return f"maxUnavailable {pdb.spec.max_unavailable}"
+    if pdb.spec.min_available is not None:
+        return f"minAvailable {pdb.spec.min_available}"
+    return "neither minAvailable nor maxUnavailable"
+
+
+def _max_unavailable_fix(pdb: Pdb) -> str:
+    return dump({"spec": {"maxUnavailable": 1}}) + "\n# and remove spec.minAvailable"
+
+
+PDB_INVALID = rule(
+    "pdb-invalid", Severity.ERROR,
+    "A PodDisruptionBudget the API server would reject.",
+    """
+minAvailable and maxUnavailable are mutually exclusive, each an integer >= 0 or a percentage
+string like "50%"; the selector's operators are In, NotIn, Exists and DoesNotExist. The API
+server rejects anything else, and the workload is left without a budget.
+
+Sources: kubernetes.io/docs/tasks/run-application/configure-pdb/; kubernetes/kubernetes
+pkg/apis/policy/validation/validation.go.
+""")
+
+
+@PDB_INVALID.check
+def _pdb_invalid(index: Index, context: Context) -> Iterator[Finding]:
+    for pdb in index.pdbs:
+        if pdb.spec_error is None:
+            continue
+        yield PDB_INVALID.finding(pdb, f"invalid PodDisruptionBudget: {pdb.spec_error}",
+                                  dump({"spec": {"maxUnavailable": 1}}), path=("spec",))
+
+
+PDB_WEDGE = rule(
+    "pdb-wedge", Severity.ERROR,
+    "A PodDisruptionBudget that can never allow an eviction.",
+    """
+The Eviction API refuses an eviction that would breach a PodDisruptionBudget and kubectl
+drain retries it forever. The disruption controller computes disruptionsAllowed =
+currentHealthy - desiredHealthy, where minAvailable (int) is desiredHealthy itself, a
+percentage is scaled against the expected pods rounding up, and maxUnavailable is subtracted
+from the expected pods (rounding up). So minAvailable >= the expected pods, minAvailable
+"100%", or maxUnavailable 0 / "0%" allow 0 disruptions even when every pod is ready: the
+node never drains and the cluster upgrade hangs. With an HPA the expected pods can be as low
+as minReplicas, so that is the scale checked here.
+
+Sources: kubernetes/kubernetes pkg/controller/disruption/disruption.go (getExpectedPodCount,
+updatePdbStatus); apimachinery intstr.GetScaledValueFromIntOrPercent;
+kubernetes.io/docs/tasks/run-application/configure-pdb/; seed "Draining a GPU node"
+("minAvailable: 2 on a Deployment with two replicas means no pod may ever be evicted").
+""")
+
+
+@PDB_WEDGE.check
+def _pdb_wedge(index: Index, context: Context) -> Iterator[Finding]:
+    for pdb in index.pdbs:
+        if pdb.spec is None:
+            continue
+        zero = pdb.spec.max_unavailable in (0, "0%")
+        if zero:
+            yield PDB_WEDGE.finding(
+                pdb, f"maxUnavailable {pdb.spec.max_unavailable}: disruptionsAllowed is always 0;"
+                " every eviction is refused and kubectl drain retries forever",
+                dump({"spec": {"maxUnavailable": 1}}), path=("spec", "maxUnavailable"))
+            continue
+        found = expected_pods(index, pdb)
+        if found is None:
+            continue
+        total, detail = found
+        if total <= 0:
+            continue
+        allowed = best_case_disruptions(pdb.spec, total)
+        if allowed > 0:
+            continue
+        field = "maxUnavailable" if pdb.spec.max_unavailable is not None else "minAvailable"
+        yield PDB_WEDGE.finding(
+            pdb,
+            f"{_budget_text(pdb)} with {total} expected pod(s) ({detail}): disruptionsAllowed "
+            "is 0 even with every pod ready; kubectl drain retries forever",
+            _max_unavailable_fix(pdb), path=("spec", field),
+        )
+
+
+PDB_OVERLAP = rule(
+    "pdb-overlap", Severity.ERROR,
+    "A pod selected by more than one PodDisruptionBudget.",
+    """
+The eviction subresource supports one PodDisruptionBudget per pod. For a pod matched by two or
+more, every eviction fails with HTTP 500 "This pod has more than one PodDisruptionBudget,
+which the eviction subresource does not support", whatever the budgets allow, so drains wedge.
+Charts that hard-code selectors (two releases in one namespace) produce this.
+
+Sources: kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go (getPodDisruptionBudgets,
+the "more than one PodDisruptionBudget" error); lint-anchors.md section 3(d).
+""")
+
+
+@PDB_OVERLAP.check
+def _pdb_overlap(index: Index, context: Context) -> Iterator[Finding]:
+    for w in index.workloads:
+        pdbs = index.pdbs_for(w)
+        if len(pdbs) < 2:
+            continue
+        names = ", ".join(p.ref.name for p in pdbs)
+        yield PDB_OVERLAP.finding(
+            w,
+            f"pods are selected by {len(pdbs)} PodDisruptionBudgets ({names}): every eviction "
+            "fails with HTTP 500 and drains wedge",
+            "# keep one PodDisruptionBudget per pod; make the selectors disjoint, e.g.\n"
+            + dump({"spec": {"selector": {"matchLabels": w.pod_labels or {"app": w.ref.name}}}}),
+            path=("metadata", "name"),
+        )
+
+
+PDB_SELECTS_NOTHING = rule(
+    "pdb-selects-nothing", Severity.WARNING,
+    "A PodDisruptionBudget whose selector matches no workload's pods.",
+    """
+A budget protects only the pods its selector matches in its own namespace. A typo in a label,
+a selector copied from another chart, or a PDB in the wrong namespace protects nothing, and
+the workload it was meant for is drained without limit. (A PDB with no selector selects no
+pods; an empty selector {} selects every pod in the namespace.)
+
+Sources: kubernetes.io/docs/tasks/run-application/configure-pdb/ ("identify your
+application"); kubernetes/api policy/v1 types.go (Selector: "An empty selector matches all
+pods", a null selector matches none).
+""")
+
+
+@PDB_SELECTS_NOTHING.check
+def _selects_nothing(index: Index, context: Context) -> Iterator[Finding]:
+    if not any(not w.embedded for w in index.workloads):
+        return  # a PDB checked on its own: its pods are elsewhere
+    for pdb in index.pdbs:
+        if index.workloads_selected_by(pdb):
+            continue
+        why = "has no selector" if pdb.selector is None else "matches no pod template"
+        yield PDB_SELECTS_NOTHING.finding(
+            pdb, f"selector {why} among the {len(index.workloads)} workload(s) checked "
+            f"(namespace {pdb.ref.namespace}); it protects nothing",
+            dump({"spec": {"selector": {"matchLabels": {"app": "<your workload's pod label>"}}}}),
+            path=("spec", "selector"),
+        )
+
+
+PDB_PREFER_MAX_UNAVAILABLE = rule(
+    "pdb-prefer-max-unavailable", Severity.INFO,
+    "Integer minAvailable on a few replicas: maxUnavailable: 1 scales with the workload.",
+    """
+An integer minAvailable is fixed while the replica count moves: minAvailable 2 on 3 replicas
+allows one eviction today and none after a scale-down to 2 (a wedged drain). maxUnavailable: 1
+keeps one eviction possible at any scale and still protects the rest.
+
+Sources: seed "Draining a GPU node" ("Express the budget as maxUnavailable: 1 instead when the
+replica count is small, so it scales with the deployment"); kubernetes.io/docs/tasks/
+run-application/configure-pdb/#think-about-how-your-application-reacts-to-disruptions.
+""")
+
+
+@PDB_PREFER_MAX_UNAVAILABLE.check
+def _prefer_max_unavailable(index: Index, context: Context) -> Iterator[Finding]:
+    for pdb in index.pdbs:
+        if pdb.spec is None or pdb.spec.min_available is None or is_percent(
+                pdb.spec.min_available):
+            continue
+        found = expected_pods(index, pdb)
+        if found is None:
+            continue
+        total, detail = found
+        if total > FEW_REPLICAS or best_case_disruptions(pdb.spec, total) == 0:
+            continue  # many replicas: fine; zero: pdb-wedge reports it
+        yield PDB_PREFER_MAX_UNAVAILABLE.finding(
+            pdb,
+            f"minAvailable {pdb.spec.min_available} on {total} pod(s) ({detail}) allows "
+            f"{best_case_disruptions(pdb.spec, total)} eviction(s) now and none once scaled to "
+            f"{pdb.spec.min_available}",
+            _max_unavailable_fix(pdb), path=("spec", "minAvailable"),
+        )
+
+
+PDB_MISSING = rule(
+    "pdb-missing", Severity.WARNING,
+    "A workload with >= 2 replicas or an HPA has no PodDisruptionBudget.",
+    """
+Without a budget, kubectl drain, cluster upgrades and the cluster autoscaler may evict every
+replica on a node at once, and a rolling node upgrade can take several replicas down in a row
+before their replacements are ready (a GPU replacement may sit Pending for want of a free
+device). A PodDisruptionBudget with maxUnavailable: 1 makes evictions wait for the budget.
+
+Sources: kubernetes.io/docs/concepts/workloads/pods/disruptions/; kubernetes.io/docs/tasks/
+administer-cluster/safely-drain-node/ (drain respects PDBs through the Eviction API);
+kube-score deployment-has-poddisruptionbudget.
+""")
+
+
+@PDB_MISSING.check
+def _pdb_missing(index: Index, context: Context) -> Iterator[Finding]:
+    for w in index.workloads:
+        if w.ref.kind not in SCALED_KINDS or _owned(w):
+            continue
+        hpa = index.hpa_for(w)
+        scale = index.expected_replicas(w)
+        if hpa is None and (scale is None or scale < 2):
+            continue
+        if index.pdbs_for(w):
+            continue
+        labels = w.selector_labels or w.pod_labels
+        scale_text = f"HPA {hpa.ref.name}" if hpa is not None else f"{scale} replicas"
+        yield PDB_MISSING.finding(
+            w,
+            f"{scale_text} and no PodDisruptionBudget: a drain may evict every replica on "
+            "the node at once",
+            dump({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                  "metadata": {"name": w.ref.name, "namespace": w.ref.namespace},
+                  "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}),
+            path=("metadata", "name"),
+        )
+
+
+def _owned(w: Workload) -> bool:
+    return bool((w.obj.get("metadata") or {}).get("ownerReferences")) if isinstance(
+        w.obj.get("metadata"), dict) else False
+
+
+SINGLE_REPLICA = rule(
+    "single-replica", Severity.WARNING,
+    "A serving workload with a single replica: every drain or rollout is an outage.",
+    """
+With one replica there is nothing to fail over to: a drain evicts it (no budget can both
+protect it and let the node drain: minAvailable: 1 wedges the drain, maxUnavailable: 1 allows
+the outage), and a rollout replaces it. Run at least two replicas, spread across nodes, with a
+PodDisruptionBudget of maxUnavailable: 1.
+
+Sources: kubernetes.io/docs/concepts/workloads/pods/disruptions/ ("run multiple replicas");
+kube-score deployment-replicas; Polaris deploymentMissingReplicas.
+""")
+
+
+@SINGLE_REPLICA.check
+def _single_replica(index: Index, context: Context) -> Iterator[Finding]:
+    for w in index.workloads:
+        if w.ref.kind not in SCALED_KINDS or _owned(w) or not serves_traffic(index, w):
+            continue
+        hpa = index.hpa_for(w)
+        scale = index.expected_replicas(w)
+        if scale != 1:
+            continue
+        if hpa is not None:
+            yield SINGLE_REPLICA.finding(
+                hpa, f"minReplicas 1 for {w.ref.kind} {w.ref.name}: at its minimum one drain "
+                "takes the only replica away", dump({"spec": {"minReplicas": 2}}),
+                path=("spec", "minReplicas"))
+            continue
+        yield SINGLE_REPLICA.finding(
+            w, "replicas 1: a drain or rollout leaves no replica serving",
+            dump({"spec": {"replicas": 2}}),
+            path=("spec", "replicas") if "replicas" in (w.obj.get("spec") or {}) else ("spec",),
+        )

@@ -1,0 +1,190 @@
+"""Probe rules: readiness exists, fails fast enough, and liveness does not kill a drain."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from drainsafe.check.context import Context
+from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.model import Index, integer, mapping, number
+from drainsafe.check.rules import rule
+from drainsafe.check.rules.termination import serves_traffic, serving
+from drainsafe.check.snippets import container_fix
+
+# Probe defaults (kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#Probe).
+DEFAULT_PERIOD = 10
+DEFAULT_FAILURE_THRESHOLD = 3
+DEFAULT_TIMEOUT = 1
+
+# Endpoints that a server fails on purpose while it drains (vLLM /health returns 503 during
+# drain and documents /live for liveness; SGLang /health and /health_generate return 503 once
+# shutdown starts): server-shutdown.md, lint-anchors.md 3(e).
+DRAIN_FAILING_PATHS = {
+    "vllm": ("/health",),
+    "sglang": ("/health", "/health_generate"),
+}
+
+
+READINESS_MISSING = rule(
+    "readiness-missing", Severity.WARNING,
+    "A serving container has no readinessProbe.",
+    """
+Without a readiness probe a pod counts as ready as soon as its containers start, so a Service
+routes to it before the model is loaded (a GPU server can need minutes) and a rolling update
+or a drain's replacement takes old pods away before the new ones can serve. Deletion itself
+marks a pod unready, but readiness is also what external load balancers and some meshes
+health-check during a drain.
+
+Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#container-probes ("When
+should you use a readiness probe"); kube-score pod-probes, Polaris readinessProbeMissing.
+""")
+
+
+@READINESS_MISSING.check
+def _readiness_missing(index: Index, context: Context) -> Iterator[Finding]:
+    for w in index.workloads:
+        if not w.embedded and not serves_traffic(index, w):
+            continue
+        for s in serving(w):
+            c = s.container
+            if c.spec.get("readinessProbe") or not (c.spec.get("ports") or w.embedded
+                                                     or index.services_for(w)):
+                continue
+            port = _first_port(c.spec)
+            yield READINESS_MISSING.finding(
+                w,
+                f"container {c.name}: no readinessProbe; traffic reaches it before it can "
+                "serve and a rollout cannot tell when a replacement is ready",
+                container_fix(w.pod_path, c.name, {"readinessProbe": {
+                    "httpGet": {"path": "/ready", "port": port},
+                    "periodSeconds": 2, "failureThreshold": 1}}),
+                path=c.path,
+            )
+
+
+def _first_port(container: dict[str, Any]) -> int | str:
+    for port in container.get("ports") or []:
+        if isinstance(port, dict) and port.get("containerPort") is not None:
+            value = port["containerPort"]
+            return value if isinstance(value, int | str) else 8000
+    return 8000
+
+
+def detection_seconds(probe: dict[str, Any]) -> float:
+    """Worst-case time before a failing probe marks the container unready."""
+    period = number(probe.get("periodSeconds")) or DEFAULT_PERIOD
+    failures = integer(probe.get("failureThreshold")) or DEFAULT_FAILURE_THRESHOLD
+    timeout = number(probe.get("timeoutSeconds")) or DEFAULT_TIMEOUT
+    return period * failures + timeout
+
+
+READINESS_SLOW = rule(
+    "readiness-slow", Severity.WARNING,
+    "Readiness takes longer to fail than the drain delay, behind a health-checking load balancer.",
+    """
+Components that watch EndpointSlices see a terminating pod become not-ready at once. Load
+balancers that health-check the pod instead (Service type LoadBalancer, and
+externalTrafficPolicy: Local, where cloud LBs probe the node) only notice when the readiness
+probe has failed failureThreshold times: periodSeconds x failureThreshold + timeoutSeconds in
+the worst case, 31 s with the defaults. If that is longer than the drain delay, the LB keeps
+sending requests after the server has closed its listener. Make the probe fail fast on SIGTERM
+(short period, failureThreshold 1) or lengthen the drain delay.
+
+Sources: kubernetes.io/docs/concepts/services-networking/endpoint-slices/#conditions
+(terminating endpoints are never ready); kube-score README_PROBES.md (the 30 s default
+detection); KEP-1669 (externalTrafficPolicy Local and terminating endpoints).
+""")
+
+
+@READINESS_SLOW.check
+def _readiness_slow(index: Index, context: Context) -> Iterator[Finding]:
+    for w in index.workloads:
+        external = [s for s in index.services_for(w) if s.health_checked_externally]
+        if not external:
+            continue
+        for s in serving(w):
+            probe = mapping(s.container.spec.get("readinessProbe"))
+            if not probe:
+                continue
+            detect = detection_seconds(probe)
+            delay = s.delay.known
+            if detect <= delay:
+                continue
+            svc = external[0]
+            why = "type LoadBalancer" if svc.type == "LoadBalancer" else \
+                "externalTrafficPolicy Local"
+            period = number(probe.get("periodSeconds")) or DEFAULT_PERIOD
+            failures = integer(probe.get("failureThreshold")) or DEFAULT_FAILURE_THRESHOLD
+            timeout = number(probe.get("timeoutSeconds")) or DEFAULT_TIMEOUT
+            yield READINESS_SLOW.finding(
+                w,
+                f"container {s.container.name}: Service {svc.ref.name} ({why}) is health-checked; "
+                f"readiness fails after up to {period:g}s x {failures} + {timeout:g}s = "
+                f"{detect:g}s, longer than the drain delay {delay:g}s",
+                container_fix(w.pod_path, s.container.name, {
+                    "readinessProbe": {"periodSeconds": 2, "failureThreshold": 1,
+                                       "timeoutSeconds": 1},
+                    "lifecycle": {"preStop": {"sleep": {
+                        "seconds": max(math.ceil(context.propagation_seconds), 3)}}}}),
+                path=(*s.container.path, "readinessProbe"),
+            )
+
+
+def _endpoint(probe: dict[str, Any]) -> tuple[str, str] | None:
+    http = mapping(probe.get("httpGet"))
+    if http:
+        return str(http.get("path") or "/"), str(http.get("port"))
+    grpc = mapping(probe.get("grpc"))
+    if grpc:
+        return f"grpc:{grpc.get('service') or ''}", str(grpc.get("port"))
+    exec_ = mapping(probe.get("exec"))
+    if exec_:
+        return "exec:" + " ".join(str(c) for c in exec_.get("command") or []), ""
+    return None
+
+
+LIVENESS_ON_READINESS = rule(
+    "liveness-on-readiness", Severity.WARNING,
+    "Liveness probes the readiness endpoint, or one that fails while the server drains.",
+    """
+Readiness should fail while a server drains (so traffic moves away); liveness must not, or
+the kubelet restarts the container in the middle of its drain and the in-flight requests die
+with it. vLLM's /health returns 503 during drain and vLLM documents /live for liveness;
+SGLang's /health returns 503 once shutdown starts. A liveness probe identical to the
+readiness probe has the same problem, and also restarts a server that is merely overloaded.
+
+Sources: vLLM docs "Using Kubernetes" (readiness /health, liveness /live);
+sgl-project/sglang http_server.py (503 once gracefully_exit is set); kube-score
+pod-probes-identical.
+""")
+
+
+@LIVENESS_ON_READINESS.check
+def _liveness(index: Index, context: Context) -> Iterator[Finding]:
+    for w in index.workloads:
+        for s in serving(w):
+            c = s.container
+            liveness = mapping(c.spec.get("livenessProbe"))
+            if not liveness:
+                continue
+            live = _endpoint(liveness)
+            ready = _endpoint(mapping(c.spec.get("readinessProbe")))
+            failing = DRAIN_FAILING_PATHS.get(s.server.server if s.server else "", ())
+            if live is not None and live[0] in failing:
+                reason = (f"{s.server.server if s.server else 'the server'} fails "
+                          f"{live[0]} while it drains")
+            elif live is not None and live == ready:
+                reason = f"it probes the readiness endpoint {live[0]}"
+            else:
+                continue
+            fix_path = "/live" if s.server and s.server.server == "vllm" else "/livez"
+            port = mapping(liveness.get("httpGet")).get("port") or _first_port(c.spec)
+            yield LIVENESS_ON_READINESS.finding(
+                w,
+                f"container {c.name}: liveness restarts a draining server: {reason}",
+                container_fix(w.pod_path, c.name, {"livenessProbe": {"httpGet": {
+                    "path": fix_path, "port": port}}}),
+                path=(*c.path, "livenessProbe"),
+            )

@@ -1,0 +1,526 @@
+"""Termination rules: the grace-period budget, the drain delay and the signal path."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from drainsafe.budget import Budget, fit_deadline, recommend
+from drainsafe.check.context import MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION, Context
+from drainsafe.check.findings import Edit, Finding, Severity
+from drainsafe.check.hooks import DrainDelay, drain_delay, needs_shell
+from drainsafe.check.model import Container, Index, Workload, number
+from drainsafe.check.rules import rule
+from drainsafe.check.servers import (
+    CommandLine,
+    ServerShutdown,
+    command_line,
+    identify,
+    signal_forwarded,
+)
+from drainsafe.check.snippets import container_fix, pod_fix
+
+SIDECAR_MARKERS = ("istio-proxy", "proxyv2", "envoy", "linkerd-proxy", "linkerd2-proxy",
+                   "cloud-sql-proxy", "cloudsql-proxy", "oauth2-proxy", "sidecar",
+                   "fluent-bit", "fluentd", "vector", "otel-collector", "opentelemetry-collector")
+SHELL_LESS_MARKERS = ("distroless", "scratch", "chainguard/static", "/static:", "-static:",
+                      "-static@", "/static@")
+
+
+def is_sidecar(c: Container) -> bool:
+    text = f"{c.name} {c.image}".lower()
+    return any(marker in text for marker in SIDECAR_MARKERS)
+
+
+def shell_less(image: str) -> bool:
+    text = image.lower()
+    return any(marker in text for marker in SHELL_LESS_MARKERS) or text.endswith("/static")
+
+
+@dataclass(frozen=True)
+class Serving:
+    """One serving container with what check knows about its shutdown."""
+
+    container: Container
+    line: CommandLine | None
+    server: ServerShutdown | None
+    delay: DrainDelay
+
+
+def serving(w: Workload) -> list[Serving]:
+    """The containers that serve requests (sidecars excluded, unless nothing else is left)."""
+    main = [c for c in w.containers if not is_sidecar(c)] or w.containers
+    result = []
+    for c in main:
+        line = command_line(c.spec.get("command"), c.spec.get("args"))
+        server = identify(line)
+        result.append(Serving(c, line, server, drain_delay(c, server)))
+    return result
+
+
+def serves_traffic(index: Index, w: Workload) -> bool:
+    if w.ref.kind == "Job":
+        return False
+    if index.services_for(w):
+        return True
+    return any(c.spec.get("ports") for c in w.containers)
+
+
+def max_request(w: Workload, context: Context) -> tuple[float | None, str]:
+    if context.max_request_seconds is not None:
+        return context.max_request_seconds, "--max-request-seconds"
+    text = w.annotation(MAX_REQUEST_ANNOTATION)
+    value = number(text) if text is not None else None
+    if value is not None and value >= 0:
+        return value, MAX_REQUEST_ANNOTATION
+    return None, ""
+
+
+def shutdown_deadline(w: Workload, s: Serving, context: Context) -> tuple[float | None, str]:
+    """The server's shutdown deadline and where it comes from (None: unknown)."""
+    text = w.annotation(SHUTDOWN_ANNOTATION)
+    value = number(text) if text is not None else None
+    if value is not None and value >= 0:
+        return value, SHUTDOWN_ANNOTATION
+    if s.server is None or not s.server.drains:
+        return None, ""
+    if s.server.deadline is not None:
+        return s.server.deadline, f"{s.server.server} {s.server.source}"
+    longest, source = max_request(w, context)
+    if longest is not None:
+        return longest, f"{s.server.server} waits without limit; longest request from {source}"
+    return None, ""
+
+
+def budget_for(w: Workload, s: Serving, context: Context) -> tuple[Budget, str] | None:
+    deadline, source = shutdown_deadline(w, s, context)
+    if deadline is None:
+        return None
+    return Budget(w.grace, s.delay.known, deadline, context.buffer_seconds), source
+
+
+def _grace_edit(w: Workload, context: Context, grace: int) -> tuple[Edit, ...]:
+    """Raising the grace period is safe (it only lets shutdown take longer), unless a
+    platform cap forbids the new value."""
+    if context.max_grace_seconds is not None and grace > context.max_grace_seconds:
+        return ()
+    if w.embedded:
+        return ()
+    return (Edit(w.grace_path, grace),)
+
+
+def _workloads(index: Index) -> Iterator[Workload]:
+    return iter(index.workloads)
+
+
+GRACE_BUDGET = rule(
+    "grace-budget", Severity.ERROR,
+    "The grace period is shorter than drain delay + server shutdown deadline + buffer.",
+    """
+The kubelet's countdown to SIGKILL starts before the preStop hook runs and covers the hook
+and the server's own shutdown together; SIGTERM is sent only when the hook returns. So the
+grace period must hold the drain delay (preStop sleep), then the server's shutdown deadline
+(how long it lets in-flight requests finish), plus a few seconds of buffer. Otherwise SIGKILL
+lands in the middle of the drain and cuts the responses the server was still finishing.
+
+The deadline comes from the annotation drainsafe.io/shutdown-seconds, or from the server's
+own flags on the command line: uvicorn --timeout-graceful-shutdown, gunicorn/hypercorn
+--graceful-timeout (defaults 30 s / 3 s), vLLM --shutdown-timeout or --shutdown-mode drain
+--shutdown-drain-timeout (default 120 s), Triton --exit-timeout-secs (default 30 s),
+drainsafe serve/run --shutdown-timeout. A server that waits without limit is budgeted for
+the declared longest request.
+
+Sources: kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ ("the grace period
+applies to the total time it takes for both the PreStop hook to execute and for the Container
+to stop normally"); kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination
+(the one-off 2 s extension for an overrunning hook); vLLM docs "Using Kubernetes" (grace "at
+least drain-timeout plus a buffer").
+""")
+
+
+@GRACE_BUDGET.check
+def _grace_budget(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        for s in serving(w):
+            found = budget_for(w, s, context)
+            if found is None:
+                continue
+            budget, source = found
+            if budget.fits:
+                continue
+            grace = math.ceil(budget.required)
+            yield GRACE_BUDGET.finding(
+                w,
+                f"container {s.container.name}: grace {budget.grace:g}s < drain delay "
+                f"{budget.drain_delay:g}s + shutdown deadline {budget.shutdown_deadline:g}s "
+                f"({source}) + buffer {budget.buffer:g}s = {budget.required:g}s; SIGKILL at "
+                f"{budget.sigkill_at:g}s cuts the drain short",
+                pod_fix(w.pod_path, {"terminationGracePeriodSeconds": grace}),
+                path=w.grace_path if w.grace_set else w.pod_path,
+                budget=budget,
+                edits=_grace_edit(w, context, grace),
+            )
+
+
+SHUTDOWN_SHORT = rule(
+    "shutdown-deadline-short", Severity.WARNING,
+    "The server's shutdown deadline is shorter than the longest request it must finish.",
+    """
+After SIGTERM the server stops accepting and gives in-flight requests its shutdown deadline;
+what is still running then is cancelled, however long the grace period is. Defaults are short
+for LLM generations that run up to 90 s: hypercorn's graceful_timeout is 3 s, gunicorn's 30 s,
+Triton's --exit-timeout-secs 30 s. Set the deadline to at least the longest request.
+
+Sources: pgjones/hypercorn src/hypercorn/config.py (graceful_timeout = 3); gunicorn settings
+docs (graceful_timeout 30); triton-inference-server/server src/command_line_parser.cc
+(--exit-timeout-secs); ../shared/research/server-shutdown.md.
+""")
+
+
+@SHUTDOWN_SHORT.check
+def _shutdown_short(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        longest, source = max_request(w, context)
+        if longest is None:
+            continue
+        for s in serving(w):
+            if s.server is None or not s.server.drains or s.server.deadline is None:
+                continue
+            if s.server.deadline >= longest:
+                continue
+            flag = _deadline_flag(s.server)
+            want = math.ceil(longest)
+            yield SHUTDOWN_SHORT.finding(
+                w,
+                f"container {s.container.name}: {s.server.server} shutdown deadline "
+                f"{s.server.deadline:g}s ({s.server.source}) < longest request {longest:g}s "
+                f"({source})",
+                container_fix(w.pod_path, s.container.name, {"args": [f"{flag}={want}"]}),
+                path=(*s.container.path, "args") if "args" in s.container.spec
+                else s.container.path,
+            )
+
+
+def _deadline_flag(server: ServerShutdown) -> str:
+    return {
+        "uvicorn": "--timeout-graceful-shutdown", "gunicorn": "--graceful-timeout",
+        "hypercorn": "--graceful-timeout", "vllm": "--shutdown-timeout",
+        "triton": "--exit-timeout-secs", "drainsafe": "--shutdown-timeout",
+    }.get(server.server, "--shutdown-timeout")
+
+
+GRACE_DEFAULT = rule(
+    "grace-default", Severity.WARNING,
+    "terminationGracePeriodSeconds is unset (30 s), too short for the longest request.",
+    """
+Unset, terminationGracePeriodSeconds is 30 s. An LLM generation can take 90 s; with a drain
+delay in front of it the pod needs drain delay + longest request + buffer. When the longest
+request is not declared (--max-request-seconds or the annotation
+drainsafe.io/max-request-seconds) this rule says so instead of guessing.
+
+Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/ ("The default
+terminationGracePeriodSeconds setting is 30 seconds"); seed "Draining a GPU node" ("A
+generation request can take ninety seconds. The default termination grace period is thirty").
+""")
+
+
+@GRACE_DEFAULT.check
+def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        if w.grace_set or (not serves_traffic(index, w) and not w.embedded):
+            continue
+        servers = serving(w)
+        if any((b := budget_for(w, s, context)) and not b[0].fits for s in servers):
+            continue  # grace-budget already reports it, with the server's own figures
+        longest, source = max_request(w, context)
+        if longest is None:
+            yield GRACE_DEFAULT.finding(
+                w,
+                f"grace unset (default {w.grace:g}s) and the longest request is unknown: "
+                f"declare it with --max-request-seconds or the {MAX_REQUEST_ANNOTATION} "
+                "annotation to check the budget",
+                "metadata:\n  annotations:\n    drainsafe.io/max-request-seconds: \"90\"",
+                path=w.pod_path, severity=Severity.INFO,
+            )
+            continue
+        delay = max((s.delay.known for s in servers), default=0.0)
+        need = delay + longest + context.buffer_seconds
+        if need <= w.grace:
+            continue
+        rec = recommend(propagation=max(delay, 0.0), max_request=longest, margin=0,
+                        buffer=context.buffer_seconds)
+        grace = max(rec.grace_seconds, math.ceil(need))
+        yield GRACE_DEFAULT.finding(
+            w,
+            f"grace unset (default {w.grace:g}s) < drain delay {delay:g}s + longest request "
+            f"{longest:g}s ({source}) + buffer {context.buffer_seconds:g}s = {need:g}s",
+            pod_fix(w.pod_path, {"terminationGracePeriodSeconds": grace}),
+            path=w.pod_path,
+            budget=Budget(w.grace, delay, longest, context.buffer_seconds),
+            edits=_grace_edit(w, context, grace),
+        )
+
+
+PRESTOP_MISSING = rule(
+    "prestop-missing", Severity.WARNING,
+    "A Service-backed container has no drain delay (no preStop sleep).",
+    """
+When a pod is deleted the kubelet sends SIGTERM while, in parallel, the endpoints controller
+removes the pod from the Service's EndpointSlices and every kube-proxy, ingress controller and
+load balancer catches up on its own schedule (typically 5-15 s). A server that closes its
+listener at SIGTERM refuses the requests that still arrive: 502s on every rollout and drain.
+A preStop sleep (or drainsafe serve's built-in drain delay) keeps serving until propagation
+is over; SIGTERM waits for the hook. A longer grace period alone does not help.
+
+Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination;
+kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ (the hook must complete
+before TERM is sent); seed "Drain connections before pod termination".
+""")
+
+
+@PRESTOP_MISSING.check
+def _prestop_missing(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        services = index.services_for(w)
+        if not services or w.ref.kind == "Job":
+            continue
+        for s in serving(w):
+            if s.delay.present:
+                continue
+            seconds = math.ceil(context.propagation_seconds)
+            hook = _sleep_hook(context, seconds)
+            grace = math.ceil(w.grace + seconds)
+            yield PRESTOP_MISSING.finding(
+                w,
+                f"container {s.container.name}: Service {services[0].ref.name} routes to it "
+                "but nothing delays SIGTERM; endpoint removal takes "
+                f"~{context.propagation_seconds:g}s to propagate, so requests arriving meanwhile "
+                "are refused",
+                container_fix(w.pod_path, s.container.name, {"lifecycle": {"preStop": hook}},
+                              {"terminationGracePeriodSeconds": grace}),
+                path=s.container.path,
+            )
+
+
+def _sleep_hook(context: Context, seconds: int) -> dict[str, object]:
+    if context.at_least(1, 30):
+        return {"sleep": {"seconds": seconds}}
+    return {"exec": {"command": ["sleep", str(seconds)]}}
+
+
+PRESTOP_EXCEEDS_GRACE = rule(
+    "prestop-exceeds-grace", Severity.ERROR,
+    "The preStop sleep is as long as the grace period or longer.",
+    """
+The grace period covers the preStop hook and the shutdown. A hook that sleeps as long as the
+grace period leaves the server no time at all: the kubelet grants a one-off 2 s extension and
+then sends SIGKILL, so the server never gets to drain. The API server rejects a sleep action
+that long ("must be greater than 0 and less than terminationGracePeriodSeconds"); an exec
+sleep is accepted and silently cut off.
+
+Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/ ("If the preStop hook is
+still running after the grace period expires, the kubelet requests a small, one-off grace
+period extension of 2 seconds"); zalando-incubator/kubernetes-on-aws#9426 (the validation
+error); rancher/dashboard#4333.
+""")
+
+
+@PRESTOP_EXCEEDS_GRACE.check
+def _prestop_exceeds(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        for c in w.containers:
+            delay = drain_delay(c)
+            if delay.seconds is None or delay.seconds < w.grace:
+                continue
+            grace = math.ceil(delay.seconds + context.buffer_seconds + 1)
+            yield PRESTOP_EXCEEDS_GRACE.finding(
+                w,
+                f"container {c.name}: preStop sleeps {delay.seconds:g}s >= grace {w.grace:g}s; "
+                f"SIGKILL at {w.grace + 2:g}s, before the server gets SIGTERM"
+                if delay.seconds >= w.grace + 2 else
+                f"container {c.name}: preStop sleeps {delay.seconds:g}s >= grace {w.grace:g}s; "
+                "the server gets at most 2 s after SIGTERM",
+                pod_fix(w.pod_path, {"terminationGracePeriodSeconds": grace}),
+                path=delay.path,
+            )
+
+
+SLEEP_UNSUPPORTED = rule(
+    "sleep-action-unsupported", Severity.ERROR,
+    "lifecycle.preStop.sleep needs Kubernetes >= 1.30 (and >= 1.33 for 0 seconds).",
+    """
+The sleep lifecycle action (KEP-3960, feature gate PodLifecycleSleepAction) is alpha and off
+in 1.29, beta and on by default from 1.30, GA in 1.34. Zero seconds needs the gate
+PodLifecycleSleepActionAllowZero (beta, on by default, from 1.33). On an older cluster the
+field is rejected or dropped, and the pod has no drain delay at all.
+
+Sources: kubernetes/website feature-gates/PodLifecycleSleepAction.md and
+PodLifecycleSleepActionAllowZero.md; KEP-3960; VictoriaMetrics/operator#2522.
+""")
+
+
+@SLEEP_UNSUPPORTED.check
+def _sleep_unsupported(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        for c in w.containers:
+            delay = drain_delay(c)
+            if delay.kind != "sleep-action":
+                continue
+            seconds = delay.known
+            exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": {"preStop": {
+                "exec": {"command": ["sleep", f"{seconds:g}"]}}}})
+            if not context.at_least(1, 30):
+                yield SLEEP_UNSUPPORTED.finding(
+                    w,
+                    f"container {c.name}: preStop sleep action needs Kubernetes >= 1.30; "
+                    f"cluster is {context.version_text}",
+                    exec_fix, path=delay.path)
+            elif seconds == 0 and not context.at_least(1, 33):
+                yield SLEEP_UNSUPPORTED.finding(
+                    w,
+                    f"container {c.name}: preStop sleep of 0 seconds needs Kubernetes >= 1.33; "
+                    f"cluster is {context.version_text}",
+                    container_fix(w.pod_path, c.name, {"lifecycle": {"preStop": None}}),
+                    path=delay.path)
+
+
+EXEC_SLEEP_NO_SHELL = rule(
+    "exec-sleep-no-shell", Severity.ERROR,
+    "An exec preStop hook needs sh or sleep, but the image has no shell.",
+    """
+An exec hook runs inside the container's image. Distroless, scratch and static images have
+no /bin/sh and no sleep binary, so the hook fails at once: the kubelet records
+FailedPreStopHook and sends SIGTERM immediately, which is the same as having no drain delay.
+Use the sleep action (Kubernetes >= 1.30), which the kubelet performs itself, or a drain delay
+built into the server (drainsafe serve --drain-delay).
+
+Sources: GitLab charts MR 5539; kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/
+(hook handler failures); KEP-3960 (motivation: images without a shell).
+""")
+
+
+@EXEC_SLEEP_NO_SHELL.check
+def _exec_no_shell(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        for c in w.containers:
+            delay = drain_delay(c)
+            if delay.kind not in ("exec", "exec-sleep") or not needs_shell(delay.command):
+                continue
+            if not shell_less(c.image):
+                continue
+            seconds = math.ceil(delay.seconds or context.propagation_seconds)
+            yield EXEC_SLEEP_NO_SHELL.finding(
+                w,
+                f"container {c.name}: preStop runs {delay.command[0]!r} but image {c.image} "
+                "has no shell; the hook fails and SIGTERM comes at once",
+                container_fix(w.pod_path, c.name,
+                              {"lifecycle": {"preStop": {"sleep": {"seconds": seconds}}}}),
+                path=delay.path,
+            )
+
+
+SIGNAL_NOT_FORWARDED = rule(
+    "signal-not-forwarded", Severity.ERROR,
+    "The server runs under a shell without exec, so SIGTERM never reaches it.",
+    """
+The kubelet sends SIGTERM to the container's PID 1. With `sh -c "setup; server"` PID 1 is
+the shell, which does not forward signals to its children; the server keeps running until
+SIGKILL at the end of the grace period and never drains (a shell running a single command
+execs it, which is fine). Start the server with `exec` as the script's last command, or use an
+init such as tini, or put the server in command/args directly.
+
+Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination (TERM to
+the main process); seed "Draining a GPU node" ("the kubelet sends SIGTERM to the container's
+process 1"); POSIX sh, which leaves signal handling of children to them.
+""")
+
+
+@SIGNAL_NOT_FORWARDED.check
+def _signal(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        if w.ref.kind == "Job":
+            continue
+        for c in w.containers:
+            line = command_line(c.spec.get("command"), c.spec.get("args"))
+            if line is None or line.shell_script is None or signal_forwarded(line):
+                continue
+            last = [part.strip() for part in line.shell_script.strip().splitlines()
+                    if part.strip()][-1:]
+            tail = last[0] if last else ""
+            yield SIGNAL_NOT_FORWARDED.finding(
+                w,
+                f"container {c.name}: {line.argv[0]} -c runs several commands and does not "
+                f"exec the last one ({tail[:60]!r}); SIGTERM stops at the shell",
+                container_fix(w.pod_path, c.name, {"args": [
+                    "setup-steps && exec " + (tail.removeprefix("exec ") or "server ...")]}),
+                path=(*c.path, "args") if "args" in c.spec else (*c.path, "command"),
+            )
+
+
+SERVER_ABORTS = rule(
+    "server-aborts-on-sigterm", Severity.ERROR,
+    "A known server whose default shutdown aborts in-flight requests.",
+    """
+Some servers drop in-flight work on SIGTERM unless told to drain. vLLM's default shutdown
+aborts every running generation (--shutdown-timeout defaults to 0; the documented drain mode
+is --shutdown-mode drain with --shutdown-drain-timeout); no preStop hook or grace period can
+save those requests. Turn draining on with a deadline that fits the grace period.
+
+Sources: vllm-project/vllm PR #36666 (--shutdown-timeout, default 0 = abort); vLLM docs
+"Using Kubernetes" (--shutdown-mode drain, --shutdown-drain-timeout default 120, grace "at
+least drain-timeout plus a buffer"); KServe PR #5496 ("Without this, SIGTERM caused vLLM to
+abort in-flight requests immediately").
+""")
+
+
+@SERVER_ABORTS.check
+def _server_aborts(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        for s in serving(w):
+            if s.server is None or s.server.drains:
+                continue
+            deadline = math.floor(fit_deadline(grace=w.grace, drain_delay=s.delay.known,
+                                               buffer=context.buffer_seconds))
+            longest, _ = max_request(w, context)
+            fix_deadline = max(deadline, 1) if longest is None else math.ceil(longest)
+            yield SERVER_ABORTS.finding(
+                w,
+                f"container {s.container.name}: {s.server.server} runs without a drain setting "
+                f"({s.server.source}): SIGTERM aborts every in-flight request",
+                container_fix(w.pod_path, s.container.name,
+                              {"args": [f"--shutdown-timeout={fix_deadline}"]}),
+                path=(*s.container.path, "args") if "args" in s.container.spec
+                else s.container.path,
+            )
+
+
+GRACE_CAP = rule(
+    "grace-exceeds-cap", Severity.WARNING,
+    "The grace period is above the platform's cap (--max-grace-seconds).",
+    """
+Platforms cap how long they wait for a pod to stop. cluster-autoscaler waits at most
+--max-graceful-termination-sec (default 600 s) when it scales a node down and then kills the
+pod; managed node upgrades and spot reclaims have their own limits. A grace period above the
+cap promises time the platform will not give; size the shutdown to fit it.
+
+Sources: kubernetes/autoscaler cluster-autoscaler FAQ and flags
+(max-graceful-termination-sec, default 600).
+""")
+
+
+@GRACE_CAP.check
+def _grace_cap(index: Index, context: Context) -> Iterator[Finding]:
+    cap = context.max_grace_seconds
+    if cap is None:
+        return
+    for w in _workloads(index):
+        if w.grace <= cap:
+            continue
+        yield GRACE_CAP.finding(
+            w,
+            f"grace {w.grace:g}s > platform cap {cap:g}s (--max-grace-seconds); the platform "
+            f"kills the pod at {cap:g}s",
+            pod_fix(w.pod_path, {"terminationGracePeriodSeconds": math.floor(cap)}),
+            path=w.grace_path,
+        )

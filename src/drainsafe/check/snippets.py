@@ -1,0 +1,47 @@
+"""Fix snippets: the YAML a user pastes, nested at the right place in their object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from drainsafe.check.findings import Path
+
+
+def nest(path: Path, value: Any, item_names: dict[int, str] | None = None) -> str:
+    """YAML for `value` placed at `path`; list indices become `- name: ...` items."""
+    names = item_names or {}
+    node: Any = value
+    for position in range(len(path) - 1, -1, -1):
+        key = path[position]
+        if isinstance(key, int):
+            item: dict[str, Any] = {"name": names[position]} if position in names else {}
+            if isinstance(node, dict):
+                item.update(node)
+            node = [item]
+        else:
+            node = {key: node}
+    return dump(node)
+
+
+def dump(node: Any) -> str:
+    text: str = yaml.safe_dump(node, sort_keys=False, default_flow_style=False, width=100)
+    return text.rstrip("\n")
+
+
+def container_fix(pod_path: Path, container_name: str, fields: dict[str, Any],
+                  pod_fields: dict[str, Any] | None = None) -> str:
+    """A snippet that sets pod-level fields and fields of one container."""
+    pod: dict[str, Any] = dict(pod_fields or {})
+    pod["containers"] = [{"name": container_name, **fields}]
+    return nest(_named(pod_path), pod)
+
+
+def pod_fix(pod_path: Path, fields: dict[str, Any]) -> str:
+    return nest(_named(pod_path), fields)
+
+
+def _named(path: Path) -> Path:
+    # Embedded pod specs may sit in lists (e.g. workerGroupSpecs[0]); keep the keys only.
+    return tuple(k for k in path if isinstance(k, str))
