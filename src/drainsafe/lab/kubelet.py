@@ -1,0 +1,719 @@
+"""The lab's kubelet: runs the pods bound to its node as local processes.
+
+A Kubernetes API client like the real kubelet (lightkube over HTTPS with a bearer token):
+- registers its Node (capacity and allocatable cpu, memory, pods, nvidia.com/gpu; labels
+  kubernetes.io/hostname, nvidia.com/gpu.product...; Ready condition) and heartbeats it;
+- sees the pods bound to it (spec.nodeName), gives each a loopback pod IP, starts each
+  container (drainsafe.lab.process), runs its probes (drainsafe.lab.probes), restarts
+  containers per restartPolicy (also after a liveness failure), and reports pod status:
+  phase, conditions (PodScheduled, Initialized, ContainersReady, Ready), containerStatuses;
+- when a pod gets a deletionTimestamp, stops it as the kubelet does (drainsafe.lab.
+  termination: preStop within the grace period, SIGTERM, SIGKILL at the deadline), writes
+  the final status (terminal phase, as kubelets since 1.27 do) and deletes the pod with
+  gracePeriodSeconds=0.
+
+One `NodePool` shares a single pod watch among all kubelets of a lab (cheap at 100 nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from drainsafe.lab import handlers
+from drainsafe.lab.handlers import Outcome, Target
+from drainsafe.lab.informer import Informer
+from drainsafe.lab.podip import PodIPs, declared_tcp_ports, host_ip
+from drainsafe.lab.probes import ProbeSpecError, ProbeType, ProbeWorker, container_probes
+from drainsafe.lab.process import (
+    Container,
+    ContainerConfigError,
+    PodContext,
+    ProcessContainer,
+    VirtualContainer,
+    VirtualSettings,
+    container_argv,
+    container_env,
+    pod_dir,
+    process_environment,
+    virtual_settings,
+)
+from drainsafe.lab.termination import TerminationRecord, grace_period, kill_container
+
+log = logging.getLogger(__name__)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+DEFAULT_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+HEARTBEAT_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 300.0  # the kubelet's CrashLoopBackOff cap
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    name: str
+    subnet: int
+    cpu: str = "32"
+    memory: str = "256Gi"
+    pods: int = 110
+    gpus: int = 0
+    gpu_product: str = DEFAULT_GPU_PRODUCT
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def host_ip(self) -> str:
+        return host_ip(self.subnet)
+
+
+def node_manifest(config: NodeConfig) -> dict[str, Any]:
+    labels = {
+        "kubernetes.io/hostname": config.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "lab.drainsafe.io/node": "true",
+    }
+    if config.gpus:
+        labels[GPU_PRODUCT_LABEL] = config.gpu_product
+        labels["nvidia.com/gpu.count"] = str(config.gpus)
+        labels["nvidia.com/gpu.present"] = "true"
+    labels.update(config.labels)
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": config.name, "labels": labels}, "spec": {}}
+
+
+def node_status(config: NodeConfig, *, started: str) -> dict[str, Any]:
+    resources = {"cpu": config.cpu, "memory": config.memory, "pods": str(config.pods),
+                 "ephemeral-storage": "1Ti"}
+    if config.gpus:
+        resources[GPU_RESOURCE] = str(config.gpus)
+    heartbeat = now_rfc3339()
+    return {
+        "capacity": resources,
+        "allocatable": dict(resources),
+        "conditions": [
+            {"type": t, "status": "False", "reason": r, "message": m,
+             "lastHeartbeatTime": heartbeat, "lastTransitionTime": started}
+            for t, r, m in (
+                ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
+                ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID"))
+        ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+              "message": "kubelet is posting ready status (drainsafe lab)",
+              "lastHeartbeatTime": heartbeat, "lastTransitionTime": started}],
+        "addresses": [{"type": "InternalIP", "address": config.host_ip},
+                      {"type": "Hostname", "address": config.name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"machineID": config.name, "systemUUID": config.name, "bootID": started,
+                     "kernelVersion": "lab", "osImage": "drainsafe lab",
+                     "containerRuntimeVersion": "lab://process", "kubeletVersion": "v1.33.0-lab",
+                     "kubeProxyVersion": "v1.33.0-lab", "operatingSystem": "linux",
+                     "architecture": "amd64"},
+    }
+
+
+# --- one container -------------------------------------------------------------------------
+
+@dataclass
+class ContainerState:
+    spec: dict[str, Any]
+    restart_count: int = 0
+    process: Container | None = None
+    started: bool = False
+    ready: bool = False
+    state: dict[str, Any] = field(default_factory=lambda: {
+        "waiting": {"reason": "ContainerCreating"}})
+    last_state: dict[str, Any] = field(default_factory=dict)
+    probes: list[ProbeWorker] = field(default_factory=list)
+    startup_ok: bool = True
+    termination: TerminationRecord | None = None
+    exit_code: int | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.get("name", ""))
+
+    def status(self, pod_key: str) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "name": self.name,
+            "image": str(self.spec.get("image") or "lab/process"),
+            "imageID": "",
+            "ready": self.ready,
+            "started": self.started,
+            "restartCount": self.restart_count,
+            "state": self.state,
+            "lastState": self.last_state,
+        }
+        if self.process is not None:
+            status["containerID"] = f"lab://{pod_key}/{self.name}/{self.restart_count}"
+        return status
+
+
+# --- one pod -------------------------------------------------------------------------------
+
+class PodWorker:
+    """Everything the kubelet does for one pod, from start to deletion."""
+
+    def __init__(self, kubelet: Kubelet, pod: dict[str, Any]) -> None:
+        self.kubelet = kubelet
+        self.pod = pod
+        meta = pod["metadata"]
+        self.uid = str(meta.get("uid", ""))
+        self.namespace = str(meta.get("namespace", "default"))
+        self.name = str(meta["name"])
+        self.containers = [ContainerState(dict(c)) for c in pod["spec"].get("containers") or []]
+        self.pod_ip = ""
+        self.start_time = now_rfc3339()
+        self.phase = "Pending"
+        self.conditions: dict[str, dict[str, Any]] = {}
+        self.virtual: VirtualSettings | None = None
+        self.terminating = False
+        self.finished = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._main: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._termination: asyncio.Task[None] | None = None
+        self.records: dict[str, TerminationRecord] = {}
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def dir(self) -> Path:
+        return pod_dir(self.kubelet.state_dir, self.namespace, self.name)
+
+    def start(self) -> None:
+        self._writer = asyncio.ensure_future(self._write_status())
+        self._main = asyncio.ensure_future(self._run())
+
+    def update(self, pod: dict[str, Any]) -> None:
+        self.pod = pod
+        if pod["metadata"].get("deletionTimestamp") and not self.terminating:
+            self.begin_termination()
+
+    def stopping(self) -> bool:
+        return self.terminating
+
+    def begin_termination(self, *, grace: int | None = None, delete: bool = True) -> None:
+        if self.terminating:
+            return
+        self.terminating = True
+        self._termination = asyncio.ensure_future(self._terminate(grace, delete))
+
+    # status ----------------------------------------------------------------------------
+
+    def _set_condition(self, kind: str, ok: bool, reason: str = "") -> None:
+        status = "True" if ok else "False"
+        old = self.conditions.get(kind)
+        if old is not None and old["status"] == status:
+            return
+        cond: dict[str, Any] = {"type": kind, "status": status, "lastProbeTime": None,
+                                "lastTransitionTime": now_rfc3339()}
+        if reason:
+            cond["reason"] = reason
+        self.conditions[kind] = cond
+
+    def mark_dirty(self) -> None:
+        all_ready = bool(self.containers) and all(c.ready for c in self.containers)
+        reason = "" if all_ready else "ContainersNotReady"
+        self._set_condition("ContainersReady", all_ready, reason)
+        self._set_condition("Ready", all_ready, reason)
+        self._dirty.set()
+
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "phase": self.phase,
+            "conditions": list(self.conditions.values()),
+            "hostIP": self.kubelet.config.host_ip,
+            "hostIPs": [{"ip": self.kubelet.config.host_ip}],
+            "startTime": self.start_time,
+            "qosClass": _qos_class(self.pod),
+            "containerStatuses": [c.status(self.key) for c in self.containers],
+        }
+        if self.pod_ip:
+            status["podIP"] = self.pod_ip
+            status["podIPs"] = [{"ip": self.pod_ip}]
+        return status
+
+    async def _write_status(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                await self.kubelet.patch_pod_status(self.namespace, self.name, self.status())
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    return
+                log.warning("status of %s: %s", self.key, exc)
+                self._dirty.set()
+                await asyncio.sleep(0.5)
+            except httpx.HTTPError as exc:
+                log.warning("status of %s: %s", self.key, exc)
+                self._dirty.set()
+                await asyncio.sleep(0.5)
+
+    async def flush_status(self) -> None:
+        """Write the current status now (before deletion, so watchers see the final state)."""
+        self._dirty.clear()
+        with contextlib.suppress(ApiError, httpx.HTTPError):
+            await self.kubelet.patch_pod_status(self.namespace, self.name, self.status())
+
+    # running ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        self._set_condition("PodScheduled", True)
+        self._set_condition("Initialized", True)
+        try:
+            self.virtual = virtual_settings(self.pod)
+            ports = [] if self.virtual else declared_tcp_ports(self.pod)
+            self.pod_ip = self.kubelet.ips.allocate(self.uid, ports)
+        except (ContainerConfigError, RuntimeError) as exc:
+            for c in self.containers:
+                c.state = {"waiting": {"reason": "CreateContainerConfigError",
+                                       "message": str(exc)}}
+            self.mark_dirty()
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.mark_dirty()
+        for c in self.containers:
+            if self.terminating:
+                return
+            await self._start_container(c)
+        if any(c.process is not None for c in self.containers):
+            self.phase = "Running"
+        self.mark_dirty()
+
+    def _ctx(self) -> PodContext:
+        return PodContext.from_pod(self.pod, pod_ip=self.pod_ip,
+                                   host_ip=self.kubelet.config.host_ip)
+
+    def _target(self, c: ContainerState) -> Target:
+        env = {} if self.virtual else container_env(c.spec, self._ctx())
+        return Target(self.pod_ip, handlers.named_ports(c.spec), env, self.dir / c.name)
+
+    async def _start_container(self, c: ContainerState) -> None:
+        try:
+            if self.virtual is not None:
+                c.process = VirtualContainer(
+                    exit_after_sigterm=self.virtual.exit_after_sigterm_seconds)
+            else:
+                ctx = self._ctx()
+                env = container_env(c.spec, ctx)
+                argv = container_argv(c.spec, env)
+                proc = ProcessContainer(argv, env=process_environment(env, ctx),
+                                        cwd=self.dir / c.name,
+                                        log_path=self.dir / f"{c.name}.log")
+                await proc.start()
+                c.process = proc
+            probes = {} if self.virtual else container_probes(c.spec, where=c.name)
+        except (ContainerConfigError, ProbeSpecError, handlers.ActionError) as exc:
+            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+            self.mark_dirty()
+            return
+        c.state = {"running": {"startedAt": now_rfc3339()}}
+        c.exit_code = None
+        c.startup_ok = ProbeType.STARTUP not in probes
+        c.started = c.startup_ok and self.virtual is None
+        c.ready = (c.started and ProbeType.READINESS not in probes)
+        self._spawn(self._supervise(c, c.process))
+        if self.virtual is not None:
+            self._spawn(self._virtual_ready(c, self.virtual.startup_seconds))
+        self._start_probes(c, probes)
+        self.mark_dirty()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _virtual_ready(self, c: ContainerState, after: float) -> None:
+        await asyncio.sleep(after)
+        if c.process is not None and c.process.returncode is None and not self.terminating:
+            c.started = c.ready = True
+            self.mark_dirty()
+
+    def _start_probes(self, c: ContainerState, probes: dict[ProbeType, Any]) -> None:
+        assert c.process is not None
+        started_at = c.process.started_at
+        target = self._target(c)
+        for kind, spec in probes.items():
+            gate = self._gate(c, kind)
+            worker = ProbeWorker(spec, target, started_at=started_at,
+                                 on_result=self._probe_listener(c),
+                                 client=self.kubelet.http, gate=gate)
+            worker.start()
+            c.probes.append(worker)
+
+    def _probe_listener(self, c: ContainerState) -> Callable[[ProbeType, bool | None, Outcome],
+                                                              None]:
+        return lambda kind, result, outcome: self._on_probe(c, kind, result, outcome)
+
+    def _gate(self, c: ContainerState, kind: ProbeType) -> Callable[[], bool]:
+        def gate() -> bool:
+            # Liveness and readiness wait for the startup probe; liveness and startup
+            # probes stop once the pod is terminating (readiness keeps running).
+            if kind is not ProbeType.STARTUP and not c.startup_ok:
+                return False
+            return kind is ProbeType.READINESS or not self.terminating
+        return gate
+
+    def _on_probe(self, c: ContainerState, kind: ProbeType, result: bool | None,
+                  outcome: Outcome) -> None:
+        if kind is ProbeType.STARTUP and result:
+            if not c.startup_ok:
+                c.startup_ok = c.started = True
+                if not any(w.spec.kind is ProbeType.READINESS for w in c.probes):
+                    c.ready = True
+                self.mark_dirty()
+        elif kind is ProbeType.STARTUP and result is False:
+            self._spawn(self._restart(c, f"Startup probe failed: {outcome.message}"))
+        elif kind is ProbeType.READINESS:
+            ready = bool(result) and c.started and c.process is not None \
+                and c.process.returncode is None
+            if ready != c.ready:
+                c.ready = ready
+                self.mark_dirty()
+        elif kind is ProbeType.LIVENESS and result is False:
+            self._spawn(self._restart(c, f"Liveness probe failed: {outcome.message}"))
+
+    async def _stop_probes(self, c: ContainerState) -> None:
+        workers, c.probes = c.probes, []
+        await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+
+    async def _restart(self, c: ContainerState, why: str) -> None:
+        """Kill a container that failed its liveness or startup probe; _supervise restarts it."""
+        if self.terminating or c.process is None or c.process.returncode is not None:
+            return
+        await self._stop_probes(c)
+        self.kubelet.record_event(self.pod, "Warning", "Unhealthy", why)
+        self.kubelet.record_event(self.pod, "Normal", "Killing",
+                                  f"Container {c.name} failed probe, will be restarted")
+        grace = int(self.pod["spec"].get("terminationGracePeriodSeconds") or 30)
+        await kill_container(c.process, grace=grace, prestop=self._prestop(c))
+
+    async def _supervise(self, c: ContainerState, proc: Container) -> None:
+        code = await proc.wait()
+        c.exit_code = code
+        c.ready = False
+        finished = now_rfc3339()
+        started = c.state.get("running", {}).get("startedAt", finished)
+        reason = "Completed" if code == 0 else "Error"
+        c.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started,
+                                  "finishedAt": finished,
+                                  "containerID": f"lab://{self.key}/{c.name}/{c.restart_count}"}}
+        await self._stop_probes(c)
+        self.mark_dirty()
+        if self.terminating:
+            return
+        policy = str(self.pod["spec"].get("restartPolicy") or "Always")
+        if policy == "Always" or (policy == "OnFailure" and code != 0):
+            delay = self._backoff(c)
+            c.last_state = c.state
+            c.state = {"waiting": {"reason": "CrashLoopBackOff" if delay else "ContainerCreating",
+                                   "message": f"back-off {delay:g}s restarting failed "
+                                   f"container={c.name}"}}
+            self.mark_dirty()
+            await asyncio.sleep(delay)
+            if self.stopping():  # termination may have begun during the back-off
+                return
+            c.restart_count += 1
+            await self._start_container(c)
+        elif all(x.exit_code is not None for x in self.containers):
+            self.phase = "Succeeded" if all(x.exit_code == 0 for x in self.containers) \
+                else "Failed"
+            self.mark_dirty()
+
+    def _backoff(self, c: ContainerState) -> float:
+        base = self.kubelet.restart_backoff
+        if c.restart_count == 0 or base <= 0:
+            return 0.0
+        return float(min(base * 2 ** (c.restart_count - 1), MAX_BACKOFF_SECONDS))
+
+    def _prestop(self, c: ContainerState) -> Callable[[], Any] | None:
+        hook = (c.spec.get("lifecycle") or {}).get("preStop")
+        if not hook:
+            return None
+        if self.virtual is not None and "sleep" not in hook:
+            return None  # a virtual container has nothing to exec into or answer HTTP
+        target = self._target(c)
+
+        async def run() -> Outcome:
+            try:
+                outcome = await handlers.run_action(hook, target, timeout=None,
+                                                    client=self.kubelet.http)
+            except handlers.ActionError as exc:
+                outcome = Outcome(False, str(exc))
+            if not outcome.ok:
+                self.kubelet.record_event(self.pod, "Warning", "FailedPreStopHook",
+                                          f"PreStopHook failed: {outcome.message[:200]}")
+            return outcome
+        return run
+
+    # termination -----------------------------------------------------------------------
+
+    async def _terminate(self, grace: int | None, delete: bool) -> None:
+        if self._main is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._main)
+        grace = grace_period(self.pod) if grace is None else grace
+        for c in self.containers:
+            if c.process is not None and c.process.returncode is None:
+                self.kubelet.record_event(self.pod, "Normal", "Killing",
+                                          f"Stopping container {c.name}")
+        results = await asyncio.gather(*(self._kill(c, grace) for c in self.containers),
+                                       return_exceptions=True)
+        for c, result in zip(self.containers, results, strict=True):
+            if isinstance(result, TerminationRecord):
+                self.records[c.name] = result
+                c.termination = result
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for c in self.containers:
+            c.ready = False
+            if "terminated" not in c.state:
+                code = c.exit_code if c.exit_code is not None else 0
+                c.state = {"terminated": {"exitCode": code,
+                                          "reason": "Completed" if code == 0 else "Error",
+                                          "finishedAt": now_rfc3339()}}
+        # Terminal phase before deletion (kubelet >= 1.27, kubernetes/kubernetes#115331).
+        ok = all((c.exit_code or 0) == 0 for c in self.containers)
+        self.phase = "Succeeded" if ok else "Failed"
+        self.mark_dirty()
+        if self._writer is not None:
+            self._writer.cancel()
+            await asyncio.gather(self._writer, return_exceptions=True)
+        if delete:
+            await self.flush_status()
+            await self.kubelet.delete_pod(self.namespace, self.name)
+        self.kubelet.ips.release(self.pod_ip)
+        self.finished.set()
+
+    async def _kill(self, c: ContainerState, grace: int) -> TerminationRecord | None:
+        await self._stop_probes_except_readiness(c)
+        if c.process is None or c.process.returncode is not None:
+            return None
+        record = await kill_container(c.process, grace=grace, prestop=self._prestop(c))
+        c.exit_code = record.exit_code
+        return record
+
+    async def _stop_probes_except_readiness(self, c: ContainerState) -> None:
+        keep = [w for w in c.probes if w.spec.kind is ProbeType.READINESS]
+        stop = [w for w in c.probes if w.spec.kind is not ProbeType.READINESS]
+        c.probes = keep
+        await asyncio.gather(*(w.stop() for w in stop), return_exceptions=True)
+
+    async def abandon(self) -> None:
+        """Stop at once (lab shutdown): SIGKILL every container, no API calls."""
+        for c in self.containers:
+            if c.process is not None:
+                c.process.send(9)
+        for task in [*self._tasks, self._main, self._writer, self._termination]:
+            if task is not None:
+                task.cancel()
+        for c in self.containers:
+            await self._stop_probes(c)
+        pending = [t for t in [*self._tasks, self._main, self._writer, self._termination]
+                   if t is not None]
+        await asyncio.gather(*pending, return_exceptions=True)
+        for c in self.containers:
+            if c.process is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(c.process.wait(), 5)
+        self.kubelet.ips.release(self.pod_ip)
+
+
+def _qos_class(pod: dict[str, Any]) -> str:
+    containers = pod.get("spec", {}).get("containers") or []
+    requests = [c.get("resources", {}).get("requests") or {} for c in containers]
+    limits = [c.get("resources", {}).get("limits") or {} for c in containers]
+    if not any(requests) and not any(limits):
+        return "BestEffort"
+    guaranteed = all(
+        lim.get("cpu") and lim.get("memory")
+        and all(req.get(k, lim.get(k)) == lim.get(k) for k in ("cpu", "memory"))
+        for req, lim in zip(requests, limits, strict=True))
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+# --- the kubelet ---------------------------------------------------------------------------
+
+class Kubelet:
+    def __init__(self, client: AsyncClient, config: NodeConfig, *, state_dir: Path,
+                 http: httpx.AsyncClient, restart_backoff: float = 10.0,
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:
+        self.client = client
+        self.config = config
+        self.state_dir = state_dir
+        self.http = http
+        self.restart_backoff = restart_backoff
+        self.heartbeat_seconds = heartbeat_seconds
+        self.ips = PodIPs(config.subnet)
+        self.pods: dict[str, PodWorker] = {}  # by uid
+        self._started = now_rfc3339()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._events: set[asyncio.Task[None]] = set()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    async def register(self) -> None:
+        manifest = node_manifest(self.config)
+        try:
+            await self.client.create(Node.from_dict(manifest))  # type: ignore[call-overload]
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+            await self.client.patch(Node, self.name, {"metadata": manifest["metadata"]},
+                                    patch_type=PatchType.MERGE)
+        await self._post_status()
+        self._heartbeat = asyncio.ensure_future(self._beat())
+
+    async def _post_status(self) -> None:
+        await self.client.patch(Node.Status, self.name,
+                                {"status": node_status(self.config, started=self._started)},
+                                patch_type=PatchType.STRATEGIC)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds)
+            with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
+                await self._post_status()
+
+    def handle(self, kind: str, pod: dict[str, Any]) -> None:
+        uid = str(pod["metadata"].get("uid", ""))
+        worker = self.pods.get(uid)
+        if kind == "DELETED":
+            if worker is not None and not worker.terminating:
+                # Force-deleted from the API: stop the containers without further API calls.
+                worker.begin_termination(grace=0, delete=False)
+            return
+        if worker is None:
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                return  # already finished; nothing to run
+            worker = PodWorker(self, pod)
+            self.pods[uid] = worker
+            worker.start()
+            self._forget_when_done(worker)
+        worker.update(pod)
+
+    def _forget_when_done(self, worker: PodWorker) -> None:
+        async def forget() -> None:
+            await worker.finished.wait()
+            self.pods.pop(worker.uid, None)
+        task = asyncio.ensure_future(forget())
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        await self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace,
+                                patch_type=PatchType.STRATEGIC)
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(ApiError):
+            await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
+
+    def record_event(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """Post an Event about a pod (best effort, as the kubelet's recorder)."""
+        task = asyncio.ensure_future(self._post_event(pod, kind, reason, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    async def _post_event(self, pod: dict[str, Any], kind: str, reason: str,
+                          message: str) -> None:
+        from lightkube.resources.core_v1 import Event
+
+        meta = pod["metadata"]
+        stamp = now_rfc3339()
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}",
+                         "namespace": meta.get("namespace", "default")},
+            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"],
+                               "namespace": meta.get("namespace", "default"),
+                               "uid": meta.get("uid", "")},
+            "reason": reason, "message": message, "type": kind, "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "source": {"component": "kubelet", "host": self.name},
+        }
+        with contextlib.suppress(ApiError, httpx.HTTPError, OSError, Exception):
+            await self.client.create(Event.from_dict(event))  # type: ignore[call-overload]
+
+    async def shutdown(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+        await asyncio.gather(*(w.abandon() for w in list(self.pods.values())),
+                             return_exceptions=True)
+        self.pods.clear()
+        for task in list(self._events):
+            task.cancel()
+        await asyncio.gather(*self._events, return_exceptions=True)
+
+
+class NodePool:
+    """The kubelets of one lab, sharing one pod watch (dispatch by spec.nodeName)."""
+
+    def __init__(self, client: AsyncClient, configs: list[NodeConfig], *, state_dir: Path,
+                 restart_backoff: float = 10.0) -> None:
+        self.client = client
+        self.http = handlers.probe_client()
+        self.kubelets = {c.name: Kubelet(client, c, state_dir=state_dir, http=self.http,
+                                         restart_backoff=restart_backoff) for c in configs}
+        self.informer = Informer(client, Pod, on_event=self._dispatch)
+        self._watch: asyncio.Task[None] | None = None
+
+    def _dispatch(self, kind: str, pod: dict[str, Any]) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        kubelet = self.kubelets.get(str(node)) if node else None
+        if kubelet is not None:
+            kubelet.handle(kind, pod)
+
+    async def start(self) -> None:
+        await asyncio.gather(*(k.register() for k in self.kubelets.values()))
+        self._watch = asyncio.ensure_future(self.informer.run())
+        await asyncio.wait_for(self.informer.synced.wait(), 30)
+
+    def worker(self, namespace: str, name: str) -> PodWorker | None:
+        for kubelet in self.kubelets.values():
+            for w in kubelet.pods.values():
+                if w.namespace == namespace and w.name == name:
+                    return w
+        return None
+
+    def pids(self) -> list[int]:
+        found = []
+        for kubelet in self.kubelets.values():
+            for w in kubelet.pods.values():
+                for c in w.containers:
+                    if c.process is not None and c.process.pid is not None \
+                            and c.process.returncode is None:
+                        found.append(c.process.pid)
+        return found
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        await asyncio.gather(*(k.shutdown() for k in self.kubelets.values()),
+                             return_exceptions=True)
+        await self.http.aclose()
