@@ -67,10 +67,15 @@ class Uniform:
 
 @dataclass(frozen=True)
 class LogNormal:
-    """A lognormal fixed by its median and 99th percentile (the figures people measure)."""
+    """A lognormal fixed by its median and 99th percentile (the figures people measure).
+
+    `cap` clips it: no value exceeds it (a generation that hits max_tokens or the client's
+    timeout ends there), which keeps the far tail from dominating a zero-failure search.
+    """
 
     p50: float
     p99: float
+    cap: float | None = None
 
     @property
     def mu(self) -> float:
@@ -81,24 +86,38 @@ class LogNormal:
         return math.log(self.p99 / self.p50) / Z99
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
-        return rng.lognormal(self.mu, self.sigma, n)
+        out = rng.lognormal(self.mu, self.sigma, n)
+        return out if self.cap is None else np.minimum(out, self.cap)
 
     @property
     def mean(self) -> float:
-        return math.exp(self.mu + self.sigma**2 / 2)
+        full = math.exp(self.mu + self.sigma**2 / 2)
+        if self.cap is None:
+            return full
+        # E[min(D, c)] = E[D] Phi((ln c - mu - sigma^2) / sigma) + c (1 - Phi((ln c - mu) / sigma))
+        z = (math.log(self.cap) - self.mu) / self.sigma
+        return full * _phi(z - self.sigma) + self.cap * (1 - _phi(z))
 
     @property
     def upper(self) -> float:
         # p99.9999: far enough out that the integrated survival beyond it is negligible.
-        return math.exp(self.mu + 4.75 * self.sigma)
+        tail = math.exp(self.mu + 4.75 * self.sigma)
+        return tail if self.cap is None else min(tail, self.cap)
 
     def cdf(self, x: float) -> float:
         if x <= 0:
             return 0.0
-        return 0.5 * (1 + math.erf((math.log(x) - self.mu) / (self.sigma * math.sqrt(2))))
+        if self.cap is not None and x >= self.cap:
+            return 1.0
+        return _phi((math.log(x) - self.mu) / self.sigma)
 
     def describe(self) -> str:
-        return f"lognormal p50 {self.p50:g}s p99 {self.p99:g}s"
+        capped = "" if self.cap is None else f" max {self.cap:g}s"
+        return f"lognormal p50 {self.p50:g}s p99 {self.p99:g}s{capped}"
+
+
+def _phi(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
 @dataclass(frozen=True)

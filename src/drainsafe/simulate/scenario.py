@@ -10,7 +10,6 @@ holding measured request durations).
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -415,9 +414,13 @@ def _lognormal(f: _Fields) -> Distribution:
         raise ScenarioError(f.at("p50"), "must be > 0 for a lognormal")
     if p99 < p50:
         raise ScenarioError(f.at("p99"), f"must be >= p50 ({p50:g}), got {p99:g}")
+    cap = f.duration("max", minimum=0.0) if f.has("max") else None
+    f.allow("max")
+    if cap is not None and cap < p50:
+        raise ScenarioError(f.at("max"), f"must be >= p50 ({p50:g}), got {cap:g}")
     if p99 == p50:
         return Constant(p50)
-    return LogNormal(p50=p50, p99=p99)
+    return LogNormal(p50=p50, p99=p99, cap=cap)
 
 
 def _uniform(f: _Fields) -> Distribution:
@@ -468,34 +471,23 @@ def histogram_of(durations: Sequence[float], bins: int = 50) -> Histogram:
     """An empirical distribution from measured durations (seconds)."""
     if not durations:
         raise ValueError("no request durations to build a histogram from")
-    counts, edges = __import__("numpy").histogram(list(durations), bins=bins)
+    import numpy as np
+
+    counts, edges = np.histogram(list(durations), bins=bins)
     return Histogram(tuple(float(e) for e in edges), tuple(float(c) for c in counts))
 
 
 def durations_from_verify_record(path: Path) -> list[float]:
-    """Request durations (seconds) of the successful requests in a verify record.
+    """Durations (seconds) of the successful requests in a `drainsafe verify` record.
 
-    A verify record (drainsafe verify --out DIR) is JSON; its requests carry their duration.
-    Accepted shapes: {"requests": [{"duration"|"total"|"seconds": s, "ok"?: bool}, ...]}
-    or a top-level list of such objects, or {"durations": [s, ...]}.
+    `path` is record.json or the --out directory holding it (drainsafe.verify.record).
     """
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if isinstance(data, Mapping) and isinstance(data.get("durations"), list):
-        return [float(d) for d in data["durations"] if float(d) > 0]
-    items = data.get("requests") if isinstance(data, Mapping) else data
-    if not isinstance(items, list):
-        raise ValueError("no 'requests' or 'durations' list found")
-    out: list[float] = []
-    for item in items:
-        if not isinstance(item, Mapping) or item.get("ok", True) is False:
-            continue
-        for key in ("duration", "total", "seconds", "elapsed"):
-            value = item.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                out.append(float(value))
-                break
+    from drainsafe.verify.record import Record
+
+    record = Record.read(path)
+    out = [r.total for r in record.requests if r.outcome.ok and r.total > 0]
     if not out:
-        raise ValueError("no successful request with a duration found")
+        raise ValueError("the record holds no successful request to take durations from")
     return out
 
 
