@@ -111,11 +111,13 @@ class DrainRuntime:
         """An explicit drain request (e.g. the preStop httpGet endpoint)."""
         self._apply(lifecycle.begin_drain(self.state, self.clock(), reason))
 
-    def tick(self) -> None:
-        """Let time move the lifecycle on; cut open work when the deadline has come."""
+    def tick(self, in_flight: int | None = None) -> None:
+        """Let time move the lifecycle on; cut open work when the deadline has come.
+
+        `in_flight` overrides the tracked count (signal mode reads the child's metric)."""
         now = self.clock()
-        before = self.state
-        state = lifecycle.advance(before, now, self.settings, in_flight=len(self.open))
+        count = len(self.open) if in_flight is None else in_flight
+        state = lifecycle.advance(self.state, now, self.settings, in_flight=count)
         if lifecycle.should_cut(state, now, self.settings) and self.open:
             self.cut_all()
         self._apply(state)

@@ -1,0 +1,178 @@
+"""`drainsafe serve` and `drainsafe run`: drain-aware serving from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+DEFAULT_DRAIN_DELAY = 5.0
+DEFAULT_SHUTDOWN_TIMEOUT = 20.0
+"""Defaults fit the default 30 s grace period with drainsafe.budget's 5 s buffer."""
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds must be >= 0 and finite")
+    return value
+
+
+def host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return (host.strip("[]") or "0.0.0.0", int(port))
+
+
+def _lifecycle_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drain-delay", type=seconds, default=DEFAULT_DRAIN_DELAY, metavar="S",
+                   help="keep accepting after SIGTERM this long, answering readiness 503 and "
+                   "Connection: close (cover endpoint propagation) [%(default)s]")
+    p.add_argument("--shutdown-timeout", type=seconds, default=DEFAULT_SHUTDOWN_TIMEOUT,
+                   metavar="S", help="after the drain delay, in-flight work gets this long; "
+                   "streams still open then end with the drain error event [%(default)s]")
+    p.add_argument("--idle-grace", type=seconds, default=0.5, metavar="S",
+                   help="close an idle keep-alive connection once idle this long after the "
+                   "listener closed [%(default)s]")
+    p.add_argument("--ready-path", default="/readyz", help="readiness endpoint [%(default)s]")
+    p.add_argument("--live-path", default="/livez", help="liveness endpoint [%(default)s]")
+    p.add_argument("--drain-path", default="/drainsafe/drain",
+                   help="drain endpoint for a preStop httpGet [%(default)s]")
+    p.add_argument("--metrics-path", default="/metrics",
+                   help="Prometheus metrics endpoint [%(default)s]")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+
+
+def register(subparsers: Any) -> None:
+    serve = subparsers.add_parser(
+        "serve", help="run an ASGI app on uvicorn with a drain-aware shutdown",
+        description="Run MODULE:APP on uvicorn. On SIGTERM (or a drain request) readiness "
+        "fails at once while the server keeps accepting for the drain delay with "
+        "Connection: close on every response; then the listener closes and in-flight work "
+        "runs to the shutdown deadline; streams still open are ended with an explicit "
+        "error event. Exit 0: everything finished; 1: something was ended at the deadline; "
+        "3: forced by a second signal. DRAINSAFE_GRACE_SECONDS (the pod's "
+        "terminationGracePeriodSeconds) is checked against the settings at start-up.")
+    serve.add_argument("app", metavar="MODULE:APP", help="the ASGI app to import")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="bind address (use 0.0.0.0 in a pod) [%(default)s]")
+    serve.add_argument("--port", type=int, default=8000, help="[%(default)s]")
+    serve.add_argument("--factory", action="store_true",
+                       help="MODULE:APP is a function returning the app")
+    serve.add_argument("--no-access-log", action="store_true")
+    _lifecycle_options(serve)
+    serve.set_defaults(handler=_serve)
+
+    run = subparsers.add_parser(
+        "run", help="run a server as a child, with a drain-aware proxy or signal gate",
+        description="Run CMD as a child process with PID 1 duties (signal forwarding, "
+        "zombie reaping, exit code). proxy mode: an HTTP/1.1 proxy on --listen in front of "
+        "the child on --upstream tracks every request and stream, drains like "
+        "`drainsafe serve`, and gives the child SIGTERM once nothing is in flight. signal "
+        "mode: no data path; readiness on --listen, SIGTERM held for the drain delay, then "
+        "until the child's own in-flight metric is zero.")
+    run.add_argument("--mode", choices=["proxy", "signal"], default="proxy")
+    run.add_argument("--listen", type=host_port, default=("127.0.0.1", 8080),
+                     metavar="HOST:PORT", help="the pod's port (use 0.0.0.0:PORT in a pod) "
+                     "[127.0.0.1:8080]")
+    run.add_argument("--upstream", type=host_port, default=("127.0.0.1", 8000),
+                     metavar="HOST:PORT", help="where the child listens [127.0.0.1:8000]")
+    run.add_argument("--preset", choices=["vllm", "tgi", "triton", "sglang"],
+                     help="known server: its ready endpoint, in-flight metric, shutdown flag")
+    run.add_argument("--child-ready-path", default=None,
+                     help="the child's own readiness endpoint, consulted by ours")
+    run.add_argument("--child-metrics-path", default=None,
+                     help="signal mode: the child's Prometheus endpoint [/metrics]")
+    run.add_argument("--in-flight-metric", action="append", default=None, metavar="NAME",
+                     help="signal mode: metric(s) whose sum is the child's in-flight work")
+    run.add_argument("--child-exit-timeout", type=seconds, default=None, metavar="S",
+                     help="after SIGTERM, wait this long for the child before SIGKILL "
+                     "[budget buffer, 5]")
+    _lifecycle_options(run)
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
+    run.set_defaults(handler=_run)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from drainsafe.server.lifecycle import Settings
+
+    return Settings(drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout,
+                    idle_grace=args.idle_grace)
+
+
+def _paths(args: argparse.Namespace) -> Any:
+    from drainsafe.server.runtime import Paths
+
+    return Paths(ready=args.ready_path, live=args.live_path, drain=args.drain_path,
+                 metrics=args.metrics_path)
+
+
+def _start_up(args: argparse.Namespace) -> Any:
+    """Logging, settings and the grace-period check common to both commands."""
+    import logging
+    import os
+
+    from drainsafe.server.lifecycle import budget_warning, parse_grace
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(message)s")
+    settings = _settings(args)
+    grace = parse_grace(os.environ.get("DRAINSAFE_GRACE_SECONDS"))
+    warning = budget_warning(settings, grace)
+    if warning:
+        logging.getLogger("drainsafe.server").warning("drainsafe: %s", warning)
+    return settings
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        settings = _start_up(args)
+    except ValueError as exc:
+        print(f"drainsafe serve: {exc}", file=sys.stderr)
+        return 2
+    from uvicorn.importer import ImportFromStringError, import_from_string
+
+    from drainsafe.server import serve
+    from drainsafe.server.runtime import DrainRuntime
+
+    sys.path.insert(0, ".")
+    try:
+        app = import_from_string(args.app)
+        if args.factory:
+            app = app()
+    except ImportFromStringError as exc:
+        print(f"drainsafe serve: cannot import {args.app}: {exc}", file=sys.stderr)
+        return 2
+    runtime = DrainRuntime(settings, paths=_paths(args))
+    server = serve.build(app, runtime, host=args.host, port=args.port,
+                         log_level=args.log_level, access_log=not args.no_access_log,
+                         lifespan="auto")
+    return serve.run(server)
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("drainsafe run: give the command after --, e.g. "
+              "drainsafe run -- uvicorn app:app --port 8000", file=sys.stderr)
+        return 2
+    try:
+        settings = _start_up(args)
+    except ValueError as exc:
+        print(f"drainsafe run: {exc}", file=sys.stderr)
+        return 2
+    from drainsafe.server import supervisor
+
+    try:
+        options = supervisor.RunOptions.from_args(args, command, settings, _paths(args))
+    except ValueError as exc:
+        print(f"drainsafe run: {exc}", file=sys.stderr)
+        return 2
+    return supervisor.main(options)

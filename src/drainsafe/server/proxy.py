@@ -1,0 +1,469 @@
+"""The data path of `drainsafe run` (proxy mode): an HTTP/1.1 proxy in front of the child.
+
+Each client connection gets its own upstream connection to the child, opened on the first
+request and kept alive with it (pipelined requests are forwarded in order and answered in
+order). httptools (llhttp, installed with uvicorn[standard]) parses both directions; bodies
+are forwarded as they arrive, one write per read, with back-pressure both ways (a client
+that reads slowly pauses reading from the child, and the other way round), so SSE and
+chunked streams pass through unbuffered.
+
+What the proxy adds is the drain: every request is tracked by the DrainRuntime; while
+draining, each response head carries `Connection: close` and the client connection is
+closed after it; at the deadline, open responses are ended on purpose (SSE: the
+drainsafe.marker error event, then the terminating chunk; other started bodies: the
+connection is closed without a terminating chunk, so clients see an incomplete body;
+unanswered requests: 503). An upstream abort mid-stream becomes the same marker for SSE.
+
+Hop-by-hop headers (Connection, Keep-Alive, Proxy-Connection) are not forwarded (RFC 9110
+§7.6.1). Upgrades (WebSocket) are not proxied: they get 501.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, cast
+
+import httptools
+
+from drainsafe.asgi import own_endpoint_response
+from drainsafe.marker import sse_error_event
+from drainsafe.server.runtime import DrainRuntime, Tracked
+
+_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
+
+
+def _final_chunk(event: bytes) -> bytes:
+    """An SSE event as the last chunk of a chunked body, then the terminating chunk."""
+    return b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event)
+
+
+_DEADLINE_CHUNK = _final_chunk(sse_error_event())
+_ABORT_CHUNK = _final_chunk(sse_error_event(
+    "stream ended by drainsafe run: the upstream server closed it mid-stream"))
+_LAST_CHUNK = b"0\r\n\r\n"
+
+ReadyCheck = Callable[[], Awaitable[bool]]
+
+
+def _error_response(status: int, reason: bytes, message: bytes) -> bytes:
+    body = b'{"error":"' + message + b'"}'
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
+
+
+class ProxyRequest(Tracked):
+    __slots__ = ("chunked", "conn", "head", "head_sent", "keep_alive", "local", "method",
+                 "out", "query", "sse")
+
+    def __init__(self, conn: ClientConnection, method: bytes, keep_alive: bool) -> None:
+        super().__init__()
+        self.conn = conn
+        self.method = method
+        self.keep_alive = keep_alive
+        self.local: str | None = None
+        self.query = b""
+        self.head_sent = False
+        self.chunked = False
+        self.sse = False
+        self.out: list[bytes] = []
+        """Response bytes waiting for the requests before this one to be answered."""
+
+    @property
+    def stream(self) -> bool:
+        return self.head_sent and not self.complete and (self.chunked or self.sse)
+
+    def cut(self) -> None:
+        super().cut()
+        self.conn.cut(self)
+
+
+class Proxy:
+    """Listener plus the set of client connections, driven by a DrainRuntime."""
+
+    def __init__(self, runtime: DrainRuntime, upstream: tuple[str, int], *,
+                 ready_check: ReadyCheck | None = None, health_only: bool = False) -> None:
+        self.runtime = runtime
+        self.health_only = health_only
+        """signal mode: no data path, only the runtime's endpoints (others: 404)."""
+        self.upstream = upstream
+        self.ready_check = ready_check
+        self.connections: set[ClientConnection] = set()
+        self.server: asyncio.Server | None = None
+        self.upstream_aborts = 0
+
+    async def listen(self, host: str, port: int) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: ClientConnection(self), host, port,
+                                               backlog=2048)
+        sock = self.server.sockets[0].getsockname()
+        return sock[0], sock[1]
+
+    def close_listener(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    def sweep_idle(self, idle_for: float, *, everything: bool = False) -> bool:
+        """Close connections idle at least `idle_for` s; True while any is busy."""
+        now = self.runtime.clock()
+        busy = False
+        for conn in list(self.connections):
+            if conn.queue:
+                busy = True
+            elif everything or (conn.idle_since is not None
+                                and now - conn.idle_since >= idle_for):
+                conn.close()
+        return busy
+
+    def close_all(self) -> None:
+        for conn in list(self.connections):
+            conn.close()
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.runtime = proxy.runtime
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.queue: collections.deque[ProxyRequest] = collections.deque()
+        self.awaiting: collections.deque[ProxyRequest] = collections.deque()
+        """Proxied requests whose response has not begun, in upstream order."""
+        self.upstream: UpstreamConnection | None = None
+        self.connecting = False
+        self.to_upstream: list[bytes] = []
+        self.out: list[bytes] = []
+        self.idle_since: float | None = None
+        self.closing = False
+        self.closed = False
+        self._req: ProxyRequest | None = None
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._req_chunked = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        self.proxy.connections.add(self)
+        self.idle_since = self.runtime.clock()
+
+    def data_received(self, data: bytes) -> None:
+        self.idle_since = None
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(_error_response(501, b"Not Implemented", b"upgrade not supported"))
+            return
+        except httptools.HttpParserError as exc:
+            self._fail(_error_response(400, b"Bad Request", str(exc).encode()[:200]
+                                       .replace(b'"', b"'")))
+            return
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.proxy.connections.discard(self)
+        for req in self.queue:
+            self.runtime.finish(req)
+        self.queue.clear()
+        self.awaiting.clear()
+        if self.upstream is not None:
+            self.upstream.close()
+
+    def pause_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.resume_reading()
+
+    # -- httptools request callbacks -------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        req = ProxyRequest(self, parser.get_method(), parser.should_keep_alive())
+        self._req = req
+        self.queue.append(req)
+        path, _, query = self._url.partition(b"?")
+        spath = path.decode("latin-1")
+        if spath in self.runtime.own_paths or self.proxy.health_only:
+            req.local = spath
+            req.query = query
+            return
+        self.runtime.track(req)
+        self.awaiting.append(req)
+        head = [req.method, b" ", self._url, b" HTTP/1.1\r\n"]
+        chunked = False
+        for name, value in self._headers:
+            low = name.lower()
+            if low in _HOP:
+                continue
+            if low == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+            head += (name, b": ", value, b"\r\n")
+        head.append(b"\r\n")
+        self._req_chunked = chunked
+        self.to_upstream.append(b"".join(head))
+
+    def on_body(self, body: bytes) -> None:
+        req = self._req
+        if req is None or req.local is not None:
+            return
+        if self._req_chunked:
+            self.to_upstream.append(b"%x\r\n%s\r\n" % (len(body), body))
+        else:
+            self.to_upstream.append(body)
+
+    def on_message_complete(self) -> None:
+        req = self._req
+        if req is None:
+            return
+        if req.local is not None:
+            self._spawn(self._answer_local(req))
+        elif self._req_chunked:
+            self.to_upstream.append(_LAST_CHUNK)
+
+    # -- writing ---------------------------------------------------------------------
+    def _flush(self) -> None:
+        if self.to_upstream:
+            up = self.upstream
+            if up is not None and up.transport is not None:
+                if not up.transport.is_closing():
+                    up.transport.write(b"".join(self.to_upstream))
+                self.to_upstream.clear()
+            elif not self.connecting:
+                self.connecting = True
+                self._spawn(self._connect())
+        if self.out:
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(b"".join(self.out))
+            self.out.clear()
+
+    def write_for(self, req: ProxyRequest, data: bytes) -> None:
+        """Queue response bytes for `req`, in request order (pipelining)."""
+        if self.queue and self.queue[0] is req:
+            self.out.append(data)
+        else:
+            req.out.append(data)
+
+    def response_done(self, req: ProxyRequest) -> None:
+        req.complete = True
+        self.runtime.finish(req)
+        if not req.keep_alive or not self.runtime.serving:
+            self.closing = True
+        if self.queue and self.queue[0] is req:
+            self.queue.popleft()
+            # The next requests may already have their whole answer waiting.
+            while self.queue:
+                nxt = self.queue[0]
+                if nxt.out:
+                    self.out += nxt.out
+                    nxt.out.clear()
+                if not nxt.complete:
+                    break
+                self.queue.popleft()
+        if not self.queue:
+            if self.closing:
+                self._flush()
+                self.close()
+            else:
+                self.idle_since = self.runtime.clock()
+
+    def head_for(self, req: ProxyRequest, status: int, reason: bytes,
+                 headers: list[tuple[bytes, bytes]]) -> bytes:
+        head = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+        for name, value in headers:
+            low = name.lower()
+            if low in _HOP:
+                continue
+            if low == b"transfer-encoding" and b"chunked" in value.lower():
+                req.chunked = True
+            elif low == b"content-type" and value.lower().startswith(b"text/event-stream"):
+                req.sse = True
+            head += (name, b": ", value, b"\r\n")
+        if not req.keep_alive or not self.runtime.serving:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        req.head_sent = True
+        return b"".join(head)
+
+    # -- upstream --------------------------------------------------------------------
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = self.proxy.upstream
+        try:
+            _, upstream = await loop.create_connection(lambda: UpstreamConnection(self),
+                                                       host, port)
+        except OSError:
+            self.connecting = False
+            self._fail(_error_response(502, b"Bad Gateway", b"upstream not reachable"))
+            return
+        self.connecting = False
+        if self.closed:
+            upstream.close()
+            return
+        self.upstream = upstream
+        self._flush()
+
+    def upstream_lost(self, upstream: UpstreamConnection) -> None:
+        if self.upstream is upstream:
+            self.upstream = None
+        if self.closed or (not self.awaiting and not any(
+                r.head_sent and not r.complete for r in self.queue)):
+            return
+        # The child closed the connection with work pending: answer what can be answered.
+        front = next((r for r in self.queue if r.local is None and not r.complete), None)
+        if front is not None and front.head_sent:
+            self.proxy.upstream_aborts += 1
+            if front.sse and front.chunked:
+                self.write_for(front, _ABORT_CHUNK)
+        elif front is not None:
+            self.write_for(front, _error_response(502, b"Bad Gateway",
+                                                  b"upstream closed the connection"))
+        self._flush()
+        self.close()
+
+    # -- local endpoints and the end -------------------------------------------------
+    async def _answer_local(self, req: ProxyRequest) -> None:
+        assert req.local is not None
+        status, ctype, body = await own_endpoint_response(
+            self.runtime, req.local, req.query, ready_check=self.proxy.ready_check)
+        if self.closed:
+            return
+        reason = b"OK" if status == 200 else b"Service Unavailable" if status == 503 \
+            else b"Not Found"
+        headers = [(b"content-type", ctype), (b"content-length", b"%d" % len(body)),
+                   (b"cache-control", b"no-store")]
+        self.write_for(req, self.head_for(req, status, reason, headers) + body)
+        self.response_done(req)
+        self._flush()
+
+    def cut(self, req: ProxyRequest) -> None:
+        """The deadline came with `req` open: end it visibly, then close the connection."""
+        if self.closed:
+            return
+        front = self.queue[0] if self.queue else None
+        if front is not None and front.head_sent and not front.complete:
+            if front.sse and front.chunked:
+                self.out.append(_DEADLINE_CHUNK)
+        elif front is not None and not front.head_sent:
+            self.out.append(_error_response(503, b"Service Unavailable",
+                                            b"server shut down before answering"))
+        self._flush()
+        self.close()
+
+    def _fail(self, response: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.out.append(response)
+            self._flush()
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+        if self.upstream is not None:
+            self.upstream.close()
+
+
+class UpstreamConnection(asyncio.Protocol):
+    def __init__(self, client: ClientConnection) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self._req: ProxyRequest | None = None
+        self._reason = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._renew_parser = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.close()
+            return
+        if self._renew_parser:
+            self._renew_parser = False
+            self.parser = httptools.HttpResponseParser(self)
+        self.client._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.upstream_lost(self)
+
+    def pause_writing(self) -> None:
+        if self.client.transport is not None:
+            self.client.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.client.transport is not None:
+            self.client.transport.resume_reading()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    # -- httptools response callbacks ------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._reason = b""
+        self._headers = []
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        client = self.client
+        status = self.parser.get_status_code()
+        if status < 200:
+            return  # 1xx interim answers are not passed on; the final one follows
+        req = client.awaiting.popleft() if client.awaiting else None
+        self._req = req
+        if req is None:
+            return
+        client.write_for(req, client.head_for(req, status, self._reason or b"OK",
+                                              self._headers))
+        if req.method == b"HEAD" or status in (204, 304):
+            # No body follows; llhttp cannot be told, so start a fresh parser afterwards.
+            self._renew_parser = True
+            self._req = None
+            client.response_done(req)
+
+    def on_body(self, body: bytes) -> None:
+        req = self._req
+        if req is None:
+            return
+        if req.chunked:
+            self.client.write_for(req, b"%x\r\n%s\r\n" % (len(body), body))
+        else:
+            self.client.write_for(req, body)
+
+    def on_message_complete(self) -> None:
+        req, self._req = self._req, None
+        if req is None:
+            return
+        if req.chunked:
+            self.client.write_for(req, _LAST_CHUNK)
+        self.client.response_done(req)
