@@ -125,7 +125,10 @@ class Record:
                        started_at=float(data["started_at"]), elapsed=float(data["elapsed"]),
                        requests=requests, events=events,
                        not_started=int(data.get("not_started", 0)))
-        except (KeyError, TypeError, ValueError) as exc:
+        except KeyError as exc:
+            raise ValueError(f"{source}: not a drainsafe verify record (missing field {exc})"
+                             ) from exc
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"{source}: not a drainsafe verify record ({exc})") from exc
 
     def write(self, directory: Path) -> Path:
