@@ -48,6 +48,6 @@ def test_percentile_is_nearest_rank() -> None:
 def test_bad_record_is_named(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "record.json"
     path.write_text(content)
-    with pytest.raises(ValueError, match="record.json") as info:
+    with pytest.raises(ValueError, match=r"record\.json") as info:
         Record.read(path)
     assert message in str(info.value)
