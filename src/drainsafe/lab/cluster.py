@@ -1,0 +1,357 @@
+"""`Lab`: a whole local cluster in one object, for tests, rehearsals and the demo.
+
+    async with Lab(state_dir, nodes=3, gpus_per_node=1, propagation_seconds=0.5) as lab:
+        await lab.apply(deployment, service)
+        await lab.wait_available("default", "web", timeout=60)
+        url = lab.service_url("default", "web")                   # via the ClusterIP path
+        url = lab.service_url("default", "web", path="ingress")   # via nginx
+        subprocess.run(["kubectl", "--kubeconfig", lab.kubeconfig, "get", "pods"])
+
+It starts the control plane (API server, controllers, scheduler), one kubelet per node and
+both traffic paths, writes <state_dir>/kubeconfig, and on exit (normal, exception, Ctrl-C)
+stops every process it started, by pid: container process groups, nginx. Nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import random
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lightkube import ApiError, AsyncClient, KubeConfig, codecs
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.types import PatchType
+
+from drainsafe.lab.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool, now_rfc3339
+from drainsafe.lab.netpath.paths import NetPaths
+from drainsafe.lab.netpath.propagation import Propagation
+from drainsafe.lab.podip import node_subnet
+
+VIRTUAL = {"lab.drainsafe.io/virtual": "true"}
+
+
+class LabError(RuntimeError):
+    pass
+
+
+class Lab:
+    def __init__(self, state_dir: Path | str, *, nodes: int = 3, gpus_per_node: int = 0,
+                 propagation_seconds: float | str | Propagation = 0.0,
+                 ingress: bool = True, restart_backoff: float = 10.0,
+                 node_cpu: str = "32", node_memory: str = "256Gi",
+                 gpu_product: str = DEFAULT_GPU_PRODUCT, node_prefix: str = "node",
+                 seed: int | None = None) -> None:
+        if not 1 <= nodes <= 256:
+            raise ValueError(f"nodes: {nodes} is outside 1..256")
+        if gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node: {gpus_per_node} must be >= 0")
+        self.state_dir = Path(state_dir).resolve()
+        self.node_count = nodes
+        self.gpus_per_node = gpus_per_node
+        if isinstance(propagation_seconds, Propagation):
+            self.propagation = propagation_seconds
+        elif isinstance(propagation_seconds, str):
+            self.propagation = Propagation.parse(propagation_seconds)
+        else:
+            self.propagation = Propagation.fixed(float(propagation_seconds))
+        self.use_ingress = ingress
+        self.restart_backoff = restart_backoff
+        self.rng = random.Random(seed)
+        subnet_base = self.rng.randrange(256)
+        self.node_configs = [
+            NodeConfig(name=f"{node_prefix}-{i}", subnet=node_subnet(subnet_base, i),
+                       cpu=node_cpu, memory=node_memory, gpus=gpus_per_node,
+                       gpu_product=gpu_product)
+            for i in range(nodes)]
+        self.control_plane: Any = None
+        self.client: AsyncClient | None = None
+        self.nodes: NodePool | None = None
+        self.net: NetPaths | None = None
+        self._status_task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    async def __aenter__(self) -> Lab:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        from drainsafe.lab.controlplane import ControlPlane
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        # A safety net if the event loop dies without running stop(): kill what we started.
+        atexit.register(self._kill_remaining)
+        self.control_plane = ControlPlane(self.state_dir)
+        await self.control_plane.start()
+        self.control_plane.write_kubeconfig(self.kubeconfig)
+        self.client = AsyncClient(config=KubeConfig.from_file(str(self.kubeconfig)),
+                                  field_manager="drainsafe-lab")
+        self.nodes = NodePool(self.client, self.node_configs, state_dir=self.state_dir,
+                              restart_backoff=self.restart_backoff)
+        await self.nodes.start()
+        self.net = NetPaths(self.client, propagation=self.propagation, workdir=self.state_dir,
+                            ingress=self.use_ingress, rng=self.rng)
+        await self.net.start()
+        self._status_task = asyncio.ensure_future(self._publish_status())
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._status_task is not None:
+            self._status_task.cancel()
+            await asyncio.gather(self._status_task, return_exceptions=True)
+        if self.net is not None:
+            await self.net.stop()
+        if self.nodes is not None:
+            await self.nodes.stop()
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.client.close()
+        if self.control_plane is not None:
+            await self.control_plane.stop()
+        self._kill_remaining()
+        atexit.unregister(self._kill_remaining)
+
+    def pids(self) -> list[int]:
+        """Processes of this lab still running: containers (group leaders) and nginx."""
+        found = list(self.nodes.pids()) if self.nodes is not None else []
+        if self.net is not None and self.net.ingress is not None and self.net.ingress.pid:
+            found.append(self.net.ingress.pid)
+        return found
+
+    def _kill_remaining(self) -> None:
+        if self.nodes is not None:
+            for pid in self.nodes.pids():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+        if self.net is not None and self.net.ingress is not None:
+            with contextlib.suppress(Exception):
+                self.net.ingress._nginx.stop()
+
+    # addresses -------------------------------------------------------------------------------
+
+    def service_url(self, namespace: str, name: str, *, path: str = "clusterip",
+                    port: int | str | None = None, scheme: str = "http") -> str:
+        """The base URL of a Service through one traffic path, as that path now knows it."""
+        assert self.net is not None, "lab not started"
+        if path not in self.net.consumers:
+            raise LabError(f"path {path!r}: choose one of {sorted(self.net.consumers)}")
+        view = self.net.known(path, namespace, name) or self.net.current.get((namespace, name))
+        if view is None:
+            raise LabError(f"service {namespace}/{name} is not known to the {path} path yet")
+        svc_port = view.port(port)
+        if path == "clusterip":
+            return f"{scheme}://{view.cluster_ip}:{svc_port.port}"
+        assert self.net.ingress is not None
+        url = self.net.ingress.url(namespace, name, svc_port.port)
+        if url is None:
+            raise LabError(f"service {namespace}/{name} has no ingress listener yet")
+        return url
+
+    def backends(self, namespace: str, name: str, *, path: str = "clusterip",
+                 port: int | str | None = None) -> tuple[str, ...]:
+        assert self.net is not None, "lab not started"
+        view = self.net.known(path, namespace, name)
+        return () if view is None else view.port(port).backends
+
+    # manifests -------------------------------------------------------------------------------
+
+    async def apply(self, *manifests: dict[str, Any]) -> None:
+        """Create each object, or merge-patch it when it exists (like a simple kubectl apply)."""
+        client = self._client()
+        for manifest in manifests:
+            obj = codecs.from_dict(manifest)
+            try:
+                await client.create(obj)
+            except ApiError as exc:
+                if exc.status.code != 409:
+                    raise
+                meta = manifest.get("metadata") or {}
+                await client.patch(type(obj), meta["name"], manifest,  # type: ignore[type-var]
+                                   namespace=meta.get("namespace"), patch_type=PatchType.MERGE)
+
+    async def rollout_restart(self, namespace: str, name: str) -> None:
+        """What `kubectl rollout restart` does: stamp the pod template."""
+        patch = {"spec": {"template": {"metadata": {"annotations": {
+            "kubectl.kubernetes.io/restartedAt": now_rfc3339()}}}}}
+        await self._client().patch(Deployment, name, patch, namespace=namespace,
+                                   patch_type=PatchType.STRATEGIC)
+
+    async def wait_available(self, namespace: str, name: str, *, timeout: float = 60.0) -> None:
+        """Until the Deployment's rollout is complete (kubectl rollout status's test)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last: dict[str, Any] = {}
+        while loop.time() < deadline:
+            dep = (await self._client().get(Deployment, name, namespace=namespace)).to_dict()
+            if rollout_complete(dep):
+                return
+            last = dep.get("status") or {}
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"deployment {namespace}/{name} not available after {timeout:g}s; "
+                           f"status: {json.dumps(last)}")
+
+    async def wait_daemonset(self, namespace: str, name: str, *, timeout: float = 60.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            ds = (await self._client().get(DaemonSet, name, namespace=namespace)).to_dict()
+            st = ds.get("status") or {}
+            want = st.get("desiredNumberScheduled")
+            if want and st.get("numberReady") == want:
+                return
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"daemonset {namespace}/{name} not ready after {timeout:g}s")
+
+    async def wait_backends(self, namespace: str, name: str, count: int, *,
+                            path: str = "clusterip", timeout: float = 60.0) -> tuple[str, ...]:
+        """Until the given path routes the Service to `count` backends (after propagation)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            found = self.backends(namespace, name, path=path)
+            if len(found) == count:
+                return found
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"{path} path has {self.backends(namespace, name, path=path)} for "
+                           f"{namespace}/{name}, wanted {count} after {timeout:g}s")
+
+    def _client(self) -> AsyncClient:
+        if self.client is None:
+            raise LabError("lab not started")
+        return self.client
+
+    # status for `drainsafe lab status` ----------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        services = []
+        if self.net is not None:
+            for (namespace, name), view in sorted(self.net.current.items()):
+                for port in view.ports:
+                    ingress = (self.net.ingress.url(namespace, name, port.port)
+                               if self.net.ingress is not None else None)
+                    services.append({"namespace": namespace, "name": name,
+                                     "clusterIP": f"{view.cluster_ip}:{port.port}",
+                                     "ingress": ingress, "endpoints": len(port.backends)})
+        return {
+            "pid": os.getpid(),
+            "kubeconfig": str(self.kubeconfig),
+            "server": getattr(self.control_plane, "url", None),
+            "nodes": [{"name": c.name, "hostIP": c.host_ip, "gpus": c.gpus}
+                      for c in self.node_configs],
+            "propagation": [self.propagation.low, self.propagation.high],
+            "services": services,
+            "pids": self.pids(),
+        }
+
+    async def _publish_status(self) -> None:
+        path = self.state_dir / "lab.json"
+        last = ""
+        while True:
+            text = json.dumps(self.describe(), indent=2)
+            if text != last:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(text)
+                tmp.replace(path)
+                last = text
+            await asyncio.sleep(0.5)
+
+
+def rollout_complete(dep: dict[str, Any]) -> bool:
+    """kubectl's rollout status test (kubectl/pkg/polymorphichelpers/rollout_status.go)."""
+    spec = dep.get("spec") or {}
+    st = dep.get("status") or {}
+    meta = dep.get("metadata") or {}
+    want = int(spec.get("replicas", 1))
+    if int(st.get("observedGeneration", 0)) < int(meta.get("generation", 0)):
+        return False
+    return (int(st.get("updatedReplicas", 0)) == want
+            and int(st.get("replicas", 0)) == want
+            and int(st.get("availableReplicas", 0)) == want)
+
+
+def gpu_device_plugin_daemonset(namespace: str = "kube-system",
+                                name: str = "nvidia-device-plugin-daemonset") -> dict[str, Any]:
+    """A GPU device-plugin-like DaemonSet (virtual pods) on every GPU node; drains skip it."""
+    labels = {"name": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": dict(VIRTUAL)},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                     "effect": "NoSchedule"}],
+                    "containers": [{"name": "nvidia-device-plugin-ctr",
+                                    "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}],
+                },
+            },
+        },
+    }
+
+
+def virtual_deployment(name: str, *, namespace: str = "default", replicas: int = 1,
+                       startup_seconds: float = 0.0, exit_after_sigterm_seconds: float = 0.0,
+                       gpus: int = 0, labels: dict[str, str] | None = None,
+                       grace: int = 30) -> dict[str, Any]:
+    """A Deployment of virtual pods (no processes), cheap at any scale."""
+    labels = labels or {"app": name}
+    resources: dict[str, Any] = {"requests": {"cpu": "10m"}}
+    if gpus:
+        resources = {"requests": {"cpu": "10m", "nvidia.com/gpu": str(gpus)},
+                     "limits": {"nvidia.com/gpu": str(gpus)}}
+    annotations = dict(VIRTUAL)
+    annotations["lab.drainsafe.io/startup-seconds"] = f"{startup_seconds:g}"
+    annotations["lab.drainsafe.io/exit-after-sigterm-seconds"] = f"{exit_after_sigterm_seconds:g}"
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {"terminationGracePeriodSeconds": grace,
+                         "containers": [{"name": "main", "image": "lab/virtual",
+                                         "resources": resources,
+                                         "ports": [{"name": "http", "containerPort": 8000}]}]},
+            },
+        },
+    }
+
+
+def pids_alive(pids: Iterable[int]) -> list[int]:
+    """Which of these pids still run (zombies count as gone)."""
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(") ", 1)[1][0]
+        except (FileNotFoundError, IndexError, ProcessLookupError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
