@@ -1,0 +1,448 @@
+"""Every rule, positive and negative, on manifests written here."""
+
+from __future__ import annotations
+
+import pytest
+
+from drainsafe.check.findings import Severity
+from drainsafe.check.rules import all_rules
+from check_manifests import (
+    SLEEP10,
+    check,
+    container,
+    deployment,
+    hpa,
+    of,
+    pdb,
+    rules,
+    service,
+)
+
+
+def base(**kw: object) -> list[dict[str, object]]:
+    return [deployment(grace=60, **kw), service(), pdb()]  # type: ignore[arg-type]
+
+
+def test_clean_baseline_has_no_findings() -> None:
+    assert check(*base()) == []
+
+
+def test_every_rule_has_text() -> None:
+    for rule in all_rules().values():
+        assert rule.summary and "Sources:" in rule.explain, rule.id
+
+
+# grace-budget ---------------------------------------------------------------------------
+
+def vllm(*extra: str, **kw: object) -> dict[str, object]:
+    return container(command=["vllm", "serve", "m"], args=["--port", "8000", *extra],
+                     pre_stop=SLEEP10, **kw)  # type: ignore[arg-type]
+
+
+def test_grace_budget_flags_vllm_drain_longer_than_grace() -> None:
+    found = of(check(deployment(grace=60, containers=[vllm("--shutdown-timeout", "90")]),
+                     service(), pdb()), "grace-budget")
+    assert len(found) == 1
+    f = found[0]
+    assert f.severity is Severity.ERROR
+    assert "10s" in f.message and "90s" in f.message and "105s" in f.message
+    assert f.budget is not None and f.budget.arithmetic() == "10s + 90s + 5s = 105s > 60s"
+    assert "terminationGracePeriodSeconds: 105" in f.fix
+    assert f.edits and f.edits[0].value == 105
+
+
+@pytest.mark.parametrize("args, grace, fires", [
+    (["uvicorn", "app:app", "--timeout-graceful-shutdown", "40"], 50, True),
+    (["uvicorn", "app:app", "--timeout-graceful-shutdown", "40"], 55, False),
+    (["gunicorn", "app:app"], 44, True),           # default graceful-timeout 30
+    (["gunicorn", "app:app", "--graceful-timeout=20"], 44, False),
+    (["tritonserver", "--model-repository=/m"], 40, True),  # default exit timeout 30
+    (["tritonserver", "--exit-timeout-secs", "10"], 40, False),
+    (["vllm", "serve", "m", "--shutdown-mode", "drain"], 130, True),  # drain timeout 120
+    (["vllm", "serve", "m", "--shutdown-mode", "drain", "--shutdown-drain-timeout", "60"], 80,
+     False),
+])
+def test_grace_budget_reads_server_flags(args: list[str], grace: int, fires: bool) -> None:
+    c = container(command=args[:1], args=args[1:], pre_stop=SLEEP10)
+    found = of(check(deployment(grace=grace, containers=[c]), service(), pdb()), "grace-budget")
+    assert bool(found) is fires
+
+
+def test_grace_budget_uses_annotation_deadline() -> None:
+    d = deployment(grace=60, annotations={"drainsafe.io/shutdown-seconds": "50"})
+    assert rules(check(d, service(), pdb())) == {"grace-budget"}
+    d = deployment(grace=65, annotations={"drainsafe.io/shutdown-seconds": "50"})
+    assert "grace-budget" not in rules(check(d, service(), pdb()))
+
+
+def test_grace_budget_unbounded_server_uses_longest_request() -> None:
+    c = container(command=["uvicorn", "app:app"], pre_stop=SLEEP10)
+    found = check(deployment(grace=60, containers=[c]), service(), pdb(),
+                  max_request_seconds=90)
+    assert "grace-budget" in rules(found)
+    assert "grace-budget" not in rules(check(deployment(grace=60, containers=[c]), service(),
+                                             pdb()))
+
+
+# shutdown-deadline-short ----------------------------------------------------------------
+
+def test_shutdown_deadline_short() -> None:
+    c = container(command=["hypercorn", "app:app"], pre_stop=SLEEP10)
+    found = of(check(deployment(grace=120, containers=[c]), service(), pdb(),
+                     max_request_seconds=90), "shutdown-deadline-short")
+    assert found and "3s" in found[0].message and "--graceful-timeout=90" in found[0].fix
+    c = container(command=["hypercorn", "app:app", "--graceful-timeout", "95"], pre_stop=SLEEP10)
+    assert not of(check(deployment(grace=120, containers=[c]), service(), pdb(),
+                        max_request_seconds=90), "shutdown-deadline-short")
+
+
+# grace-default --------------------------------------------------------------------------
+
+def test_grace_default_with_declared_longest_request() -> None:
+    d = deployment(annotations={"drainsafe.io/max-request-seconds": "90"})
+    found = of(check(d, service(), pdb()), "grace-default")
+    assert len(found) == 1 and found[0].severity is Severity.WARNING
+    assert "10s + longest request 90s" in found[0].message and "105s" in found[0].message
+    assert found[0].edits[0].value == 105
+
+
+def test_grace_default_unknown_longest_request_says_so() -> None:
+    found = of(check(deployment(), service(), pdb()), "grace-default")
+    assert len(found) == 1 and found[0].severity is Severity.INFO
+    assert "unknown" in found[0].message
+
+
+def test_grace_default_quiet_when_set_or_short_requests() -> None:
+    assert not of(check(*base(), max_request_seconds=90), "grace-default")
+    assert not of(check(deployment(), service(), pdb(), max_request_seconds=10), "grace-default")
+
+
+def test_grace_default_fix_respects_cap() -> None:
+    found = of(check(deployment(), service(), pdb(), max_request_seconds=90,
+                     max_grace_seconds=60), "grace-default")
+    assert found and found[0].edits == ()
+
+
+# prestop-missing ------------------------------------------------------------------------
+
+def test_prestop_missing() -> None:
+    d = deployment(grace=60, containers=[container()])
+    found = of(check(d, service(), pdb()), "prestop-missing")
+    assert found and "sleep:" in found[0].fix and "seconds: 10" in found[0].fix
+    # Not behind a Service: nothing routes to it, so no propagation to wait for.
+    assert not of(check(d, pdb()), "prestop-missing")
+    # Before 1.30 the fix is an exec sleep.
+    old = of(check(d, service(), pdb(), cluster_version=(1, 28)), "prestop-missing")
+    assert "exec:" in old[0].fix
+
+
+def test_prestop_missing_accepts_drainsafe_serve_delay() -> None:
+    c = container(command=["drainsafe", "serve", "--drain-delay", "10", "--shutdown-timeout",
+                           "30", "app:app"])
+    assert not of(check(deployment(grace=60, containers=[c]), service(), pdb()),
+                  "prestop-missing")
+
+
+# prestop-exceeds-grace ------------------------------------------------------------------
+
+@pytest.mark.parametrize("hook", [
+    {"sleep": {"seconds": 60}},
+    {"exec": {"command": ["/bin/sh", "-c", "sleep 60"]}},
+])
+def test_prestop_exceeds_grace(hook: dict[str, object]) -> None:
+    d = deployment(grace=30, containers=[container(pre_stop=hook)])
+    found = of(check(d, service(), pdb()), "prestop-exceeds-grace")
+    assert found and "60s" in found[0].message and "30s" in found[0].message
+    d = deployment(grace=90, containers=[container(pre_stop=hook)])
+    assert not of(check(d, service(), pdb()), "prestop-exceeds-grace")
+
+
+# sleep-action-unsupported ---------------------------------------------------------------
+
+def test_sleep_action_unsupported_before_1_30() -> None:
+    assert of(check(*base(), cluster_version=(1, 29)), "sleep-action-unsupported")
+    assert not of(check(*base(), cluster_version=(1, 30)), "sleep-action-unsupported")
+
+
+def test_sleep_zero_needs_1_33() -> None:
+    d = deployment(grace=60, containers=[container(pre_stop={"sleep": {"seconds": 0}})])
+    assert of(check(d, pdb(), cluster_version=(1, 32)), "sleep-action-unsupported")
+    assert not of(check(d, pdb(), cluster_version=(1, 33)), "sleep-action-unsupported")
+
+
+# exec-sleep-no-shell --------------------------------------------------------------------
+
+def test_exec_sleep_no_shell() -> None:
+    hook = {"exec": {"command": ["/bin/sh", "-c", "sleep 10"]}}
+    d = deployment(grace=60, containers=[container(image="gcr.io/distroless/python3",
+                                                   pre_stop=hook)])
+    found = of(check(d, service(), pdb()), "exec-sleep-no-shell")
+    assert found and "sleep:" in found[0].fix
+    d = deployment(grace=60, containers=[container(image="python:3.12-slim", pre_stop=hook)])
+    assert not of(check(d, service(), pdb()), "exec-sleep-no-shell")
+
+
+# readiness-missing ----------------------------------------------------------------------
+
+def test_readiness_missing() -> None:
+    d = deployment(grace=60, containers=[container(pre_stop=SLEEP10, ready_probe=False)])
+    assert of(check(d, service(), pdb()), "readiness-missing")
+    assert not of(check(*base()), "readiness-missing")
+    # A Job that serves nothing needs no readiness.
+    job = deployment(kind="Job", replicas=None,
+                     containers=[container(port=None, ready_probe=False)])
+    assert not of(check(job), "readiness-missing")
+
+
+# readiness-slow -------------------------------------------------------------------------
+
+def test_readiness_slow_behind_load_balancer() -> None:
+    slow = container(pre_stop=SLEEP10, readiness={"httpGet": {"path": "/ready", "port": 8000}})
+    d = deployment(grace=60, containers=[slow])
+    found = of(check(d, service(type="LoadBalancer"), pdb()), "readiness-slow")
+    assert found and "10s x 3 + 1s = 31s" in found[0].message
+    assert of(check(d, service(etp="Local", type="NodePort"), pdb()), "readiness-slow")
+    # ClusterIP: consumers watch EndpointSlices, not probes.
+    assert not of(check(d, service(), pdb()), "readiness-slow")
+    # A fast probe fits inside the drain delay.
+    assert not of(check(*base(), service("lb", selector={"app": "web"}, type="LoadBalancer")),
+                  "readiness-slow")
+
+
+# liveness-on-readiness ------------------------------------------------------------------
+
+def test_liveness_on_readiness_endpoint() -> None:
+    probe = {"httpGet": {"path": "/ready", "port": 8000}}
+    d = deployment(grace=60, containers=[container(pre_stop=SLEEP10, liveness=probe,
+                                                   readiness=probe)])
+    assert of(check(d, service(), pdb()), "liveness-on-readiness")
+    d = deployment(grace=60, containers=[container(
+        pre_stop=SLEEP10, readiness=probe, liveness={"httpGet": {"path": "/livez", "port": 8000}})])
+    assert not of(check(d, service(), pdb()), "liveness-on-readiness")
+
+
+def test_liveness_on_vllm_health() -> None:
+    c = vllm("--shutdown-timeout", "40", readiness={"httpGet": {"path": "/health", "port": 8000}},
+             liveness={"httpGet": {"path": "/health", "port": 8000}})
+    found = of(check(deployment(grace=60, containers=[c]), service(), pdb()),
+               "liveness-on-readiness")
+    assert found and "/live" in found[0].fix
+    c = vllm("--shutdown-timeout", "40", liveness={"httpGet": {"path": "/live", "port": 8000}})
+    assert not of(check(deployment(grace=60, containers=[c]), service(), pdb()),
+                  "liveness-on-readiness")
+
+
+# signal-not-forwarded -------------------------------------------------------------------
+
+@pytest.mark.parametrize("script, fires", [
+    ("pip install x; python -m uvicorn app:app", True),
+    ("download-model && vllm serve m", True),
+    ("vllm serve m &\nwait", True),
+    ("download-model && exec vllm serve m", False),
+    ("exec uvicorn app:app", False),
+    ("uvicorn app:app", False),  # a single command is exec'd by the shell
+])
+def test_signal_not_forwarded(script: str, fires: bool) -> None:
+    c = container(command=["/bin/sh", "-c"], args=[script], pre_stop=SLEEP10)
+    found = of(check(deployment(grace=60, containers=[c]), service(), pdb()),
+               "signal-not-forwarded")
+    assert bool(found) is fires
+
+
+# server-aborts-on-sigterm ---------------------------------------------------------------
+
+def test_server_aborts_on_sigterm() -> None:
+    found = of(check(deployment(grace=60, containers=[vllm()]), service(), pdb()),
+               "server-aborts-on-sigterm")
+    assert found and "--shutdown-timeout=45" in found[0].fix  # 60 - 10 - 5
+    for flags in (("--shutdown-timeout", "40"), ("--shutdown-mode", "drain",
+                                                 "--shutdown-drain-timeout", "40")):
+        assert not of(check(deployment(grace=60, containers=[vllm(*flags)]), service(), pdb()),
+                      "server-aborts-on-sigterm")
+
+
+# pdb-missing ----------------------------------------------------------------------------
+
+def test_pdb_missing() -> None:
+    found = of(check(deployment(grace=60), service()), "pdb-missing")
+    assert found and "maxUnavailable: 1" in found[0].fix and "app: web" in found[0].fix
+    assert of(check(deployment(grace=60, replicas=1), hpa(min_replicas=1), service()),
+              "pdb-missing")
+    assert not of(check(deployment(grace=60, replicas=1), service()), "pdb-missing")
+    assert not of(check(*base()), "pdb-missing")
+
+
+# pdb-wedge ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("replicas, budget, fires", [
+    (2, {"min_available": 2}, True),
+    (3, {"min_available": 2}, False),
+    (2, {"min_available": "100%"}, True),
+    (4, {"min_available": "80%"}, True),   # ceil(3.2) = 4
+    (5, {"min_available": "80%"}, False),
+    (2, {"max_unavailable": 0}, True),
+    (5, {"max_unavailable": "0%"}, True),
+    (2, {"max_unavailable": "10%"}, False),  # rounds up to 1
+])
+def test_pdb_wedge(replicas: int, budget: dict[str, object], fires: bool) -> None:
+    found = of(check(deployment(grace=60, replicas=replicas), service(),
+                     pdb(**budget)), "pdb-wedge")  # type: ignore[arg-type]
+    assert bool(found) is fires
+
+
+def test_pdb_wedge_uses_hpa_minimum() -> None:
+    # replicas 5 would allow evictions, but the HPA may scale down to 2.
+    objs = [deployment(grace=60, replicas=5), hpa(min_replicas=2), service(),
+            pdb(min_available=2)]
+    found = of(check(*objs), "pdb-wedge")
+    assert found and "HPA web minReplicas 2" in found[0].message
+    objs[1] = hpa(min_replicas=3)
+    assert not of(check(*objs), "pdb-wedge")
+
+
+def test_pdb_wedge_sums_workloads() -> None:
+    a = deployment("a", grace=60, replicas=1, labels={"app": "a", "tier": "llm"})
+    b = deployment("b", grace=60, replicas=1, labels={"app": "b", "tier": "llm"})
+    assert not of(check(a, b, pdb("llm", min_available=1, selector={"tier": "llm"})),
+                  "pdb-wedge")
+    assert of(check(a, b, pdb("llm", min_available=2, selector={"tier": "llm"})), "pdb-wedge")
+
+
+# pdb-overlap ----------------------------------------------------------------------------
+
+def test_pdb_overlap() -> None:
+    found = of(check(*base(), pdb("second", selector={"app": "web"})), "pdb-overlap")
+    assert found and "web, second" in found[0].message and "500" in found[0].message
+    assert not of(check(*base(), pdb("other", selector={"app": "other"})), "pdb-overlap")
+    # Same labels in another namespace do not overlap.
+    assert not of(check(*base(), pdb("second", selector={"app": "web"}, namespace="prod")),
+                  "pdb-overlap")
+
+
+# pdb-selects-nothing --------------------------------------------------------------------
+
+def test_pdb_selects_nothing() -> None:
+    found = of(check(*base(), pdb("typo", selector={"app": "wbe"})), "pdb-selects-nothing")
+    assert found and found[0].object.name == "typo"
+    assert not of(check(*base()), "pdb-selects-nothing")
+    # A PDB checked on its own: its pods may be in another file.
+    assert not of(check(pdb("typo", selector={"app": "wbe"})), "pdb-selects-nothing")
+
+
+# pdb-prefer-max-unavailable -------------------------------------------------------------
+
+def test_pdb_prefer_max_unavailable() -> None:
+    found = of(check(deployment(grace=60, replicas=3), service(), pdb(min_available=2)),
+               "pdb-prefer-max-unavailable")
+    assert found and found[0].severity is Severity.INFO
+    assert not of(check(deployment(grace=60, replicas=10), service(), pdb(min_available=8)),
+                  "pdb-prefer-max-unavailable")
+    assert not of(check(*base()), "pdb-prefer-max-unavailable")
+
+
+# single-replica -------------------------------------------------------------------------
+
+def test_single_replica() -> None:
+    assert of(check(deployment(grace=60, replicas=1), service()), "single-replica")
+    assert of(check(deployment(grace=60, replicas=None), service()), "single-replica")
+    found = of(check(deployment(grace=60, replicas=1), hpa(min_replicas=1), service()),
+               "single-replica")
+    assert found and found[0].object.kind == "HorizontalPodAutoscaler"
+    assert not of(check(deployment(grace=60, replicas=1), hpa(min_replicas=2), service(),
+                        pdb()), "single-replica")
+    assert not of(check(*base()), "single-replica")
+
+
+# rollout-unavailable --------------------------------------------------------------------
+
+def test_rollout_recreate() -> None:
+    found = of(check(deployment(grace=60, strategy={"type": "Recreate"}), service(), pdb()),
+               "rollout-unavailable")
+    assert found and "Recreate" in found[0].message
+
+
+def test_rollout_below_pdb() -> None:
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 2}}
+    found = of(check(deployment(grace=60, replicas=4, strategy=rolling), service(),
+                     pdb(min_available=3)), "rollout-unavailable")
+    assert found and "2 of 4" in found[0].message
+    rolling["rollingUpdate"]["maxUnavailable"] = 1  # type: ignore[index]
+    assert not of(check(deployment(grace=60, replicas=4, strategy=rolling), service(),
+                        pdb(min_available=3)), "rollout-unavailable")
+
+
+# sidecar-ordering -----------------------------------------------------------------------
+
+def test_sidecar_ordering() -> None:
+    proxy = container("istio-proxy", image="docker.io/istio/proxyv2:1.22", port=15090,
+                      ready_probe=False)
+    d = deployment(grace=60, containers=[container(pre_stop=SLEEP10), proxy])
+    found = of(check(d, service(), pdb()), "sidecar-ordering")
+    assert found and "restartPolicy: Always" in found[0].fix
+    old = of(check(d, service(), pdb(), cluster_version=(1, 28)), "sidecar-ordering")
+    assert old and "EXIT_ON_ZERO_ACTIVE_CONNECTIONS" in old[0].fix
+    native = dict(proxy, restartPolicy="Always")
+    d = deployment(grace=60, containers=[container(pre_stop=SLEEP10)], init_containers=[native])
+    assert not of(check(d, service(), pdb()), "sidecar-ordering")
+
+
+# gpu-surge ------------------------------------------------------------------------------
+
+def test_gpu_surge() -> None:
+    gpu = container(pre_stop=SLEEP10, gpus=1)
+    found = of(check(deployment(grace=60, containers=[gpu]), service(), pdb()), "gpu-surge")
+    assert found and "nvidia.com/gpu" in found[0].message and "maxSurge: 0" in found[0].fix
+    no_surge = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert not of(check(deployment(grace=60, containers=[gpu], strategy=no_surge), service(),
+                        pdb()), "gpu-surge")
+    assert not of(check(*base()), "gpu-surge")
+
+
+# emptydir-data --------------------------------------------------------------------------
+
+def test_emptydir_data() -> None:
+    d = deployment(grace=60, volumes=[{"name": "cache", "emptyDir": {}}])
+    found = of(check(d, service(), pdb()), "emptydir-data")
+    assert found and found[0].severity is Severity.INFO and "cache" in found[0].message
+    assert not of(check(*base()), "emptydir-data")
+
+
+# unmanaged-pod --------------------------------------------------------------------------
+
+def test_unmanaged_pod() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"terminationGracePeriodSeconds": 60,
+                    "containers": [container(pre_stop=SLEEP10)]}}
+    assert of(check(pod), "unmanaged-pod")
+    owned = dict(pod, metadata={"name": "p", "ownerReferences": [{"kind": "ReplicaSet"}]})
+    assert not of(check(owned), "unmanaged-pod")
+
+
+# grace-exceeds-cap ----------------------------------------------------------------------
+
+def test_grace_exceeds_cap() -> None:
+    d = deployment(grace=900)
+    found = of(check(d, service(), pdb(), max_grace_seconds=600), "grace-exceeds-cap")
+    assert found and "900s" in found[0].message and "600s" in found[0].message
+    assert not of(check(d, service(), pdb()), "grace-exceeds-cap")
+    assert not of(check(*base(), max_grace_seconds=600), "grace-exceeds-cap")
+
+
+# pdb-invalid ----------------------------------------------------------------------------
+
+def test_pdb_invalid() -> None:
+    bad = pdb()
+    bad["spec"]["minAvailable"] = 1  # type: ignore[index]
+    assert of(check(deployment(grace=60), service(), bad), "pdb-invalid")
+    assert not of(check(*base()), "pdb-invalid")
+
+
+# ignore annotation ----------------------------------------------------------------------
+
+def test_ignore_annotation_on_object_and_template() -> None:
+    d = deployment(grace=60, replicas=1, annotations={"drainsafe.io/ignore": "single-replica"})
+    assert not of(check(d, service()), "single-replica")
+    d = deployment(grace=60, replicas=1)
+    d["spec"]["template"]["metadata"]["annotations"] = {  # type: ignore[index]
+        "drainsafe.io/ignore": "pdb-missing, single-replica"}
+    assert not of(check(d, service()), "single-replica")
