@@ -156,12 +156,17 @@ class ContainerState:
             "ready": self.ready,
             "started": self.started,
             "restartCount": self.restart_count,
-            "state": self.state,
-            "lastState": self.last_state,
+            # Explicit nulls: a strategic merge patch must drop the previous state's key.
+            "state": _one_state(self.state),
+            "lastState": _one_state(self.last_state),
         }
         if self.process is not None:
             status["containerID"] = f"lab://{pod_key}/{self.name}/{self.restart_count}"
         return status
+
+
+def _one_state(state: dict[str, Any]) -> dict[str, Any]:
+    return {"waiting": None, "running": None, "terminated": None, **state}
 
 
 # --- one pod -------------------------------------------------------------------------------
@@ -224,11 +229,9 @@ class PodWorker:
         old = self.conditions.get(kind)
         if old is not None and old["status"] == status:
             return
-        cond: dict[str, Any] = {"type": kind, "status": status, "lastProbeTime": None,
-                                "lastTransitionTime": now_rfc3339()}
-        if reason:
-            cond["reason"] = reason
-        self.conditions[kind] = cond
+        # reason None (not absent): the strategic merge patch must clear an old reason.
+        self.conditions[kind] = {"type": kind, "status": status, "lastProbeTime": None,
+                                 "lastTransitionTime": now_rfc3339(), "reason": reason or None}
 
     def mark_dirty(self) -> None:
         all_ready = bool(self.containers) and all(c.ready for c in self.containers)

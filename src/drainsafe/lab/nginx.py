@@ -112,21 +112,21 @@ def render_config(
             "  keepalive_timeout 75s;",
             "  keepalive_requests 100000;",
         ]
-        for up in http:
-            lines.append(f"  upstream {up.name} {{")
-            lines += [f"    server {s};" for s in _servers(up)]
-            lines += [f"    keepalive {up.keepalive};", "  }"]
+        for hup in http:
+            lines.append(f"  upstream {hup.name} {{")
+            lines += [f"    server {s};" for s in _servers(hup)]
+            lines += [f"    keepalive {hup.keepalive};", "  }"]
             lines += [
                 "  server {",
-                f"    listen {up.listen};",
+                f"    listen {hup.listen};",
                 "    location / {",
-                f"      proxy_pass http://{up.name};",
+                f"      proxy_pass http://{hup.name};",
                 # Upstream keep-alive needs HTTP/1.1 and an empty Connection header.
                 "      proxy_http_version 1.1;",
                 '      proxy_set_header Connection "";',
                 "      proxy_buffering off;",
                 "      proxy_request_buffering off;",
-                f"      proxy_read_timeout {up.read_timeout:g}s;",
+                f"      proxy_read_timeout {hup.read_timeout:g}s;",
                 "    }",
                 "  }",
             ]

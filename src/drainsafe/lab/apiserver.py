@@ -1,0 +1,513 @@
+"""The lab's Kubernetes API server: a Starlette app over the Store.
+
+URL layout, verbs, list/watch parameters and error bodies follow kubernetes/apiserver
+pkg/endpoints (handlers/get.go, watch.go, create.go, update.go, patch.go, delete.go).
+The wire format is JSON only (kubectl's protobuf Accept falls back to JSON). Watch
+streams are newline-delimited WatchEvents; a too-old resourceVersion is answered with
+200 and one ERROR event carrying a 410 Expired Status (cacher.go newErrWatcher).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import json
+import pathlib
+import random
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from drainsafe.lab import discovery, fields, openapi, table
+from drainsafe.lab import status as st
+from drainsafe.lab.discovery import ResourceType
+from drainsafe.lab.eviction import evict
+from drainsafe.lab.patch import apply_patch
+from drainsafe.lab.store import Event, Obj, Store, clone, meta
+from drainsafe.labels import SelectorError
+from drainsafe.labels import parse as parse_labels
+
+ANONYMOUS_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+DEFAULT_BOOKMARK_SECONDS = 5.0
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def json_response(obj: Any, code: int = 200, headers: dict[str, str] | None = None
+                  ) -> Response:
+    return Response(dumps(obj), status_code=code, media_type="application/json",
+                    headers=headers)
+
+
+def status_response(err: st.StatusError) -> Response:
+    headers = {"Retry-After": str(err.retry_after)} if err.retry_after else None
+    return json_response(err.body(), err.code, headers)
+
+
+class ApiServer:
+    """Routes Kubernetes API requests to the store. `app` is the ASGI application."""
+
+    def __init__(self, store: Store, *, token: str | None, state_dir: pathlib.Path,
+                 bookmark_seconds: float = DEFAULT_BOOKMARK_SECONDS) -> None:
+        self.store = store
+        self.token = token
+        self.state_dir = state_dir
+        self.bookmark_seconds = bookmark_seconds
+        self.request_log: list[tuple[str, str]] | None = None
+        self.app = Starlette(routes=[
+            Route("/{path:path}", self._handle,
+                  methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]),
+        ])
+
+    # ---- edge ----------------------------------------------------------------------
+
+    async def _handle(self, request: Request) -> Response:
+        path = request.url.path.rstrip("/") or "/"
+        if self.request_log is not None:
+            self.request_log.append((request.method, str(request.url.path) +
+                                     (f"?{request.url.query}" if request.url.query else "")))
+        try:
+            if self.token is not None and path not in ANONYMOUS_PATHS:
+                self._authenticate(request)
+            return await self._route(request, path)
+        except st.StatusError as err:
+            return status_response(err)
+
+    def _authenticate(self, request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.strip().encode(), str(self.token).encode()):
+            raise st.unauthorized()
+
+    async def _route(self, request: Request, path: str) -> Response:
+        if path in ("/healthz", "/livez", "/readyz"):
+            return Response(b"ok", media_type="text/plain")
+        if path == "/version":
+            return json_response(discovery.SERVER_VERSION)
+        if path == "/api":
+            return json_response(discovery.api_versions())
+        if path == "/apis":
+            return json_response(discovery.api_group_list())
+        if path.startswith("/openapi/"):
+            doc = openapi.document(path)
+            if doc is None:
+                raise st.StatusError(404, "NotFound", "the server could not find the "
+                                     "requested resource")
+            return json_response(doc)
+        segs = [s for s in path.split("/") if s]
+        if segs[0] == "api" and len(segs) >= 2:
+            group, version, rest = "", segs[1], segs[2:]
+        elif segs[0] == "apis" and len(segs) >= 2:
+            if len(segs) == 2:
+                doc = discovery.api_group(segs[1])
+                if doc is None:
+                    raise _page_not_found()
+                return json_response(doc)
+            group, version, rest = segs[1], segs[2], segs[3:]
+        else:
+            raise _page_not_found()
+        if not rest:
+            doc = discovery.api_resource_list(group, version)
+            if doc is None:
+                raise _page_not_found()
+            return json_response(doc)
+        return await self._resource(request, group, version, rest)
+
+    # ---- resource paths ------------------------------------------------------------
+
+    async def _resource(self, request: Request, group: str, version: str,
+                        segs: list[str]) -> Response:
+        watch_path = segs[0] == "watch"
+        if watch_path:
+            segs = segs[1:]
+        namespace: str | None = None
+        if (len(segs) >= 3 and segs[0] == "namespaces"
+                and (rt3 := discovery.lookup(group, version, segs[2])) is not None
+                and rt3.namespaced):
+            namespace, segs = segs[1], segs[2:]
+        rt = discovery.lookup(group, version, segs[0]) if segs else None
+        if rt is None or len(segs) > 3:
+            raise _page_not_found()
+        name = segs[1] if len(segs) > 1 else None
+        sub = segs[2] if len(segs) > 2 else None
+        if sub is not None and rt.subresource(sub) is None:
+            raise _page_not_found()
+        if rt.namespaced and name is not None and namespace is None:
+            raise _page_not_found()
+        q = request.query_params
+        method = request.method
+        dry_run = q.get("dryRun") == "All"
+        if method in ("GET", "HEAD"):
+            if name is None:
+                if watch_path or q.get("watch") in ("true", "1"):
+                    return self._watch(request, rt, namespace)
+                return self._list(request, rt, namespace)
+            if watch_path:
+                return self._watch(request, rt, namespace, name=name)
+            if sub == "scale":
+                return json_response(scale_of(self.store.get(rt, namespace or "", name)))
+            if sub == "log":
+                return self._log(request, namespace or "", name)
+            obj = self.store.get(rt, namespace or "", name)
+            return self._render(request, rt, [obj], single=True)
+        body = await _body(request) if method != "DELETE" else await _optional_body(request)
+        if method == "POST":
+            if name is None:
+                return json_response(self.store.create(rt, _object(body, rt),
+                                                       namespace=namespace, dry_run=dry_run),
+                                     201)
+            if sub == "eviction":
+                code, result = evict(self.store, namespace or "", name, _dict(body),
+                                     query_dry_run=dry_run)
+                return json_response(result, code)
+            if sub == "binding":
+                return self._bind(namespace or "", name, _dict(body), dry_run)
+            raise st.method_not_allowed("the server does not allow this method on the "
+                                        "requested resource")
+        if name is None:
+            if method == "DELETE":
+                return self._delete_collection(request, rt, namespace, _dict(body or {}))
+            raise st.method_not_allowed("the server does not allow this method on the "
+                                        "requested resource")
+        if method == "PUT":
+            obj = _object(body, rt) if sub != "scale" else _dict(body)
+            return json_response(self._put(rt, namespace or "", name, sub, obj, dry_run))
+        if method == "PATCH":
+            ctype = request.headers.get("content-type", "application/merge-patch+json")
+            return json_response(self._patch(rt, namespace or "", name, sub, ctype, body,
+                                             dry_run))
+        if method == "DELETE":
+            return self._delete(request, rt, namespace or "", name, _dict(body or {}))
+        raise st.method_not_allowed("method not allowed")
+
+    def _render(self, request: Request, rt: ResourceType, objs: list[Obj], *,
+                single: bool = False, list_meta: dict[str, Any] | None = None) -> Response:
+        if table.wants_table(request.headers.get("accept", "")):
+            tbl = table.render(rt, objs, list_meta or {}, now=self.store.clock())
+            if tbl is not None:
+                return json_response(tbl)
+        if single:
+            return json_response(objs[0])
+        return json_response({"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
+                              "metadata": list_meta or {}, "items": objs})
+
+    # ---- list and watch ------------------------------------------------------------
+
+    def _list(self, request: Request, rt: ResourceType, namespace: str | None) -> Response:
+        q = request.query_params
+        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"))
+        items, rv = self.store.list(rt, namespace, labels=labels, fields=flds)
+        list_meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        start = _decode_continue(q.get("continue")) if q.get("continue") else None
+        if start is not None:
+            list_meta["resourceVersion"] = str(start[0])
+            after = (start[1], start[2])
+            items = [o for o in items
+                     if (meta(o).get("namespace", ""), meta(o)["name"]) > after]
+        limit = _int_param(q.get("limit"), "limit")
+        if limit and limit > 0 and len(items) > limit:
+            last = items[limit - 1]
+            list_meta["continue"] = _encode_continue(
+                int(list_meta["resourceVersion"]), meta(last).get("namespace", ""),
+                meta(last)["name"])
+            list_meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        return self._render(request, rt, items, list_meta=list_meta)
+
+    def _watch(self, request: Request, rt: ResourceType, namespace: str | None,
+               name: str | None = None) -> Response:
+        q = request.query_params
+        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"))
+        if name is not None:
+            flds = fields.parse(",".join(filter(None, [q.get("fieldSelector"),
+                                                       f"metadata.name={name}"])))
+        rv_text = q.get("resourceVersion") or ""
+        since = None if rv_text in ("", "0") else _int_param(rv_text, "resourceVersion")
+        timeout = _int_param(q.get("timeoutSeconds"), "timeoutSeconds")
+        if timeout is None:
+            timeout = random.randint(1800, 3599)  # [1x, 2x) MinRequestTimeout (get.go)
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        as_table = table.wants_table(request.headers.get("accept", ""))
+        try:
+            w = self.store.watch(rt, since, namespace)
+        except st.StatusError as err:
+            error = dumps({"type": "ERROR", "object": err.body()}) + b"\n"
+
+            async def once() -> AsyncIterator[bytes]:
+                yield error
+
+            return StreamingResponse(once(), media_type="application/json")
+
+        store, interval = self.store, self.bookmark_seconds
+
+        def frame(ev: Event) -> bytes | None:
+            kind = _transition(ev, labels, flds)
+            if kind is None:
+                return None
+            obj: Any = ev.obj
+            if as_table:
+                obj = table.render(rt, [obj], {}, now=store.clock()) or obj
+            return dumps({"type": kind, "object": obj}) + b"\n"
+
+        async def stream() -> AsyncIterator[bytes]:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            try:
+                while True:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        return
+                    try:
+                        ev = await asyncio.wait_for(w.queue.get(),
+                                                    min(remaining, interval))
+                    except TimeoutError:
+                        if bookmarks and loop.time() < deadline:
+                            yield dumps({"type": "BOOKMARK", "object": {
+                                "kind": rt.kind, "apiVersion": rt.api_version,
+                                "metadata": {"resourceVersion": str(store.resource_version)},
+                            }}) + b"\n"
+                        continue
+                    if ev is None:
+                        return
+                    data = frame(ev)
+                    if data is not None:
+                        yield data
+            finally:
+                store.unwatch(w)
+
+        return StreamingResponse(stream(), media_type="application/json")
+
+    # ---- writes --------------------------------------------------------------------
+
+    def _put(self, rt: ResourceType, namespace: str, name: str, sub: str | None, obj: Obj,
+             dry_run: bool) -> Obj:
+        if sub == "scale":
+            current = self.store.get(rt, namespace, name)
+            replicas = _dict(obj.get("spec") or {}).get("replicas", 0)
+            rv = meta(obj).get("resourceVersion")
+            if rv:
+                current["metadata"]["resourceVersion"] = rv
+            current.setdefault("spec", {})["replicas"] = replicas
+            return scale_of(self.store.update(rt, current, dry_run=dry_run))
+        if meta(obj).get("name", name) != name:
+            raise st.bad_request("the name of the object "
+                                 f"({meta(obj).get('name')}) does not match the name on "
+                                 f"the URL ({name})")
+        meta(obj)["name"] = name
+        if rt.namespaced:
+            if meta(obj).get("namespace", namespace) != namespace:
+                raise st.bad_request("the namespace of the provided object does not "
+                                     "match the namespace sent on the request")
+            meta(obj)["namespace"] = namespace
+        return self.store.update(rt, obj, subresource=sub, dry_run=dry_run)
+
+    def _patch(self, rt: ResourceType, namespace: str, name: str, sub: str | None,
+               ctype: str, patch: Any, dry_run: bool) -> Obj:
+        current = self.store.get(rt, namespace, name)
+        if sub == "scale":
+            patched = apply_patch(ctype, scale_of(current), patch)
+            current.setdefault("spec", {})["replicas"] = _dict(
+                patched.get("spec") or {}).get("replicas", 0)
+            return scale_of(self.store.update(rt, current, dry_run=dry_run))
+        patched = apply_patch(ctype, clone(current), patch)
+        pm = meta(patched)
+        # A patch may carry a resourceVersion as a precondition; otherwise it applies to
+        # the version just read (patch.go retries on conflict; here reads are atomic).
+        if not pm.get("resourceVersion"):
+            pm["resourceVersion"] = current["metadata"]["resourceVersion"]
+        pm["name"] = name
+        if rt.namespaced:
+            pm["namespace"] = namespace
+        return self.store.update(rt, patched, subresource=sub, dry_run=dry_run)
+
+    def _delete(self, request: Request, rt: ResourceType, namespace: str, name: str,
+                opts: dict[str, Any]) -> Response:
+        q = request.query_params
+        grace = opts.get("gracePeriodSeconds")
+        if q.get("gracePeriodSeconds") is not None:
+            grace = _int_param(q.get("gracePeriodSeconds"), "gracePeriodSeconds")
+        propagation = q.get("propagationPolicy") or opts.get("propagationPolicy")
+        if opts.get("orphanDependents") is True or q.get("orphanDependents") == "true":
+            propagation = "Orphan"
+        dry_run = q.get("dryRun") == "All" or "All" in (opts.get("dryRun") or [])
+        obj = self.store.delete(rt, namespace, name, grace_period=grace,
+                                preconditions=opts.get("preconditions"),
+                                propagation=propagation, dry_run=dry_run)
+        code = 202 if meta(obj).get("deletionTimestamp") and rt.key == "pods" else 200
+        return json_response(obj, 200 if code == 202 else code)
+
+    def _delete_collection(self, request: Request, rt: ResourceType, namespace: str | None,
+                           opts: dict[str, Any]) -> Response:
+        q = request.query_params
+        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"))
+        items, _ = self.store.list(rt, namespace, labels=labels, fields=flds)
+        gone = []
+        for o in items:
+            m = meta(o)
+            try:
+                gone.append(self.store.delete(rt, m.get("namespace", ""), m["name"],
+                                              grace_period=opts.get("gracePeriodSeconds")))
+            except st.StatusError as err:
+                if err.code != 404:
+                    raise
+        return json_response({"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
+                              "metadata": {"resourceVersion":
+                                           str(self.store.resource_version)},
+                              "items": gone})
+
+    def _bind(self, namespace: str, name: str, binding: dict[str, Any],
+              dry_run: bool) -> Response:
+        target = _dict(binding.get("target") or {})
+        node = target.get("name")
+        if not node:
+            raise st.invalid("Binding", name, [("target.name", "Required value")])
+        from drainsafe.lab.controllers.scheduler import bind_pod
+
+        bind_pod(self.store, namespace, name, str(node), dry_run=dry_run)
+        return json_response(st.success(201), 201)
+
+    def _log(self, request: Request, namespace: str, name: str) -> Response:
+        pod = self.store.get(discovery.BY_KEY["pods"], namespace, name)
+        containers = [c.get("name") for c in pod.get("spec", {}).get("containers", [])]
+        container = request.query_params.get("container")
+        if container is None:
+            if len(containers) != 1:
+                raise st.bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(str(c) for c in containers)}]")
+            container = str(containers[0])
+        elif container not in containers:
+            raise st.bad_request(f"container {container} is not valid for pod {name}")
+        path = self.state_dir / "pods" / f"{namespace}_{name}" / f"{container}.log"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise st.bad_request(f'container "{container}" in pod "{name}" is waiting to '
+                                 "start: ContainerCreating") from None
+        tail = _int_param(request.query_params.get("tailLines"), "tailLines")
+        if tail is not None and tail >= 0:
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[-tail:]) if tail else b""
+        return Response(data, media_type="text/plain")
+
+
+# ---- helpers --------------------------------------------------------------------------
+
+def scale_of(obj: Obj) -> Obj:
+    """An autoscaling/v1 Scale for a Deployment or ReplicaSet."""
+    m = obj["metadata"]
+    sel = obj.get("spec", {}).get("selector") or {}
+    from drainsafe.labels import format_selector
+
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                       "creationTimestamp") if k in m},
+        "spec": {"replicas": obj.get("spec", {}).get("replicas", 0)},
+        "status": {"replicas": obj.get("status", {}).get("replicas", 0),
+                   "selector": format_selector(sel.get("matchLabels") or {})},
+    }
+
+
+def _transition(ev: Event, labels: Any, flds: fields.FieldSelector) -> str | None:
+    """The event a selector-filtered watcher sees (watch filtering in the cacher)."""
+    def ok(o: Obj | None) -> bool:
+        return o is not None and labels.matches(o["metadata"].get("labels")) and \
+            flds.matches(o)
+
+    new_ok = ok(ev.obj)
+    if ev.type == "ADDED":
+        return "ADDED" if new_ok else None
+    if ev.type == "DELETED":
+        return "DELETED" if new_ok else None
+    old_ok = ok(ev.old)
+    if new_ok and old_ok:
+        return "MODIFIED"
+    if new_ok:
+        return "ADDED"
+    if old_ok:
+        return "DELETED"
+    return None
+
+
+def _selectors(label_text: str | None, field_text: str | None
+               ) -> tuple[Any, fields.FieldSelector]:
+    try:
+        labels = parse_labels(label_text)
+    except SelectorError as exc:
+        raise st.bad_request(f"unable to parse requirement: {exc}") from None
+    return labels, fields.parse(field_text)
+
+
+def _int_param(text: str | None, name: str) -> int | None:
+    if text is None or text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise st.bad_request(f"invalid value for {name}: {text!r}") from None
+
+
+def _encode_continue(rv: int, namespace: str, name: str) -> str:
+    return base64.urlsafe_b64encode(dumps({"v": "lab", "rv": rv, "start": [namespace, name]})
+                                    ).decode()
+
+
+def _decode_continue(token: str | None) -> tuple[int, str, str]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(str(token)))
+        return int(data["rv"]), str(data["start"][0]), str(data["start"][1])
+    except (ValueError, KeyError, IndexError, TypeError, binascii.Error):
+        raise st.bad_request("continue key is not valid: incorrect encoded start "
+                             "resourceVersion (version meta.k8s.io/v1)") from None
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise st.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+
+async def _optional_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise st.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise st.bad_request("the request body must be a JSON object")
+    return value
+
+
+def _object(body: Any, rt: ResourceType) -> Obj:
+    obj = _dict(body)
+    kind = obj.get("kind")
+    if kind and kind != rt.kind:
+        raise st.bad_request(f"the body kind {kind!r} does not match the resource "
+                             f"{rt.plural!r} (kind {rt.kind!r})")
+    return obj
+
+
+def _page_not_found() -> st.StatusError:
+    return st.StatusError(404, "NotFound", "the server could not find the requested resource",
+                          details={})
+
+
+RequestLogger = Callable[[str, str], None]

@@ -1,0 +1,77 @@
+"""The lab's in-process controllers: each reacts to store events, never to a poll.
+
+A controller is level-triggered: any change to a resource it watches wakes it, and one
+reconcile pass brings everything it owns to the desired state. Passes must be
+idempotent (a pass with nothing to do writes nothing; the store drops no-op updates),
+so a controller's own writes wake it at most once more. Time-based work (minReadySeconds,
+disruptedPods expiry) asks for a timed wake-up instead of sleeping in a loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from drainsafe.lab.store import Event, Store
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    name = "controller"
+    watches: frozenset[str] = frozenset()
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self.passes = 0
+
+    def _on_event(self, ev: Event) -> None:
+        if ev.resource in self.watches:
+            self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def reconcile(self) -> float | None:
+        """One pass; returns seconds until a timed re-run is needed, or None."""
+        raise NotImplementedError
+
+    def _schedule(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        at = loop.time() + max(delay, 0.05)
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._wake.set()
+
+    async def run(self) -> None:
+        unlisten = self.store.listen(self._on_event)
+        self._wake.set()
+        try:
+            while True:
+                await self._wake.wait()
+                # Let a burst of changes land before the pass, so one pass covers them.
+                await asyncio.sleep(0)
+                self._wake.clear()
+                self.passes += 1
+                try:
+                    delay = self.reconcile()
+                except Exception:  # a bad object must not stop the controller
+                    log.exception("%s: reconcile failed; retrying in 1 s", self.name)
+                    delay = 1.0
+                if delay is not None:
+                    self._schedule(delay)
+        finally:
+            unlisten()
+            if self._timer is not None:
+                self._timer.cancel()

@@ -1,0 +1,146 @@
+"""ReplicaSet controller: keep spec.replicas active pods; report status.
+
+After kubernetes/kubernetes pkg/controller/replicaset/replica_set.go: active pods are
+those neither finished nor terminating (so a terminating pod is already replaced while
+it drains); surplus pods are deleted in the order of controller.ActivePods (unassigned,
+then Pending, then not Ready, then the most recently Ready, then the newest);
+availableReplicas counts pods Ready for minReadySeconds. Adoption of orphans by selector
+is not emulated: pods belong to the ReplicaSet that created them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drainsafe.lab import status as st
+from drainsafe.lab.controllers import Controller
+from drainsafe.lab.controllers.podstate import (
+    available_at,
+    is_active,
+    is_ready,
+    owned_by,
+    owner_reference,
+    ready_condition,
+)
+from drainsafe.lab.discovery import BY_KEY
+from drainsafe.lab.store import Obj, Store, clone, parse_time
+from drainsafe.labels import from_label_selector
+
+PODS = BY_KEY["pods"]
+REPLICASETS = BY_KEY["apps/replicasets"]
+BURST = 500  # pods created per pass at most (the real controller's burstReplicas)
+
+
+def pods_of(store: Store, owner: Obj) -> list[Obj]:
+    ns = owner["metadata"].get("namespace", "")
+    out = []
+    for res, dep_ns, name in store.dependents(owner["metadata"]["uid"]):
+        if res != "pods":
+            continue
+        pod = store.peek(PODS, dep_ns, name)
+        if pod is not None and dep_ns == ns and owned_by(pod, owner):
+            out.append(pod)
+    return out
+
+
+def pod_from_template(owner: Obj, template: dict[str, Any], *,
+                      generate_name: str) -> Obj:
+    tmeta = template.get("metadata") or {}
+    metadata: dict[str, Any] = {
+        "generateName": generate_name,
+        "namespace": owner["metadata"]["namespace"],
+        "labels": dict(tmeta.get("labels") or {}),
+        "ownerReferences": [owner_reference(owner)],
+    }
+    if tmeta.get("annotations"):
+        metadata["annotations"] = dict(tmeta["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": clone(template.get("spec") or {})}
+
+
+def deletion_rank(pod: Obj) -> tuple[Any, ...]:
+    """Sort key: pods to delete first sort first (controller.ActivePods ordering)."""
+    phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(
+        pod.get("status", {}).get("phase", "Pending"), 0)
+    ready = is_ready(pod)
+    cond = ready_condition(pod)
+    ready_since = parse_time(cond.get("lastTransitionTime")) if cond and ready else None
+    restarts = sum(int(c.get("restartCount", 0))
+                   for c in pod.get("status", {}).get("containerStatuses") or [])
+    created = parse_time(pod["metadata"].get("creationTimestamp")) or 0.0
+    return (
+        1 if pod.get("spec", {}).get("nodeName") else 0,
+        phase_rank,
+        1 if ready else 0,
+        -(ready_since or 0.0),  # ready more recently first
+        -restarts,
+        -created,  # newer first
+    )
+
+
+class ReplicaSetController(Controller):
+    name = "replicaset"
+    watches = frozenset({"apps/replicasets", "pods"})
+
+    def reconcile(self) -> float | None:
+        next_wake: float | None = None
+        now = self.store.clock()
+        for rs in list(self.store.items(REPLICASETS)):
+            if rs["metadata"].get("deletionTimestamp"):
+                continue
+            delay = self.sync(rs, now)
+            if delay is not None:
+                next_wake = delay if next_wake is None else min(next_wake, delay)
+        return next_wake
+
+    def sync(self, rs: Obj, now: float) -> float | None:
+        ns, name = rs["metadata"]["namespace"], rs["metadata"]["name"]
+        spec = rs.get("spec") or {}
+        want = int(spec.get("replicas", 1))
+        pods = pods_of(self.store, rs)
+        active = [p for p in pods if is_active(p)]
+        diff = len(active) - want
+        if diff < 0:
+            template = spec.get("template") or {}
+            for _ in range(min(-diff, BURST)):
+                try:
+                    self.store.create(PODS, pod_from_template(rs, template,
+                                                              generate_name=f"{name}-"))
+                except st.StatusError:
+                    break  # e.g. the namespace is going away
+        elif diff > 0:
+            for pod in sorted(active, key=deletion_rank)[:diff]:
+                try:
+                    self.store.delete(PODS, ns, pod["metadata"]["name"])
+                except st.StatusError:
+                    continue
+        pods = pods_of(self.store, rs)
+        active = [p for p in pods if is_active(p)]
+        min_ready = int(spec.get("minReadySeconds", 0))
+        labels = from_label_selector({"matchLabels": (spec.get("template") or {})
+                                      .get("metadata", {}).get("labels") or {}})
+        available = 0
+        next_wake: float | None = None
+        for p in active:
+            at = available_at(p, min_ready)
+            if at is None:
+                continue
+            if at <= now:
+                available += 1
+            else:
+                next_wake = at - now if next_wake is None else min(next_wake, at - now)
+        new_status = dict(rs.get("status") or {})
+        new_status.update(
+            replicas=len(active),
+            fullyLabeledReplicas=sum(1 for p in active
+                                     if labels.matches(p["metadata"].get("labels"))),
+            readyReplicas=sum(1 for p in active if is_ready(p)),
+            availableReplicas=available,
+            observedGeneration=int(rs["metadata"].get("generation", 1)),
+        )
+        current = self.store.peek(REPLICASETS, ns, name)
+        if current is not None and current.get("status") != new_status:
+            updated = clone(current)
+            updated["status"] = new_status
+            self.store.update(REPLICASETS, updated, subresource="status")
+        return next_wake

@@ -1,0 +1,143 @@
+"""meta.k8s.io/v1 Table responses for `kubectl get` (pods, nodes, deployments).
+
+kubectl asks for `application/json;as=Table;v=v1;g=meta.k8s.io` first
+(kubernetes/kubectl pkg/cmd/get/get.go) and prints the server's columns; -o wide shows
+the priority-1 columns. Column sets follow kubernetes/kubernetes
+pkg/printers/internalversion/printers.go. Other resources answer with plain JSON and
+kubectl prints its generic NAME/AGE fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from drainsafe.lab.discovery import ResourceType
+from drainsafe.lab.store import Obj, parse_time
+
+Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
+
+
+def wants_table(accept: str) -> bool:
+    first = accept.split(",")[0]
+    return "as=Table" in first
+
+
+def human_duration(seconds: float) -> str:
+    """apimachinery util/duration.HumanDuration, to the precision kubectl shows."""
+    s = max(int(seconds), 0)
+    if s < 120:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    h = m // 60
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    d = h // 24
+    if d < 8:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    return f"{d}d"
+
+
+def _age(obj: Obj, now: float) -> str:
+    created = parse_time(obj["metadata"].get("creationTimestamp"))
+    return "<unknown>" if created is None else human_duration(now - created)
+
+
+def _pod_status(pod: Obj) -> str:
+    status = pod.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or "Pending"
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if state.get("waiting", {}).get("reason"):
+            reason = state["waiting"]["reason"]
+        elif state.get("terminated", {}).get("reason") and reason == "Running":
+            reason = state["terminated"]["reason"]
+    if pod["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    return str(reason)
+
+
+def _pod_row(pod: Obj, now: float) -> list[Any]:
+    status = pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    total = len(pod.get("spec", {}).get("containers") or [])
+    ready = sum(1 for c in statuses if c.get("ready"))
+    restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
+    return [pod["metadata"]["name"], f"{ready}/{total}", _pod_status(pod), restarts,
+            _age(pod, now), status.get("podIP") or "<none>",
+            pod.get("spec", {}).get("nodeName") or "<none>",
+            status.get("nominatedNodeName") or "<none>", "<none>"]
+
+
+def _node_row(node: Obj, now: float) -> list[Any]:
+    status = node.get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    text = "Ready" if ready and ready.get("status") == "True" else (
+        "NotReady" if ready else "Unknown")
+    if node.get("spec", {}).get("unschedulable"):
+        text += ",SchedulingDisabled"
+    labels = node["metadata"].get("labels") or {}
+    roles = sorted(k.split("/", 1)[1] for k in labels
+                   if k.startswith("node-role.kubernetes.io/") and "/" in k)
+    info = status.get("nodeInfo") or {}
+    addrs = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
+    return [node["metadata"]["name"], text, ",".join(roles) or "<none>", _age(node, now),
+            info.get("kubeletVersion", ""), addrs.get("InternalIP") or "<none>",
+            addrs.get("ExternalIP") or "<none>", info.get("osImage") or "<unknown>",
+            info.get("kernelVersion") or "<unknown>",
+            info.get("containerRuntimeVersion") or "<unknown>"]
+
+
+def _deployment_row(d: Obj, now: float) -> list[Any]:
+    spec, status = d.get("spec") or {}, d.get("status") or {}
+    containers = spec.get("template", {}).get("spec", {}).get("containers") or []
+    sel = spec.get("selector", {}).get("matchLabels") or {}
+    return [d["metadata"]["name"],
+            f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}",
+            status.get("updatedReplicas", 0), status.get("availableReplicas", 0),
+            _age(d, now), ",".join(c.get("name", "") for c in containers),
+            ",".join(c.get("image", "") for c in containers),
+            ",".join(f"{k}={v}" for k, v in sorted(sel.items()))]
+
+
+_TABLES: dict[str, tuple[list[Column], Callable[[Obj, float], list[Any]]]] = {
+    "pods": ([("Name", "string", 0), ("Ready", "string", 0), ("Status", "string", 0),
+              ("Restarts", "string", 0), ("Age", "string", 0), ("IP", "string", 1),
+              ("Node", "string", 1), ("Nominated Node", "string", 1),
+              ("Readiness Gates", "string", 1)], _pod_row),
+    "nodes": ([("Name", "string", 0), ("Status", "string", 0), ("Roles", "string", 0),
+               ("Age", "string", 0), ("Version", "string", 0), ("Internal-IP", "string", 1),
+               ("External-IP", "string", 1), ("OS-Image", "string", 1),
+               ("Kernel-Version", "string", 1), ("Container-Runtime", "string", 1)],
+              _node_row),
+    "apps/deployments": ([("Name", "string", 0), ("Ready", "string", 0),
+                          ("Up-to-date", "integer", 0), ("Available", "integer", 0),
+                          ("Age", "string", 0), ("Containers", "string", 1),
+                          ("Images", "string", 1), ("Selector", "string", 1)],
+                         _deployment_row),
+}
+
+
+def render(rt: ResourceType, objs: list[Obj], list_meta: dict[str, Any], *, now: float
+           ) -> dict[str, Any] | None:
+    spec = _TABLES.get(rt.key)
+    if spec is None:
+        return None
+    columns, row = spec
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": [
+            {"name": n, "type": t, "format": "name" if n == "Name" else "", "description": "",
+             "priority": p} for n, t, p in columns],
+        "rows": [{"cells": row(o, now), "object": {
+            "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            "metadata": o["metadata"]}} for o in objs],
+    }
