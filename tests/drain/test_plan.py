@@ -102,8 +102,8 @@ def test_room_honours_selector_and_taints() -> None:
     state = ClusterState(nodes, [p], controllers=deployment("x", 1))
     plan = plan_drain(state, ["g1"])
     assert kinds(plan) == ["no-room"]
-    assert "untolerated taint nvidia.com/gpu" in plan.blockers[0].message
-    assert "g3: nodeSelector/affinity does not match" in plan.blockers[0].message
+    assert "g2: had untolerated taint {nvidia.com/gpu: present}" in plan.blockers[0].message
+    assert "g3: didn't match Pod's node affinity/selector" in plan.blockers[0].message
     p["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     plan = plan_drain(state, ["g1"])
     assert plan.ok and plan.pod("ml/x-0").replacement_on == "g2"
