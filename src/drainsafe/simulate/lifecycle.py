@@ -220,10 +220,13 @@ class _Engine:
             self.ready_rows.append(list(self.ready))
 
     def open_node(self, node: int) -> None:
-        if self.up[node] and not self.cordoned[node] and self.free[node] > 0:
+        if node in self.open_nodes or not self.up[node] or self.cordoned[node]:
+            return
+        if self.free[node] > 0:
+            last = next(reversed(self.open_nodes), -1)
             self.open_nodes[node] = None
-            # Keep first-fit order deterministic by node index.
-            if len(self.open_nodes) > 1 and node < next(reversed(self.open_nodes)):
+            # First fit goes by node index, as the reference model and a packed fleet do.
+            if node < last:
                 self.open_nodes = dict.fromkeys(sorted(self.open_nodes))
 
     # ------------------------------------------------------------------ set-up
