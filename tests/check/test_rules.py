@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from drainsafe.check.findings import Severity
-from drainsafe.check.rules import all_rules
 from check_manifests import (
     SLEEP10,
     check,
@@ -17,6 +14,9 @@ from check_manifests import (
     rules,
     service,
 )
+
+from drainsafe.check.findings import Severity
+from drainsafe.check.rules import all_rules
 
 
 def base(**kw: object) -> list[dict[str, object]]:

@@ -134,7 +134,7 @@ def apply_config(base: Context, settings: Mapping[str, Any], source: str,
     values: dict[str, Any] = {}
     for raw_key, value in settings.items():
         key = str(raw_key).replace("_", "-")
-        where = f"{source}: {key}"
+        where = f"--{key}" if source == "command line" else f"{source}: {key}"
         if key not in _KEYS:
             raise ConfigError(f"{source}: unknown setting {raw_key!r} "
                               f"(known: {', '.join(sorted(_KEYS))})")

@@ -83,14 +83,16 @@ def shutdown_deadline(w: Workload, s: Serving, context: Context) -> tuple[float 
     value = number(text) if text is not None else None
     if value is not None and value >= 0:
         return value, SHUTDOWN_ANNOTATION
-    if s.server is None or not s.server.drains:
-        return None, ""
-    if s.server.deadline is not None:
+    if s.server is not None and not s.server.drains:
+        return None, ""  # server-aborts-on-sigterm reports it
+    if s.server is not None and s.server.deadline is not None:
         return s.server.deadline, f"{s.server.server} {s.server.source}"
     longest, source = max_request(w, context)
-    if longest is not None:
+    if longest is None:
+        return None, ""
+    if s.server is not None:
         return longest, f"{s.server.server} waits without limit; longest request from {source}"
-    return None, ""
+    return longest, f"longest request from {source}"
 
 
 def budget_for(w: Workload, s: Serving, context: Context) -> tuple[Budget, str] | None:
@@ -98,6 +100,17 @@ def budget_for(w: Workload, s: Serving, context: Context) -> tuple[Budget, str] 
     if deadline is None:
         return None
     return Budget(w.grace, s.delay.known, deadline, context.buffer_seconds), source
+
+
+def over_budget(w: Workload, s: Serving, context: Context) -> tuple[Budget, str] | None:
+    """The budget grace-budget reports: a known deadline that does not fit. An unset grace
+    measured only against the longest request is grace-default's case."""
+    found = budget_for(w, s, context)
+    if found is None or found[0].fits:
+        return None
+    if not w.grace_set and "longest request" in found[1]:
+        return None
+    return found
 
 
 def _grace_edit(w: Workload, context: Context, grace: int) -> tuple[Edit, ...]:
@@ -143,12 +156,10 @@ least drain-timeout plus a buffer").
 def _grace_budget(index: Index, context: Context) -> Iterator[Finding]:
     for w in _workloads(index):
         for s in serving(w):
-            found = budget_for(w, s, context)
+            found = over_budget(w, s, context)
             if found is None:
                 continue
             budget, source = found
-            if budget.fits:
-                continue
             grace = math.ceil(budget.required)
             yield GRACE_BUDGET.finding(
                 w,
@@ -228,12 +239,14 @@ generation request can take ninety seconds. The default termination grace period
 @GRACE_DEFAULT.check
 def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
     for w in _workloads(index):
-        if w.grace_set or (not serves_traffic(index, w) and not w.embedded):
+        if w.grace_set or w.ref.kind == "Job":
             continue
         servers = serving(w)
-        if any((b := budget_for(w, s, context)) and not b[0].fits for s in servers):
+        if any(over_budget(w, s, context) for s in servers):
             continue  # grace-budget already reports it, with the server's own figures
         longest, source = max_request(w, context)
+        if source != MAX_REQUEST_ANNOTATION and not (serves_traffic(index, w) or w.embedded):
+            continue  # nothing says this workload serves requests
         if longest is None:
             yield GRACE_DEFAULT.finding(
                 w,
