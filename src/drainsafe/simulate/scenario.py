@@ -235,7 +235,7 @@ def _workload(f: _Fields, gpus_per_node: int) -> Workload:
         raise ScenarioError(f.at("gpus"), f"{gpus} GPUs per pod do not fit on a node of "
                             f"{gpus_per_node}")
     pdb: PdbSpec | None = None
-    if f.has("pdb"):
+    if f.present("pdb"):
         pdb_fields = f.sub("pdb")
         try:
             pdb = PdbSpec.from_manifest(pdb_fields.raw())
@@ -244,7 +244,7 @@ def _workload(f: _Fields, gpus_per_node: int) -> Workload:
         pdb_fields.allow("minAvailable", "maxUnavailable", "unhealthyPodEvictionPolicy")
         pdb_fields.done()
     diurnal: Diurnal | None = None
-    if f.has("diurnal"):
+    if f.present("diurnal"):
         d = f.sub("diurnal")
         diurnal = Diurnal(amplitude=d.number("amplitude", minimum=0.0, maximum=1.0),
                           peak_hour=d.number("peak_hour", default=14.0, minimum=0.0,
@@ -301,6 +301,11 @@ class _Fields:
 
     def has(self, key: str) -> bool:
         return key in self.data
+
+    def present(self, key: str) -> bool:
+        """Whether an optional section is given (null counts as absent)."""
+        self._seen.add(key)
+        return self.data.get(key) is not None
 
     def raw(self) -> dict[str, Any]:
         return dict(self.data)
