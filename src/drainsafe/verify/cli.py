@@ -90,6 +90,9 @@ def _register_tune(subparsers: Any) -> None:
                    help="declared longest request; overrides the measured p99")
     p.add_argument("--min-propagation", type=float, default=None, metavar="S",
                    help="floor for the propagation figure when little was measured")
+    p.add_argument("--drain-via", choices=("prestop", "server"), default="prestop",
+                   help="hold traffic with a preStop sleep (default) or with drainsafe "
+                   "serve/run's own --drain-delay")
     p.add_argument("-o", "--output", choices=("text", "yaml", "json", "patch"), default="text")
     p.set_defaults(handler=run_tune)
 

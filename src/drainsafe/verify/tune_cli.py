@@ -1,0 +1,141 @@
+"""`drainsafe tune`: read the inputs, print the recommendation (text, yaml, json, patch)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from drainsafe.verify.record import RECORD_FILE, Record
+from drainsafe.verify.tune import (
+    Measurements,
+    NotEnoughData,
+    Tuning,
+    explain,
+    from_log_lines,
+    from_metrics_text,
+    from_record,
+    parse_workload,
+    patch_body,
+    server_flags,
+    tune,
+)
+
+EXIT_USAGE = 2
+_METRIC_SUFFIXES = (".prom", ".metrics", ".txt", ".log", ".jsonl")
+
+
+def read_inputs(sources: list[str], metrics: list[str]) -> Measurements:
+    found = Measurements()
+    for raw in sources:
+        path = Path(raw)
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.is_file() and (
+                p.name == RECORD_FILE or p.suffix in _METRIC_SUFFIXES))
+            if not files:
+                raise ValueError(f"--from {raw}: no {RECORD_FILE} or metrics files in it")
+            for p in files:
+                found.merge(read_file(p))
+        else:
+            found.merge(read_file(path))
+    for raw in metrics:
+        found.merge(read_file(Path(raw), metrics_only=True))
+    return found
+
+
+def read_file(path: Path, *, metrics_only: bool = False) -> Measurements:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror})") from exc
+    if not metrics_only and text.lstrip().startswith("{") and '"requests"' in text[:4096]:
+        return from_record(Record.read(path), str(path))
+    if "drainsafe.phase" in text:
+        return from_log_lines(text.splitlines(), str(path))
+    return from_metrics_text(text, str(path))
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    if not args.source and not args.metrics:
+        err.print("[red]drainsafe tune: give --from DIR (verify --out) and/or --metrics FILE[/]")
+        return EXIT_USAGE
+    try:
+        kind, name = parse_workload(args.workload)
+        found = read_inputs(args.source, args.metrics)
+        tuning = tune(found, margin=args.margin, buffer=args.buffer,
+                      max_request=args.max_request, min_propagation=args.min_propagation,
+                      drain_via=args.drain_via)
+    except NotEnoughData as exc:
+        err.print(f"[red]drainsafe tune: {exc}[/]")
+        return 1
+    except ValueError as exc:
+        err.print(f"[red]drainsafe tune: {exc}[/]")
+        return EXIT_USAGE
+    container = args.container or name
+    body = patch_body(tuning, container, drain_via=args.drain_via)
+    out = sys.stdout
+    if args.output == "yaml":
+        out.write(yaml.safe_dump(body, sort_keys=False))
+    elif args.output == "json":
+        json.dump(to_json(tuning, body, args.drain_via), out, indent=2)
+        out.write("\n")
+    elif args.output == "patch":
+        out.write(kubectl_patch(kind, name, args.namespace, body) + "\n")
+    else:
+        print_text(tuning, body, kind, name, args.namespace, args.drain_via, Console())
+    for warning in tuning.warnings:
+        err.print(f"[yellow]note: {warning}[/]")
+    return 0
+
+
+def kubectl_patch(kind: str, name: str, namespace: str | None, body: dict[str, object]) -> str:
+    ns = f" -n {shlex.quote(namespace)}" if namespace else ""
+    payload = json.dumps(body, separators=(",", ":"))
+    return (f"kubectl patch {kind.lower()}/{shlex.quote(name)}{ns} --type strategic "
+            f"-p {shlex.quote(payload)}")
+
+
+def to_json(t: Tuning, body: dict[str, object], drain_via: str) -> dict[str, object]:
+    b = t.recommendation.budget
+    return {
+        "drain_delay_seconds": t.drain_delay_seconds,
+        "shutdown_deadline_seconds": t.shutdown_seconds,
+        "termination_grace_period_seconds": t.grace_seconds,
+        "buffer_seconds": b.buffer,
+        "margin": t.recommendation.margin,
+        "readiness_probe": {"periodSeconds": t.probe_period,
+                            "failureThreshold": t.probe_failure_threshold,
+                            "timeoutSeconds": t.probe_timeout},
+        "measured": {"propagation_seconds": t.propagation.value,
+                     "propagation_basis": t.propagation.basis,
+                     "max_request_seconds": t.max_request.value,
+                     "max_request_basis": t.max_request.basis},
+        "server_flags": server_flags(t, drain_via),
+        "patch": body,
+        "warnings": list(t.warnings),
+    }
+
+
+def print_text(t: Tuning, body: dict[str, object], kind: str, name: str,
+               namespace: str | None, drain_via: str, console: Console) -> None:
+    table = Table(title=f"drainsafe tune: {kind.lower()}/{name}", title_justify="left")
+    table.add_column("setting")
+    table.add_column("value", justify="right")
+    table.add_column("from the measurement")
+    for setting, value, basis in explain(t):
+        table.add_row(setting, value, basis)
+    console.print(table)
+    console.print(f"budget as applied: {t.applied.arithmetic()}")
+    console.print(f"server: run drainsafe serve/run with {server_flags(t, drain_via)} "
+                  "(or the server's own deadline flag with the same value)")
+    console.print("patch (strategic merge):")
+    console.print(yaml.safe_dump(body, sort_keys=False), markup=False, highlight=False)
+    console.print(kubectl_patch(kind, name, namespace, body), markup=False, highlight=False,
+                  soft_wrap=True)
