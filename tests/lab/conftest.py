@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from drainsafe.lab.cluster import Lab, pids_alive
 from drainsafe.lab.controlplane import ControlPlane
 
 KUBECTL_DIR = pathlib.Path("/usr/lib/google-cloud-sdk/bin")
@@ -81,3 +82,19 @@ def kubectl(request: pytest.FixtureRequest, cp_kubeconfig: pathlib.Path,
     if not binary.exists():
         pytest.skip(f"{binary} is not installed")
     return Kubectl(binary, cp_kubeconfig, tmp_path / f"kubectl-cache-{request.param}")
+
+
+# ---- node side: a whole lab (control plane + kubelets + traffic paths) -----------------
+
+@pytest.fixture
+async def lab(tmp_path: pathlib.Path) -> AsyncIterator[Lab]:
+    """A 2-node lab with a 0.2 s propagation delay; every process it started is checked
+    to be gone afterwards, also when the test fails."""
+    seen: set[int] = set()
+    async with Lab(tmp_path / "lab", nodes=2, propagation_seconds=0.2,
+                   restart_backoff=0.5) as running:
+        try:
+            yield running
+        finally:
+            seen.update(running.pids())
+    assert pids_alive(seen) == [], "processes of the lab survived it"

@@ -61,13 +61,44 @@ class IngressPath:
                 await asyncio.to_thread(self._nginx.start, config)
                 self._started = True
             else:
+                before = _worker_pids(self._nginx.pid)
                 await asyncio.to_thread(self._nginx.reload, config)
+                await _old_workers_let_go(self._nginx.pid, before)
             self._config = config
 
     async def close(self) -> None:
         async with self._lock:
             await asyncio.to_thread(self._nginx.stop)
             self._started = False
+
+
+def _worker_pids(master: int | None) -> set[int]:
+    if master is None:
+        return set()
+    try:
+        text = Path(f"/proc/{master}/task/{master}/children").read_text()
+    except OSError:
+        return set()
+    return {int(pid) for pid in text.split()}
+
+
+def _shutting_down(pid: int) -> bool:
+    try:
+        return b"shutting down" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # gone
+
+
+async def _old_workers_let_go(master: int | None, before: set[int],
+                              timeout: float = 10.0) -> None:
+    """Until every worker of the old config has taken its QUIT and closed the listeners
+    (it renames itself "shutting down"), so new connections meet the new config."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if all(_shutting_down(pid) for pid in before & _worker_pids(master)):
+            return
+        await asyncio.sleep(0.01)
 
 
 def _free_port(host: str) -> int:

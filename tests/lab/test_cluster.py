@@ -1,0 +1,126 @@
+"""The whole lab: nodes registered, pods as processes reachable through both paths, logs,
+clean-up of every process (also when the code inside the lab fails)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from lightkube.resources.core_v1 import Node, Pod
+
+from drainsafe.lab.cluster import Lab, pids_alive, virtual_deployment
+
+
+def http_deployment(name: str, *, replicas: int = 2, grace: int = 10,
+                    prestop: dict[str, Any] | None = None) -> dict[str, Any]:
+    """python -m http.server bound to the pod IP via the downward API and $(VAR)."""
+    container: dict[str, Any] = {
+        "name": "web", "image": "python:3.11",
+        "command": [sys.executable, "-m", "http.server"],
+        "args": ["--bind", "$(POD_IP)", "8000"],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "http", "containerPort": 8000}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
+    }
+    if prestop:
+        container["lifecycle"] = {"preStop": prestop}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"terminationGracePeriodSeconds": grace,
+                                           "containers": [container]}}}}
+
+
+def service(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"selector": {"app": name},
+                     "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
+
+
+async def test_nodes_pods_and_both_traffic_paths(lab: Lab) -> None:
+    assert lab.client is not None
+    nodes = [n.to_dict() async for n in lab.client.list(Node)]
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["node-0", "node-1"]
+    ready = [c for n in nodes for c in n["status"]["conditions"] if c["type"] == "Ready"]
+    assert [c["status"] for c in ready] == ["True", "True"]
+
+    await lab.apply(http_deployment("web"), service("web"))
+    await lab.wait_available("default", "web", timeout=60)
+    backends = await lab.wait_backends("default", "web", 2, timeout=30)
+    pods = [p.to_dict() async for p in lab.client.list(Pod, namespace="default",
+                                                        labels={"app": "web"})]
+    ips = sorted(p["status"]["podIP"] for p in pods)
+    assert sorted(b.split(":")[0] for b in backends) == ips
+    assert all(ip.startswith("127.10.") for ip in ips)
+    for pod in pods:
+        status = pod["status"]
+        assert status["phase"] == "Running"
+        assert {c["type"]: c["status"] for c in status["conditions"]} == {
+            "PodScheduled": "True", "Initialized": "True", "ContainersReady": "True",
+            "Ready": "True"}
+        cs = status["containerStatuses"][0]
+        assert cs["ready"] and cs["started"] and cs["restartCount"] == 0
+        assert "running" in cs["state"]
+        log = lab.state_dir / "pods" / f"default_{pod['metadata']['name']}" / "web.log"
+        assert log.exists()
+
+    async with httpx.AsyncClient() as client:
+        via_cluster_ip = await client.get(lab.service_url("default", "web") + "/")
+        assert via_cluster_ip.status_code == 200
+        await lab.wait_backends("default", "web", 2, path="ingress", timeout=30)
+        via_ingress = await client.get(lab.service_url("default", "web", path="ingress") + "/")
+        assert via_ingress.status_code == 200
+
+
+async def test_every_process_is_stopped_when_the_code_in_the_lab_fails(tmp_path: Path) -> None:
+    started: list[int] = []
+    with pytest.raises(RuntimeError, match="test failure"):
+        async with Lab(tmp_path / "lab", nodes=1, propagation_seconds=0) as lab:
+            await lab.apply(http_deployment("web", replicas=2))
+            await lab.wait_available("default", "web", timeout=60)
+            await lab.apply(service("web"))
+            await lab.wait_backends("default", "web", 2, path="ingress", timeout=30)
+            started = lab.pids()
+            raise RuntimeError("test failure")
+    assert len(started) == 3  # two containers and nginx
+    assert pids_alive(started) == []
+
+
+async def test_pod_deletion_runs_prestop_then_sigterm_and_deletes(lab: Lab) -> None:
+    await lab.apply(http_deployment("slow", replicas=1, grace=5,
+                                    prestop={"sleep": {"seconds": 1}}))
+    await lab.wait_available("default", "slow", timeout=60)
+    assert lab.client is not None and lab.nodes is not None
+    pods = [p.to_dict() async for p in lab.client.list(Pod, namespace="default",
+                                                        labels={"app": "slow"})]
+    assert len(pods) == 1
+    name = pods[0]["metadata"]["name"]
+    worker = lab.nodes.worker("default", name)
+    assert worker is not None
+    await lab.client.delete(Pod, name, namespace="default")
+    await asyncio.wait_for(worker.finished.wait(), 30)
+    record = worker.records["web"]
+    assert record.prestop_completed and record.sigterm_at is not None
+    assert record.prestop_started is not None
+    assert record.sigterm_at - record.prestop_started >= 1.0
+    assert not record.killed  # http.server exits on SIGTERM
+    remaining = [p.metadata.name async for p in lab.client.list(Pod, namespace="default")
+                 if p.metadata is not None and p.metadata.name == name]
+    assert remaining == []
+
+
+async def test_virtual_pods_need_no_process(lab: Lab) -> None:
+    await lab.apply(virtual_deployment("v", replicas=4, startup_seconds=0.2))
+    await lab.wait_available("default", "v", timeout=30)
+    assert lab.nodes.pids() == [] if lab.nodes else True  # virtual: no container process
+    assert lab.nodes is not None
+    workers = [w for k in lab.nodes.kubelets.values() for w in k.pods.values()]
+    assert len(workers) == 4
+    assert all(c.process is not None and c.process.pid is None
+               for w in workers for c in w.containers)
