@@ -1,0 +1,185 @@
+"""`drainsafe drain`, `drainsafe uncordon`, `drainsafe audit` (also as `kubectl drainsafe`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _connection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: current-context)")
+    p.add_argument("--request-timeout", type=float, default=30.0, metavar="S",
+                   help="timeout of one API request (default 30)")
+
+
+def register(subparsers: Any) -> None:
+    d = subparsers.add_parser(
+        "drain", help="drain nodes without killing in-flight requests",
+        description="Cordon (with an ownership record), then evict pods through the "
+        "Eviction API one workload replica at a time, each after its previous replacement "
+        "is Ready; refuse up front when a budget can never allow it, a pod is under two "
+        "PDBs, or there is no room (GPU) for a replacement.",
+    )
+    d.add_argument("nodes", nargs="*", metavar="NODE")
+    d.add_argument("--selector", "-l", help="drain the nodes matching this label selector")
+    d.add_argument("--pod-selector", help="only evict pods matching this label selector")
+    d.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    d.add_argument("--timeout", type=float, default=3600.0, metavar="S",
+                   help="give up on a node after S seconds (default 3600); the node stays "
+                   "cordoned and recorded")
+    d.add_argument("--delete-emptydir-data", action="store_true",
+                   help="allow evicting pods with emptyDir volumes (their data is lost)")
+    d.add_argument("--max-parallel-nodes", type=int, default=1, metavar="N",
+                   help="drain up to N nodes at once (default 1: in sequence)")
+    d.add_argument("--reason", default="drainsafe drain", help="recorded on the node")
+    d.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    _connection(d)
+    d.set_defaults(handler=run_drain)
+
+    u = subparsers.add_parser("uncordon", help="uncordon a node drainsafe cordoned")
+    u.add_argument("nodes", nargs="+", metavar="NODE")
+    u.add_argument("--force", action="store_true",
+                   help="also uncordon a node someone else cordoned")
+    _connection(u)
+    u.set_defaults(handler=run_uncordon)
+
+    a = subparsers.add_parser("audit", help="list cordoned nodes: since when, by whom")
+    a.add_argument("--all", action="store_true", help="list every node")
+    a.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    _connection(a)
+    a.set_defaults(handler=run_audit)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from drainsafe.kube import KubeClient
+
+    return KubeClient.from_kubeconfig(args.kubeconfig, args.context,
+                                      timeout=args.request_timeout)
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from rich.console import Console
+
+    from drainsafe.kube import KubeconfigError, KubeError
+
+    if not args.nodes and not args.selector:
+        print("drainsafe drain: name at least one NODE or pass --selector", file=sys.stderr)
+        return 2
+    if args.max_parallel_nodes < 1:
+        print("drainsafe drain: --max-parallel-nodes must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        client = _client(args)
+    except (KubeconfigError, ValueError, RuntimeError) as exc:
+        print(f"drainsafe drain: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_drain(client, args, Console(stderr=args.output == "json")))
+    except KubeError as exc:
+        print(f"drainsafe drain: API error: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
+    from drainsafe.drain.execute import DrainSettings, drain_fleet
+    from drainsafe.drain.plan import DrainOptions
+    from drainsafe.drain.report import render_plan, render_report, reports_json
+    from drainsafe.kube import api_path
+
+    async with client:
+        nodes = list(args.nodes)
+        if args.selector:
+            found, _ = await client.list(api_path("v1", "nodes"),
+                                         {"labelSelector": args.selector})
+            nodes += [n["metadata"]["name"] for n in found if n["metadata"]["name"] not in nodes]
+            if not nodes:
+                console.print(f"no nodes match {args.selector!r}")
+                return 1
+        settings = DrainSettings(
+            options=DrainOptions(delete_emptydir_data=args.delete_emptydir_data),
+            timeout=args.timeout, reason=args.reason, pod_selector=args.pod_selector,
+        )
+        with console.status("draining") as status:
+            reports = await drain_fleet(
+                client, nodes, settings, max_parallel=args.max_parallel_nodes,
+                dry_run=args.dry_run, on_progress=lambda m: status.update(m),
+            )
+    if args.output == "json":
+        print(reports_json(reports))
+    else:
+        for r in reports:
+            if r.plan is not None and (args.dry_run or r.refused):
+                render_plan(console, r.plan)
+            if not args.dry_run and not r.refused:
+                render_report(console, r)
+        skipped = [n for n in nodes if n not in {r.node for r in reports}]
+        if skipped:
+            console.print(f"not started after the failure: {', '.join(skipped)}")
+    return 0 if reports and all(r.ok for r in reports) and len(reports) == len(nodes) else 1
+
+
+def run_uncordon(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from drainsafe.drain.cordon import NotOwned, uncordon
+    from drainsafe.kube import KubeconfigError, KubeError
+
+    try:
+        client = _client(args)
+    except (KubeconfigError, ValueError, RuntimeError) as exc:
+        print(f"drainsafe uncordon: {exc}", file=sys.stderr)
+        return 2
+
+    async def go() -> int:
+        code = 0
+        async with client:
+            for node in args.nodes:
+                try:
+                    result = await uncordon(client, node, force=args.force)
+                    print(result.message)
+                except (NotOwned, KubeError, RuntimeError) as exc:
+                    print(f"drainsafe uncordon: {exc}", file=sys.stderr)
+                    code = 1
+        return code
+
+    return asyncio.run(go())
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    import sys
+    from dataclasses import asdict
+
+    from rich.console import Console
+
+    from drainsafe.drain.cordon import audit
+    from drainsafe.drain.report import render_audit
+    from drainsafe.kube import KubeconfigError, KubeError
+
+    try:
+        client = _client(args)
+    except (KubeconfigError, ValueError, RuntimeError) as exc:
+        print(f"drainsafe audit: {exc}", file=sys.stderr)
+        return 2
+
+    async def go() -> list[Any]:
+        async with client:
+            return await audit(client, all_nodes=args.all)
+
+    try:
+        records = asyncio.run(go())
+    except KubeError as exc:
+        print(f"drainsafe audit: API error: {exc}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        print(json.dumps([asdict(r) for r in records], indent=2))
+    else:
+        render_audit(Console(), records)
+    # Cordoned nodes with no drainsafe record are the forgotten cordons worth a look.
+    return 1 if any(r.cordoned and r.owner.startswith("unknown") for r in records) else 0
