@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -98,3 +99,33 @@ async def lab(tmp_path: pathlib.Path) -> AsyncIterator[Lab]:
         finally:
             seen.update(running.pids())
     assert pids_alive(seen) == [], "processes of the lab survived it"
+
+
+async def wait_until(control_plane: ControlPlane, predicate: Callable[[], bool], *,
+                     timeout: float = 30.0, what: str = "condition") -> None:
+    """Wait (woken by store changes, bounded by `timeout`) until predicate() holds."""
+    changed = asyncio.Event()
+    unlisten = control_plane.store.listen(lambda _ev: changed.set())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(remaining, 0.5))
+    finally:
+        unlisten()
+
+
+@pytest.fixture
+async def cp_nodes(control_plane: ControlPlane, cp_kubeconfig: pathlib.Path
+                   ) -> AsyncIterator[list[str]]:
+    """Four GPU nodes (2 GPUs each) played by the test-only node agent."""
+    from cp_node_agent import NodeAgent
+
+    names = ["node-a", "node-b", "node-c", "node-d"]
+    async with NodeAgent(cp_kubeconfig, names, gpus=2):
+        yield names

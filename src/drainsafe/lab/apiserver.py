@@ -97,6 +97,11 @@ class ApiServer:
             return json_response(discovery.api_versions())
         if path == "/apis":
             return json_response(discovery.api_group_list())
+        if path == "/openapi/v2":
+            # kubectl <= 1.27 insists on fetching the v2 document (as protobuf) before
+            # apply; an empty body is a valid, empty openapi_v2.Document, so kubectl
+            # finds no schemas and falls back to its built-in types (see openapi.py).
+            return Response(b"", media_type="application/octet-stream")
         if path.startswith("/openapi/"):
             doc = openapi.document(path)
             if doc is None:

@@ -507,6 +507,7 @@ class PodWorker:
             await self.flush_status()
             await self.kubelet.delete_pod(self.namespace, self.name)
         self.kubelet.ips.release(self.pod_ip)
+        self.kubelet.terminated.append(self)
         self.finished.set()
 
     async def _kill(self, c: ContainerState, grace: int) -> TerminationRecord | None:
@@ -570,6 +571,7 @@ class Kubelet:
         self.heartbeat_seconds = heartbeat_seconds
         self.ips = PodIPs(config.subnet)
         self.pods: dict[str, PodWorker] = {}  # by uid
+        self.terminated: list[PodWorker] = []  # finished terminations, with their records
         self._started = now_rfc3339()
         self._heartbeat: asyncio.Task[None] | None = None
         self._events: set[asyncio.Task[None]] = set()

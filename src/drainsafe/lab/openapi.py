@@ -1,12 +1,70 @@
-"""OpenAPI documents: the lab serves none, so kubectl create/apply must skip schema checks.
+"""A minimal OpenAPI v3 surface, so kubectl create/apply validate on the server side.
 
-See docs/lab-api.md for which kubectl versions need --validate=false.
+kubectl (1.27+) asks /openapi/v3 whether the server supports the fieldValidation query
+parameter on PATCH for the object's group-version-kind (kubernetes/cli-runtime
+pkg/resource/query_param_verifier_v3.go: a PATCH operation tagged with
+x-kubernetes-group-version-kind that lists a `fieldValidation` query parameter). When it
+does, kubectl skips client-side schema validation (which would need the full OpenAPI v2
+schema) and sends fieldValidation=Strict. The lab serves exactly that: one PATCH
+operation per kind, no schemas. Consequence: the lab does not reject unknown fields, and
+kubectl apply computes its strategic merge patch from kubectl's built-in types. Without
+this document kubectl create/apply fail with "failed to download openapi" unless
+--validate=false is passed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
+
+from drainsafe.lab import discovery
+
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"api/{version}" if not group else f"apis/{group}/{version}"
+
+
+def _gv_document(group: str, version: str) -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for r in discovery.RESOURCES:
+        if (r.group, r.version) != (group, version):
+            continue
+        base = "/" + _gv_path(group, version)
+        item = (f"{base}/namespaces/{{namespace}}/{r.plural}/{{name}}" if r.namespaced
+                else f"{base}/{r.plural}/{{name}}")
+        paths[item] = {"patch": {
+            "operationId": f"patch{r.kind}",
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": {"group": group, "version": version,
+                                                "kind": r.kind},
+            "parameters": [
+                {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
+                {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+                {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+            ],
+            "responses": {"200": {"description": "OK"}},
+        }}
+    return {"openapi": "3.0.0",
+            "info": {"title": "Kubernetes (drainsafe lab)",
+                     "version": discovery.SERVER_VERSION["gitVersion"]},
+            "paths": paths, "components": {"schemas": {}}}
+
+
+def _hash(doc: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32].upper()
 
 
 def document(path: str) -> dict[str, Any] | None:
+    """The document for /openapi/v3 or /openapi/v3/<group-version path>; None: 404."""
+    path = path.rstrip("/")
+    if path == "/openapi/v3":
+        return {"paths": {
+            _gv_path(g, v): {"serverRelativeURL":
+                             f"/openapi/v3/{_gv_path(g, v)}?hash={_hash(_gv_document(g, v))}"}
+            for g, v in discovery.group_versions()}}
+    for g, v in discovery.group_versions():
+        if path == f"/openapi/v3/{_gv_path(g, v)}":
+            return _gv_document(g, v)
     return None

@@ -90,7 +90,7 @@ class Event:
     rv: int
 
 
-@dataclass
+@dataclass(eq=False)
 class Watch:
     """One watcher's queue of events, fed by the store in resourceVersion order."""
 
