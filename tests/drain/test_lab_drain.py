@@ -1,0 +1,79 @@
+"""drainsafe drain against the lab: real API server, scheduler, controllers, kubelets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drainsafe.drain import ownership
+from drainsafe.drain.cordon import NotOwned, audit, uncordon
+from drainsafe.drain.execute import DrainSettings, NodeDrainer
+from drainsafe.kube import KubeClient
+from drainsafe.lab.cluster import virtual_deployment
+
+from .labkit import get_node, gpu_lab, node_of, pdb, pods_of, service
+
+
+async def test_drain_gpu_node_replacement_first(tmp_path: Path) -> None:
+    async with gpu_lab(tmp_path) as lab:
+        await lab.apply(virtual_deployment("llm", replicas=2, gpus=1, grace=5,
+                                           startup_seconds=0.5),
+                        pdb("llm", "llm", maxUnavailable=1), service("llm"))
+        await lab.wait_available("default", "llm", timeout=60)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            node = await node_of(client, "llm")
+            before = {p["metadata"]["uid"] for p in await pods_of(client, "llm")
+                      if p["spec"]["nodeName"] == node}
+            report = await NodeDrainer(client, node, DrainSettings(timeout=120)).run()
+            assert report.ok, report.failure
+            after = await pods_of(client, "llm")
+            assert all(p["spec"]["nodeName"] != node for p in after)
+            assert not before & {p["metadata"]["uid"] for p in after}
+            moved = [p for p in report.pods if p.outcome == "evicted"]
+            assert len(moved) == len(before)
+            for p in moved:
+                assert p.evicted_at and p.terminated_at and p.replacement_ready_at
+                assert p.evicted_at <= p.terminated_at <= p.replacement_ready_at
+                assert p.replacement_node not in (None, node)
+            n = await get_node(client, node)
+            assert n["spec"]["unschedulable"] is True
+            assert ownership.owned_by_drainsafe(n)
+            assert ownership.Progress.of(n).state == "drained"
+            [rec] = await audit(client)
+            assert rec.node == node and rec.owner.endswith(")") and not rec.takes_work
+            result = await uncordon(client, node)
+            assert result.changed
+            n = await get_node(client, node)
+            assert not n["spec"].get("unschedulable")
+            assert ownership.CORDONED_BY not in ownership.node_annotations(n)
+
+
+async def test_refusals_before_cordoning(tmp_path: Path) -> None:
+    async with gpu_lab(tmp_path, nodes=2) as lab:
+        await lab.apply(virtual_deployment("a", replicas=2, gpus=1, grace=1),
+                        pdb("a", "a", minAvailable=2))
+        await lab.wait_available("default", "a", timeout=60)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            node = await node_of(client, "a")
+            report = await NodeDrainer(client, node, DrainSettings()).run()
+            assert report.refused and not report.ok
+            kinds = sorted(b.kind for b in report.plan.blockers)  # type: ignore[union-attr]
+            # minAvailable == replicas, and the other node's only GPU is taken.
+            assert kinds == ["no-room", "wedged-budget"]
+            assert "PodDisruptionBudget default/a" in report.failure
+            n = await get_node(client, node)
+            assert not n["spec"].get("unschedulable")
+            assert ownership.PROGRESS not in ownership.node_annotations(n)
+
+
+async def test_uncordon_refuses_a_cordon_it_does_not_own(tmp_path: Path) -> None:
+    async with gpu_lab(tmp_path, nodes=1, gpus=0) as lab:
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            await client.patch("/api/v1/nodes/node-0", {"spec": {"unschedulable": True}},
+                               "strategic")
+            with pytest.raises(NotOwned, match="--force"):
+                await uncordon(client, "node-0")
+            [rec] = await audit(client)
+            assert rec.owner.startswith("unknown")
+            assert (await uncordon(client, "node-0", force=True)).changed
