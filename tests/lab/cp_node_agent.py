@@ -98,10 +98,10 @@ class NodeAgent:
                     self._handled.add(("stop", uid))
                     grace = int(raw["metadata"].get("deletionGracePeriodSeconds") or 0)
                     self._spawn(self._finish(ns, name, uid, min(self.stop_seconds, grace)))
-            elif raw.get("status", {}).get("phase", "Pending") == "Pending":
-                if ("start", uid) not in self._handled:
-                    self._handled.add(("start", uid))
-                    self._spawn(self._start(ns, name, raw))
+            elif (raw.get("status", {}).get("phase", "Pending") == "Pending"
+                  and ("start", uid) not in self._handled):
+                self._handled.add(("start", uid))
+                self._spawn(self._start(ns, name, raw))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
