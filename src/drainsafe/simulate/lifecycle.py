@@ -80,6 +80,9 @@ class Lifecycle:
     deleted_at: NDArray[np.float64]
     workload: NDArray[np.int64]
     pod_rate: NDArray[np.float64]
+    """arrivals per second routed to the pod when it was deleted"""
+    accepted_rate: NDArray[np.float64]
+    """of those, the ones it could take: at most max_concurrency / E[D] (Little's law)"""
     propagation: NDArray[np.float64]
     """shape (deletions, consumers)"""
     gone_after: NDArray[np.float64]
@@ -179,6 +182,11 @@ class _Engine:
         self.del_t: list[float] = []
         self.del_w: list[int] = []
         self.del_rate: list[float] = []
+        self.del_accepted: list[float] = []
+        # A pod full of requests turns the rest away: it takes at most C / E[D] per second.
+        self.max_accept = [math.inf if w.max_concurrency is None
+                           else w.max_concurrency / max(w.durations.mean, 1e-9)
+                           for w in s.workloads]
         self.del_prop: list[list[float]] = []
         self.del_gone: list[float] = []
 
@@ -285,6 +293,7 @@ class _Engine:
             deleted_at=np.array(self.del_t, dtype=np.float64),
             workload=np.array(self.del_w, dtype=np.int64),
             pod_rate=np.array(self.del_rate, dtype=np.float64),
+            accepted_rate=np.array(self.del_accepted, dtype=np.float64),
             propagation=np.array(self.del_prop, dtype=np.float64).reshape(
                 len(self.del_t), len(s.consumers)),
             gone_after=np.array(self.del_gone, dtype=np.float64),
@@ -379,10 +388,12 @@ class _Engine:
             self.record_ready()
             rate = self.rates[w].at(self.now) / max(self.routed[w], 1)
             props = [sampler.next() for sampler in self.prop]
-            gone = self.exit_after(w, rate, props)
+            accepted = min(rate, self.max_accept[w])
+            gone = self.exit_after(w, accepted, props)
             self.del_t.append(self.now)
             self.del_w.append(w)
             self.del_rate.append(rate)
+            self.del_accepted.append(accepted)
             self.del_prop.append(props)
             self.del_gone.append(gone)
             self.push(self.now + max(props), _ROUTE_GONE, w)

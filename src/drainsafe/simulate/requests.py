@@ -66,6 +66,8 @@ def count_requests(lc: Lifecycle, rng: np.random.Generator) -> Counts:
 
     rates = lc.pod_rate[:, None] * shares[None, :]
     race_mean = (rates * np.maximum(lc.propagation - close[:, None], 0.0)).sum(axis=1)
+    # Only requests the pod accepted can be in flight (a full pod rejects the rest).
+    accepted = lc.accepted_rate[:, None] * shares[None, :]
 
     accepted_until = np.minimum(close[:, None], lc.propagation)
     cut_mean = np.zeros(n)
@@ -73,7 +75,7 @@ def count_requests(lc: Lifecycle, rng: np.random.Generator) -> Counts:
         rows = lc.workload == w
         if rows.any():
             lag = cut[rows, None] - accepted_until[rows]
-            cut_mean[rows] = (rates[rows] * table.at(lag)).sum(axis=1)
+            cut_mean[rows] = (accepted[rows] * table.at(lag)).sum(axis=1)
 
     race = rng.poisson(race_mean)
     lasted = lc.gone_after >= cut - 1e-9
