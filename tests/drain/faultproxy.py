@@ -176,7 +176,8 @@ class FaultProxy:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[FaultProxy]:
-        self._client = httpx.AsyncClient(verify=ssl.create_default_context(cafile=self.ca), timeout=httpx.Timeout(30, read=None))
+        self._client = httpx.AsyncClient(verify=ssl.create_default_context(cafile=self.ca),
+                                         timeout=httpx.Timeout(30, read=None))
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"

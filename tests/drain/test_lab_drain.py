@@ -68,12 +68,12 @@ async def test_refusals_before_cordoning(tmp_path: Path) -> None:
 
 
 async def test_uncordon_refuses_a_cordon_it_does_not_own(tmp_path: Path) -> None:
-    async with gpu_lab(tmp_path, nodes=1, gpus=0) as lab:
-        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
-            await client.patch("/api/v1/nodes/node-0", {"spec": {"unschedulable": True}},
-                               "strategic")
-            with pytest.raises(NotOwned, match="--force"):
-                await uncordon(client, "node-0")
-            [rec] = await audit(client)
-            assert rec.owner.startswith("unknown")
-            assert (await uncordon(client, "node-0", force=True)).changed
+    async with gpu_lab(tmp_path, nodes=1, gpus=0) as lab, KubeClient.from_kubeconfig(
+            str(lab.kubeconfig)) as client:
+        await client.patch("/api/v1/nodes/node-0", {"spec": {"unschedulable": True}},
+                           "strategic")
+        with pytest.raises(NotOwned, match="--force"):
+            await uncordon(client, "node-0")
+        [rec] = await audit(client)
+        assert rec.owner.startswith("unknown")
+        assert (await uncordon(client, "node-0", force=True)).changed
