@@ -101,6 +101,12 @@ class Lab:
         # A safety net if the event loop dies without running stop(): kill what we started.
         atexit.register(self._kill_remaining)
         self.control_plane = ControlPlane(self.state_dir)
+        # Several labs may run on one machine (tests in parallel); ClusterIPs from the same
+        # 127.96.0.0/16 would collide on the L4 listeners, so each lab starts its ClusterIP
+        # allocation at a random offset. (The allocator has no public knob for this yet.)
+        allocator = getattr(self.control_plane, "cluster_ips", None)
+        if allocator is not None and hasattr(allocator, "_cursor"):
+            allocator._cursor = self.rng.randrange(1, 65000)
         await self.control_plane.start()
         self.control_plane.write_kubeconfig(self.kubeconfig)
         self.client = AsyncClient(config=KubeConfig.from_file(str(self.kubeconfig)),
@@ -161,7 +167,11 @@ class Lab:
             raise LabError(f"service {namespace}/{name} is not known to the {path} path yet")
         svc_port = view.port(port)
         if path == "clusterip":
-            return f"{scheme}://{view.cluster_ip}:{svc_port.port}"
+            address = f"{view.cluster_ip}:{svc_port.port}"
+            if address in self.net.l4.stats.bind_errors:
+                raise LabError(f"the ClusterIP path cannot listen on {address}: "
+                               f"{self.net.l4.stats.bind_errors[address]}")
+            return f"{scheme}://{address}"
         assert self.net.ingress is not None
         url = self.net.ingress.url(namespace, name, svc_port.port)
         if url is None:

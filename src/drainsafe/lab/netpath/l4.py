@@ -45,6 +45,10 @@ class L4Proxy:
         self.stats = ProxyStats()
         self._servers: dict[Address, asyncio.base_events.Server] = {}
         self._connections: set[asyncio.Task[None]] = set()
+        # (loop time, ClusterIP:port, backends) at every change, for race analysis.
+        self.history: list[tuple[float, Address, tuple[str, ...]]] = []
+        # Connections the backend closed without sending a byte (time, backend).
+        self.empty_replies: list[tuple[float, str]] = []
 
     @property
     def listening(self) -> list[Address]:
@@ -56,6 +60,10 @@ class L4Proxy:
             for port in view.ports:
                 if port.protocol.upper() == "TCP":
                     wanted[(view.cluster_ip, port.port)] = port.backends
+        now = asyncio.get_running_loop().time()
+        for address, backends in wanted.items():
+            if self.backends.get(address) != backends:
+                self.history.append((now, address, backends))
         self.backends = wanted
         for address in list(self._servers):
             if address not in wanted:
@@ -100,7 +108,9 @@ class L4Proxy:
             _reset(writer)
             return
         try:
-            await _splice(reader, writer, up_reader, up_writer)
+            sent = await _splice(reader, writer, up_reader, up_writer)
+            if sent == 0:
+                self.empty_replies.append((asyncio.get_running_loop().time(), f"{host}:{port}"))
         finally:
             for w in (writer, up_writer):
                 if not w.is_closing():
@@ -116,25 +126,30 @@ class L4Proxy:
 
 
 async def _splice(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter,
-                  up_r: asyncio.StreamReader, up_w: asyncio.StreamWriter) -> None:
-    """Copy both ways until both sides are done; a reset on one side resets the other."""
+                  up_r: asyncio.StreamReader, up_w: asyncio.StreamWriter) -> int:
+    """Copy both ways until both sides are done; a reset on one side resets the other.
+    Returns the number of bytes the backend sent."""
 
     async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
-                   other: asyncio.StreamWriter) -> None:
+                   other: asyncio.StreamWriter) -> int:
+        moved = 0
         try:
             while True:
                 data = await src.read(CHUNK)
                 if not data:
                     if dst.can_write_eof() and not dst.is_closing():
                         dst.write_eof()
-                    return
+                    return moved
+                moved += len(data)
                 dst.write(data)
                 await dst.drain()
         except (ConnectionError, OSError):
             _reset(dst)
             _reset(other)
+        return moved
 
-    await asyncio.gather(pump(client_r, up_w, client_w), pump(up_r, client_w, up_w))
+    _, down = await asyncio.gather(pump(client_r, up_w, client_w), pump(up_r, client_w, up_w))
+    return down
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
