@@ -1,0 +1,38 @@
+"""deploy/rbac.yaml grants exactly the API calls the drain code makes (read from the code)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def granted() -> set[tuple[str, str, str]]:
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()))
+    [role] = [d for d in docs if d["kind"] == "ClusterRole"]
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+            for r in rule["resources"] for v in rule["verbs"]}
+
+
+def test_no_delete_and_no_wildcards() -> None:
+    rules = granted()
+    assert not any(v in ("delete", "deletecollection", "*", "update") for _, _, v in rules)
+    assert not any("*" in (g + r) for g, r, _ in rules)
+    assert ("", "pods/eviction", "create") in rules
+
+
+def test_every_path_the_drain_code_builds_is_granted() -> None:
+    source = "\n".join(p.read_text() for p in (ROOT / "src/drainsafe/drain").glob("*.py"))
+    used = set(re.findall(r'api_path\(\s*"([^"]+)",\s*"([a-z]+)"', source))
+    assert used, "no api_path calls found"
+    rules = granted()
+    for group_version, plural in used:
+        group = "" if group_version == "v1" else group_version.split("/")[0]
+        assert any(g == group and r == plural for g, r, _ in rules), (group, plural)
+    # Every granted resource is used by the code (no spare grants).
+    for group, resource, _ in rules:
+        base = resource.split("/")[0]
+        assert any(p == base for _, p in used), resource
