@@ -54,8 +54,8 @@ def _error_response(status: int, reason: bytes, message: bytes) -> bytes:
 
 
 class ProxyRequest(Tracked):
-    __slots__ = ("chunked", "conn", "head", "head_sent", "keep_alive", "local", "method",
-                 "out", "query", "sse")
+    __slots__ = ("chunked", "close_after", "conn", "head_sent", "keep_alive", "local",
+                 "method", "out", "query", "sse")
 
     def __init__(self, conn: ClientConnection, method: bytes, keep_alive: bool) -> None:
         super().__init__()
@@ -65,6 +65,8 @@ class ProxyRequest(Tracked):
         self.local: str | None = None
         self.query = b""
         self.head_sent = False
+        self.close_after = False
+        """The response head said `Connection: close`; only then is closing race-free."""
         self.chunked = False
         self.sse = False
         self.out: list[bytes] = []
@@ -267,7 +269,10 @@ class ClientConnection(asyncio.Protocol):
     def response_done(self, req: ProxyRequest) -> None:
         req.complete = True
         self.runtime.finish(req)
-        if not req.keep_alive or not self.runtime.serving:
+        # A response that went out without `Connection: close` (it began before the drain)
+        # leaves the connection open: the client may already be sending its next request,
+        # which is answered with `Connection: close`. Closing now would reset that request.
+        if req.close_after:
             self.closing = True
         if self.queue and self.queue[0] is req:
             self.queue.popleft()
@@ -301,6 +306,7 @@ class ClientConnection(asyncio.Protocol):
             head += (name, b": ", value, b"\r\n")
         if not req.keep_alive or not self.runtime.serving:
             head.append(b"connection: close\r\n")
+            req.close_after = True
         head.append(b"\r\n")
         req.head_sent = True
         return b"".join(head)
