@@ -1,0 +1,138 @@
+"""The kubelet against the real control plane: liveness restarts, startup probes, crash
+restarts, deadline kills with the preStop extension, virtual pods, node registration."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from lightkube.resources.core_v1 import Node, Pod
+
+from drainsafe.lab.cluster import Lab, virtual_deployment
+
+SLEEPER = [sys.executable, "-c", "import signal, time\n"
+           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+           "while True: time.sleep(0.1)"]
+
+
+def pod(name: str, container: dict[str, Any], *, grace: int = 5,
+        restart: str = "Always", node: str = "node-0") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "restartPolicy": restart,
+                     "terminationGracePeriodSeconds": grace,
+                     "containers": [{"name": "c", "image": "busybox", **container}]}}
+
+
+async def pod_status(lab: Lab, name: str) -> dict[str, Any]:
+    assert lab.client is not None
+    return (await lab.client.get(Pod, name, namespace="default")).to_dict().get("status") or {}
+
+
+async def until(lab: Lab, name: str, test: Any, timeout: float = 30) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    status: dict[str, Any] = {}
+    while loop.time() < deadline:
+        status = await pod_status(lab, name)
+        if test(status):
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{name}: condition not met in {timeout}s; status {status}")
+
+
+def container(status: dict[str, Any]) -> dict[str, Any]:
+    return (status.get("containerStatuses") or [{}])[0]
+
+
+async def test_node_registration(lab: Lab) -> None:
+    assert lab.client is not None
+    node = (await lab.client.get(Node, "node-0")).to_dict()
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "node-0"
+    assert node["status"]["allocatable"]["pods"] == "110"
+    assert node["status"]["addresses"][0]["address"].startswith("127.10.")
+
+
+async def test_liveness_failure_restarts_the_container(lab: Lab, tmp_path: Any) -> None:
+    flag = tmp_path / "sick"
+    await lab.apply(pod("live", {
+        "command": SLEEPER,
+        "livenessProbe": {"exec": {"command": ["test", "!", "-e", str(flag)]},
+                          "periodSeconds": 1, "failureThreshold": 2},
+    }, grace=1))
+    await until(lab, "live", lambda s: container(s).get("ready"))
+    flag.write_text("x")
+    status = await until(lab, "live", lambda s: container(s).get("restartCount", 0) >= 1)
+    flag.unlink()
+    last = container(status)["lastState"]["terminated"]
+    assert last["exitCode"] == 137  # SIGTERM ignored: killed after the 2 s floor
+    await until(lab, "live", lambda s: container(s).get("ready") and "running" in
+                container(s)["state"])
+
+
+async def test_startup_probe_gates_readiness(lab: Lab, tmp_path: Any) -> None:
+    flag = tmp_path / "started"
+    await lab.apply(pod("slowstart", {
+        "command": SLEEPER,
+        "startupProbe": {"exec": {"command": ["test", "-e", str(flag)]},
+                         "periodSeconds": 1, "failureThreshold": 30},
+    }))
+    status = await until(lab, "slowstart", lambda s: "running" in container(s).get("state", {}))
+    await asyncio.sleep(1.5)
+    status = await pod_status(lab, "slowstart")
+    assert container(status)["started"] is False and container(status)["ready"] is False
+    flag.write_text("x")
+    status = await until(lab, "slowstart", lambda s: container(s).get("ready"))
+    assert container(status)["started"] is True
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+
+
+async def test_crashing_container_is_restarted_per_policy(lab: Lab) -> None:
+    await lab.apply(pod("crash", {"command": [sys.executable, "-c", "import sys; sys.exit(3)"]}),
+                    pod("once", {"command": [sys.executable, "-c", "pass"]}, restart="Never"))
+    status = await until(lab, "crash", lambda s: container(s).get("restartCount", 0) >= 2)
+    assert container(status)["lastState"]["terminated"]["exitCode"] == 3
+    status = await until(lab, "once", lambda s: s.get("phase") == "Succeeded")
+    assert container(status)["state"]["terminated"]["reason"] == "Completed"
+
+
+async def test_delete_kills_at_the_deadline_after_prestop_overrun(lab: Lab) -> None:
+    await lab.apply(pod("stubborn", {"command": SLEEPER,
+                                     "lifecycle": {"preStop": {"sleep": {"seconds": 30}}}},
+                        grace=1))
+    await until(lab, "stubborn", lambda s: container(s).get("ready"))
+    assert lab.client is not None and lab.nodes is not None
+    worker = lab.nodes.worker("default", "stubborn")
+    assert worker is not None
+    await lab.client.delete(Pod, "stubborn", namespace="default")
+    await asyncio.wait_for(worker.finished.wait(), 30)
+    record = worker.records["c"]
+    assert record.prestop_completed is False and record.killed
+    assert record.sigterm_at is not None and record.sigkill_at is not None
+    # grace 1 s for the hook, then the one-off 2 s before SIGKILL.
+    assert 0.9 <= record.sigterm_at - record.started <= 2.5
+    assert 1.9 <= record.sigkill_at - record.sigterm_at <= 3.5
+    assert worker.phase == "Failed"
+    names = [p.metadata.name async for p in lab.client.list(Pod, namespace="default")
+             if p.metadata is not None]
+    assert "stubborn" not in names
+
+
+async def test_virtual_pods_terminate_after_their_configured_time(lab: Lab) -> None:
+    await lab.apply(virtual_deployment("v", replicas=2, startup_seconds=0.3,
+                                       exit_after_sigterm_seconds=0.5, grace=10))
+    await lab.wait_available("default", "v", timeout=30)
+    assert lab.client is not None and lab.nodes is not None
+    pods = [p.to_dict() async for p in lab.client.list(Pod, namespace="default",
+                                                        labels={"app": "v"})]
+    name = pods[0]["metadata"]["name"]
+    worker = lab.nodes.worker("default", name)
+    assert worker is not None
+    await lab.client.delete(Pod, name, namespace="default")
+    await asyncio.wait_for(worker.finished.wait(), 30)
+    record = worker.records["main"]
+    assert not record.killed and record.exit_code == 0
+    assert record.exited_at is not None and record.sigterm_at is not None
+    assert record.exited_at - record.sigterm_at >= 0.49
+    await lab.wait_available("default", "v", timeout=30)  # the replacement came up
