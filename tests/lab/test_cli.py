@@ -1,0 +1,76 @@
+"""`drainsafe lab up --detach`, `status`, `down` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from drainsafe.lab.cluster import pids_alive
+
+DRAINSAFE = [sys.executable, "-m", "drainsafe", "lab"]
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DRAINSAFE, *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def test_usage_errors_and_no_lab(tmp_path: Path) -> None:
+    bad = run("up", "--nodes", "0", "--state-dir", str(tmp_path))
+    assert bad.returncode == 2 and "--nodes 0" in bad.stderr
+    bad = run("up", "--propagation-seconds", "soon", "--state-dir", str(tmp_path))
+    assert bad.returncode == 2 and "propagation" in bad.stderr
+    none = run("status", "--state-dir", str(tmp_path))
+    assert none.returncode == 1 and "no lab running" in none.stderr
+    assert run("down", "--state-dir", str(tmp_path)).returncode == 1
+
+
+def test_up_detach_status_down(tmp_path: Path) -> None:
+    state = tmp_path / "lab"
+    pid = None
+    try:
+        up = run("up", "--detach", "--nodes", "2", "--gpus-per-node", "1",
+                 "--propagation-seconds", "0.2", "--device-plugin", "--state-dir", str(state))
+        assert up.returncode == 0, up.stderr
+        assert f"kubeconfig: {state / 'kubeconfig'}" in up.stdout
+        pid = int((state / "lab.pid").read_text())
+        kubectl = subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "get",
+                                  "nodes", "-o", "json"], capture_output=True, text=True,
+                                 timeout=60, check=False)
+        assert kubectl.returncode == 0, kubectl.stderr
+        nodes = json.loads(kubectl.stdout)["items"]
+        assert sorted(n["metadata"]["name"] for n in nodes) == ["node-0", "node-1"]
+        assert all(n["status"]["allocatable"]["nvidia.com/gpu"] == "1" for n in nodes)
+
+        deadline = time.monotonic() + 60
+        ready = None
+        while time.monotonic() < deadline and ready != 2:
+            ds = subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "-n",
+                                 "kube-system", "get", "daemonset", "-o", "json"],
+                                capture_output=True, text=True, timeout=60, check=False)
+            items = json.loads(ds.stdout)["items"] if ds.returncode == 0 else []
+            ready = items[0]["status"].get("numberReady") if items else None
+            time.sleep(0.2)
+        assert ready == 2  # the GPU device-plugin DaemonSet runs on both GPU nodes
+
+        status = run("status", "--state-dir", str(state), "--json")
+        assert status.returncode == 0, status.stderr
+        data = json.loads(status.stdout)
+        assert data["pid"] == pid and len(data["nodes"]) == 2
+        table = run("status", "--state-dir", str(state))
+        assert table.returncode == 0 and "node-1" in table.stdout
+
+        assert run("up", "--state-dir", str(state)).returncode == 1  # already running
+        down = run("down", "--state-dir", str(state))
+        assert down.returncode == 0, down.stderr
+        assert pids_alive([pid]) == []
+        assert not (state / "lab.pid").exists()
+    finally:
+        if pid is not None and pids_alive([pid]):
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
