@@ -100,7 +100,8 @@ def _created(rs: Obj) -> tuple[float, str]:
 
 class DeploymentController(Controller):
     name = "deployment"
-    watches = frozenset({"apps/deployments", "apps/replicasets"})
+    # pods too: Recreate waits for the old pods to be gone, which no RS status shows
+    watches = frozenset({"apps/deployments", "apps/replicasets", "pods"})
 
     def reconcile(self) -> float | None:
         for d in list(self.store.items(DEPLOYMENTS)):
