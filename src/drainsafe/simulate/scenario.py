@@ -34,8 +34,8 @@ STRATEGIES: tuple[Strategy, ...] = ("kubectl", "drainsafe")
 
 KUBECTL_EVICTION_RETRY_SECONDS = 5.0
 """kubectl drain retries an eviction refused by a PodDisruptionBudget (429) every 5 s.
-Source: kubernetes/kubectl pkg/drain/drain.go (evictPods: time.Sleep(5 * time.Second) when
-EvictErrorRetryDelay is unset); see also shared research drain-anchors.md."""
+Source: kubernetes/kubectl pkg/cmd/drain/drain.go (EvictErrorRetryDelay: 5 * time.Second),
+slept by pkg/drain/drain.go on IsTooManyRequests; see also shared research drain-anchors.md."""
 
 
 class ScenarioError(ValueError):
