@@ -10,7 +10,7 @@ from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, ObjectRef
 from drainsafe.check.load import Document, InputError, Loaded, load
 from drainsafe.check.locate import locate
-from drainsafe.check.model import Index, build_index
+from drainsafe.check.model import Index, Subject, build_index
 from drainsafe.check.rules import all_rules
 
 
@@ -34,26 +34,23 @@ class Result:
 
 def check_documents(docs: list[Document], context: Context) -> tuple[list[Finding], Index]:
     index = build_index(docs)
-    ignored: dict[tuple[str, int, tuple[str | int, ...], ObjectRef], frozenset[str]] = {}
-    docs_by_key: dict[tuple[str, int, ObjectRef], Document] = {}
+    subjects: dict[tuple[str, int, ObjectRef], Subject] = {}
     for subject in index.iter_subjects():
         doc = subject.doc
-        ignored[(doc.file, doc.doc_index, doc.prefix, subject.ref)] = subject.ignored
-        docs_by_key[(doc.file, doc.doc_index, subject.ref)] = doc
+        subjects[(doc.file, doc.doc_index, subject.ref)] = subject
     findings: list[Finding] = []
     for rule_id, rule in all_rules().items():
         if rule_id in context.disabled:
             continue
         for finding in rule.run(index, context):
-            found = docs_by_key.get((finding.file, finding.doc_index, finding.object))
-            if found is None:
+            about = subjects.get((finding.file, finding.doc_index, finding.object))
+            if about is None:
                 findings.append(finding)
                 continue
-            skip = ignored.get((found.file, found.doc_index, found.prefix, finding.object),
-                               frozenset())
+            skip = about.ignored  # read only for objects with findings
             if rule_id in skip or "all" in skip:
                 continue
-            findings.append(replace(finding, line=locate(found, finding.path)))
+            findings.append(replace(finding, line=locate(about.doc, finding.path)))
     findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
     return findings, index
 

@@ -23,6 +23,8 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from drainsafe.check import fastyaml
+
 MAX_INPUT_BYTES = 32 * 1024 * 1024
 """Refuse a single input larger than this (a rendered chart is rarely above 1 MB)."""
 
@@ -44,6 +46,9 @@ class SourceText:
     name: str
     text: str
     _lines: list[str] | None = field(default=None, repr=False)
+    located: dict[tuple[int, tuple[str | int, ...]], tuple[int, int]] = field(
+        default_factory=dict, repr=False)
+    """Line lookups already done (see locate.py)."""
 
     @property
     def lines(self) -> list[str]:
@@ -161,31 +166,49 @@ def parse(source: SourceText, loaded: Loaded) -> None:
             return
         _add(loaded, source, data, 0, 1, text.count("\n") + 1)
         return
-    check_bomb = _ANCHOR.search(text) is not None
-    loader = yaml.CSafeLoader(text)
-    index = 0
+    found: list[tuple[Any, int, int, bool]] = []
+    error: InputError | None = None
+    try:
+        for item in fastyaml.documents(text):
+            found.append(item)
+    except fastyaml.Unsupported:
+        found, error = _standard(source)
+    except yaml.YAMLError as exc:
+        error = _yaml_error(source, exc)
+    except (ValueError, TypeError, RecursionError) as exc:
+        error = InputError(source.name, None, f"invalid YAML value: {exc}")
+    for index, (data, start, end, aliased) in enumerate(found):
+        if aliased and not _within_budget(data):
+            loaded.errors.append(InputError(
+                source.name, start,
+                f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
+                "(alias bomb or self-reference); document refused"))
+        else:
+            _add(loaded, source, data, index, start, end)
+    if error is not None:
+        loaded.errors.append(error)
+
+
+def _standard(source: SourceText) -> tuple[list[tuple[Any, int, int, bool]], InputError | None]:
+    """PyYAML's own construction, for inputs the fast path leaves to it (tags, merge keys)."""
+    aliased = _ANCHOR.search(source.text) is not None
+    found: list[tuple[Any, int, int, bool]] = []
+    loader = yaml.CSafeLoader(source.text)
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 break
-            start, end = node.start_mark.line + 1, node.end_mark.line + 1
             data = loader.construct_document(node)
-            if check_bomb and not _within_budget(data):
-                loaded.errors.append(InputError(
-                    source.name, start,
-                    f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
-                    "(alias bomb or self-reference); document refused"))
-            else:
-                _add(loaded, source, data, index, start, end)
-            index += 1
+            found.append((data, node.start_mark.line + 1, node.end_mark.line + 1, aliased))
     except yaml.YAMLError as exc:
-        loaded.errors.append(_yaml_error(source, exc))
+        return found, _yaml_error(source, exc)
     except (ValueError, TypeError, RecursionError) as exc:
         # The constructor rejects some scalars (e.g. an out-of-range timestamp).
-        loaded.errors.append(InputError(source.name, None, f"invalid YAML value: {exc}"))
+        return found, InputError(source.name, None, f"invalid YAML value: {exc}")
     finally:
         loader.dispose()
+    return found, None
 
 
 def _yaml_error(source: SourceText, exc: yaml.YAMLError) -> InputError:

@@ -23,34 +23,53 @@ def locate(doc: Document, path: Path) -> int:
     lines = doc.source.lines
     start = doc.start_line - 1
     end = min(doc.end_line, len(lines))
-    pos, parent_indent = start, -1
-    best = doc.start_line
-    for key in (*doc.prefix, *path):
+    memo = doc.source.located
+    full = (*doc.prefix, *path)
+    # Findings of one object share path prefixes (spec.template.spec.containers.0...).
+    depth, state = 0, (start, -1)
+    for d in range(len(full), 0, -1):
+        hit = memo.get((start, full[:d]))
+        if hit is not None:
+            depth, state = d, hit
+            break
+    pos, parent_indent = state
+    if pos < 0:
+        return -pos
+    for d in range(depth, len(full)):
+        key = full[d]
         if isinstance(key, int):
             found = _nth_item(lines, pos, end, parent_indent, key)
         else:
             found = _key(lines, pos, end, parent_indent, key)
         if found is None:
-            return best
+            # Not found below here: remember the nearest line (negated) for this path.
+            memo[(start, full[:d + 1])] = (-(pos + 1) if d else -doc.start_line, 0)
+            return pos + 1 if d else doc.start_line
         pos, parent_indent = found
-        best = pos + 1
-    return best
+        memo[(start, full[:d + 1])] = found
+    return pos + 1 if full else doc.start_line
 
 
 def _key(lines: list[str], pos: int, end: int, parent: int, key: str) -> tuple[int, int] | None:
-    pattern = re.compile(r"^\s*(?:-\s+)*[\"']?" + re.escape(key) + r"[\"']?\s*:(\s|$)")
+    quoted = (f'"{key}"', f"'{key}'")
     for i in range(pos, end):
         line = lines[i]
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
+        content = line.lstrip(" ")
+        if not content or content[0] == "#":
             continue
-        if i > pos and _indent(line) <= parent:
+        if i > pos and len(line) - len(content) <= parent:
             return None  # left the parent's block
-        if pattern.match(line):
-            # The key's own indent is where its text starts (after any "- " markers).
-            key_indent = len(line) - len(line.lstrip(" -"))
-            if key_indent > parent:
-                return i, key_indent
+        body = content
+        while body[:2] == "- ":
+            body = body[2:].lstrip(" ")
+        for form in (key, *quoted):
+            if body.startswith(form) and body[len(form):len(form) + 1] == ":":
+                rest = body[len(form) + 1:len(form) + 2]
+                if rest in ("", " ", "\t"):
+                    # The key's own indent is where its text starts (after any "- ").
+                    key_indent = len(line) - len(body)
+                    if key_indent > parent:
+                        return i, key_indent
     return None
 
 

@@ -59,7 +59,12 @@ def number(value: object) -> float | None:
 
 
 def string_map(value: object) -> dict[str, str]:
-    return {str(k): str(v) for k, v in mapping(value).items()}
+    if type(value) is not dict:
+        return {}
+    for k, v in value.items():
+        if type(k) is not str or type(v) is not str:
+            return {str(k): str(v) for k, v in value.items()}
+    return value
 
 
 @dataclass
@@ -219,6 +224,13 @@ class Index:
     _pdbs_by_ns: dict[str, list[Pdb]] = field(default_factory=lambda: defaultdict(list))
     _services_by_ns: dict[str, list[Service]] = field(default_factory=lambda: defaultdict(list))
     _hpas_by_target: dict[tuple[str, str, str], Hpa] = field(default_factory=dict)
+    _workloads_by_ns: dict[str, list[Workload]] = field(
+        default_factory=lambda: defaultdict(list))
+    # Lookups several rules repeat, keyed by object identity (objects live as long as this).
+    _pdbs_of: dict[int, list[Pdb]] = field(default_factory=dict)
+    _services_of: dict[int, list[Service]] = field(default_factory=dict)
+    _selected_by: dict[int, list[Workload]] = field(default_factory=dict)
+    _matched: bool = False
 
     @property
     def checked(self) -> int:
@@ -231,7 +243,9 @@ class Index:
             self.skipped += 1
             return
         if kind in WORKLOAD_KINDS or kind == "Pod":
-            self.workloads.append(_workload(doc, kind))
+            workload = _workload(doc, kind)
+            self.workloads.append(workload)
+            self._workloads_by_ns[workload.ref.namespace].append(workload)
         elif kind == "PodDisruptionBudget":
             pdb = _pdb(doc)
             self.pdbs.append(pdb)
@@ -254,13 +268,49 @@ class Index:
     def pdbs_for(self, w: Workload) -> list[Pdb]:
         if w.embedded:
             return []
-        return [p for p in self._pdbs_by_ns.get(w.ref.namespace, ()) if p.selects(w.pod_labels)]
+        self._match()
+        return self._pdbs_of.get(id(w), [])
 
     def services_for(self, w: Workload) -> list[Service]:
         if w.embedded:
             return []
-        return [s for s in self._services_by_ns.get(w.ref.namespace, ())
-                if s.selects(w.pod_labels)]
+        self._match()
+        return self._services_of.get(id(w), [])
+
+    def _match(self) -> None:
+        """Which PDBs and Services select which workloads' pods, computed once.
+
+        Candidates come from an inverted index of pod labels (a selector's first
+        single-value requirement), so matching stays linear in the number of objects.
+        """
+        if self._matched:
+            return
+        self._matched = True
+        by_label: dict[tuple[str, str, str], list[Workload]] = defaultdict(list)
+        for w in self.workloads:
+            if w.embedded:
+                continue
+            for k, v in w.pod_labels.items():
+                by_label[(w.ref.namespace, k, v)].append(w)
+        for pdb in self.pdbs:
+            if pdb.selector is None:
+                continue
+            candidates = self._workloads_by_ns.get(pdb.ref.namespace, [])
+            for req in pdb.selector.requirements:
+                if req.operator == "In" and len(req.values) == 1:
+                    candidates = by_label.get((pdb.ref.namespace, req.key, req.values[0]), [])
+                    break
+            selected = [w for w in candidates if pdb.selects(w.pod_labels)]
+            self._selected_by[id(pdb)] = selected
+            for w in selected:
+                self._pdbs_of.setdefault(id(w), []).append(pdb)
+        for svc in self.services:
+            if not svc.selector:
+                continue
+            k, v = next(iter(svc.selector.items()))
+            for w in by_label.get((svc.ref.namespace, k, v), []):
+                if svc.selects(w.pod_labels):
+                    self._services_of.setdefault(id(w), []).append(svc)
 
     def hpa_for(self, w: Workload) -> Hpa | None:
         return self._hpas_by_target.get((w.ref.namespace, w.ref.kind, w.ref.name))
@@ -273,9 +323,8 @@ class Index:
         return w.replicas
 
     def workloads_selected_by(self, pdb: Pdb) -> list[Workload]:
-        return [w for w in self.workloads
-                if not w.embedded and w.ref.namespace == pdb.ref.namespace
-                and pdb.selects(w.pod_labels)]
+        self._match()
+        return self._selected_by.get(id(pdb), [])
 
     def iter_subjects(self) -> Iterator[Subject]:
         yield from self.workloads

@@ -25,9 +25,22 @@ def nest(path: Path, value: Any, item_names: dict[int, str] | None = None) -> st
     return dump(node)
 
 
+_DUMPED: dict[str, str] = {}
+
+
 def dump(node: Any) -> str:
-    text: str = yaml.safe_dump(node, sort_keys=False, default_flow_style=False, width=100)
-    return text.rstrip("\n")
+    """Block-style YAML; many findings share a snippet, so each distinct one is dumped once."""
+    key = repr(node)
+    text = _DUMPED.get(key)
+    if text is None:
+        text = yaml.dump(node, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+                         width=100).rstrip("\n")
+        if len(_DUMPED) < 10_000:
+            _DUMPED[key] = text
+    return text
+
+
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def container_fix(pod_path: Path, container_name: str, fields: dict[str, Any],

@@ -50,12 +50,16 @@ class Serving:
 
 def serving(w: Workload) -> list[Serving]:
     """The containers that serve requests (sidecars excluded, unless nothing else is left)."""
+    cached: list[Serving] | None = w.__dict__.get("_serving")
+    if cached is not None:
+        return cached
     main = [c for c in w.containers if not is_sidecar(c)] or w.containers
     result = []
     for c in main:
         line = command_line(c.spec.get("command"), c.spec.get("args"))
         server = identify(line)
         result.append(Serving(c, line, server, drain_delay(c, server)))
+    w.__dict__["_serving"] = result  # several rules ask; the command lines parse once
     return result
 
 

@@ -1,0 +1,198 @@
+"""Benchmark: drainsafe check objects/s on a generated corpus, side by side with Checkov.
+
+Generates a corpus of Kubernetes objects (GPU inference Deployments with their Services, PDBs
+and HPAs; a quarter of them with drain-safety problems) into bench/out/check-corpus/, then
+times, in the same run:
+- drainsafe check in-process (read + parse + index + all rules + line numbers), best of 3;
+- drainsafe check as a CLI process (`drainsafe check -o json DIR`), once;
+- Checkov (`checkov -d DIR --framework kubernetes -o json`), once, from its own virtualenv
+  bench/.venv-checkov (created on first run; never the project's venv: its pins conflict).
+
+Goals (issue 2): >= 20,000 objects/s, >= 20x Checkov. Figures are wall-clock on this
+machine; a shared machine makes them indicative.
+
+    python bench/bench_check.py                 # 10,000 objects (a few minutes with Checkov)
+    python bench/bench_check.py --objects 50000 --skip-checkov
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CORPUS = HERE / "out" / "check-corpus"
+CHECKOV_VENV = HERE / ".venv-checkov"
+CHECKOV_VERSION = "3.3.30"
+OBJECTS_PER_FILE = 200
+
+
+def app_objects(i: int) -> list[dict[str, object]]:
+    """Four objects for one app; every fourth app has the usual drain-safety problems."""
+    name, ns = f"llm-{i}", f"team-{i % 50}"
+    naive = i % 4 == 0
+    labels = {"app": name}
+    container: dict[str, object] = {
+        "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+        "command": ["vllm", "serve", f"model-{i % 7}"],
+        "args": ["--port", "8000"] + ([] if naive else ["--shutdown-timeout", "100"]),
+        "ports": [{"containerPort": 8000}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 2,
+                           "failureThreshold": 1},
+        "livenessProbe": {"httpGet": {"path": "/health" if naive else "/live", "port": 8000}},
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
+    if not naive:
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": 10}}}
+    pod: dict[str, object] = {"containers": [container],
+                              "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
+    if not naive:
+        pod["terminationGracePeriodSeconds"] = 120
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns,
+                     "annotations": {"drainsafe.io/max-request-seconds": "90"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": labels},
+                 "strategy": {"type": "RollingUpdate",
+                              "rollingUpdate": {"maxSurge": 1 if naive else 0,
+                                                "maxUnavailable": 1}},
+                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+               "spec": {"selector": labels, "ports": [{"port": 80, "targetPort": 8000}]}}
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": name, "namespace": ns},
+           "spec": ({"minAvailable": 3} if naive else {"maxUnavailable": 1})
+           | {"selector": {"matchLabels": labels}}}
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": name, "namespace": ns},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                       "name": name},
+                    "minReplicas": 3, "maxReplicas": 8}}
+    return [deployment, service, pdb, hpa]
+
+
+def generate(objects: int, directory: Path) -> int:
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    docs: list[dict[str, object]] = []
+    i = 0
+    while len(docs) < objects:
+        docs.extend(app_objects(i))
+        i += 1
+    docs = docs[:objects]
+    for n in range(0, len(docs), OBJECTS_PER_FILE):
+        text = yaml.safe_dump_all(docs[n:n + OBJECTS_PER_FILE], sort_keys=False)
+        (directory / f"apps-{n // OBJECTS_PER_FILE:04d}.yaml").write_text(text)
+    return len(docs)
+
+
+def time_in_process(directory: Path, repeat: int) -> tuple[float, int]:
+    from drainsafe.check.context import Context
+    from drainsafe.check.engine import run
+
+    best, findings = float("inf"), 0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = run([str(directory)], Context())
+        best = min(best, time.perf_counter() - started)
+        findings = len(result.findings)
+        assert not result.errors, result.errors[:3]
+    return best, findings
+
+
+def time_cli(directory: Path) -> float:
+    exe = Path(sys.executable).with_name("drainsafe")
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "drainsafe"]
+    started = time.perf_counter()
+    subprocess.run([*command, "check", "--no-config", "-o", "json", str(directory)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - started
+
+
+def ensure_checkov() -> Path | None:
+    exe = CHECKOV_VENV / "bin" / "checkov"
+    if exe.exists():
+        return exe
+    print(f"creating {CHECKOV_VENV} with checkov=={CHECKOV_VERSION} (first run only)...",
+          flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(CHECKOV_VENV)], check=True)
+        subprocess.run([str(CHECKOV_VENV / "bin" / "pip"), "install", "-q",
+                        f"checkov=={CHECKOV_VERSION}"], check=True, timeout=1200)
+    except (subprocess.SubprocessError, OSError) as exc:
+        print(f"checkov could not be installed: {exc}")
+        return None
+    return exe if exe.exists() else None
+
+
+def time_checkov(exe: Path, directory: Path) -> float | None:
+    env = dict(os.environ, BC_SKIP_MAPPING="TRUE", CHECKOV_RUN_SCA_PACKAGE_SCAN_V2="false",
+               LOG_LEVEL="ERROR")
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [str(exe), "-d", str(directory), "--framework", "kubernetes", "-o", "json",
+         "--quiet", "--compact", "--skip-download", "--soft-fail"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False, timeout=3600)
+    elapsed = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        print(f"checkov failed ({proc.returncode}): {proc.stderr[-500:]!r}")
+        return None
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--objects", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip-checkov", action="store_true")
+    args = parser.parse_args()
+
+    from rich.console import Console
+    from rich.table import Table
+
+    count = generate(args.objects, CORPUS)
+    size = sum(p.stat().st_size for p in CORPUS.iterdir()) / 1024 / 1024
+    print(f"corpus: {count:,} objects in {len(list(CORPUS.iterdir()))} files "
+          f"({size:.1f} MiB) at {CORPUS.relative_to(ROOT)}")
+    ours, findings = time_in_process(CORPUS, args.repeat)
+    cli = time_cli(CORPUS)
+    checkov: float | None = None
+    if not args.skip_checkov:
+        exe = ensure_checkov()
+        if exe is not None:
+            checkov = time_checkov(exe, CORPUS)
+
+    table = Table(title=f"drainsafe check vs Checkov on {count:,} objects")
+    table.add_column("tool")
+    table.add_column("seconds", justify="right")
+    table.add_column("objects/s", justify="right")
+    table.add_column("vs Checkov", justify="right")
+
+    def row(name: str, seconds: float | None) -> None:
+        if seconds is None:
+            table.add_row(name, "-", "-", "-")
+            return
+        ratio = f"{checkov / seconds:.0f}x" if checkov else "-"
+        table.add_row(name, f"{seconds:.2f}", f"{count / seconds:,.0f}", ratio)
+
+    row("drainsafe check (in-process, best of %d)" % args.repeat, ours)
+    row("drainsafe check -o json (CLI process)", cli)
+    row(f"checkov {CHECKOV_VERSION} --framework kubernetes", checkov)
+    Console(width=110).print(table)
+    print(f"drainsafe findings: {findings:,}; goals: >= 20,000 objects/s, >= 20x Checkov")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

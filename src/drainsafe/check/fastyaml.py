@@ -1,0 +1,159 @@
+"""Build Python objects straight from libyaml's events: PyYAML's CSafeLoader, minus the nodes.
+
+PyYAML's C loader still composes a node graph and constructs objects from it in Python; for
+plain Kubernetes YAML most of that work is resolving the same scalars ("name", "spec",
+"containerPort") again and again. This builder reads the C parser's events once, resolves
+plain scalars with PyYAML's own implicit resolvers (cached), and shares aliased objects as
+PyYAML does. Anything unusual (explicit tags, merge keys, complex keys) raises
+`Unsupported`, and the caller re-reads that input with the standard loader, so behaviour and
+error messages stay PyYAML's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import yaml
+from yaml.events import (
+    AliasEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+    StreamStartEvent,
+)
+
+
+class Unsupported(Exception):
+    """A construct the fast path leaves to PyYAML's own constructor."""
+
+
+_RESOLVERS = yaml.resolver.Resolver.yaml_implicit_resolvers
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_STR = "tag:yaml.org,2002:str"
+_SCALAR_BUILDERS: dict[str, Callable[[str], Any]] = {
+    "tag:yaml.org,2002:null": lambda value: None,
+    "tag:yaml.org,2002:bool": lambda value: _CONSTRUCTOR.construct_yaml_bool(
+        yaml.ScalarNode("tag:yaml.org,2002:bool", value)),
+    "tag:yaml.org,2002:int": lambda value: _CONSTRUCTOR.construct_yaml_int(
+        yaml.ScalarNode("tag:yaml.org,2002:int", value)),
+    "tag:yaml.org,2002:float": lambda value: _CONSTRUCTOR.construct_yaml_float(
+        yaml.ScalarNode("tag:yaml.org,2002:float", value)),
+}
+_CACHE: dict[str, Any] = {}
+_CACHE_LIMIT = 50_000
+_NO_KEY = object()
+
+
+def _plain(value: str) -> Any:
+    cached = _CACHE.get(value, _NO_KEY)
+    if cached is not _NO_KEY:
+        return cached
+    tag = _STR
+    for candidate, regexp in _RESOLVERS.get(value[:1] if value else "", ()):
+        if regexp.match(value):
+            tag = candidate
+            break
+    if tag == _STR:
+        result: Any = value
+    else:
+        build = _SCALAR_BUILDERS.get(tag)
+        if build is None:  # timestamps, merge keys, "=" values: PyYAML's business
+            raise Unsupported(tag)
+        result = build(value)
+    if len(_CACHE) < _CACHE_LIMIT and len(value) < 64:
+        _CACHE[value] = result
+    return result
+
+
+def _scalar(event: Any) -> Any:
+    tag = event.tag
+    if tag is not None and tag != "!":
+        if tag == _STR:
+            return event.value
+        raise Unsupported(tag)
+    if event.implicit[0] and tag is None:
+        return _plain(event.value)
+    return event.value
+
+
+def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
+    """Yield (object, first line, last line, has aliases) per document; raise Unsupported or
+    YAMLError."""
+    loader = yaml.CSafeLoader(text)
+    try:
+        get = loader.get_event
+        anchors: dict[str, Any] = {}
+        stack: list[Any] = []
+        keys: list[Any] = []
+        root: Any = None
+        start = 0
+        aliased = False
+        while True:
+            event: Any = get()
+            cls = type(event)
+            if cls is ScalarEvent:
+                value = _scalar(event)
+                if event.anchor is not None:
+                    anchors[event.anchor] = value
+            elif cls is MappingStartEvent or cls is SequenceStartEvent:
+                if event.tag is not None and event.tag != "!" and not event.tag.endswith(
+                        (":map", ":seq")):
+                    raise Unsupported(event.tag)
+                value = {} if cls is MappingStartEvent else []
+                if event.anchor is not None:
+                    anchors[event.anchor] = value
+                if not stack:
+                    start = event.start_mark.line + 1
+            elif cls is MappingEndEvent or cls is SequenceEndEvent:
+                done = stack.pop()
+                keys.pop()
+                if not stack:
+                    root = done
+                continue
+            elif cls is AliasEvent:
+                if event.anchor not in anchors:
+                    raise Unsupported("undefined alias")  # PyYAML words the error
+                value = anchors[event.anchor]
+                aliased = True
+            elif cls is DocumentStartEvent:
+                anchors = {}
+                aliased = False
+                root = None
+                start = event.end_mark.line + 1
+                continue
+            elif cls is DocumentEndEvent:
+                yield root, start, event.start_mark.line + 1, aliased
+                continue
+            elif cls is StreamStartEvent:
+                continue
+            elif cls is StreamEndEvent:
+                return
+            else:
+                raise Unsupported(type(event).__name__)
+            # Place the value in its parent (or make it the document's root).
+            if stack:
+                parent = stack[-1]
+                if type(parent) is list:
+                    parent.append(value)
+                elif keys[-1] is _NO_KEY:
+                    if type(value) in (dict, list) or value == "<<":
+                        raise Unsupported("complex or merge key")
+                    keys[-1] = value
+                else:
+                    parent[keys[-1]] = value
+                    keys[-1] = _NO_KEY
+            else:
+                root = value
+                if cls is ScalarEvent or cls is AliasEvent:
+                    start = event.start_mark.line + 1
+            if cls is MappingStartEvent or cls is SequenceStartEvent:
+                stack.append(value)
+                keys.append(_NO_KEY)
+    finally:
+        loader.dispose()
