@@ -21,7 +21,6 @@ from typing import Any
 from drainsafe.lab import discovery
 
 
-
 def _gv_path(group: str, version: str) -> str:
     return f"api/{version}" if not group else f"apis/{group}/{version}"
 
