@@ -57,7 +57,7 @@ async def drain_one_replica(kind: str, layer: str, tmp_path: Path, nginx: Nginx
         nginx.start(_config(layer, listen, [a.address, b.address], nginx.workdir))
         async with streaming_load(f"http://{listen}/v1/completions",
                                   l7_proxy=layer == "l7") as result:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.7)
             assert result.total > 0 and result.failed == 0, result.summary()
             a.signal(signal.SIGTERM)
             await asyncio.sleep(PROPAGATION)

@@ -204,15 +204,29 @@ class StreamingWorkload:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"),
                                 (b"cache-control", b"no-cache")]})
-        for i in range(gen.tokens):
-            # Steady rate: schedule against the start time so delays do not accumulate.
-            wait = start + (i + 1) * gen.token_interval - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            await send({"type": "http.response.body",
-                        "body": chunk(gen, ident, created, i, i == gen.tokens - 1),
-                        "more_body": True})
-        await send({"type": "http.response.body", "body": DONE, "more_body": False})
+        # Like an inference server, stop generating when the client has gone.
+        gone = asyncio.Event()
+        watcher = loop.create_task(_watch_disconnect(receive, gone))
+        try:
+            for i in range(gen.tokens):
+                # Steady rate: schedule against the start so delays do not accumulate.
+                wait = start + (i + 1) * gen.token_interval - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if gone.is_set():
+                    return
+                await send({"type": "http.response.body",
+                            "body": chunk(gen, ident, created, i, i == gen.tokens - 1),
+                            "more_body": True})
+            await send({"type": "http.response.body", "body": DONE, "more_body": False})
+        finally:
+            watcher.cancel()
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -1,0 +1,318 @@
+"""One replica, real processes: the deadline marker, exit codes, second signal, endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from server_harness import (
+    DRAINSAFE,
+    PY,
+    collect_stream,
+    free_port,
+    start_replica,
+    wait_exit,
+    wait_port,
+)
+
+from drainsafe.marker import DRAIN_ERROR_TYPE, is_drain_error_event
+from drainsafe.server.lifecycle import EXIT_CUT, EXIT_FORCED
+
+LONG = {"stream": True, "duration": 6, "token_interval": 0.1}
+
+
+@pytest.mark.parametrize("kind", ["serve", "run"])
+async def test_stream_longer_than_deadline_ends_with_marker(kind: str, tmp_path: Path
+                                                            ) -> None:
+    replica = start_replica(kind, tmp_path, drain_delay=0.3, shutdown_timeout=0.7)
+    try:
+        url = f"http://{replica.address}/v1/completions"
+        stream = asyncio.create_task(collect_stream(url, LONG))
+        await asyncio.sleep(0.5)
+        replica.signal(signal.SIGTERM)
+        status, body, error = await asyncio.wait_for(stream, 10)
+        code = await wait_exit(replica.proc, 10)
+    finally:
+        replica.stop()
+    assert error is None and status == 200
+    assert body.count(b"data: {") >= 5, body[-300:]
+    assert b"[DONE]" not in body
+    assert is_drain_error_event(body.rsplit(b"\n\n", 2)[-2]), body[-300:]
+    assert code == EXIT_CUT, replica.log_text()
+    assert '"cut_at_deadline":1' in replica.log_text()
+
+
+@pytest.mark.parametrize("kind", ["serve", "run"])
+async def test_stream_within_deadline_finishes_and_exit_is_clean(kind: str, tmp_path: Path
+                                                                 ) -> None:
+    replica = start_replica(kind, tmp_path, drain_delay=0.3, shutdown_timeout=3)
+    try:
+        url = f"http://{replica.address}/v1/completions"
+        stream = asyncio.create_task(collect_stream(
+            url, {"stream": True, "duration": 1.2, "token_interval": 0.1}))
+        await asyncio.sleep(0.3)
+        replica.signal(signal.SIGTERM)
+        status, body, error = await asyncio.wait_for(stream, 10)
+        code = await wait_exit(replica.proc, 10)
+    finally:
+        replica.stop()
+    assert error is None and status == 200 and body.endswith(b"data: [DONE]\n\n")
+    assert code == 0, replica.log_text()
+
+
+@pytest.mark.parametrize("kind", ["serve", "run"])
+async def test_second_signal_forces_exit(kind: str, tmp_path: Path) -> None:
+    replica = start_replica(kind, tmp_path, drain_delay=5, shutdown_timeout=20)
+    try:
+        url = f"http://{replica.address}/v1/completions"
+        stream = asyncio.create_task(collect_stream(url, LONG))
+        await asyncio.sleep(0.5)
+        replica.signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        assert replica.proc.poll() is None, "exited on the first signal"
+        started = time.monotonic()
+        replica.signal(signal.SIGINT)
+        code = await wait_exit(replica.proc, 5)
+        took = time.monotonic() - started
+        status, body, error = await asyncio.wait_for(stream, 10)
+    finally:
+        replica.stop()
+    assert code == EXIT_FORCED, replica.log_text()
+    assert took < 3, f"forced exit took {took:.1f}s"
+    # Even a forced exit does not cut silently.
+    assert b"[DONE]" not in body and is_drain_error_event(body), (body[-200:], error)
+
+
+async def test_readiness_fails_at_once_while_requests_are_still_served(tmp_path: Path
+                                                                       ) -> None:
+    replica = start_replica("serve", tmp_path, drain_delay=1.5, shutdown_timeout=1)
+    base = f"http://{replica.address}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=5) as client:
+            assert (await client.get("/readyz")).status_code == 200
+            keep = await client.get("/ping")
+            assert keep.headers.get("connection") != "close"
+            replica.signal(signal.SIGTERM)
+            await asyncio.sleep(0.2)
+            ready = await client.get("/readyz")
+            live = await client.get("/livez")
+            during = await client.get("/ping")
+            metrics = (await client.get("/metrics")).text
+        code = await wait_exit(replica.proc, 10)
+    finally:
+        replica.stop()
+    assert ready.status_code == 503 and ready.json()["phase"] == "draining"
+    assert live.status_code == 200
+    assert during.status_code == 200 and during.text == "pong"
+    assert during.headers["connection"] == "close"
+    assert 'drainsafe_phase{phase="draining"} 1.0' in metrics
+    assert re.search(r"drainsafe_requests_after_drain_total [1-9]", metrics), metrics
+    assert "drainsafe_last_request_after_drain_seconds" in metrics
+    assert code == 0
+
+
+async def test_drain_endpoint_for_prestop_hook(tmp_path: Path) -> None:
+    replica = start_replica("serve", tmp_path, drain_delay=0.6, shutdown_timeout=1)
+    base = f"http://{replica.address}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=5) as client:
+            started = time.monotonic()
+            hook = await client.get("/drainsafe/drain")
+            waited = time.monotonic() - started
+            assert hook.status_code == 200
+            # Like a preStop sleep, the hook returned when the drain delay was over.
+            assert waited >= 0.5, waited
+        # The kubelet's SIGTERM after the hook is the first signal, not a forced exit.
+        replica.signal(signal.SIGTERM)
+        code = await wait_exit(replica.proc, 10)
+    finally:
+        replica.stop()
+    assert code == 0, replica.log_text()
+
+
+async def test_app_routes_are_never_shadowed(tmp_path: Path) -> None:
+    replica = start_replica("serve", tmp_path, app="server_apps:own_readyz")
+    base = f"http://{replica.address}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=5) as client:
+            app_ready = await client.get("/readyz")
+            ours_live = await client.get("/livez")
+    finally:
+        replica.stop()
+    assert app_ready.text == "the app's own readiness"
+    assert ours_live.json()["live"] is True
+
+
+async def test_middleware_under_plain_uvicorn_delays_uvicorns_shutdown(tmp_path: Path
+                                                                       ) -> None:
+    # The user runs uvicorn; drainsafe.asgi holds uvicorn's SIGTERM for the drain delay.
+    replica = start_replica("plain", tmp_path, app="server_apps:wrapped")
+    base = f"http://{replica.address}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=5) as client:
+            replica.signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            ready = await client.get("/readyz")
+            during = await client.get("/ping")  # plain uvicorn would refuse this
+        code = await wait_exit(replica.proc, 10)
+    finally:
+        replica.stop()
+    assert ready.status_code == 503
+    assert during.status_code == 200 and during.headers["connection"] == "close"
+    assert code is not None
+
+
+def test_grace_period_that_does_not_fit_is_reported(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [DRAINSAFE, "serve", "drainsafe.workload.streaming:app", "--port", str(port),
+         "--drain-delay", "10", "--shutdown-timeout", "90", "--log-level", "warning"],
+        env={"DRAINSAFE_GRACE_SECONDS": "60", "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_port("127.0.0.1", port, proc=proc)
+    finally:
+        proc.kill()
+        out = proc.communicate(timeout=10)[0].decode()
+    assert "10s + 90s + 5s = 105s > 60s" in out
+    assert "DRAINSAFE_GRACE_SECONDS" in out
+
+
+def test_bad_input_is_a_usage_error() -> None:
+    bad = subprocess.run([DRAINSAFE, "serve", "x:y", "--drain-delay", "soon"],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "'soon' is not a number of seconds" in bad.stderr
+    missing = subprocess.run([DRAINSAFE, "serve", "no_such_module_here:app"],
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and "cannot import no_such_module_here:app" in missing.stderr
+    no_cmd = subprocess.run([DRAINSAFE, "run"], capture_output=True, text=True, check=False)
+    assert no_cmd.returncode == 2 and "give the command after --" in no_cmd.stderr
+    grace = subprocess.run([DRAINSAFE, "run", "--", "true"], capture_output=True, text=True,
+                           check=False, env={"DRAINSAFE_GRACE_SECONDS": "half a minute"})
+    assert grace.returncode == 2 and "DRAINSAFE_GRACE_SECONDS" in grace.stderr
+
+
+async def test_hey_sees_no_errors_through_a_drain(tmp_path: Path) -> None:
+    """hey (an independent Go load tool, keep-alive by default) against a draining server."""
+    replica = start_replica("serve", tmp_path, drain_delay=1.5, shutdown_timeout=2)
+    try:
+        hey = await asyncio.create_subprocess_exec(
+            "hey", "-z", "1.2s", "-c", "8", "-m", "POST", "-T", "application/json",
+            "-d", json.dumps({"stream": True, "max_tokens": 5, "token_interval": 0.02}),
+            f"http://{replica.address}/v1/completions",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        await asyncio.sleep(0.4)
+        replica.signal(signal.SIGTERM)
+        out = (await asyncio.wait_for(hey.communicate(), 20))[0].decode()
+        code = await wait_exit(replica.proc, 10)
+    finally:
+        replica.stop()
+    assert "Status code distribution:" in out, out
+    assert re.search(r"\[200\]\s+\d+ responses", out), out
+    assert "Error distribution" not in out, out
+    assert not re.search(r"\[(4|5)\d\d\]", out), out
+    assert code == 0
+
+
+async def test_hey_sees_plain_uvicorn_refuse_connections(tmp_path: Path) -> None:
+    """The same hey run against plain uvicorn: new connections fail once SIGTERM lands."""
+    replica = start_replica("plain", tmp_path)
+    try:
+        hey = await asyncio.create_subprocess_exec(
+            # -disable-keepalive: every request opens a connection, as clients do after a
+            # pooled connection was closed.
+            "hey", "-z", "1.2s", "-c", "8", "-disable-keepalive",
+            f"http://{replica.address}/ping",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        await asyncio.sleep(0.4)
+        replica.signal(signal.SIGTERM)
+        out = (await asyncio.wait_for(hey.communicate(), 20))[0].decode()
+    finally:
+        replica.stop()
+    assert "Error distribution" in out and "connection refused" in out, out
+
+
+def test_run_reports_a_command_that_cannot_start() -> None:
+    done = subprocess.run([DRAINSAFE, "run", "--listen", f"127.0.0.1:{free_port()}", "--",
+                           "/no/such/server"], capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.returncode == 127 and "cannot start /no/such/server" in done.stderr
+
+
+async def test_run_signal_mode_waits_for_the_childs_in_flight_metric(tmp_path: Path) -> None:
+    # The child is any server exposing an in-flight gauge; here drainsafe serve itself
+    # (drainsafe_in_flight_requests), with no drain delay of its own.
+    health, child_port = free_port(), free_port()
+    log = tmp_path / "signal.log"
+    proc = subprocess.Popen(
+        [DRAINSAFE, "run", "--mode", "signal", "--listen", f"127.0.0.1:{health}",
+         "--upstream", f"127.0.0.1:{child_port}", "--drain-delay", "0.3",
+         "--shutdown-timeout", "10", "--in-flight-metric", "drainsafe_in_flight_requests",
+         "--child-ready-path", "/readyz", "--",
+         DRAINSAFE, "serve", "drainsafe.workload.streaming:app", "--port", str(child_port),
+         "--drain-delay", "0", "--shutdown-timeout", "5", "--no-access-log"],
+        stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    try:
+        wait_port("127.0.0.1", child_port, proc=proc)
+        wait_port("127.0.0.1", health, proc=proc)
+        async with httpx.AsyncClient(timeout=5) as client:
+            for _ in range(100):
+                if (await client.get(f"http://127.0.0.1:{health}/readyz")).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            stream = asyncio.create_task(collect_stream(
+                f"http://127.0.0.1:{child_port}/v1/completions",
+                {"stream": True, "duration": 2, "token_interval": 0.1}))
+            await asyncio.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.1)
+            ready = await client.get(f"http://127.0.0.1:{health}/readyz")
+        status, body, error = await asyncio.wait_for(stream, 10)
+        code = await wait_exit(proc, 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert ready.status_code == 503
+    # SIGTERM reached the child only after its stream finished: nothing was cut.
+    assert error is None and body.endswith(b"data: [DONE]\n\n"), (error, body[-200:])
+    assert code == 0, log.read_text()
+
+
+async def test_run_turns_an_upstream_abort_into_the_marker(tmp_path: Path) -> None:
+    replica = start_replica("run", tmp_path, drain_delay=1, shutdown_timeout=3)
+    try:
+        child = re.search(r"child pid (\d+)", replica.log_text())
+        assert child, replica.log_text()
+        stream = asyncio.create_task(collect_stream(
+            f"http://{replica.address}/v1/completions", LONG))
+        await asyncio.sleep(0.5)
+        subprocess.run(["kill", "-KILL", child.group(1)], check=True)
+        status, body, error = await asyncio.wait_for(stream, 10)
+        code = await wait_exit(replica.proc, 10)
+    finally:
+        replica.stop()
+    assert status == 200 and b"[DONE]" not in body
+    last = body.rsplit(b"\n\n", 2)[-2]
+    assert is_drain_error_event(last) and b"upstream server closed it" in last, body[-300:]
+    assert json.loads(last.split(b"data: ", 1)[1])["error"]["type"] == DRAIN_ERROR_TYPE
+    assert code == 128 + signal.SIGKILL
+
+
+def test_module_entry_point_serves(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([PY, "-m", "drainsafe.workload.streaming", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port("127.0.0.1", port, proc=proc)
+        assert httpx.get(f"http://127.0.0.1:{port}/ping").text == "pong"
+    finally:
+        proc.kill()
+        proc.wait(10)
