@@ -81,7 +81,7 @@ async def test_second_signal_forces_exit(kind: str, tmp_path: Path) -> None:
         replica.signal(signal.SIGINT)
         code = await wait_exit(replica.proc, 5)
         took = time.monotonic() - started
-        status, body, error = await asyncio.wait_for(stream, 10)
+        _status, body, error = await asyncio.wait_for(stream, 10)
     finally:
         replica.stop()
     assert code == EXIT_FORCED, replica.log_text()
@@ -274,7 +274,7 @@ async def test_run_signal_mode_waits_for_the_childs_in_flight_metric(tmp_path: P
             proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.1)
             ready = await client.get(f"http://127.0.0.1:{health}/readyz")
-        status, body, error = await asyncio.wait_for(stream, 10)
+        _status, body, error = await asyncio.wait_for(stream, 10)
         code = await wait_exit(proc, 15)
     finally:
         if proc.poll() is None:
@@ -295,7 +295,7 @@ async def test_run_turns_an_upstream_abort_into_the_marker(tmp_path: Path) -> No
             f"http://{replica.address}/v1/completions", LONG))
         await asyncio.sleep(0.5)
         subprocess.run(["kill", "-KILL", child.group(1)], check=True)
-        status, body, error = await asyncio.wait_for(stream, 10)
+        status, body, _error = await asyncio.wait_for(stream, 10)
         code = await wait_exit(replica.proc, 10)
     finally:
         replica.stop()
