@@ -1,0 +1,200 @@
+"""Benchmark: the lab API server's list and watch throughput.
+
+Seeds N pods (default 1,000) straight into the store of a real ControlPlane (HTTPS,
+bearer token, uvicorn), then measures in one run, side by side:
+- list: objects/s for GET /api/v1/pods (one page and 500-object pages) with httpx, with
+  lightkube (the project's API client) and with the real `kubectl get pods -A -o json`
+  (kubectl.1.33, the peer client; its time includes process start and discovery);
+- watch: events/s delivered to an HTTP watcher (httpx streaming) while pods are
+  modified in-process, next to the in-process store's own event rate (the ceiling).
+
+Sections are functions in SECTIONS, so another section (e.g. a cluster rollout) can be
+added without touching these. Figures are wall-clock on a shared machine: indicative.
+
+    python bench/bench_lab.py                 # 1,000 pods
+    python bench/bench_lab.py --pods 5000 --events 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+import ssl
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+from drainsafe.lab.controlplane import ControlPlane
+from drainsafe.lab.discovery import BY_KEY
+
+PODS = BY_KEY["pods"]
+KUBECTL = pathlib.Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
+Row = tuple[str, str, str]
+
+
+def seed(cp: ControlPlane, count: int) -> None:
+    for i in range(count):
+        cp.store.create(PODS, {
+            "metadata": {"name": f"bench-{i:05d}", "namespace": "default",
+                         "labels": {"app": "bench", "shard": str(i % 10)}},
+            "spec": {"schedulerName": "bench-none",  # keep the scheduler out of it
+                     "containers": [{"name": "server", "image": "example/llm:1.0",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        })
+
+
+def client(cp: ControlPlane) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=cp.url, timeout=120,
+                             verify=ssl.create_default_context(cafile=cp.ca_path),
+                             headers={"Authorization": f"Bearer {cp.token}"})
+
+
+async def best_of(times: int, fn: Callable[[], Awaitable[int]]) -> tuple[float, int]:
+    best, count = float("inf"), 0
+    for _ in range(times):
+        t0 = time.perf_counter()
+        count = await fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, count
+
+
+async def section_list(cp: ControlPlane, args: argparse.Namespace,
+                       workdir: pathlib.Path) -> list[Row]:
+    rows: list[Row] = []
+    async with client(cp) as c:
+        async def one_page() -> int:
+            r = await c.get("/api/v1/pods")
+            return len(r.json()["items"])
+
+        async def pages() -> int:
+            total, token = 0, None
+            while True:
+                params = {"limit": "500", **({"continue": token} if token else {})}
+                body = (await c.get("/api/v1/pods", params=params)).json()
+                total += len(body["items"])
+                token = body["metadata"].get("continue")
+                if not token:
+                    return total
+
+        for label, fn in (("list, httpx, one page", one_page),
+                          ("list, httpx, limit=500 pages", pages)):
+            secs, n = await best_of(3, fn)
+            rows.append((label, f"{n / secs:,.0f} objects/s", f"{secs * 1000:.0f} ms"))
+
+    from lightkube import AsyncClient, KubeConfig
+    from lightkube.resources.core_v1 import Pod
+
+    kubeconfig = workdir / "kubeconfig"
+    cp.write_kubeconfig(kubeconfig)
+    lk = AsyncClient(config=KubeConfig.from_file(str(kubeconfig)))
+    try:
+        async def lightkube_list() -> int:
+            return len([p async for p in lk.list(Pod, namespace="*")])
+
+        secs, n = await best_of(3, lightkube_list)
+        rows.append(("list, lightkube (typed models)", f"{n / secs:,.0f} objects/s",
+                     f"{secs * 1000:.0f} ms"))
+    finally:
+        await lk.close()
+
+    if KUBECTL.exists():
+        async def kubectl_list() -> int:
+            proc = await asyncio.create_subprocess_exec(
+                str(KUBECTL), f"--kubeconfig={kubeconfig}", f"--cache-dir={workdir}/cache",
+                "get", "pods", "-A", "-o", "json", stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL)
+            out, _ = await proc.communicate()
+            return len(json.loads(out)["items"])
+
+        secs, n = await best_of(2, kubectl_list)
+        rows.append(("list, peer: kubectl.1.33 get pods -A -o json", f"{n / secs:,.0f} objects/s",
+                     f"{secs * 1000:.0f} ms"))
+    return rows
+
+
+def bump(cp: ControlPlane, i: int, count: int) -> None:
+    name = f"bench-{i % count:05d}"
+    obj = cp.store.get(PODS, "default", name)
+    obj["metadata"].setdefault("annotations", {})["bench/seq"] = str(i)
+    cp.store.update(PODS, obj)
+
+
+async def section_watch(cp: ControlPlane, args: argparse.Namespace,
+                        workdir: pathlib.Path) -> list[Row]:
+    n = args.events
+    # ceiling: the store alone (update + history + fan-out to one in-process watcher)
+    w = cp.store.watch(PODS, cp.store.resource_version)
+    t0 = time.perf_counter()
+    for i in range(n):
+        bump(cp, i, args.pods)
+    store_secs = time.perf_counter() - t0
+    cp.store.unwatch(w)
+    rows: list[Row] = [("watch, in-process store (ceiling)", f"{n / store_secs:,.0f} events/s",
+                        f"{store_secs * 1000:.0f} ms")]
+
+    async with client(cp) as c:
+        start_rv = str(cp.store.resource_version)
+        received = 0
+        done = asyncio.Event()
+
+        async def consume() -> None:
+            nonlocal received
+            async with c.stream("GET", "/api/v1/pods", params={
+                    "watch": "true", "resourceVersion": start_rv}) as resp:
+                async for line in resp.aiter_lines():
+                    if line:
+                        received += 1
+                        if received >= n:
+                            done.set()
+                            return
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.2)  # let the watch connect
+        t0 = time.perf_counter()
+        for i in range(n):
+            bump(cp, i, args.pods)
+            if i % 200 == 0:
+                await asyncio.sleep(0)  # let the server write while we produce
+        await asyncio.wait_for(done.wait(), 300)
+        secs = time.perf_counter() - t0
+        task.cancel()
+        rows.append(("watch, HTTPS stream to httpx", f"{n / secs:,.0f} events/s",
+                     f"{secs * 1000:.0f} ms"))
+    return rows
+
+
+SECTIONS: list[tuple[str, Callable[[ControlPlane, argparse.Namespace, pathlib.Path],
+                                   Awaitable[list[Row]]]]] = [
+    ("list", section_list),
+    ("watch", section_watch),
+]
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-lab-") as tmp:
+        workdir = pathlib.Path(tmp)
+        cp = ControlPlane(workdir / "state", history=max(args.events * 3, 10_000))
+        await cp.start()
+        try:
+            seed(cp, args.pods)
+            print(f"drainsafe lab API server: {args.pods:,} pods, {args.events:,} watch events")
+            print(f"{'measure':52} {'throughput':>20} {'time':>10}")
+            for name, fn in SECTIONS:
+                if args.only and name not in args.only:
+                    continue
+                for label, rate, took in await fn(cp, args, workdir):
+                    print(f"{label:52} {rate:>20} {took:>10}")
+        finally:
+            await cp.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--only", nargs="*", help="sections to run (list, watch)")
+    asyncio.run(main(parser.parse_args()))
