@@ -151,7 +151,7 @@ async def read_cluster(client: KubeClient) -> ClusterState:
 async def plan_nodes(
     client: KubeClient, nodes: Sequence[str], settings: DrainSettings,
     *, draining: Sequence[str] = (),
-) -> DrainPlan:
+) -> tuple[DrainPlan, ClusterState]:
     from drainsafe.labels import parse
 
     state = await read_cluster(client)
@@ -160,7 +160,8 @@ async def plan_nodes(
     def wanted(pod: Mapping[str, Any]) -> bool:
         return selector is None or selector.matches((pod.get("metadata") or {}).get("labels"))
 
-    return plan_drain(state, nodes, settings.options, pod_filter=wanted, draining=draining)
+    plan = plan_drain(state, nodes, settings.options, pod_filter=wanted, draining=draining)
+    return plan, state
 
 
 # -- the drainer -----------------------------------------------------------------------------
@@ -198,11 +199,13 @@ class NodeDrainer:
         self._selectors: dict[str, Selector] = {}
         self._replicas: dict[str, int] = {}
         self._deadline = 0.0
+        self._state = ClusterState(nodes=(), pods=())
 
     # -- top level ---------------------------------------------------------------------------
 
     async def preflight(self) -> DrainPlan:
-        plan = await plan_nodes(self.client, [self.node], self.settings, draining=self.draining)
+        plan, self._state = await plan_nodes(self.client, [self.node], self.settings,
+                                             draining=self.draining)
         self.report.plan = plan
         self.report.pods = [
             PodReport(namespace=p.namespace, name=p.name, uid=p.uid, workload=p.workload,
@@ -296,9 +299,8 @@ class NodeDrainer:
 
     async def _start_watches(self, plan: DrainPlan) -> None:
         namespaces = sorted({p.namespace for p in plan.pods if p.action in ("evict", "wait")})
-        state_controllers = (await read_cluster(self.client)).controllers
         for wkey, workload in plan.workloads.items():
-            obj = state_controllers.get(wkey)
+            obj = self._state.controllers.get(wkey)
             if obj is None or workload.replicas is None:
                 continue
             raw = (obj.get("spec") or {}).get("selector")
@@ -307,13 +309,12 @@ class NodeDrainer:
                 self._replicas[wkey] = workload.replicas
         self._node_pods = Informer(self.client, api_path("v1", "pods"),
                                    field_selector=f"spec.nodeName={self.node}")
-        await self._node_pods.start()
         for ns in namespaces:
-            self._pods[ns] = await Informer(
-                self.client, api_path("v1", "pods", namespace=ns)).start()
-            self._slices[ns] = await Informer(
-                self.client, api_path("discovery.k8s.io/v1", "endpointslices", namespace=ns)
-            ).start()
+            self._pods[ns] = Informer(self.client, api_path("v1", "pods", namespace=ns))
+            self._slices[ns] = Informer(
+                self.client, api_path("discovery.k8s.io/v1", "endpointslices", namespace=ns))
+        await asyncio.gather(self._node_pods.start(), *(i.start() for i in self._pods.values()),
+                             *(i.start() for i in self._slices.values()))
 
     async def _stop_watches(self) -> None:
         informers = [*self._pods.values(), *self._slices.values()]
