@@ -46,13 +46,17 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 class ControlPlane:
     def __init__(self, state_dir: pathlib.Path, *, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, history: int = DEFAULT_HISTORY,
-                 bookmark_seconds: float = 5.0) -> None:
+                 bookmark_seconds: float = 5.0, cluster_ip_start: int = 1) -> None:
+        """history: watch events kept per resource (older versions get 410 Expired);
+        bookmark_seconds: idle time before a BOOKMARK on watches that allow them;
+        cluster_ip_start: first ClusterIP tried, as an offset into 127.96.0.0/16 (labs
+        sharing a machine use different offsets so their loopback ClusterIPs differ)."""
         self.state_dir = pathlib.Path(state_dir)
         self.host = host
         self.port = port
         self.token: str = token or secrets.token_urlsafe(24)
         self.store = Store(history=history)
-        self.cluster_ips = defaults.install(self.store)
+        self.cluster_ips = defaults.install(self.store, cluster_ip_start=cluster_ip_start)
         self.api = ApiServer(self.store, token=self.token, state_dir=self.state_dir,
                              bookmark_seconds=bookmark_seconds)
         self.controllers: list[Controller] = [

@@ -155,9 +155,12 @@ def _namespace(obj: Obj, old: Obj | None) -> None:
 class ClusterIPs:
     """Allocates one stable ClusterIP per Service from CLUSTER_IP_RANGE."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, start: int = 1) -> None:
         self.store = store
-        self._cursor = 1
+        size = CLUSTER_IP_RANGE.num_addresses
+        # Where the search for a free address begins (1 = 127.96.0.1). Labs sharing one
+        # machine pick different starts so their loopback ClusterIPs do not collide.
+        self._cursor = 1 + (start - 1) % (size - 2)
 
     def allocate(self) -> str:
         used = {s.get("spec", {}).get("clusterIP") for s in self.store.items(BY_KEY["services"])}
@@ -204,9 +207,9 @@ class ClusterIPs:
             obj.setdefault("status", {"loadBalancer": {}})
 
 
-def install(store: Store) -> ClusterIPs:
+def install(store: Store, *, cluster_ip_start: int = 1) -> ClusterIPs:
     """Register the admission hooks on `store`; returns the ClusterIP allocator."""
-    ips = ClusterIPs(store)
+    ips = ClusterIPs(store, start=cluster_ip_start)
     by_key = {
         "pods": _pod,
         "apps/deployments": _deployment,
