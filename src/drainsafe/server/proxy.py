@@ -144,6 +144,10 @@ class ClientConnection(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._req_chunked = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # Requests after a HEAD are held back until its answer is in: a HEAD answer has
+        # framing headers but no body, and llhttp cannot be told so mid-stream.
+        self.holding = False
+        self.held: collections.deque[tuple[list[bytes], bool]] = collections.deque()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -212,6 +216,9 @@ class ClientConnection(asyncio.Protocol):
             return
         self.runtime.track(req)
         self.awaiting.append(req)
+        is_head = req.method == b"HEAD"
+        if self.holding:
+            self.held.append(([], is_head))
         head = [req.method, b" ", self._url, b" HTTP/1.1\r\n"]
         chunked = False
         for name, value in self._headers:
@@ -223,16 +230,18 @@ class ClientConnection(asyncio.Protocol):
             head += (name, b": ", value, b"\r\n")
         head.append(b"\r\n")
         self._req_chunked = chunked
-        self.to_upstream.append(b"".join(head))
+        self._up(b"".join(head))
+        if is_head and not self.holding:
+            self.holding = True
 
     def on_body(self, body: bytes) -> None:
         req = self._req
         if req is None or req.local is not None:
             return
         if self._req_chunked:
-            self.to_upstream.append(b"%x\r\n%s\r\n" % (len(body), body))
+            self._up(b"%x\r\n%s\r\n" % (len(body), body))
         else:
-            self.to_upstream.append(body)
+            self._up(body)
 
     def on_message_complete(self) -> None:
         req = self._req
@@ -241,7 +250,22 @@ class ClientConnection(asyncio.Protocol):
         if req.local is not None:
             self._spawn(self._answer_local(req))
         elif self._req_chunked:
-            self.to_upstream.append(_LAST_CHUNK)
+            self._up(_LAST_CHUNK)
+
+    def _up(self, data: bytes) -> None:
+        if self.holding and self.held:
+            self.held[-1][0].append(data)
+        else:
+            self.to_upstream.append(data)
+
+    def release_after_head(self) -> None:
+        """The HEAD answer is in: send what was held, up to the next HEAD."""
+        while self.held:
+            segments, is_head = self.held.popleft()
+            self.to_upstream += segments
+            if is_head:
+                return
+        self.holding = False
 
     # -- writing ---------------------------------------------------------------------
     def _flush(self) -> None:
@@ -451,11 +475,13 @@ class UpstreamConnection(asyncio.Protocol):
             return
         client.write_for(req, client.head_for(req, status, self._reason or b"OK",
                                               self._headers))
-        if req.method == b"HEAD" or status in (204, 304):
-            # No body follows; llhttp cannot be told, so start a fresh parser afterwards.
+        if req.method == b"HEAD":
+            # No body follows though the headers may announce one; llhttp cannot be told,
+            # so a fresh parser takes the next answer (nothing more was sent upstream).
             self._renew_parser = True
             self._req = None
             client.response_done(req)
+            client.release_after_head()
 
     def on_body(self, body: bytes) -> None:
         req = self._req

@@ -1,0 +1,101 @@
+"""HTTP/1.1 details of the `drainsafe run` proxy, against a real uvicorn child."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from server_harness import DRAINSAFE, Replica, free_port, start_replica, wait_port
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    replica = start_replica("run", tmp_path_factory.mktemp("proxy"))
+    try:
+        yield replica
+    finally:
+        replica.stop()
+
+
+def _raw(address: str, payload: bytes, until: bytes, timeout: float = 5.0) -> bytes:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout) as sock:
+        sock.sendall(payload)
+        data = b""
+        deadline = time.monotonic() + timeout
+        while data.count(until) < 1 and time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def test_pipelined_requests_are_answered_in_order(proxy: Replica) -> None:
+    req = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+    ready = b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+    last = b"GET /nothing-here HTTP/1.1\r\nHost: x\r\n\r\n"
+    data = _raw(proxy.address, req + ready + req + last, b'{"error":"not found"}')
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+    assert statuses == [b"200", b"200", b"200", b"404"], data
+    bodies = data.split(b"pong")
+    assert len(bodies) == 3 and b'"ready": true' in bodies[1]
+
+
+def test_chunked_request_body_is_forwarded(proxy: Replica) -> None:
+    body = b'{"max_tokens": 2, "token_interval": 0}'
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    data = _raw(proxy.address, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n"
+                + chunked, b"completion_tokens")
+    assert data.startswith(b"HTTP/1.1 200") and b" tok0 tok1" in data
+
+
+def test_head_response_has_no_body_and_connection_stays_usable(proxy: Replica) -> None:
+    data = _raw(proxy.address, b"HEAD /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n", b"pong")
+    assert data.count(b"HTTP/1.1 200") == 2 and data.endswith(b"pong")
+
+
+def test_sse_passes_through_as_it_is_written(proxy: Replica) -> None:
+    seen: list[float] = []
+    with httpx.stream("POST", f"http://{proxy.address}/v1/completions", timeout=10,
+                      json={"stream": True, "max_tokens": 5, "token_interval": 0.2}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for _ in r.iter_raw():
+            seen.append(time.monotonic())
+    # Unbuffered: chunks arrive spread over the generation, not all at the end.
+    assert len(seen) >= 4 and seen[-1] - seen[0] >= 0.5
+
+
+def test_http10_client_gets_connection_close(proxy: Replica) -> None:
+    data = _raw(proxy.address, b"GET /ping HTTP/1.0\r\n\r\n", b"pong")
+    assert b"connection: close" in data.lower() and data.endswith(b"pong")
+
+
+def test_bad_request_gets_400(proxy: Replica) -> None:
+    data = _raw(proxy.address, b"NOT HTTP AT ALL\r\n\r\n", b"}")
+    assert data.startswith(b"HTTP/1.1 400")
+
+
+def test_unreachable_child_gets_502_and_readiness_fails(tmp_path: Path) -> None:
+    listen, upstream = free_port(), free_port()
+    # The child never listens on --upstream.
+    proc = subprocess.Popen([DRAINSAFE, "run", "--listen", f"127.0.0.1:{listen}",
+                             "--upstream", f"127.0.0.1:{upstream}", "--", "sleep", "30"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port("127.0.0.1", listen, proc=proc)
+        r = httpx.get(f"http://127.0.0.1:{listen}/ping", timeout=5)
+        ready = httpx.get(f"http://127.0.0.1:{listen}/readyz", timeout=5)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert r.status_code == 502 and "upstream not reachable" in r.text
+    assert ready.status_code == 503
