@@ -51,7 +51,7 @@ class ScenarioSettings:
     stream_seconds: float = 1.0  # each request's generation time
     model_load: float = 4.0  # replacement start-up (readiness initial delay)
     concurrency: int = 8
-    warmup: float = 2.0
+    warmup: float = 1.5
     grace: int = 30
     drain_aware: bool = True
 
