@@ -1,0 +1,215 @@
+"""drainsafe serve / run against bare uvicorn, side by side in one run.
+
+Figures:
+1. a trivial endpoint (GET /ping of drainsafe.workload.streaming) at saturation with hey:
+   requests/s, p50, p99 for bare uvicorn, drainsafe serve, drainsafe run (proxy + uvicorn);
+2. the same at a fixed moderate rate, to read the latency the proxy adds (p50/p99 delta);
+3. SSE chunks/s of one stream with no pause between tokens, read by curl, direct from
+   uvicorn and through the proxy.
+
+Goals (issue 3): serve >= 0.97x bare uvicorn; the proxy adds <= 1 ms at p99 and carries
+>= 20,000 SSE chunks/s on one core. Every server runs with uvloop + httptools and no access
+log. On a shared machine, figures are indicative; --pin puts servers on CPU 0 and the load
+tool on CPU 1 (the proxy's child shares CPU 0 with it, so proxy figures are conservative).
+
+    python bench/bench_server.py [--duration 5] [--concurrency 16] [--sse-tokens 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+BIN = Path(sys.executable).parent
+APP = "drainsafe.workload.streaming:app"
+UVICORN_FLAGS = ["--no-access-log", "--log-level", "warning", "--loop", "uvloop",
+                 "--http", "httptools"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"port {port} not listening")
+
+
+def pinned(argv: list[str], cpu: int | None) -> list[str]:
+    if cpu is None or shutil.which("taskset") is None:
+        return argv
+    return ["taskset", "-c", str(cpu), *argv]
+
+
+@contextlib.contextmanager
+def server(kind: str, cpu: int | None) -> Iterator[int]:
+    port = free_port()
+    if kind == "uvicorn":
+        argv = [str(BIN / "uvicorn"), APP, "--port", str(port), *UVICORN_FLAGS]
+    elif kind == "serve":
+        argv = [str(BIN / "drainsafe"), "serve", APP, "--port", str(port), "--no-access-log",
+                "--log-level", "warning", "--drain-delay", "0", "--shutdown-timeout", "1"]
+    else:
+        upstream = free_port()
+        argv = [str(BIN / "drainsafe"), "run", "--listen", f"127.0.0.1:{port}",
+                "--upstream", f"127.0.0.1:{upstream}", "--log-level", "warning",
+                "--drain-delay", "0", "--shutdown-timeout", "1", "--",
+                str(BIN / "uvicorn"), APP, "--port", str(upstream), *UVICORN_FLAGS]
+    proc = subprocess.Popen(pinned(argv, cpu), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc)
+        if kind == "run":
+            time.sleep(1.0)  # the child binds after the proxy
+        yield port
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@dataclass
+class HeyResult:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def hey(url: str, *, duration: float, concurrency: int, qps: int | None,
+        cpu: int | None) -> HeyResult:
+    argv = ["hey", "-z", f"{duration}s", "-c", str(concurrency)]
+    if qps:
+        argv += ["-q", str(qps)]
+    out = subprocess.run(pinned([*argv, url], cpu), capture_output=True, text=True,
+                         timeout=duration + 60, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    p50 = float(re.search(r"50%+ in ([\d.]+) secs", out).group(1))  # type: ignore[union-attr]
+    p99 = float(re.search(r"99%+ in ([\d.]+) secs", out).group(1))  # type: ignore[union-attr]
+    errors = 0
+    if "Error distribution" in out:
+        errors = sum(int(n) for n in re.findall(r"\[(\d+)\]\s+Get", out))
+    non200 = re.findall(r"\[(\d{3})\]\s+(\d+) responses", out)
+    errors += sum(int(n) for code, n in non200 if code != "200")
+    return HeyResult(rps, p50 * 1000, p99 * 1000, errors)
+
+
+def sse_rate(port: int, tokens: int, cpu: int | None) -> float:
+    body = f'{{"stream": true, "max_tokens": {tokens}, "token_interval": 0}}'
+    argv = ["curl", "-sN", "-o", "/dev/null", "-w", "%{time_total} %{size_download}",
+            "-X", "POST", "-H", "content-type: application/json", "-d", body,
+            f"http://127.0.0.1:{port}/v1/completions"]
+    out = subprocess.run(pinned(argv, cpu), capture_output=True, text=True, timeout=300,
+                         check=True).stdout.split()
+    return tokens / float(out[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per hey run")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rate", type=int, default=1000,
+                        help="requests/s for the fixed-rate latency run")
+    parser.add_argument("--sse-tokens", type=int, default=100_000)
+    parser.add_argument("--pin", action="store_true",
+                        help="servers on CPU 0, load tools on CPU 1 (taskset)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="interleaved rounds; the best round of each server is kept")
+    args = parser.parse_args(argv)
+    for tool in ("hey", "curl"):
+        if shutil.which(tool) is None:
+            print(f"bench_server: {tool} not found (apt-get install {tool})", file=sys.stderr)
+            return 2
+    server_cpu, load_cpu = (0, 1) if args.pin else (None, None)
+    console = Console()
+    kinds = ["uvicorn", "serve", "run"]
+    sat: dict[str, HeyResult] = {}
+    fixed: dict[str, HeyResult] = {}
+    sse: dict[str, float] = {}
+    workers = 4
+    with tempfile.TemporaryDirectory():
+        for rnd in range(args.rounds):
+            # Interleaved rounds: a busy neighbour on the shared machine hurts every server.
+            for kind in kinds:
+                console.print(f"[dim]round {rnd + 1}/{args.rounds}: {kind}[/dim]")
+                with server(kind, server_cpu) as port:
+                    url = f"http://127.0.0.1:{port}/ping"
+                    hey(url, duration=1, concurrency=args.concurrency, qps=None, cpu=load_cpu)
+                    s = hey(url, duration=args.duration, concurrency=args.concurrency,
+                            qps=None, cpu=load_cpu)
+                    f = hey(url, duration=args.duration, concurrency=workers,
+                            qps=max(args.rate // workers, 1), cpu=load_cpu)
+                    if kind in ("uvicorn", "run"):
+                        rate = sse_rate(port, args.sse_tokens, load_cpu)
+                        sse[kind] = max(sse.get(kind, 0.0), rate)
+                if kind not in sat or s.rps > sat[kind].rps:
+                    sat[kind] = s
+                if kind not in fixed or f.p99_ms < fixed[kind].p99_ms:
+                    fixed[kind] = f
+
+    base = sat["uvicorn"]
+    table = Table(title=f"GET /ping, hey -c {args.concurrency} for {args.duration:g}s "
+                  f"(best of {args.rounds}; {os.cpu_count()} CPUs, shared)")
+    for col in ("server", "requests/s", "x bare uvicorn", "p50 ms", "p99 ms", "errors"):
+        table.add_column(col, justify="right" if col != "server" else "left")
+    names = {"uvicorn": "bare uvicorn", "serve": "drainsafe serve",
+             "run": "drainsafe run (proxy)"}
+    for kind in kinds:
+        r = sat[kind]
+        table.add_row(names[kind], f"{r.rps:,.0f}", f"{r.rps / base.rps:.3f}",
+                      f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", str(r.errors))
+    console.print(table)
+
+    lat = Table(title=f"GET /ping at a fixed {args.rate} requests/s ({workers} connections)")
+    for col in ("server", "p50 ms", "p99 ms", "p99 added vs bare uvicorn"):
+        lat.add_column(col, justify="right" if col != "server" else "left")
+    for kind in kinds:
+        r = fixed[kind]
+        lat.add_row(names[kind], f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
+                    "" if kind == "uvicorn" else f"{r.p99_ms - fixed['uvicorn'].p99_ms:+.2f} ms")
+    console.print(lat)
+
+    chunks = Table(title=f"SSE chunks/s, one stream of {args.sse_tokens:,} tokens, curl")
+    chunks.add_column("path")
+    chunks.add_column("chunks/s", justify="right")
+    chunks.add_row("direct from uvicorn", f"{sse['uvicorn']:,.0f}")
+    chunks.add_row("through drainsafe run (proxy)", f"{sse['run']:,.0f}")
+    console.print(chunks)
+    serve_ratio = sat["serve"].rps / base.rps
+    added = fixed["run"].p99_ms - fixed["uvicorn"].p99_ms
+    console.print(
+        f"goals: serve {serve_ratio:.3f}x bare (>= 0.97) "
+        f"{'met' if serve_ratio >= 0.97 else 'NOT met'}; proxy adds {added:+.2f} ms at p99 "
+        f"(<= 1 ms) {'met' if added <= 1 else 'NOT met'}; proxy {sse['run']:,.0f} SSE "
+        f"chunks/s (>= 20,000) {'met' if sse['run'] >= 20000 else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
