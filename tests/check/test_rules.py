@@ -446,3 +446,33 @@ def test_ignore_annotation_on_object_and_template() -> None:
     d["spec"]["template"]["metadata"]["annotations"] = {  # type: ignore[index]
         "drainsafe.io/ignore": "pdb-missing, single-replica"}
     assert not of(check(d, service()), "single-replica")
+
+
+# pod templates inside other kinds -------------------------------------------------------
+
+def test_embedded_pod_templates_get_container_rules() -> None:
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+            "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {
+                "containers": [container(port=None, ready_probe=False, command=["sh", "-c"],
+                                         args=["prepare; python job.py"])]}}}}}}
+    found = check(cron)
+    assert rules(found) == {"signal-not-forwarded"}  # a batch pod needs no readiness
+    assert found[0].object.name == "nightly (spec.jobTemplate.spec.template.spec)"
+    ray = {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "llm"},
+           "spec": {"workerGroupSpecs": [{"template": {"spec": {"containers": [
+               container(ready_probe=False, command=["vllm", "serve", "m"])]}}}]}}
+    assert {"readiness-missing", "server-aborts-on-sigterm"} <= rules(check(ray))
+
+
+def test_lines_point_at_the_field() -> None:
+    from check_manifests import check_text, to_yaml
+
+    text = to_yaml(
+        deployment(grace=20, containers=[container(pre_stop={"sleep": {"seconds": 30}})]),
+        pdb(max_unavailable=0))
+    lines = text.splitlines()
+    found = check_text(text)
+    exceeds = of(found, "prestop-exceeds-grace")[0]
+    assert lines[exceeds.line - 1].strip() == "seconds: 30"
+    wedge = of(found, "pdb-wedge")[0]
+    assert lines[wedge.line - 1].strip() == "maxUnavailable: 0"

@@ -86,11 +86,16 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     """Yield (object, first line, last line, has aliases) per document; raise Unsupported or
     YAMLError."""
     loader = yaml.CSafeLoader(text)
+    cache = _CACHE
     try:
         get = loader.get_event
         anchors: dict[str, Any] = {}
-        stack: list[Any] = []
-        keys: list[Any] = []
+        # The open collection, whether it is a list, and its pending key, kept in locals
+        # (the hot loop); enclosing ones wait on the stack.
+        container: Any = None
+        is_list = False
+        key: Any = _NO_KEY
+        stack: list[tuple[Any, bool, Any]] = []
         root: Any = None
         start = 0
         aliased = False
@@ -98,7 +103,16 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
             event: Any = get()
             cls = type(event)
             if cls is ScalarEvent:
-                value = _scalar(event)
+                if event.tag is None:
+                    raw = event.value
+                    if event.implicit[0]:
+                        value = cache.get(raw, _NO_KEY)
+                        if value is _NO_KEY:
+                            value = _plain(raw)
+                    else:
+                        value = raw
+                else:
+                    value = _scalar(event)
                 if event.anchor is not None:
                     anchors[event.anchor] = value
             elif cls is MappingStartEvent or cls is SequenceStartEvent:
@@ -108,12 +122,12 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
                 value = {} if cls is MappingStartEvent else []
                 if event.anchor is not None:
                     anchors[event.anchor] = value
-                if not stack:
+                if container is None:
                     start = event.start_mark.line + 1
             elif cls is MappingEndEvent or cls is SequenceEndEvent:
-                done = stack.pop()
-                keys.pop()
-                if not stack:
+                done = container
+                container, is_list, key = stack.pop()
+                if container is None:
                     root = done
                 continue
             elif cls is AliasEvent:
@@ -137,23 +151,21 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
             else:
                 raise Unsupported(type(event).__name__)
             # Place the value in its parent (or make it the document's root).
-            if stack:
-                parent = stack[-1]
-                if type(parent) is list:
-                    parent.append(value)
-                elif keys[-1] is _NO_KEY:
-                    if type(value) in (dict, list) or value == "<<":
-                        raise Unsupported("complex or merge key")
-                    keys[-1] = value
-                else:
-                    parent[keys[-1]] = value
-                    keys[-1] = _NO_KEY
-            else:
+            if container is None:
                 root = value
                 if cls is ScalarEvent or cls is AliasEvent:
                     start = event.start_mark.line + 1
+            elif is_list:
+                container.append(value)
+            elif key is _NO_KEY:
+                if type(value) in (dict, list) or value == "<<":
+                    raise Unsupported("complex or merge key")
+                key = value
+            else:
+                container[key] = value
+                key = _NO_KEY
             if cls is MappingStartEvent or cls is SequenceStartEvent:
-                stack.append(value)
-                keys.append(_NO_KEY)
+                stack.append((container, is_list, key))
+                container, is_list, key = value, cls is SequenceStartEvent, _NO_KEY
     finally:
         loader.dispose()

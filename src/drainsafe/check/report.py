@@ -17,7 +17,6 @@ from drainsafe.check.rules import Rule
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
-INFORMATION_URI = "https://github.com/drainsafe/drainsafe/blob/main/docs/check.md"
 
 
 def text(result: Result, context: Context, out: IO[str], *, color: bool | None = None) -> None:
@@ -85,7 +84,6 @@ def to_sarif(result: Result, rules: dict[str, Rule]) -> dict[str, Any]:
             "shortDescription": {"text": r.summary},
             "fullDescription": {"text": r.explain},
             "help": {"text": r.explain},
-            "helpUri": f"{INFORMATION_URI}#{r.id}",
             "defaultConfiguration": {"level": SARIF_LEVEL[r.severity]},
         }
         for r in rules.values()
@@ -106,7 +104,6 @@ def to_sarif(result: Result, rules: dict[str, Rule]) -> dict[str, Any]:
             "tool": {"driver": {
                 "name": "drainsafe",
                 "version": __version__,
-                "informationUri": INFORMATION_URI,
                 "rules": descriptors,
             }},
             "invocations": [{

@@ -45,12 +45,12 @@ should you use a readiness probe"); kube-score pod-probes, Polaris readinessProb
 @READINESS_MISSING.check
 def _readiness_missing(index: Index, context: Context) -> Iterator[Finding]:
     for w in index.workloads:
-        if not w.embedded and not serves_traffic(index, w):
+        if not serves_traffic(index, w):
             continue
+        behind_service = bool(index.services_for(w))
         for s in serving(w):
             c = s.container
-            if c.spec.get("readinessProbe") or not (c.spec.get("ports") or w.embedded
-                                                     or index.services_for(w)):
+            if c.spec.get("readinessProbe") or not (c.spec.get("ports") or behind_service):
                 continue
             port = _first_port(c.spec)
             yield READINESS_MISSING.finding(

@@ -64,7 +64,8 @@ def serving(w: Workload) -> list[Serving]:
 
 
 def serves_traffic(index: Index, w: Workload) -> bool:
-    if w.ref.kind == "Job":
+    """Behind a Service, or declaring ports (batch kinds never count)."""
+    if w.ref.kind in ("Job", "CronJob"):
         return False
     if index.services_for(w):
         return True
@@ -249,7 +250,7 @@ def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
         if any(over_budget(w, s, context) for s in servers):
             continue  # grace-budget already reports it, with the server's own figures
         longest, source = max_request(w, context)
-        if source != MAX_REQUEST_ANNOTATION and not (serves_traffic(index, w) or w.embedded):
+        if source != MAX_REQUEST_ANNOTATION and not serves_traffic(index, w):
             continue  # nothing says this workload serves requests
         if longest is None:
             yield GRACE_DEFAULT.finding(
