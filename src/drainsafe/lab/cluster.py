@@ -217,7 +217,7 @@ class Lab:
             if rollout_complete(dep):
                 return
             last = dep.get("status") or {}
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.2)
         raise TimeoutError(f"deployment {namespace}/{name} not available after {timeout:g}s; "
                            f"status: {json.dumps(last)}")
 

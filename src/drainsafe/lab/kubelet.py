@@ -58,7 +58,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 HEARTBEAT_SECONDS = 10.0
-MAX_BACKOFF_SECONDS = 300.0  # the kubelet's CrashLoopBackOff cap
+MAX_BACKOFF_SECONDS = 300.0
+STATUS_COALESCE_SECONDS = 0.05  # the kubelet's CrashLoopBackOff cap
 
 
 def now_rfc3339() -> str:
@@ -258,6 +259,9 @@ class PodWorker:
     async def _write_status(self) -> None:
         while True:
             await self._dirty.wait()
+            # Coalesce a burst of changes (IP, started, ready...) into one patch, as the
+            # kubelet's status manager batches its syncs.
+            await asyncio.sleep(STATUS_COALESCE_SECONDS)
             self._dirty.clear()
             try:
                 await self.kubelet.patch_pod_status(self.namespace, self.name, self.status())
