@@ -197,3 +197,50 @@ def test_stdin_real_process(tmp_path: Path) -> None:
     empty = subprocess.run([sys.executable, "-m", "drainsafe", "check", "-"], input=b"",
                            capture_output=True, timeout=60, check=False)
     assert empty.returncode == 2 and b"empty input" in empty.stderr
+
+
+def test_fix_in_second_document_and_compact_sequences(capsys: pytest.CaptureFixture[str],
+                                                      tmp_path: Path) -> None:
+    second = (
+        "apiVersion: apps/v1\n"
+        "kind: Deployment\n"
+        "metadata:\n"
+        "  name: api\n"
+        "spec:\n"
+        "  replicas: 3\n"
+        "  selector:\n"
+        "    matchLabels:\n"
+        "      app: api\n"
+        "  template:\n"
+        "    metadata:\n"
+        "      labels:\n"
+        "        app: api\n"
+        "    spec:\n"
+        "      terminationGracePeriodSeconds: 30  # too short\n"
+        "      containers:\n"
+        "      - name: api\n"
+        "        image: example/api:1\n"
+        "        args: [\"--timeout-graceful-shutdown\", \"60\"]\n"
+        "        command: [uvicorn, app:app]\n"
+        "        lifecycle:\n"
+        "          preStop:\n"
+        "            sleep: {seconds: 10}\n"
+    )
+    original = to_yaml(service("api")) + "---\n" + second
+    f = write(tmp_path, "two.yaml", original)
+    _, out, _ = run_cli(capsys, "--diff", f)
+    changed = [line for line in out.splitlines()
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert changed == ["-      terminationGracePeriodSeconds: 30  # too short",
+                       "+      terminationGracePeriodSeconds: 75  # too short"]
+    assert run_cli(capsys, "--fix", f)[0] == 1  # other findings (no PDB) remain
+    assert Path(f).read_text() == original.replace("Seconds: 30  #", "Seconds: 75  #")
+
+
+def test_fix_leaves_stdin_and_json_alone(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    f = write(tmp_path, "d.json", json.dumps(deployment(
+        annotations={"drainsafe.io/max-request-seconds": "90"})))
+    before = Path(f).read_text()
+    code, _, err = run_cli(capsys, "--fix", f)
+    assert Path(f).read_text() == before and "no safe automatic fixes" in err and code == 1
