@@ -45,7 +45,8 @@ def test_rollout_of_one_pod_in_order() -> None:
 
     events = tracker.pod_seen(1.0, pod("web-a", deleting="2026-12-02T16:40:01Z"))
     assert kinds(events) == [("terminating", "web-a")]
-    assert events[0].at == 1.0 and events[0].detail == "grace 30s"
+    # deletionTimestamp is when the pod will be deleted: request time + grace
+    assert events[0].at == 1.0 - 30 and events[0].detail == "grace 30s"
 
     # nil ready counts as ready (k8s.io/api discovery/v1 EndpointConditions)
     assert tracker.slice_seen(1.1, endpoint_slice("s1", {"web-a": None})) == []

@@ -35,6 +35,8 @@ def _register_verify(subparsers: Any) -> None:
                       help="open loop: start R requests per second whatever the latency")
     p.add_argument("--max-inflight", type=int, default=1000, metavar="N",
                    help="open loop: cap on requests in flight (default 1000)")
+    p.add_argument("--no-keepalive", action="store_true",
+                   help="a new connection per request (many separate clients)")
     p.add_argument("--method", "-m", default="GET", help="HTTP method (default GET)")
     body = p.add_mutually_exclusive_group()
     body.add_argument("--body", "-d", help="request body")
@@ -119,6 +121,7 @@ def run_verify(args: argparse.Namespace) -> int:
             method=args.method.upper(), body=_body(args), headers=_headers(args.header),
             end_marker=args.stream_end or None, timeout=args.timeout,
             pod_header=args.pod_header or None, max_inflight=args.max_inflight,
+            keepalive=not args.no_keepalive,
         )
     except ValueError as exc:
         err.print(f"[red]drainsafe verify: {exc}[/]")

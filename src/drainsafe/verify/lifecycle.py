@@ -49,6 +49,19 @@ def parse_time(value: object) -> float | None:
         return None
 
 
+def termination_start(meta: Obj) -> float | None:
+    """When graceful deletion was requested. The API server sets deletionTimestamp to the
+    moment the object *will* be deleted, request time + grace period (apimachinery
+    ObjectMeta.DeletionTimestamp: "the time after which this resource will be deleted";
+    BeforeDelete in staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go), so subtract
+    the grace."""
+    deletion = parse_time(meta.get("deletionTimestamp"))
+    grace = meta.get("deletionGracePeriodSeconds")
+    if deletion is None:
+        return None
+    return deletion - grace if isinstance(grace, int | float) else deletion
+
+
 def pod_ready(pod: Obj) -> bool:
     for condition in pod.get("status", {}).get("conditions") or []:
         if condition.get("type") == "Ready":
@@ -115,7 +128,7 @@ class LifecycleTracker:
             grace = meta.get("deletionGracePeriodSeconds")
             detail = f"grace {grace}s" if grace is not None else ""
             events.append(LifecycleEvent(t, POD_TERMINATING, name, detail,
-                                         at=self._rel(parse_time(deletion))))
+                                         at=self._rel(termination_start(meta))))
         ready = pod_ready(pod)
         if ready != state.ready:
             state.ready = ready

@@ -49,6 +49,9 @@ class LoadSpec:
     pod_header: str | None = DEFAULT_POD_HEADER
     max_inflight: int = 1000
     """Open loop only: at most this many requests (and connections) at once."""
+    keepalive: bool = True
+    """False: a new connection per request, like many separate clients (hey
+    -disable-keepalive); each request is then routed afresh by an L4 proxy."""
 
     def __post_init__(self) -> None:
         if self.duration <= 0:
@@ -128,7 +131,7 @@ async def run_load(
             on_result(result)
 
     limits = httpx.Limits(max_connections=spec.pool_size,
-                          max_keepalive_connections=spec.pool_size)
+                          max_keepalive_connections=spec.pool_size if spec.keepalive else 0)
     timeout = httpx.Timeout(spec.timeout)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=dict(spec.headers),
                                  follow_redirects=False, trust_env=False) as client:

@@ -92,6 +92,7 @@ class Record:
             "duration": spec.duration, "concurrency": spec.concurrency, "rate": spec.rate,
             "method": spec.method, "end_marker": spec.end_marker, "timeout": spec.timeout,
             "pod_header": spec.pod_header, "max_inflight": spec.max_inflight,
+            "keepalive": spec.keepalive,
         }
         return cls(url=spec.url, mode=spec.mode, settings=settings, started_at=run.started_at,
                    elapsed=run.elapsed, requests=sorted(run.results, key=lambda r: r.start),

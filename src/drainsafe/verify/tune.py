@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS, Budget, Recommendation, recommend
-from drainsafe.verify.record import POD_TERMINATING, Record, percentile
+from drainsafe.verify.record import ENDPOINT_NOT_READY, POD_TERMINATING, Record, percentile
 
 LAST_REQUEST_METRIC = "drainsafe_last_request_after_drain_seconds"
 DRAIN_DELAY_METRIC = "drainsafe_drain_delay_seconds"
@@ -150,8 +150,9 @@ def from_record(record: Record, source: str) -> Measurements:
         lag = max(start - terminating[pod], 0.0)
         found.propagation.append(Sample(lag, f"{source}: pod {pod} got its last request "
                                         f"{lag:.3f}s after it began terminating"))
+    # The control-plane part of propagation: termination -> endpoint no longer ready.
     for event in record.events:
-        if event.kind in ("endpoint_not_ready", "endpoint_removed") and event.pod in terminating:
+        if event.kind == ENDPOINT_NOT_READY and event.pod in terminating:
             found.endpoint_lag.append(event.t - terminating[event.pod])
     failed = record.summary().failed
     if failed:
@@ -253,7 +254,7 @@ def _propagation_figure(m: Measurements, floor: float | None, warnings: list[str
             "than measured. Apply these settings and measure again.")
         basis += ", a lower bound"
     if m.endpoint_lag:
-        basis += (f"; endpoint removal alone took up to {max(m.endpoint_lag):.3f}s")
+        basis += f"; endpoints turned not-ready up to {max(m.endpoint_lag):.3f}s after"
     if floor is not None and floor > p99:
         return Figure(floor, f"--min-propagation {floor:g}s (measured {basis})")
     return Figure(p99, basis)
