@@ -54,3 +54,11 @@ def test_drainsafe_built_in_delay() -> None:
 ])
 def test_exec_sleep_seconds(command: tuple[str, ...], seconds: float | None) -> None:
     assert exec_sleep_seconds(command) == seconds
+
+
+def test_drainsafe_defaults_come_from_serve() -> None:
+    from drainsafe.server.cli import DEFAULT_DRAIN_DELAY, DEFAULT_SHUTDOWN_TIMEOUT
+
+    found = identify(command_line(["drainsafe", "serve", "app:app"], None))
+    assert found is not None
+    assert (found.deadline, found.drain_delay) == (DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_DRAIN_DELAY)

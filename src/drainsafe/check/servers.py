@@ -16,7 +16,8 @@ Facts (../shared/research/server-shutdown.md has the sources):
   src/command_line_parser.cc).
 - SGLang: waits for in-flight requests without a deadline (sglang tokenizer_manager.py).
 - TGI: waits up to 90 s (huggingface/text-generation-inference launcher/src/main.rs).
-- drainsafe serve/run: --drain-delay N, --shutdown-timeout N.
+- drainsafe serve/run: --drain-delay N, --shutdown-timeout N (defaults from
+  drainsafe.server.cli).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+# drainsafe serve/run's own defaults (its cli module imports only argparse).
+from drainsafe.server.cli import DEFAULT_DRAIN_DELAY, DEFAULT_SHUTDOWN_TIMEOUT
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 SHELL_WRAPPERS = frozenset({"tini", "dumb-init", "catatonit", "s6-svscan", "gosu", "su-exec"})
@@ -126,8 +130,10 @@ def identify(line: CommandLine | None) -> ServerShutdown | None:
     if _has(words, "drainsafe", "kubectl-drainsafe") and (" serve" in joined or " run" in joined):
         deadline = _seconds(_flag(words, "--shutdown-timeout"))
         delay = _seconds(_flag(words, "--drain-delay"))
-        return ServerShutdown("drainsafe", deadline, True,
-                              _source(words, "--shutdown-timeout"), drain_delay=delay)
+        return ServerShutdown(
+            "drainsafe", DEFAULT_SHUTDOWN_TIMEOUT if deadline is None else deadline, True,
+            _source(words, "--shutdown-timeout"),
+            drain_delay=DEFAULT_DRAIN_DELAY if delay is None else delay)
     if "vllm" in joined and ("serve" in words or "vllm.entrypoints" in joined):
         return _vllm(words)
     if _has(words, "tritonserver"):
