@@ -65,10 +65,29 @@ def test_up_detach_status_down(tmp_path: Path) -> None:
         table = run("status", "--state-dir", str(state))
         assert table.returncode == 0 and "node-1" in table.stdout
 
+        # A pod with a real process: `down` must stop it too.
+        manifest = json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "command": [sys.executable, "-c",
+                                                 "import time; time.sleep(600)"]}]}})
+        created = subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "create",
+                                  "-f", "-"], input=manifest, capture_output=True, text=True,
+                                 timeout=60, check=False)
+        assert created.returncode == 0, created.stderr
+        deadline = time.monotonic() + 60
+        children: list[int] = []
+        while time.monotonic() < deadline and not children:
+            children = json.loads(run("status", "--state-dir", str(state), "--json").stdout
+                                  ).get("pids", [])
+            time.sleep(0.2)
+        assert children and pids_alive(children) == children
+
         assert run("up", "--state-dir", str(state)).returncode == 1  # already running
         down = run("down", "--state-dir", str(state))
         assert down.returncode == 0, down.stderr
         assert pids_alive([pid]) == []
+        assert pids_alive(children) == []
         assert not (state / "lab.pid").exists()
     finally:
         if pid is not None and pids_alive([pid]):

@@ -124,3 +124,27 @@ async def test_virtual_pods_need_no_process(lab: Lab) -> None:
     assert len(workers) == 4
     assert all(c.process is not None and c.process.pid is None
                for w in workers for c in w.containers)
+
+
+async def test_endpoint_removal_reaches_the_proxy_after_the_propagation_delay(
+        tmp_path: Path) -> None:
+    async with Lab(tmp_path / "lab", nodes=1, propagation_seconds=1.0, ingress=False) as lab:
+        await lab.apply(http_deployment("web", replicas=1, grace=5,
+                                        prestop={"sleep": {"seconds": 2}}), service("web"))
+        await lab.wait_available("default", "web", timeout=60)
+        (backend,) = await lab.wait_backends("default", "web", 1, timeout=30)
+        assert lab.client is not None and lab.net is not None
+        (name,) = [p.metadata.name async for p in lab.client.list(
+            Pod, namespace="default", labels={"app": "web"}) if p.metadata is not None]
+        loop = asyncio.get_running_loop()
+        deleted_at = loop.time()
+        await lab.client.delete(Pod, name, namespace="default")
+        deadline = loop.time() + 30
+        removed_at = None
+        while removed_at is None and loop.time() < deadline:
+            removed_at = next((t for t, _, backends in lab.net.l4.history
+                               if t > deleted_at and backend not in backends), None)
+            await asyncio.sleep(0.05)
+        assert removed_at is not None
+        # The API knew at once (the endpoint turned not-ready); the proxy a second later.
+        assert 1.0 <= removed_at - deleted_at <= 3.0
