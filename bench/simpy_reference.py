@@ -9,8 +9,10 @@ Same model, simulated the obvious way:
 - a pod routed to after its listener closed refuses the request (race); a request still
   running when the pod's in-flight work is cut (shutdown deadline or SIGKILL) fails there;
   no routable pod, or a pod at its max concurrency, rejects it (capacity);
-- drains as processes: cordon, evict through the PDB with kubectl's 5 s retry (or replacement
-  first), pods gone when their last request ends or at the cut, nodes upgraded then back.
+- drains as processes: cordon, evict through the PDB with kubectl's 5 s retry: all at once
+  (kubectl), one pod per workload at a time once it is fully Ready with room for the
+  replacement (drainsafe), or replacement started first (surge); pods gone when their last
+  request ends or at the cut, nodes upgraded then back.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class Reference:
         self.node_done = [self.env.event() for _ in range(s.nodes)]
         self.drain_seconds: list[float] = []
         self.upgrade_end = math.nan
+        self._changed = self.env.event()
         self.deletions = 0
         self.np_rng = np.random.default_rng(seed)
 
@@ -88,6 +91,14 @@ class Reference:
 
     def matched(self, w: int) -> int:
         return sum(1 for p in self.pods if p.w == w and p.state in ("pending", "starting", "ready"))
+
+    def changed(self) -> Any:
+        """An event that fires at the next change of Ready pods or free GPUs."""
+        return self._changed
+
+    def notify(self) -> None:
+        event, self._changed = self._changed, self.env.event()
+        event.succeed()
 
     def new_pod(self, w: int, replaces: _Pod | None = None) -> _Pod:
         pod = _Pod(w=w, replaces=replaces)
@@ -127,13 +138,15 @@ class Reference:
             return
         pod.state = "ready"
         pod.ready_event.succeed()
+        self.notify()
 
     def evictable(self, pod: _Pod) -> bool:
         wl = self.s.workloads[pod.w]
         if wl.pdb is None:
             return True
         ready = self.ready_count(pod.w)
-        st = status(wl.pdb, expected_scale=wl.replicas, matched_pods=self.matched(pod.w),
+        matched = self.matched(pod.w)
+        st = status(wl.pdb, expected_scale=max(wl.replicas, matched), matched_pods=matched,
                     current_healthy=ready)
         if pod.state != "ready":
             return unhealthy_pod_may_be_evicted(wl.pdb, current_healthy=ready,
@@ -159,7 +172,7 @@ class Reference:
         else:
             pod.route_until = [self.env.now] * len(self.s.consumers)
         self.env.process(self.terminate(pod))
-        if self.s.upgrade.strategy == "kubectl":
+        if self.s.upgrade.strategy in ("kubectl", "drainsafe"):
             self.pending.append(self.new_pod(pod.w))
             self.schedule()
         elif not was_ready:
@@ -185,6 +198,7 @@ class Reference:
         self.free[node] += self.s.workloads[pod.w].gpus
         if not self.cordoned[node]:
             self.schedule()
+            self.notify()
 
     # ---------------------------------------------------------------- requests
     def arrivals(self, w: int) -> Any:
@@ -234,14 +248,19 @@ class Reference:
             self.cordoned[node] = True
             victims = [p for p in self.pods if p.node == node and p.state in ("ready",
                                                                               "starting")]
-            procs = []
+            strategy = self.s.upgrade.strategy
+            queues: dict[int, list[_Pod]] = {}
             for pod in victims:
-                if self.s.upgrade.strategy == "kubectl" or pod.state != "ready":
-                    procs.append(self.env.process(self.evict(pod)))
+                if strategy == "kubectl" or pod.state != "ready":
+                    self.env.process(self.evict(pod))
+                elif strategy == "drainsafe":
+                    queues.setdefault(pod.w, []).append(pod)
                 else:
                     new = self.new_pod(pod.w, replaces=pod)
                     self.pending.append(new)
-                    procs.append(self.env.process(self.replace_then_evict(new)))
+                    self.env.process(self.replace_then_evict(new))
+            for w, pods in queues.items():
+                self.env.process(self.one_at_a_time(w, pods))
             self.schedule()
             while any(p.node == node and p.state != "gone" for p in self.pods):
                 yield self.env.timeout(0.05)
@@ -252,7 +271,16 @@ class Reference:
             self.cordoned[node] = False
             self.free[node] = self.s.gpus_per_node
             self.schedule()
+            self.notify()
         self.node_done[node].succeed()
+
+    def one_at_a_time(self, w: int, pods: list[_Pod]) -> Any:
+        """drainsafe: each eviction once the workload is fully Ready and has room."""
+        wl = self.s.workloads[w]
+        for pod in pods:
+            while self.ready_count(w) < wl.replicas or self.fit(wl.gpus) < 0:
+                yield self.changed()
+            yield self.env.process(self.evict(pod))
 
     def replace_then_evict(self, new: _Pod) -> Any:
         yield new.ready_event
@@ -266,6 +294,7 @@ class Reference:
         yield self.env.timeout(self.draw(self.s.upgrade.surge_ready))
         self.up[node] = True
         self.schedule()
+        self.notify()
 
     def run(self) -> ReferenceResult:
         s = self.s

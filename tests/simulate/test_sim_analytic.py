@@ -130,14 +130,15 @@ def test_a_pdb_that_allows_nothing_wedges_the_upgrade_and_says_why() -> None:
     assert math.isinf(r.upgrade_time)
 
 
-def test_replacement_first_on_a_full_fleet_needs_surge_nodes() -> None:
-    full = {"workloads.0.replicas": 12, "upgrade.strategy": "drainsafe"}
+@pytest.mark.parametrize(("strategy", "words"), [("drainsafe", "room"), ("surge", "surge")])
+def test_replacement_first_on_a_full_fleet_needs_room(strategy: str, words: str) -> None:
+    full = {"workloads.0.replicas": 12, "upgrade.strategy": strategy}
     wedged = _runs(small(**full), range(1))[0]
     assert not wedged.finished
-    assert wedged.lifecycle.wedged is not None and "surge" in wedged.lifecycle.wedged
+    assert wedged.lifecycle.wedged is not None and words in wedged.lifecycle.wedged
+    assert "add surge nodes" in wedged.lifecycle.wedged
     surged = _runs(small(**full, **{"upgrade.surge_nodes": 1}), range(1))[0]
     assert surged.finished
-    assert surged.min_capacity == 1.0
 
 
 def test_kubectl_on_a_full_fleet_drops_capacity_and_rejects_requests() -> None:
@@ -159,9 +160,13 @@ def test_replacement_first_keeps_capacity_where_kubectl_drops_it() -> None:
             "workloads.0.rate": 10}
     kubectl = _runs(small(**base), range(1))[0]
     drainsafe = _runs(small(**base, **{"upgrade.strategy": "drainsafe"}), range(1))[0]
-    assert drainsafe.min_capacity == 1.0
-    assert drainsafe.counts.failures["capacity"] == 0
-    assert kubectl.min_capacity < 1.0
+    surge = _runs(small(**base, **{"upgrade.strategy": "surge"}), range(1))[0]
+    # Make before break never dips; drainsafe dips one pod at a time; kubectl as the PDB lets it.
+    assert surge.min_capacity == 1.0
+    assert surge.counts.failures["capacity"] == 0
+    assert drainsafe.min_ready() == {"llm": 11}
+    assert kubectl.min_ready() == {"llm": 10}
+    assert all(r.finished for r in (kubectl, drainsafe, surge))
 
 
 def test_parallel_drains_shorten_the_upgrade() -> None:

@@ -92,3 +92,26 @@ def test_sweep_finds_settings_that_lose_nothing(
     # The stages saw failures on the way (the search is not vacuous).
     assert any(t["failed"] > 0 for t in out["trials"] if t["stage"] == "drain delay")
     assert Path(out["picture"]).exists()
+
+
+def test_sweep_on_a_wedged_layout_still_finds_the_termination_settings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Replacement first on a full fleet wedges without surge nodes; the sweep must not
+    # take the wedged run's silence (no pod ever deleted) for "no drain delay needed".
+    data = small(**{"workloads.0.replicas": 12, "upgrade.strategy": "surge"})
+    code = main(["simulate", str(_write(tmp_path, data)), "--sweep", "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["drain_delay"] > 0
+    assert out["best"]["settings"]["surge_nodes"] > 0
+
+
+def test_sweep_reports_a_budget_that_wedges_every_layout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # maxUnavailable 0 allows no eviction in any layout (make before break included: the
+    # disruption controller counts the Deployment's scale, so an extra Ready pod is no slack).
+    data = small(**{"workloads.0.pdb": {"maxUnavailable": 0}})
+    code = main(["simulate", str(_write(tmp_path, data)), "--sweep"])
+    text = capsys.readouterr().out
+    assert code == 1
+    assert "No layout finishes the upgrade" in text and "PodDisruptionBudget" in text

@@ -36,12 +36,15 @@ def _agree(a: list[float], b: list[float], *, slack: float = 0.0) -> tuple[bool,
     return abs(ma - mb) <= 4 * se + slack, f"reference {ma:.2f} vs simulator {mb:.2f} (se {se:.2f})"
 
 
-@pytest.mark.parametrize(("strategy", "surge"), [("kubectl", 0), ("drainsafe", 1)])
+@pytest.mark.parametrize(("strategy", "surge"), [("kubectl", 0), ("drainsafe", 0), ("surge", 1)])
 def test_simulator_agrees_with_the_per_request_reference(strategy: str, surge: int) -> None:
     ref_mod = _reference()
-    s = parse_scenario(small(**{"upgrade.strategy": strategy, "upgrade.surge_nodes": surge}))
-    refs = [ref_mod.run_reference(s, seed) for seed in range(16)]
-    sims = [simulate(dataclasses.replace(s, seed=seed)) for seed in range(200)]
+    # Start-up times vary, so no two replacements become Ready at the same instant: the two
+    # models order simultaneous events differently, and with a PDB that can matter.
+    s = parse_scenario(small(**{"upgrade.strategy": strategy, "upgrade.surge_nodes": surge,
+                                "workloads.0.startup": {"min": 8, "max": 12}}))
+    refs = [ref_mod.run_reference(s, seed) for seed in range(10)]
+    sims = [simulate(dataclasses.replace(s, seed=seed)) for seed in range(120)]
 
     assert all(r.finished for r in sims)
     assert {r.deletions for r in refs} == {len(m.lifecycle.deleted_at) for m in sims}

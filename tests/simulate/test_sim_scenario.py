@@ -69,7 +69,7 @@ def test_the_example_parses_and_the_bundled_copy_is_identical() -> None:
     ({"consumers.1.share": 0.5}, "consumers", "add up to 1"),
     ({"consumers.0.propagation": {"min": 3, "max": 1}}, "consumers[0].propagation.max",
      "must be >= min"),
-    ({"upgrade.strategy": "yolo"}, "upgrade.strategy", "kubectl, drainsafe"),
+    ({"upgrade.strategy": "yolo"}, "upgrade.strategy", "kubectl, drainsafe, surge"),
     ({"upgrade.parallelism": 0}, "upgrade.parallelism", "must be >= 1"),
     ({"workloads": []}, "workloads", "non-empty list"),
 ])

@@ -19,8 +19,11 @@ Kubernetes behaviour modelled (and where it comes from):
   after its own propagation delay (sampled per pod and consumer).
 - kubectl-like drain: cordon, evict every pod on the node at once; the ReplicaSet creates a
   replacement as soon as a pod is deleted; it runs only where a schedulable node has free GPUs.
-- drainsafe drain: cordon, start a replacement for each pod first, evict the old pod only when
-  its replacement is Ready (still through the PDB).
+- drainsafe drain (what `drainsafe drain` does, src/drainsafe/drain/execute.py): cordon, then
+  per workload one pod at a time, each eviction only once the workload is back at its desired
+  Ready count and there is room (free GPUs) for the replacement; still through the PDB.
+- surge (make before break): cordon, start a replacement for each pod first, evict the old pod
+  only when its replacement is Ready (still through the PDB); capacity never dips.
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
   takes Pending pods; `parallelism` nodes are in the upgrade at once. Surge nodes join at the
   start, already upgraded, and are not drained.
@@ -169,6 +172,11 @@ class _Engine:
         self.matched = [0] * nw
         self.routed = [0] * nw
         self.waiters: list[list[int]] = [[] for _ in range(nw)]
+        # drainsafe strategy: per (node, workload) the pods still to evict, one at a time;
+        # gated[w]: nodes whose queue for w waits for w to be fully Ready or for room.
+        self.queues: dict[tuple[int, int], deque[int]] = {}
+        self.gated: list[set[int]] = [set() for _ in range(nw)]
+        self.handed: set[int] = set()
         self.pending: deque[int] = deque()
 
         self.heap: list[tuple[float, int, int, int]] = []
@@ -318,10 +326,15 @@ class _Engine:
             if waiting:
                 return (f"workload {s.workloads[w].name}: its PodDisruptionBudget allows no "
                         f"eviction and nothing will change that ({len(waiting)} pods waiting)")
+        gated = sum(len(nodes) for nodes in self.gated)
+        if gated:
+            names = sorted(s.workloads[w].name for w, nodes in enumerate(self.gated) if nodes)
+            return (f"drains of {gated} node(s) wait for room (free GPUs) to replace pods of "
+                    f"{', '.join(names)}: add surge nodes or free GPUs")
         if self.pending:
             names = sorted({s.workloads[self.pod_w[p]].name for p in self.pending})
-            hint = ("; replacement-first needs spare GPUs: add surge nodes"
-                    if s.upgrade.strategy == "drainsafe" else "")
+            hint = ("; make-before-break needs spare GPUs: add surge nodes"
+                    if s.upgrade.strategy == "surge" else "")
             return (f"{len(self.pending)} pods of {', '.join(names)} wait for free GPUs that "
                     f"never come{hint}")
         return "the upgrade stopped before every node was drained"
@@ -335,9 +348,23 @@ class _Engine:
         if not pods:
             self.node_emptied(node)
             return
-        if self.s.upgrade.strategy == "kubectl":
+        strategy = self.s.upgrade.strategy
+        if strategy == "kubectl":
             for p in pods:
                 self.try_evict(p)
+        elif strategy == "drainsafe":
+            keys: list[tuple[int, int]] = []
+            for p in pods:
+                if self.pod_state[p] != _READY_STATE:
+                    self.try_evict(p)  # not serving yet: nothing to protect
+                    continue
+                key = (node, self.pod_w[p])
+                if key not in self.queues:
+                    self.queues[key] = deque()
+                    keys.append(key)
+                self.queues[key].append(p)
+            for key in keys:
+                self.advance(*key)
         else:
             for p in pods:
                 if self.pod_state[p] == _READY_STATE:
@@ -348,13 +375,40 @@ class _Engine:
                     self.try_evict(p)
             self.schedule_pending()
 
+    def advance(self, node: int, w: int) -> None:
+        """drainsafe: evict the next pod of w on node once w is fully Ready and has room."""
+        queue = self.queues.get((node, w))
+        while queue and self.pod_state[queue[0]] in (_TERMINATING, _DELETED):
+            self.handed.discard(queue.popleft())
+        if not queue:
+            self.queues.pop((node, w), None)
+            self.gated[w].discard(node)
+            return
+        self.gated[w].add(node)
+        head = queue[0]
+        if head in self.handed:
+            return  # refused by the PDB; the eviction retry takes it from here
+        wl = self.s.workloads[w]
+        if self.ready[w] < wl.replicas or self.fit(wl.gpus) < 0:
+            return
+        self.handed.add(head)
+        self.try_evict(head)
+
+    def recheck_gated(self, w: int | None = None) -> None:
+        for wi in range(len(self.gated)) if w is None else (w,):
+            for node in sorted(self.gated[wi]):
+                self.advance(node, wi)
+
     def evictable(self, p: int) -> bool:
         w = self.pod_w[p]
         spec = self.s.workloads[w].pdb
         if spec is None:
             return True
-        st = status(spec, expected_scale=self.s.workloads[w].replicas,
-                    matched_pods=self.matched[w], current_healthy=self.ready[w])
+        # Make before break scales the workload up by its replacements in progress, and the
+        # disruption controller counts that scale (so an extra Ready pod is no free slack).
+        scale = max(self.s.workloads[w].replicas, self.matched[w])
+        st = status(spec, expected_scale=scale, matched_pods=self.matched[w],
+                    current_healthy=self.ready[w])
         if self.pod_state[p] != _READY_STATE:
             return unhealthy_pod_may_be_evicted(spec, current_healthy=self.ready[w],
                                                 desired=st.desired_healthy)
@@ -403,7 +457,7 @@ class _Engine:
         # The ReplicaSet replaces a deleted pod at once. drainsafe started the replacement
         # of a Ready pod before evicting it; a pod evicted before it was Ready (say a
         # replacement on a node drained meanwhile) is re-made and keeps its duty.
-        if self.s.upgrade.strategy == "kubectl":
+        if self.s.upgrade.strategy in ("kubectl", "drainsafe"):
             self.pending.append(self.new_pod(w))
             self.schedule_pending()
         elif not was_ready:
@@ -455,6 +509,7 @@ class _Engine:
         else:
             self.open_node(node)
             self.schedule_pending()
+            self.recheck_gated()
 
     def node_emptied(self, node: int) -> None:
         self.emptied[node] = self.now
@@ -468,6 +523,7 @@ class _Engine:
         self.nodes_done += 1
         self.open_node(node)
         self.schedule_pending()
+        self.recheck_gated()
         if self.to_drain:
             self.push(self.now, _DRAIN, self.to_drain.popleft())
 
@@ -475,6 +531,7 @@ class _Engine:
         self.up[node] = True
         self.open_node(node)
         self.schedule_pending()
+        self.recheck_gated()
 
     def on_ready(self, p: int) -> None:
         if self.pod_state[p] != _STARTING:
@@ -488,6 +545,8 @@ class _Engine:
         if old >= 0:
             self.try_evict(old)
         self.wake_waiters(w)
+        if self.gated[w]:
+            self.recheck_gated(w)
 
     def wake_waiters(self, w: int) -> None:
         waiting = self.waiters[w]

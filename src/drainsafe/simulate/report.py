@@ -85,6 +85,11 @@ def print_result(result: Result, console: Console) -> None:
 
 def print_sweep(sw: Sweep, console: Console) -> None:
     console.print(f"{len(sw.trials)} simulations.")
+    if sw.wedged is not None:
+        console.print(f"[red]No layout finishes the upgrade, even with "
+                      f"{max(t.result.scenario.upgrade.surge_nodes for t in sw.trials)} surge "
+                      f"nodes:[/] {sw.wedged}")
+        return
     if sw.drain_delay is None:
         console.print("[red]No drain delay among the candidates avoids the race: "
                       "propagation is longer than every candidate.[/]")
@@ -120,6 +125,7 @@ def sweep_json(sw: Sweep) -> dict[str, Any]:
         "runs": len(sw.trials),
         "drain_delay": sw.drain_delay,
         "grace": sw.grace,
+        "wedged": sw.wedged,
         "best": sw.best.summary() if sw.best else None,
         "ranked": [r.summary() for r in sw.ranked()],
         "trials": [{"stage": t.stage, "zero_failures": t.zero, **_brief(t.result)}

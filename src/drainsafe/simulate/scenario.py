@@ -29,8 +29,8 @@ from drainsafe.simulate.distributions import (
     Uniform,
 )
 
-Strategy = Literal["kubectl", "drainsafe"]
-STRATEGIES: tuple[Strategy, ...] = ("kubectl", "drainsafe")
+Strategy = Literal["kubectl", "drainsafe", "surge"]
+STRATEGIES: tuple[Strategy, ...] = ("kubectl", "drainsafe", "surge")
 
 KUBECTL_EVICTION_RETRY_SECONDS = 5.0
 """kubectl drain retries an eviction refused by a PodDisruptionBudget (429) every 5 s.

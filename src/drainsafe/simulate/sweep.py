@@ -50,6 +50,8 @@ class Sweep:
     best: Result | None
     drain_delay: float | None
     grace: float | None
+    wedged: str | None = None
+    """Why no layout could finish the upgrade at all (then nothing else was searched)."""
 
     def ranked(self, limit: int = 10) -> list[Result]:
         """Stage-3 results with no failure, fastest first."""
@@ -90,10 +92,29 @@ def sweep(
     longest = max(w.durations.upper for w in scenario.workloads)
     buffer = max(w.termination.buffer for w in scenario.workloads)
 
+    # Stages 1 and 2 need a layout that finishes the upgrade: a wedged run may never have
+    # deleted a pod, and would pass any drain delay. Keep the scenario's own if it finishes.
+    generous_grace = math.ceil(max(drain_delays) + longest + buffer)
+    probe: Scenario | None = None
+    wedged: str | None = None
+    layouts: tuple[tuple[Strategy | None, int | None], ...] = (
+        (None, None), ("drainsafe", max(surges)), ("surge", max(surges)),
+        ("kubectl", max(surges)))
+    for strategy, surge in layouts:
+        candidate = scenario.with_settings(strategy=strategy, surge_nodes=surge)
+        r = run("layout that finishes", candidate.with_settings(
+            drain_delay=max(drain_delays), grace=generous_grace))
+        if r.finished:
+            probe = candidate
+            break
+        wedged = wedged or r.lifecycle.wedged
+    if probe is None:
+        return Sweep(tuple(trials), None, None, None, wedged=wedged)
+
     delay: float | None = None
     for d in sorted(drain_delays):
         generous = math.ceil(d + longest + buffer)
-        if is_zero(run("drain delay", scenario.with_settings(drain_delay=d, grace=generous)),
+        if is_zero(run("drain delay", probe.with_settings(drain_delay=d, grace=generous)),
                    ("race",)):
             delay = d
             break
@@ -105,7 +126,7 @@ def sweep(
     for g in sorted({*graces, fitted}):
         if g < delay + buffer:
             continue
-        if is_zero(run("grace", scenario.with_settings(drain_delay=delay, grace=g)),
+        if is_zero(run("grace", probe.with_settings(drain_delay=delay, grace=g)),
                    ("cut_deadline", "cut_sigkill")):
             grace = g
             break
@@ -131,4 +152,4 @@ def planned_runs(scenario: Scenario, *, parallelisms: Sequence[int] = PARALLELIS
                  strategies: Sequence[Strategy] = STRATEGIES) -> int:
     """An upper bound on the runs `sweep` makes (for a progress bar)."""
     layout = len(strategies) * len(surges) * sum(1 for p in parallelisms if p <= scenario.nodes)
-    return len(DRAIN_DELAYS) + len(GRACES) + 1 + layout
+    return 4 + len(DRAIN_DELAYS) + len(GRACES) + 1 + layout
