@@ -110,9 +110,32 @@ async def test_multi_pdb_500_stops_and_a_rerun_continues(tmp_path: Path) -> None
         assert set(proxy.evictions_forwarded().values()) == {1}
 
 
-async def test_killed_mid_drain_then_run_again(tmp_path: Path) -> None:
+async def stop_after_evictions(client: KubeClient, node: str, argv: list[str],
+                               evicted: int, sig: int) -> int:
+    """Run the CLI until the node records `evicted` evictions, then send `sig`."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            n = await get_node(client, node)
+            if len(ownership.Progress.of(n).evicted) >= evicted:
+                break
+            await asyncio.sleep(0.05)
+        os.killpg(proc.pid, sig)
+        await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    return proc.returncode if proc.returncode is not None else -1
+
+
+async def test_interrupted_then_killed_mid_drain_then_run_again(tmp_path: Path) -> None:
     async with gpu_lab(tmp_path, nodes=2, gpus=0) as lab:
-        await lab.apply(virtual_deployment("w", replicas=4, grace=10, startup_seconds=1.5,
+        await lab.apply(virtual_deployment("w", replicas=6, grace=10, startup_seconds=1.0,
                                            exit_after_sigterm_seconds=1.0),
                         pdb("w", "w", maxUnavailable=1))
         await lab.wait_available("default", "w", timeout=60)
@@ -123,39 +146,31 @@ async def test_killed_mid_drain_then_run_again(tmp_path: Path) -> None:
             async with KubeClient.from_kubeconfig(str(cfg)) as client:
                 pods = await pods_of(client, "w")
                 node = pods[0]["spec"]["nodeName"]
-                assert len(on_node(pods, node)) >= 2
+                assert len(on_node(pods, node)) >= 3
                 argv = [sys.executable, "-m", "drainsafe", "drain", node, "--kubeconfig",
                         str(cfg), "-o", "json", "--timeout", "90"]
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                    start_new_session=True)
-                try:
-                    deadline = time.monotonic() + 60
-                    while time.monotonic() < deadline:
-                        n = await get_node(client, node)
-                        if ownership.Progress.of(n).evicted:
-                            break
-                        await asyncio.sleep(0.05)
-                    os.killpg(proc.pid, signal.SIGKILL)  # a crash, not a clean Ctrl-C
-                finally:
-                    if proc.returncode is None:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.killpg(proc.pid, signal.SIGKILL)
-                    await proc.wait()
+                # Ctrl-C after the first eviction: exit 130, the node says "interrupted".
+                code = await stop_after_evictions(client, node, argv, 1, signal.SIGINT)
+                n = await get_node(client, node)
+                progress = ownership.Progress.of(n)
+                assert code == 130
+                assert n["spec"]["unschedulable"] and ownership.owned_by_drainsafe(n)
+                assert progress.state == "interrupted" and len(progress.evicted) == 1
+                # A crash (SIGKILL) after the second: the record still says where it was.
+                await stop_after_evictions(client, node, argv, 2, signal.SIGKILL)
                 n = await get_node(client, node)
                 progress = ownership.Progress.of(n)
                 assert n["spec"]["unschedulable"] and ownership.owned_by_drainsafe(n)
-                assert progress.state == "draining" and len(progress.evicted) == 1
+                assert progress.state == "draining" and len(progress.evicted) == 2
                 rerun = await asyncio.create_subprocess_exec(
                     *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
                 out, err = await asyncio.wait_for(rerun.communicate(), 90)
                 assert rerun.returncode == 0, err.decode()[-2000:]
-                doc = json.loads(out)
-                assert doc["ok"] is True
+                assert json.loads(out)["ok"] is True
                 assert not on_node(await pods_of(client, "w"), node)
         assert proxy.deletes() == []
         counts = proxy.evictions_forwarded()
-        assert set(counts.values()) == {1} and len(counts) >= 2, counts
+        assert set(counts.values()) == {1} and len(counts) >= 3, counts
 
 
 async def test_two_drains_racing_for_one_free_gpu(tmp_path: Path) -> None:
