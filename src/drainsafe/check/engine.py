@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, ObjectRef
 from drainsafe.check.load import Document, InputError, Loaded, load
-from drainsafe.check.locate import locate
 from drainsafe.check.model import Index, Subject, build_index
 from drainsafe.check.rules import all_rules
 
@@ -50,7 +49,7 @@ def check_documents(docs: list[Document], context: Context) -> tuple[list[Findin
             skip = about.ignored  # read only for objects with findings
             if rule_id in skip or "all" in skip:
                 continue
-            findings.append(replace(finding, line=locate(about.doc, finding.path)))
+            findings.append(finding)
     findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
     return findings, index
 

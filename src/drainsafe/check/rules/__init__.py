@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from drainsafe.budget import Budget
 from drainsafe.check.findings import Edit, Finding, Path, Severity
+from drainsafe.check.locate import locate
 
 if TYPE_CHECKING:
     from drainsafe.check.context import Context
@@ -41,7 +42,7 @@ class Rule:
             severity=severity or self.severity,
             object=subject.ref,
             file=subject.doc.file,
-            line=subject.doc.start_line,
+            line=locate(subject.doc, path),
             message=message,
             fix=fix,
             doc_index=subject.doc.doc_index,
