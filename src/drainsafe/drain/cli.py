@@ -32,6 +32,15 @@ def register(subparsers: Any) -> None:
                    help="allow evicting pods with emptyDir volumes (their data is lost)")
     d.add_argument("--max-parallel-nodes", type=int, default=1, metavar="N",
                    help="drain up to N nodes at once (default 1: in sequence)")
+    d.add_argument("--surge", action="store_true",
+                   help="no room for a replacement: create low-priority placeholder pods so a "
+                   "cluster autoscaler adds a node, wait until they are scheduled, remove "
+                   "them, then drain")
+    d.add_argument("--surge-timeout", type=float, default=900.0, metavar="S",
+                   help="how long --surge waits for room (default 900)")
+    d.add_argument("--surge-priority-class", metavar="NAME",
+                   help="PriorityClass of the placeholders (use a negative-priority class so "
+                   "real pods preempt them)")
     d.add_argument("--reason", default="drainsafe drain", help="recorded on the node")
     d.add_argument("-o", "--output", choices=("text", "json"), default="text")
     _connection(d)
@@ -102,6 +111,8 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
         settings = DrainSettings(
             options=DrainOptions(delete_emptydir_data=args.delete_emptydir_data),
             timeout=args.timeout, reason=args.reason, pod_selector=args.pod_selector,
+            surge=args.surge, surge_timeout=args.surge_timeout,
+            surge_priority_class=args.surge_priority_class,
         )
         with console.status("draining") as status:
             reports = await drain_fleet(

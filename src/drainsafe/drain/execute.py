@@ -79,6 +79,9 @@ class DrainSettings:
     backoff: Backoff = field(default_factory=lambda: Backoff(base=1.0, cap=15.0))
     request_retries: int = 8  # transient API errors in a row before giving up
     pod_selector: str | None = None
+    surge: bool = False  # no room: placeholder pods for an autoscaler, wait for room
+    surge_timeout: float = 900.0
+    surge_priority_class: str | None = None
 
 
 @dataclass
@@ -118,6 +121,7 @@ class NodeReport:
     failure: str = ""
     pods: list[PodReport] = field(default_factory=list)
     done_checks: dict[str, bool] = field(default_factory=dict)
+    surge_nodes: list[str] = field(default_factory=list)  # where placeholders found room
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -217,6 +221,21 @@ class NodeDrainer:
 
     async def run(self, *, dry_run: bool = False) -> NodeReport:
         plan = await self.preflight()
+        if not plan.ok and not dry_run and self._surge_can_help(plan):
+            from drainsafe.drain.surge import SurgeFailed, surge
+
+            self._say(f"no room for {len(plan.blockers)} replacement(s): surging")
+            try:
+                self.report.surge_nodes = await surge(
+                    self.client, plan, self._state.pods, self.node,
+                    [self.node, *self.draining], timeout=self.settings.surge_timeout,
+                    priority_class=self.settings.surge_priority_class)
+            except SurgeFailed as exc:
+                self.report.refused = True
+                self.report.failure = f"--surge: {exc}"
+                self.report.finished_at = self.clock()
+                return self.report
+            plan = await self.preflight()
         if not plan.ok:
             self.report.refused = True
             self.report.failure = "; ".join(f"{b.object}: {b.message}" for b in plan.blockers)
@@ -250,6 +269,10 @@ class NodeDrainer:
             await self._stop_watches()
             self.report.finished_at = self.clock()
         return self.report
+
+    def _surge_can_help(self, plan: DrainPlan) -> bool:
+        return self.settings.surge and bool(plan.blockers) and all(
+            b.kind == "no-room" for b in plan.blockers)
 
     # -- cordon and progress -----------------------------------------------------------------
 
