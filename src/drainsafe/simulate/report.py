@@ -106,7 +106,8 @@ def print_sweep(sw: Sweep, console: Console) -> None:
         console.print("[red]No parallelism/surge/strategy combination finishes without "
                       "failures.[/]")
         return
-    table = Table(title="Zero-failure settings, fastest first", title_justify="left")
+    table = Table(title="Zero-failure settings: the fastest of each strategy, then the "
+                  "fastest others", title_justify="left")
     for col in ("strategy", "parallelism", "surge nodes", "drain delay", "grace",
                 "upgrade time", "lowest capacity"):
         table.add_column(col, justify="right")

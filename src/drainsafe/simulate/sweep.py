@@ -11,7 +11,8 @@ The knobs act on different failures, so the search goes in stages instead of a f
    wins (ties: fewer surge nodes, then lower parallelism).
 
 "No failure" means none in the simulated run and fewer than `ZERO_EXPECTED` expected, so a
-lucky draw does not pass a setting whose long tail still loses requests.
+lucky draw does not pass a setting whose long tail still loses requests (stages 1 and 2 keep
+a margin below that, STAGE_MARGIN).
 All runs share the scenario's seed (common random numbers), so settings are compared on
 the same propagation and start-up draws.
 """
@@ -26,6 +27,9 @@ from drainsafe.simulate.scenario import STRATEGIES, Scenario, Strategy
 from drainsafe.simulate.simulation import Result, simulate
 
 ZERO_EXPECTED = 0.5
+STAGE_MARGIN = 0.1
+"""Stages 1 and 2 demand ten times less (0.05 expected) than the final check: other layouts
+route a little more traffic per pod, and a setting on the edge would fail there."""
 DRAIN_DELAYS = (0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0)
 GRACES = (30.0, 45.0, 60.0, 90.0, 120.0, 150.0, 180.0, 240.0, 300.0, 420.0, 600.0, 900.0)
 PARALLELISMS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -54,16 +58,24 @@ class Sweep:
     """Why no layout could finish the upgrade at all (then nothing else was searched)."""
 
     def ranked(self, limit: int = 10) -> list[Result]:
-        """Stage-3 results with no failure, fastest first."""
-        final = [t.result for t in self.trials if t.stage == "layout" and t.zero]
-        return sorted(final, key=_rank)[:limit]
+        """Stage-3 results with no failure: the fastest of each strategy, then the rest,
+        fastest first (so the table compares strategies, not only variants of the winner)."""
+        final = sorted((t.result for t in self.trials if t.stage == "layout" and t.zero),
+                       key=_rank)
+        firsts: dict[str, Result] = {}
+        for r in final:
+            firsts.setdefault(r.scenario.upgrade.strategy, r)
+        head = sorted(firsts.values(), key=_rank)
+        rest = [r for r in final if all(r is not h for h in head)]
+        return (head + rest)[:limit]
 
 
-def is_zero(result: Result, causes: Sequence[str] | None = None) -> bool:
+def is_zero(result: Result, causes: Sequence[str] | None = None, *,
+            expected_below: float = ZERO_EXPECTED) -> bool:
     keys = causes or tuple(result.counts.failures)
     sampled = sum(result.counts.failures[k] for k in keys)
     expected = sum(result.counts.expected[k] for k in keys)
-    return result.finished and sampled == 0 and expected < ZERO_EXPECTED
+    return result.finished and sampled == 0 and expected < expected_below
 
 
 def _rank(r: Result) -> tuple[float, int, int]:
@@ -115,7 +127,7 @@ def sweep(
     for d in sorted(drain_delays):
         generous = math.ceil(d + longest + buffer)
         if is_zero(run("drain delay", probe.with_settings(drain_delay=d, grace=generous)),
-                   ("race",)):
+                   ("race",), expected_below=STAGE_MARGIN * ZERO_EXPECTED):
             delay = d
             break
     if delay is None:
@@ -127,7 +139,7 @@ def sweep(
         if g < delay + buffer:
             continue
         if is_zero(run("grace", probe.with_settings(drain_delay=delay, grace=g)),
-                   ("cut_deadline", "cut_sigkill")):
+                   ("cut_deadline", "cut_sigkill"), expected_below=STAGE_MARGIN * ZERO_EXPECTED):
             grace = g
             break
     if grace is None:
