@@ -54,10 +54,10 @@ def fleet(nodes: int, hours: float, rate: float, strategy: str, surge: int) -> S
             {"name": "big-model", "replicas": big_pods, "gpus": 8, "rate": rate * 0.4,
              "diurnal": {"amplitude": 0.5, "peak_hour": 15},
              "durations": {"p50": 12, "p99": 75, "max": 90}, "max_concurrency": 256,
-             "startup": {"p50": 240, "p99": 600}, "pdb": {"maxUnavailable": 1},
+             "startup": {"p50": 240, "p99": 600}, "pdb": {"maxUnavailable": "5%"},
              "termination": {"grace": 30, "drain_delay": 0, "shutdown_deadline": 25}},
         ],
-        "upgrade": {"strategy": strategy, "parallelism": 8, "surge_nodes": surge,
+        "upgrade": {"strategy": strategy, "parallelism": 16, "surge_nodes": surge,
                     "node_upgrade": {"p50": 300, "p99": 600}, "start": "2h"},
     })
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     for col in ("strategy", "pods", "requests", "lifecycle events", "wall s",
                 "events/s", "requests/s", "failed", "upgrade h"):
         goal.add_column(col, justify="right")
-    for strategy, surge in (("kubectl", 0), ("drainsafe", 8)):
+    for strategy, surge in (("kubectl", 0), ("drainsafe", 0), ("surge", 16)):
         s = fleet(args.nodes, args.hours, args.rate, strategy, surge)
         best = None
         for _ in range(max(args.repeat, 1)):
