@@ -59,7 +59,8 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 HEARTBEAT_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 300.0
-STATUS_COALESCE_SECONDS = 0.05  # the kubelet's CrashLoopBackOff cap
+STATUS_COALESCE_SECONDS = 0.05
+API_CONCURRENCY = 16  # the kubelet's CrashLoopBackOff cap
 
 
 def now_rfc3339() -> str:
@@ -566,11 +567,15 @@ def _qos_class(pod: dict[str, Any]) -> str:
 class Kubelet:
     def __init__(self, client: AsyncClient, config: NodeConfig, *, state_dir: Path,
                  http: httpx.AsyncClient, restart_backoff: float = 10.0,
+                 api_slots: asyncio.Semaphore | None = None,
                  heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:
         self.client = client
         self.config = config
         self.state_dir = state_dir
         self.http = http
+        # Requests in flight to the API at once (the kubelet's kubeAPIQPS/Burst limits):
+        # without a bound, 1,000 pods starting together queue past the client's timeout.
+        self.api_slots = api_slots or asyncio.Semaphore(API_CONCURRENCY)
         self.restart_backoff = restart_backoff
         self.heartbeat_seconds = heartbeat_seconds
         self.ips = PodIPs(config.subnet)
@@ -634,12 +639,14 @@ class Kubelet:
         task.add_done_callback(self._events.discard)
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace,
-                                patch_type=PatchType.STRATEGIC)
+        async with self.api_slots:
+            await self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace,
+                                    patch_type=PatchType.STRATEGIC)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(ApiError):
-            await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
+        async with self.api_slots:
+            with contextlib.suppress(ApiError):
+                await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
 
     def record_event(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None:
         """Post an Event about a pod (best effort, as the kubelet's recorder)."""
@@ -664,8 +671,9 @@ class Kubelet:
             "firstTimestamp": stamp, "lastTimestamp": stamp,
             "source": {"component": "kubelet", "host": self.name},
         }
-        with contextlib.suppress(ApiError, httpx.HTTPError, OSError, Exception):
-            await self.client.create(Event.from_dict(event))  # type: ignore[call-overload]
+        async with self.api_slots:
+            with contextlib.suppress(ApiError, httpx.HTTPError, OSError, Exception):
+                await self.client.create(Event.from_dict(event))  # type: ignore[call-overload]
 
     async def shutdown(self) -> None:
         if self._heartbeat is not None:
@@ -686,8 +694,10 @@ class NodePool:
                  restart_backoff: float = 10.0) -> None:
         self.client = client
         self.http = handlers.probe_client()
+        self.api_slots = asyncio.Semaphore(API_CONCURRENCY)
         self.kubelets = {c.name: Kubelet(client, c, state_dir=state_dir, http=self.http,
-                                         restart_backoff=restart_backoff) for c in configs}
+                                         restart_backoff=restart_backoff,
+                                         api_slots=self.api_slots) for c in configs}
         self.informer = Informer(client, Pod, on_event=self._dispatch)
         self._watch: asyncio.Task[None] | None = None
 
