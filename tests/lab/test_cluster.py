@@ -12,7 +12,7 @@ import httpx
 import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
-from drainsafe.lab.cluster import Lab, pids_alive, virtual_deployment
+from drainsafe.lab.cluster import Lab, gpu_device_plugin_daemonset, pids_alive, virtual_deployment
 
 
 def http_deployment(name: str, *, replicas: int = 2, grace: int = 10,
@@ -148,3 +148,40 @@ async def test_endpoint_removal_reaches_the_proxy_after_the_propagation_delay(
         assert removed_at is not None
         # The API knew at once (the endpoint turned not-ready); the proxy a second later.
         assert 1.0 <= removed_at - deleted_at <= 3.0
+
+
+@pytest.mark.parametrize("version", ["1.27", "1.33"])
+async def test_kubectl_drain_with_real_kubelets(tmp_path: Path, version: str) -> None:
+    binary = Path(f"/usr/lib/google-cloud-sdk/bin/kubectl.{version}")
+    if not binary.exists():
+        pytest.skip(f"{binary} is not installed")
+    async with Lab(tmp_path / "lab", nodes=2, gpus_per_node=1, propagation_seconds=0,
+                   ingress=False) as lab:
+        deployment = virtual_deployment("infer", replicas=3, startup_seconds=0.2,
+                                        exit_after_sigterm_seconds=0.3)
+        deployment["spec"]["template"]["spec"]["containers"][0]["lifecycle"] = {
+            "preStop": {"sleep": {"seconds": 1}}}
+        assert lab.client is not None and lab.nodes is not None
+        # All replicas start on node-0 (node-1 cordoned meanwhile), so the drain moves all.
+        await lab.client.patch(Node, "node-1", {"spec": {"unschedulable": True}})
+        await lab.apply(gpu_device_plugin_daemonset(), deployment)
+        await lab.wait_available("default", "infer", timeout=60)
+        await lab.wait_daemonset("kube-system", "nvidia-device-plugin-daemonset", timeout=60)
+        await lab.client.patch(Node, "node-1", {"spec": {"unschedulable": False}})
+        proc = await asyncio.create_subprocess_exec(
+            str(binary), f"--kubeconfig={lab.kubeconfig}", "drain", "node-0",
+            "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 90)
+        assert proc.returncode == 0, (out.decode(), err.decode())
+        assert "node/node-0 drained" in out.decode()
+        await lab.wait_available("default", "infer", timeout=60)
+        pods = [p.to_dict() async for p in lab.client.list(Pod, namespace="*")]
+        infer = [p for p in pods if p["metadata"]["labels"].get("app") == "infer"]
+        assert len(infer) == 3
+        assert {p["spec"]["nodeName"] for p in infer} == {"node-1"}
+        plugin = [p for p in pods if p["metadata"]["namespace"] == "kube-system"]
+        assert sorted(p["spec"]["nodeName"] for p in plugin) == ["node-0", "node-1"]
+        # The evicted pods went through the kubelet's termination: preStop, then SIGTERM.
+        done = lab.nodes.kubelets["node-0"].terminated
+        assert len(done) == 3 and all(w.records["main"].prestop_completed for w in done)
