@@ -23,7 +23,7 @@ from drainsafe.check.snippets import container_fix, pod_fix
 
 SIDECAR_MARKERS = ("istio-proxy", "proxyv2", "envoy", "linkerd-proxy", "linkerd2-proxy",
                    "cloud-sql-proxy", "cloudsql-proxy", "oauth2-proxy", "sidecar",
-                   "fluent-bit", "fluentd", "vector", "otel-collector", "opentelemetry-collector")
+                   "fluent-bit", "fluentd", "otel-collector", "opentelemetry-collector")
 SHELL_LESS_MARKERS = ("distroless", "scratch", "chainguard/static", "/static:", "-static:",
                       "-static@", "/static@")
 
