@@ -122,8 +122,10 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
     if args.output == "json":
         print(reports_json(reports))
     else:
+        shown: set[int] = set()  # a fleet shares one plan: print it once
         for r in reports:
-            if r.plan is not None and (args.dry_run or r.refused):
+            if r.plan is not None and (args.dry_run or r.refused) and id(r.plan) not in shown:
+                shown.add(id(r.plan))
                 render_plan(console, r.plan)
             if not args.dry_run and not r.refused:
                 render_report(console, r)

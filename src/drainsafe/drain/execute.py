@@ -276,12 +276,12 @@ class NodeDrainer:
 
     # -- cordon and progress -----------------------------------------------------------------
 
-    async def _cordon(self) -> None:
+    async def _cordon(self, state: str = "draining") -> None:
         path = api_path("v1", "nodes", name=self.node)
         for attempt in range(self.settings.request_retries):
             node = await self._retrying(lambda: self.client.get(path))
             self._progress = ownership.Progress.of(node)
-            self._progress.state = "draining"
+            self._progress.state = state
             patch = ownership.cordon_patch(
                 node, actor=self.client.identity.actor(), reason=self.settings.reason,
                 progress=self._progress,
@@ -645,16 +645,34 @@ async def drain_fleet(
     dry_run: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> list[NodeReport]:
-    """Drain nodes in sequence, or up to `max_parallel` at once; stop at the first failure
-    (nodes not yet started are not touched)."""
+    """Drain nodes in sequence, or up to `max_parallel` at once; stop at the first failure.
+
+    With several nodes, the fleet is planned as one (every replacement needs room outside
+    the fleet, and no free GPU is counted twice) and refused as one; then every node is
+    cordoned first, as kubectl drain does, so no replacement lands on a node drained later.
+    Nodes not started because of a failure get their queued cordon back off.
+    """
+    if len(nodes) > 1:
+        combined, _ = await plan_nodes(client, nodes, settings)
+        surge_fixable = settings.surge and all(b.kind == "no-room" for b in combined.blockers)
+        if (not combined.ok and not surge_fixable) or dry_run:
+            now = time.time()
+            failure = "; ".join(f"{b.object}: {b.message}" for b in combined.blockers)
+            return [NodeReport(node=n, started_at=now, plan=combined, ok=combined.ok,
+                               refused=not combined.ok, failure=failure, finished_at=now)
+                    for n in nodes]
+        for name in nodes:
+            await NodeDrainer(client, name, settings)._cordon(state="queued")
     reports: list[NodeReport] = []
     gate = asyncio.Semaphore(max(1, max_parallel))
     failed = asyncio.Event()
+    started: set[str] = set()
 
     async def one(name: str) -> None:
         async with gate:
             if failed.is_set():
                 return
+            started.add(name)
             # The rest of the fleet offers no room for this node's replacements.
             others = [n for n in nodes if n != name]
             drainer = NodeDrainer(client, name, settings, draining=others,
@@ -665,9 +683,22 @@ async def drain_fleet(
                 failed.set()
 
     await asyncio.gather(*(one(n) for n in nodes))
+    if len(nodes) > 1:
+        await _release_queued([n for n in nodes if n not in started], client)
     order = {n: i for i, n in enumerate(nodes)}
     reports.sort(key=lambda r: order[r.node])
     return reports
+
+
+async def _release_queued(names: Sequence[str], client: KubeClient) -> None:
+    from drainsafe.drain.cordon import NotOwned, uncordon
+
+    for name in names:
+        node = await client.get(api_path("v1", "nodes", name=name))
+        if ownership.Progress.of(node).state != "queued":
+            continue
+        with contextlib.suppress(NotOwned):
+            await uncordon(client, name)
 
 
 def iso(ts: float | None) -> str:
