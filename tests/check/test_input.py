@@ -142,3 +142,10 @@ def test_not_utf8(tmp_path: Path) -> None:
     path.write_bytes(b"kind: Service\nmetadata:\n  name: caf\xe9\n")
     result = run([str(path)], Context())
     assert "not UTF-8" in str(result.errors[0]) and result.errors[0].line == 3
+
+
+def test_a_file_named_twice_is_read_once(tmp_path: Path) -> None:
+    f = _write(tmp_path / "app.yaml", to_yaml(deployment(), service(), pdb()))
+    result = run([str(tmp_path), f], Context())
+    assert result.inputs == 1
+    assert not any(x.rule == "pdb-overlap" for x in result.findings)

@@ -99,6 +99,16 @@ def expand_paths(args: Iterable[str]) -> tuple[list[str], list[InputError]]:
     """Arguments to input names: files as given, directories walked for *.yaml/*.yml/*.json."""
     paths: list[str] = []
     errors: list[InputError] = []
+    seen: set[str] = set()
+
+    def add(path: str) -> None:
+        # A file named twice (a directory and a file in it) would double every object, and
+        # make each PDB overlap itself.
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            paths.append(path)
+
     for arg in args:
         if arg == STDIN:
             paths.append(STDIN)
@@ -108,9 +118,10 @@ def expand_paths(args: Iterable[str]) -> tuple[list[str], list[InputError]]:
             found = sorted(_walk(path))
             if not found:
                 errors.append(InputError(arg, None, "directory has no .yaml, .yml or .json files"))
-            paths.extend(str(p) for p in found)
+            for p in found:
+                add(str(p))
         elif path.exists():
-            paths.append(arg)
+            add(arg)
         else:
             errors.append(InputError(arg, None, "no such file or directory"))
     return paths, errors
