@@ -235,6 +235,10 @@ def test_fix_in_second_document_and_compact_sequences(capsys: pytest.CaptureFixt
                        "+      terminationGracePeriodSeconds: 75  # too short"]
     assert run_cli(capsys, "--fix", f)[0] == 1  # other findings (no PDB) remain
     assert Path(f).read_text() == original.replace("Seconds: 30  #", "Seconds: 75  #")
+    # The exit code judges what is left: with only the budget error fixed, no error remains.
+    g = write(tmp_path, "again.yaml", original)
+    assert run_cli(capsys, "--fail-on", "error", g)[0] == 1
+    assert run_cli(capsys, "--fix", "--fail-on", "error", g)[0] == 0
 
 
 def test_fix_leaves_stdin_and_json_alone(capsys: pytest.CaptureFixture[str],

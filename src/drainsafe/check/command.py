@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from drainsafe.check import report
 from drainsafe.check.context import ConfigError, Context, apply_config, find_config, load_config
 from drainsafe.check.engine import run
+from drainsafe.check.findings import Finding
 from drainsafe.check.fix import fix_files
 from drainsafe.check.rules import all_rules
 
@@ -23,7 +25,7 @@ def settings(args: argparse.Namespace, known: frozenset[str]) -> Context:
         raise ConfigError(f"--config: no such file {args.config}")
     if config_path is not None:
         context = apply_config(context, load_config(config_path), str(config_path), known)
-        context = Context(**{**context.__dict__, "config_file": str(config_path)})
+        context = replace(context, config_file=str(config_path))
     flags: dict[str, Any] = {
         "cluster-version": args.cluster_version,
         "max-request-seconds": args.max_request_seconds,
@@ -61,8 +63,8 @@ def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) 
     for error in result.errors:
         err.write(f"error: {error}\n")
     if args.diff or args.fix:
-        return _fix(result.findings, apply=args.fix, out=out, err=err,
-                    code=result.exit_code(context))
+        return _fix(result.findings, context, apply=args.fix, out=out, err=err,
+                    input_errors=bool(result.errors))
     if args.output == "json":
         report.write_json(result, out)
     elif args.output == "sarif":
@@ -72,7 +74,8 @@ def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) 
     return result.exit_code(context)
 
 
-def _fix(findings: list[Any], *, apply: bool, out: IO[str], err: IO[str], code: int) -> int:
+def _fix(findings: list[Finding], context: Context, *, apply: bool, out: IO[str],
+         err: IO[str], input_errors: bool) -> int:
     fixes, problems = fix_files(findings)
     for problem in problems:
         err.write(f"error: {problem}\n")
@@ -84,10 +87,10 @@ def _fix(findings: list[Any], *, apply: bool, out: IO[str], err: IO[str], code: 
             out.write(fix.diff())
     if not fixes:
         err.write("no safe automatic fixes\n")
-    fixed = {f.file for f in fixes}
-    remaining = [f for f in findings if not (apply and f.edits and f.file in fixed)]
-    if problems:
+    if problems or input_errors:
         return EXIT_USAGE
-    if code == EXIT_USAGE:
-        return code
-    return EXIT_FINDINGS if (remaining if apply else findings) and code else EXIT_OK
+    fixed = {f.file for f in fixes} if apply else set()
+    remaining = [f for f in findings if not (f.edits and f.file in fixed)]
+    threshold = context.fail_on
+    failing = threshold is not None and any(f.severity >= threshold for f in remaining)
+    return EXIT_FINDINGS if failing else EXIT_OK
