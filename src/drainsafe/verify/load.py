@@ -5,14 +5,15 @@ Open loop: requests start at a fixed rate whatever the server does, so a slow se
 queue instead of slowing the load down; a cap on requests in flight keeps the client itself
 bounded, and requests that could not start because of the cap are counted, not hidden.
 
-One httpx.AsyncClient with a pool sized to the concurrency, so connections are reused the way
-a real client pool (or a proxy's upstream pool) reuses them; that is what exposes the
-keep-alive races at shutdown.
+Connections are kept alive and reused the way a real client pool (or a proxy's upstream pool)
+reuses them; that is what exposes the keep-alive races at shutdown. httpx sends every request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,10 +69,6 @@ class LoadSpec:
     @property
     def mode(self) -> str:
         return "open" if self.rate is not None else "closed"
-
-    @property
-    def pool_size(self) -> int:
-        return self.max_inflight if self.rate is not None else self.concurrency
 
 
 @dataclass(frozen=True)
@@ -130,66 +127,92 @@ async def run_load(
         if on_result is not None:
             on_result(result)
 
-    limits = httpx.Limits(max_connections=spec.pool_size,
-                          max_keepalive_connections=spec.pool_size if spec.keepalive else 0)
-    timeout = httpx.Timeout(spec.timeout)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=dict(spec.headers),
-                                 follow_redirects=False, trust_env=False) as client:
-        deadline = loop.time() + spec.duration
-        if spec.rate is None:
-            await _closed_loop(client, spec, t0, deadline, stop, record)
-        else:
-            run.not_started = await _open_loop(client, spec, t0, deadline, stop, record)
+    deadline = loop.time() + spec.duration
+    if spec.rate is None:
+        await _closed_loop(spec, t0, deadline, stop, record)
+    else:
+        run.not_started = await _open_loop(spec, t0, deadline, stop, record)
     run.elapsed = loop.time() - t0
     return run
 
 
-async def _closed_loop(client: httpx.AsyncClient, spec: LoadSpec, t0: float, deadline: float,
-                       stop: asyncio.Event, record: ResultCallback) -> None:
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """Loading the CA bundle costs ~15 ms: once per process, not once per connection."""
+    return httpx.create_ssl_context()
+
+
+def _client(spec: LoadSpec) -> httpx.AsyncClient:
+    """One client per connection. httpcore's pool rescans every connection on each request
+    (quadratic in pool size: at 50 connections that cost more CPU than the requests), so
+    the pool of connections is kept here instead: a worker owns one (closed loop), or a
+    request borrows an idle one (open loop)."""
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1 if spec.keepalive
+                          else 0)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(spec.timeout),
+                             headers=dict(spec.headers), follow_redirects=False,
+                             trust_env=False, verify=_tls())
+
+
+async def _closed_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio.Event,
+                       record: ResultCallback) -> None:
     loop = asyncio.get_running_loop()
 
     async def worker() -> None:
-        while loop.time() < deadline and not stop.is_set():
-            record(await send_one(client, spec, t0))
+        async with _client(spec) as client:
+            while loop.time() < deadline and not stop.is_set():
+                record(await send_one(client, spec, t0))
 
     async with asyncio.TaskGroup() as group:
         for _ in range(spec.concurrency):
             group.create_task(worker())
 
 
-async def _open_loop(client: httpx.AsyncClient, spec: LoadSpec, t0: float, deadline: float,
-                     stop: asyncio.Event, record: ResultCallback) -> int:
+async def _open_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio.Event,
+                     record: ResultCallback) -> int:
     assert spec.rate is not None
     loop = asyncio.get_running_loop()
     interval = 1.0 / spec.rate
     inflight: set[asyncio.Task[None]] = set()
+    idle: list[httpx.AsyncClient] = []
+    clients: list[httpx.AsyncClient] = []
     not_started = 0
 
-    async def one() -> None:
-        record(await send_one(client, spec, t0))
+    async def one(client: httpx.AsyncClient) -> None:
+        try:
+            record(await send_one(client, spec, t0))
+        finally:
+            idle.append(client)
 
     start = loop.time()
     n = 0
-    while not stop.is_set():
-        due = start + n * interval
-        if due >= deadline:
-            break
-        delay = due - loop.time()
-        if delay > 0:
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+    try:
+        while not stop.is_set():
+            due = start + n * interval
+            if due >= deadline:
                 break
-            except TimeoutError:
-                pass
-        n += 1
-        if len(inflight) >= spec.max_inflight:
-            not_started += 1
-            continue
-        task = asyncio.create_task(one())
-        inflight.add(task)
-        task.add_done_callback(inflight.discard)
-    if inflight:
-        await asyncio.gather(*inflight)
+            delay = due - loop.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                    break
+                except TimeoutError:
+                    pass
+            n += 1
+            if len(inflight) >= spec.max_inflight:
+                not_started += 1
+                continue
+            if not idle:
+                clients.append(_client(spec))
+                idle.append(clients[-1])
+            task = asyncio.create_task(one(idle.pop()))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        if inflight:
+            await asyncio.gather(*inflight)
+    finally:
+        for client in clients:
+            await client.aclose()
     return not_started
 
 
