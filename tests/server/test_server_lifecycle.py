@@ -130,3 +130,23 @@ def test_runtime_counts_requests_after_drain_and_cuts_at_deadline() -> None:
     metrics = generate_latest(text).decode()
     assert "drainsafe_streams_cut_total 1.0" in metrics
     assert "drainsafe_requests_after_drain_total 1.0" in metrics
+
+
+def test_presets_feed_signal_mode_options() -> None:
+    from drainsafe.cli import build_parser
+    from drainsafe.server.runtime import Paths
+    from drainsafe.server.supervisor import RunOptions
+
+    args = build_parser().parse_args(
+        ["run", "--mode", "signal", "--preset", "triton", "--upstream", "127.0.0.1:8000",
+         "--", "tritonserver", "--exit-timeout-secs", "90"])
+    opts = RunOptions.from_args(args, args.command[1:], Settings(), Paths())
+    assert opts.child_ready_path == "/v2/health/ready"
+    assert opts.child_metrics_url == "http://127.0.0.1:8002/metrics"
+    assert opts.in_flight_metrics == ("nv_inference_pending_request_count",)
+    vllm = build_parser().parse_args(["run", "--preset", "vllm", "--", "vllm", "serve"])
+    opts = RunOptions.from_args(vllm, ["vllm", "serve"], Settings(), Paths())
+    assert "vllm:num_requests_running" in opts.in_flight_metrics
+    bare = build_parser().parse_args(["run", "--mode", "signal", "--", "server"])
+    with pytest.raises(ValueError, match="--in-flight-metric"):
+        RunOptions.from_args(bare, ["server"], Settings(), Paths())

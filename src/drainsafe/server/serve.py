@@ -120,7 +120,13 @@ def build(app: ASGIApp, runtime: DrainRuntime, **uvicorn_options: Any) -> DrainS
 
 def run(server: DrainServer) -> int:
     """Serve until the lifecycle ends; the exit code says whether anything was cut."""
-    server.run()
+    try:
+        server.run()
+    except SystemExit as exc:
+        # uvicorn exits with its own code 3 when start-up fails (port in use, lifespan
+        # failure); drainsafe's 3 means "forced", so report a plain failure instead.
+        if exc.code not in (0, None):
+            return 1
     if not server.started:
         return 1
     return server.runtime.exit_code()
