@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 async def test_demo(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "drainsafe", "demo", "--out", str(out),
+        sys.executable, "-m", "drainsafe", "demo", "--out", str(out), "--model-load", "1",
         "-o", "json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "COLUMNS": "200"})
     try:

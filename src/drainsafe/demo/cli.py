@@ -21,6 +21,9 @@ def register(subparsers: Any) -> None:
                    "./drainsafe-demo)")
     p.add_argument("--propagation", type=float, default=1.0, metavar="S",
                    help="endpoint propagation delay of the lab's proxies (default 1.0)")
+    p.add_argument("--model-load", type=float, default=4.0, metavar="S",
+                   help="how long a replacement takes to become Ready, like a model "
+                   "loading (default 4)")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(handler=run_demo)
 
@@ -31,7 +34,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from drainsafe.demo.run import run
 
-    if args.propagation < 0:
-        print("drainsafe demo: --propagation must be >= 0", file=sys.stderr)
+    if args.propagation < 0 or args.model_load < 0:
+        print("drainsafe demo: --propagation and --model-load must be >= 0", file=sys.stderr)
         return 2
     return asyncio.run(run(args))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -63,13 +64,13 @@ async def run(args: argparse.Namespace) -> int:
     console = Console(stderr=args.output == "json")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = [await one("drainsafe", ScenarioSettings(propagation=args.propagation), out,
-                         console)]
+    base = ScenarioSettings(propagation=args.propagation, model_load=args.model_load)
+    results = [await one("drainsafe", base, out, console)]
     if args.compare:
         if kubectl_binary() is None:
             console.print("kubectl is not installed; skipping --compare")
         else:
-            naive = ScenarioSettings(propagation=args.propagation, drain_aware=False)
+            naive = replace(base, drain_aware=False)
             results.append(await one("kubectl", naive, out, console))
     (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=2))
     if args.output == "json":
