@@ -70,11 +70,11 @@ async def main() -> int:
     print(f"\nDrain of one GPU node under streaming load ({args.runs} run(s), medians; "
           f"model load {args.model_load:g}s, streams {args.stream:g}s, drain delay "
           f"{args.drain_delay:g}s, propagation {args.propagation:g}s)\n")
-    header = f"{'':44}" + "".join(f"{t + ' drain':>18}" for t in tools)
+    header = f"{'':50}" + "".join(f"{t + ' drain':>18}" for t in tools)
     print(header)
 
     def row(name: str, f: object) -> None:
-        print(f"{name:44}" + "".join(f"{f(results[t]):>18}" for t in tools))  # type: ignore[operator]
+        print(f"{name:50}" + "".join(f"{f(results[t]):>18}" for t in tools))  # type: ignore[operator]
 
     row("command returned after", lambda rs: fmt(med([r.command_seconds for r in rs])))
     row("full Ready capacity after", lambda rs: fmt(med([r.capacity_seconds for r in rs])))

@@ -144,3 +144,12 @@ def test_unknown_node_and_json_shape() -> None:
     assert kinds(plan) == ["no-node"]
     d = plan.to_dict()
     assert d["ok"] is False and d["blockers"][0]["object"] == "Node nope"
+
+
+def test_workload_not_fully_ready_is_warned_about() -> None:
+    pods, ctrl = serving("llm", ["g1", "g2"])
+    ctrl["Deployment/ml/llm"]["status"] = {"readyReplicas": 1}
+    plan = plan_drain(ClusterState([node("g1"), node("g2"), node("g3")], pods, [], ctrl),
+                      ["g1"])
+    assert plan.ok
+    assert any("1/2 Ready replicas now" in w for w in plan.warnings)

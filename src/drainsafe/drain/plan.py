@@ -436,6 +436,13 @@ def plan_drain(
         _with_placement(by_key[p.key], placements) for p in pods
     ]
     for w in workloads.values():
+        status = (state.controllers.get(w.key) or {}).get("status") or {}
+        ready = status.get("readyReplicas")
+        if w.replicas and isinstance(ready, int) and ready < w.replicas:
+            warnings.append(
+                f"{w.kind} {w.namespace}/{w.name} has {ready}/{w.replicas} Ready replicas now; "
+                "its pods are evicted only once it is fully Ready (replacement first)"
+            )
         if w.replicas == 1 and any(p.workload == w.key and p.action == "evict" for p in pods):
             warnings.append(
                 f"{w.kind} {w.namespace}/{w.name} has 1 replica: it serves nothing between the "
