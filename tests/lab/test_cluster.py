@@ -43,6 +43,15 @@ def service(name: str) -> dict[str, Any]:
                      "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
 
 
+async def _kubectl(lab: Lab, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", f"--kubeconfig={lab.kubeconfig}", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, (args, err.decode())
+    return out.decode()
+
+
 async def test_nodes_pods_and_both_traffic_paths(lab: Lab) -> None:
     assert lab.client is not None
     nodes = [n.to_dict() async for n in lab.client.list(Node)]
@@ -69,6 +78,14 @@ async def test_nodes_pods_and_both_traffic_paths(lab: Lab) -> None:
         assert "running" in cs["state"]
         log = lab.state_dir / "pods" / f"default_{pod['metadata']['name']}" / "web.log"
         assert log.exists()
+
+    wide = await _kubectl(lab, "get", "pods", "-o", "wide")
+    for pod in pods:
+        line = next(x for x in wide.splitlines() if x.startswith(pod["metadata"]["name"]))
+        assert pod["status"]["podIP"] in line and pod["spec"]["nodeName"] in line
+        assert "Running" in line and "1/1" in line
+    logs = await _kubectl(lab, "logs", pods[0]["metadata"]["name"])
+    assert "GET / HTTP/1.1" in logs  # http.server's log of the readiness probes
 
     async with httpx.AsyncClient() as client:
         via_cluster_ip = await client.get(lab.service_url("default", "web") + "/")

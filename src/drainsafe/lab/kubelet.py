@@ -146,9 +146,21 @@ class ContainerState:
     termination: TerminationRecord | None = None
     exit_code: int | None = None
 
+    reported: dict[str, set[str]] = field(default_factory=dict)
+
     @property
     def name(self) -> str:
         return str(self.spec.get("name", ""))
+
+    def _reported(self, field_name: str, state: dict[str, Any]) -> dict[str, Any]:
+        """The state, with an explicit null for each kind reported before and gone now, so
+        the strategic merge patch drops it (a JSON null for a key never sent would be
+        stored by a server that keeps nulls in new list items)."""
+        seen = self.reported.setdefault(field_name, set())
+        out: dict[str, Any] = {kind: None for kind in seen if kind not in state}
+        out.update(state)
+        seen.update(state)
+        return out
 
     def status(self, pod_key: str) -> dict[str, Any]:
         status: dict[str, Any] = {
@@ -158,17 +170,12 @@ class ContainerState:
             "ready": self.ready,
             "started": self.started,
             "restartCount": self.restart_count,
-            # Explicit nulls: a strategic merge patch must drop the previous state's key.
-            "state": _one_state(self.state),
-            "lastState": _one_state(self.last_state),
+            "state": self._reported("state", self.state),
+            "lastState": self._reported("lastState", self.last_state),
         }
         if self.process is not None:
             status["containerID"] = f"lab://{pod_key}/{self.name}/{self.restart_count}"
         return status
-
-
-def _one_state(state: dict[str, Any]) -> dict[str, Any]:
-    return {"waiting": None, "running": None, "terminated": None, **state}
 
 
 # --- one pod -------------------------------------------------------------------------------
@@ -231,9 +238,13 @@ class PodWorker:
         old = self.conditions.get(kind)
         if old is not None and old["status"] == status:
             return
-        # reason None (not absent): the strategic merge patch must clear an old reason.
-        self.conditions[kind] = {"type": kind, "status": status, "lastProbeTime": None,
-                                 "lastTransitionTime": now_rfc3339(), "reason": reason or None}
+        cond: dict[str, Any] = {"type": kind, "status": status,
+                                "lastTransitionTime": now_rfc3339()}
+        if reason:
+            cond["reason"] = reason
+        elif old is not None and old.get("reason"):
+            cond["reason"] = None  # the strategic merge patch must clear the old reason
+        self.conditions[kind] = cond
 
     def mark_dirty(self) -> None:
         all_ready = bool(self.containers) and all(c.ready for c in self.containers)
