@@ -599,16 +599,32 @@ class NodeDrainer:
                 raise DrainFailed(f"{wkey} has Pending pods after the drain: {pending}")
         checks["workloads at desired Ready count"] = True
         checks["no Pending pods of affected workloads"] = True
+        drained = {p.uid for p in plan.pods if p.action in ("evict", "wait")}
         for ns, slices in self._slices.items():
-            live = {(p.get("metadata") or {}).get("uid") for p in self._pods[ns].cache.values()
-                    if not (p.get("metadata") or {}).get("deletionTimestamp")}
+            pods = self._pods[ns]
 
-            def settled(cache: Mapping[str, Obj], live: set[Any] = live) -> bool:
-                return all(_endpoint_uid(e) in live or _endpoint_uid(e) is None
-                           for s in cache.values() for e in s.get("endpoints") or [])
+            # Settled: no slice lists a pod of this drain, nor a pod that no longer exists.
+            # (Other pods terminating for their own reasons may legitimately be listed.)
+            def settled(cache: Mapping[str, Obj], pods: Informer = pods) -> bool:
+                present = {(p.get("metadata") or {}).get("uid") for p in pods.cache.values()}
+                for s in cache.values():
+                    for e in s.get("endpoints") or []:
+                        uid = _endpoint_uid(e)
+                        if uid is not None and (uid in drained or uid not in present):
+                            return False
+                return True
 
-            await slices.wait_for(settled, timeout=min(60.0, self._remaining()),
-                                  what=f"EndpointSlices in {ns} to settle")
+            # Two caches feed the predicate; re-check every second so a change seen by the
+            # pods informer (but not the slices one) is not missed.
+            limit = time.monotonic() + min(60.0, self._remaining())
+            while True:
+                try:
+                    await slices.wait_for(settled, timeout=1.0,
+                                          what=f"EndpointSlices in {ns} to settle")
+                    break
+                except WaitTimeout:
+                    if time.monotonic() >= limit:
+                        raise
         checks["endpoints settled"] = True
         self.report.done_checks = checks
 
