@@ -22,7 +22,7 @@ from .labkit import gpu_lab
 
 pytestmark = pytest.mark.e2e
 
-SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=4, warmup=1.5)
+SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=5, warmup=1.5)
 
 
 @pytest.mark.skipif(kubectl_binary() is None, reason="kubectl not installed")
