@@ -37,6 +37,7 @@ class _Pod:
     state: str = "pending"  # pending, starting, ready, terminating, gone
     node: int = -1
     replaces: _Pod | None = None
+    replaced_by: _Pod | None = None
     deleted_at: float = math.nan
     route_until: list[float] = field(default_factory=list)
     inflight: set[int] = field(default_factory=set)
@@ -146,7 +147,8 @@ class Reference:
             return True
         ready = self.ready_count(pod.w)
         matched = self.matched(pod.w)
-        st = status(wl.pdb, expected_scale=max(wl.replicas, matched), matched_pods=matched,
+        placed = sum(1 for p in self.pods if p.w == pod.w and p.state in ("starting", "ready"))
+        st = status(wl.pdb, expected_scale=max(wl.replicas, placed), matched_pods=matched,
                     current_healthy=ready)
         if pod.state != "ready":
             return unhealthy_pod_may_be_evicted(wl.pdb, current_healthy=ready,
@@ -175,10 +177,19 @@ class Reference:
         if self.s.upgrade.strategy in ("kubectl", "drainsafe"):
             self.pending.append(self.new_pod(pod.w))
             self.schedule()
-        elif not was_ready:
-            self.pending.append(self.new_pod(pod.w, replaces=pod.replaces))
-            self.schedule()
-            self.env.process(self.replace_then_evict_later(self.pending[-1]))
+        elif pod.replaces is not None and pod.replaces.state in ("starting", "ready"):
+            heir = pod.replaced_by
+            if heir is not None and heir.state in ("pending", "starting", "ready"):
+                heir.replaces = pod.replaces  # its own replacement takes over the duty
+                pod.replaces.replaced_by = heir
+                if heir.state == "ready":
+                    self.env.process(self.evict(heir.replaces))
+            else:
+                new = self.new_pod(pod.w, replaces=pod.replaces)
+                pod.replaces.replaced_by = new
+                self.pending.append(new)
+                self.schedule()
+                self.env.process(self.replace_then_evict(new))
 
     def terminate(self, pod: _Pod) -> Any:
         tt = self.times[pod.w]
@@ -251,12 +262,13 @@ class Reference:
             strategy = self.s.upgrade.strategy
             queues: dict[int, list[_Pod]] = {}
             for pod in victims:
-                if strategy == "kubectl" or pod.state != "ready":
+                if strategy == "kubectl" or (strategy == "drainsafe" and pod.state != "ready"):
                     self.env.process(self.evict(pod))
                 elif strategy == "drainsafe":
                     queues.setdefault(pod.w, []).append(pod)
                 else:
                     new = self.new_pod(pod.w, replaces=pod)
+                    pod.replaced_by = new
                     self.pending.append(new)
                     self.env.process(self.replace_then_evict(new))
             for w, pods in queues.items():
@@ -287,9 +299,6 @@ class Reference:
         if new.replaces is not None:
             yield self.env.process(self.evict(new.replaces))
 
-    def replace_then_evict_later(self, new: _Pod) -> Any:
-        yield from self.replace_then_evict(new)
-
     def surge(self, node: int) -> Any:
         yield self.env.timeout(self.draw(self.s.upgrade.surge_ready))
         self.up[node] = True
@@ -312,6 +321,8 @@ class Reference:
             yield self.env.timeout(s.upgrade.start)
             for i in range(s.upgrade.surge_nodes):
                 self.env.process(self.surge(s.nodes + i))
+            for node in range(min(s.upgrade.parallelism, s.nodes)):
+                self.cordoned[node] = True  # the first batch is cordoned together
             for node in range(s.nodes):
                 self.env.process(self.upgrade_node(node))
             yield simpy.AllOf(self.env, self.node_done)

@@ -165,11 +165,13 @@ class _Engine:
         self.pod_node: list[int] = []
         self.pod_state: list[int] = []
         self.pod_replaces: list[int] = []
+        self.replaced_by: dict[int, int] = {}
         self.pod_first_refusal: list[float] = []
 
         nw = len(s.workloads)
         self.ready = [0] * nw
         self.matched = [0] * nw
+        self.pending_of = [0] * nw
         self.routed = [0] * nw
         self.waiters: list[list[int]] = [[] for _ in range(nw)]
         # drainsafe strategy: per (node, workload) the pods still to evict, one at a time;
@@ -218,9 +220,11 @@ class _Engine:
         self.pod_replaces.append(replaces)
         self.pod_first_refusal.append(math.nan)
         self.matched[w] += 1
+        self.pending_of[w] += 1
         return p
 
     def place(self, p: int, node: int) -> None:
+        self.pending_of[self.pod_w[p]] -= 1
         self.pod_node[p] = node
         self.node_pods[node].add(p)
         self.free[node] -= self.s.workloads[self.pod_w[p]].gpus
@@ -277,8 +281,13 @@ class _Engine:
         start = s.upgrade.start
         for i in range(s.upgrade.surge_nodes):
             self.push(start + self.surge_ready.next(), _SURGE, s.nodes + i)
+        # The first batch is cordoned together, as upgrade tools do, so that no replacement
+        # lands on a node whose drain starts in the same instant.
         for _ in range(min(s.upgrade.parallelism, s.nodes)):
-            self.push(start, _DRAIN, self.to_drain.popleft())
+            node = self.to_drain.popleft()
+            self.cordoned[node] = True
+            self.open_nodes.pop(node, None)
+            self.push(start, _DRAIN, node)
 
         handlers = {
             _DRAIN: self.on_drain, _EVICT: self.on_evict, _GONE: self.on_gone,
@@ -366,13 +375,12 @@ class _Engine:
             for key in keys:
                 self.advance(*key)
         else:
+            # Make before break for every pod on the node, a starting one included: evicting
+            # it now would only be refused by the budget and retried once it serves.
             for p in pods:
-                if self.pod_state[p] == _READY_STATE:
-                    r = self.new_pod(self.pod_w[p], replaces=p)
-                    self.pending.append(r)
-                else:
-                    # A pod that is not serving yet has nothing to protect: evict it.
-                    self.try_evict(p)
+                r = self.new_pod(self.pod_w[p], replaces=p)
+                self.replaced_by[p] = r
+                self.pending.append(r)
             self.schedule_pending()
 
     def advance(self, node: int, w: int) -> None:
@@ -406,7 +414,9 @@ class _Engine:
             return True
         # Make before break scales the workload up by its replacements in progress, and the
         # disruption controller counts that scale (so an extra Ready pod is no free slack).
-        scale = max(self.s.workloads[w].replicas, self.matched[w])
+        # A replacement is added to the scale once there is room for it, not while Pending:
+        # a make-before-break tool that over-commits would wedge its own budget.
+        scale = max(self.s.workloads[w].replicas, self.matched[w] - self.pending_of[w])
         st = status(spec, expected_scale=scale, matched_pods=self.matched[w],
                     current_healthy=self.ready[w])
         if self.pod_state[p] != _READY_STATE:
@@ -460,9 +470,23 @@ class _Engine:
         if self.s.upgrade.strategy in ("kubectl", "drainsafe"):
             self.pending.append(self.new_pod(w))
             self.schedule_pending()
-        elif not was_ready:
-            self.pending.append(self.new_pod(w, replaces=self.pod_replaces[p]))
-            self.schedule_pending()
+        else:
+            # Surge: a replacement evicted while the pod it replaces still runs passes its
+            # duty on to a new one; any other evicted pod already has its replacement.
+            old = self.pod_replaces[p]
+            if old >= 0 and self.pod_state[old] in (_STARTING, _READY_STATE):
+                heir = self.replaced_by.get(p, -1)
+                if heir >= 0 and self.pod_state[heir] in (_PENDING, _STARTING, _READY_STATE):
+                    # p's own replacement takes over: it now replaces the pod p replaced.
+                    self.pod_replaces[heir] = old
+                    self.replaced_by[old] = heir
+                    if self.pod_state[heir] == _READY_STATE:
+                        self.try_evict(old)
+                else:
+                    r = self.new_pod(w, replaces=old)
+                    self.replaced_by[old] = r
+                    self.pending.append(r)
+                    self.schedule_pending()
 
     def exit_after(self, w: int, rate: float, props: list[float]) -> float:
         """Seconds from deletion to the process exiting: when its last request is done.
