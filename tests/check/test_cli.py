@@ -48,6 +48,16 @@ def test_examples_good_passes_and_naive_fails(capsys: pytest.CaptureFixture[str]
     assert "0s + 90s + 5s = 95s > 30s" in out  # the budget arithmetic
 
 
+def test_demo_runs_both_examples_without_them_interfering(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # ./dev demo checks examples/manifests as a whole: good and naive must not see each other.
+    code, out, _ = run_cli(capsys, "-o", "json", str(EXAMPLES))
+    findings = json.loads(out)["findings"]
+    assert code == 1
+    assert {f["object"]["namespace"] for f in findings} == {"inference-naive"}
+    assert "pdb-overlap" not in {f["rule"] for f in findings}
+
+
 def test_json_output_shape_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "-o", "json", str(EXAMPLES / "naive"))
     assert code == 1
@@ -60,7 +70,7 @@ def test_json_output_shape_and_schema(capsys: pytest.CaptureFixture[str]) -> Non
         "findings.schema.json").read_text(encoding="utf-8"))
     jsonschema.validate(data, schema)
     wedge = next(f for f in data["findings"] if f["rule"] == "pdb-wedge")
-    assert wedge["object"] == {"kind": "PodDisruptionBudget", "namespace": "inference",
+    assert wedge["object"] == {"kind": "PodDisruptionBudget", "namespace": "inference-naive",
                                "name": "llm"}
     text = (EXAMPLES / "naive" / "inference.yaml").read_text().splitlines()
     assert text[wedge["line"] - 1].strip() == "minAvailable: 2"
