@@ -32,9 +32,10 @@ PROPAGATION = "1.5-2.0"
 """Drawn at random per lab. Larger than the issue's 0.5-1 s: on a shared 2-core machine the
 lab's timing jitters by ~0.2 s, which must stay small next to the 20 % margin (tuned) and the
 16 % shortfall (30 % shorter) for either verdict to be certain."""
-PING_RATE = 100
+PING_RATE = 50
 """New connections per second: enough that the 30 % shorter drain delay's window (about a
-sixth of the propagation delay, ~0.1 s) sees several of them at each terminating pod."""
+sixth of the propagation delay, ~0.3 s) sees several of them at each terminating pod, few
+enough not to slow the lab (its proxy and control plane share this test's event loop)."""
 STREAM_BODY = '{"stream": true, "max_tokens": 6, "token_interval": 0.1}'
 
 
@@ -183,7 +184,7 @@ async def test_tuned_settings_hold_and_30_percent_shorter_fail(tmp_path: Path) -
                    ingress=False) as lab:
         try:
             # Generous settings for the measurement: the drain delay far above propagation.
-            await lab.apply(deployment(2.5, 5.0, 15), SERVICE)
+            await lab.apply(deployment(4.0, 5.0, 15), SERVICE)
             await lab.wait_available("default", NAME, timeout=60)
             await lab.wait_backends("default", NAME, 2, timeout=30)
 
@@ -199,7 +200,7 @@ async def test_tuned_settings_hold_and_30_percent_shorter_fail(tmp_path: Path) -
             tuning = tune(found, drain_via="server")
             report["tuning"] = (tuning.propagation.basis, tuning.max_request.basis,
                                 tuning.applied.arithmetic())
-            assert 1.5 <= tuning.drain_delay_seconds < 2.5 * 1.2, report
+            assert 1.5 <= tuning.drain_delay_seconds < 4.0, report
 
             tuned = (tuning.drain_delay_seconds, tuning.shutdown_seconds, tuning.grace_seconds)
             await apply_and_settle(lab, deployment(*tuned))
