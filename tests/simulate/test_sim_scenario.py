@@ -45,6 +45,12 @@ def test_durations_accept_units_and_forms() -> None:
     assert math.isinf(s.workloads[0].termination.shutdown_deadline)
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "examples" / "scenarios").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_example_scenario_parses(path: Path) -> None:
+    assert load_scenario(path).workloads
+
+
 def test_the_example_parses_and_the_bundled_copy_is_identical() -> None:
     s = load_scenario(EXAMPLE)
     assert (s.nodes, s.gpus_per_node) == (500, 8)
