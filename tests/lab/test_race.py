@@ -173,8 +173,10 @@ async def test_rollout_restart_race_loses_requests_only_without_a_drain_delay(
         assert t.ok > 50, report  # traffic really flowed during the restart
     # The race: no drain delay and a 1 s propagation delay loses requests...
     assert tallies["plain"].failed > 0, report
-    # ...and they are exactly the connections the proxy found refused (no retry).
-    assert tallies["plain"].failed == lab.net.l4.stats.backend_refused, report
+    # ...and they are exactly the connections the proxy found refused (no retry), or that
+    # the closing server accepted and closed without an answer.
+    l4 = lab.net.l4
+    assert tallies["plain"].failed == l4.stats.backend_refused + len(l4.empty_replies), report
     # ...a preStop sleep longer than the propagation delay, or drainsafe serve, loses none.
     assert tallies["prestop"].failed == 0, report
     assert tallies["serve"].failed == 0, report

@@ -88,8 +88,9 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
                                  start_new_session=True)
     deadline = time.monotonic() + DETACH_TIMEOUT
     while time.monotonic() < deadline:
+        # The pid file is written last, once the lab (and its device plugin) is up.
         status = read_status(state_dir)
-        if status is not None and status.get("pid") == child.pid:
+        if running_pid(state_dir) == child.pid and status is not None:
             print(f"lab running in the background (pid {child.pid})")
             print(f"kubeconfig: {status['kubeconfig']}")
             print(f"  export KUBECONFIG={status['kubeconfig']}")
