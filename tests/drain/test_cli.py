@@ -79,7 +79,9 @@ async def test_dry_run_json_two_pdbs_and_plugin(tmp_path: Path) -> None:
                 assert code == 0, out + err
                 assert "Drain plan" in out
 
-            code, out, err = await run(*ds("drain", node, "--kubeconfig", cfg))
+            code, out, err = await run(*ds("drain", "--selector",
+                                           f"kubernetes.io/hostname={node}", "--kubeconfig",
+                                           cfg))
             assert code == 0, out + err
             assert "drained" in out
             code, out, _ = await run(*ds("audit", "--kubeconfig", cfg))
