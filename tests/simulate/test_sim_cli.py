@@ -28,6 +28,11 @@ def test_example_runs_and_reports_failures_with_a_picture(
     assert out["failures"]["race"] > 0 and out["failures"]["cut_deadline"] > 0
     assert out["finished"] and out["upgrade_seconds"] > 0
     assert out["requests"] > 10_000_000
+    timeline = out["timeline"]
+    assert len(timeline["capacity_min"]) == len(timeline["start_seconds"]) == 100
+    assert min(timeline["capacity_min"]) == pytest.approx(out["min_capacity"], abs=1e-4)
+    for cause, per_window in timeline["failed"].items():
+        assert sum(per_window) == out["failures"][cause]
     picture = Path(out["picture"])
     assert picture.parent == tmp_path and picture.stat().st_size > 20_000
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     picture = _picture(result, args.out)
     if out is None:
         summary = result.summary()
+        summary["timeline"] = result.timeline()
         summary["picture"] = str(picture) if picture else None
         print(json.dumps(summary, indent=2))
     else:

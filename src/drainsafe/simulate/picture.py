@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from drainsafe.simulate.requests import CAUSES
-from drainsafe.simulate.simulation import Result
+from drainsafe.simulate.simulation import Result, lowest_per_window
 
 _CAUSE_LABELS = {
     "race": "refused/reset in the race",
@@ -51,11 +51,11 @@ def draw(result: Result, path: Path) -> Path:
     edges = np.linspace(lo, hi, _BINS * 3 + 1)
     x = (edges - start) / hours
     for w, wl in enumerate(s.workloads):
-        frac = _lowest_per_window(t, lc.ready_counts[:, w] / wl.replicas * 100, edges)
+        frac = lowest_per_window(t, lc.ready_counts[:, w] / wl.replicas * 100, edges)
         ax_cap.step(x, np.append(frac, frac[-1]), where="post", lw=1.4,
                     label=f"{wl.name} ({wl.replicas} replicas)")
     _, total = result.capacity()
-    lowest_total = _lowest_per_window(t, total * 100, edges)
+    lowest_total = lowest_per_window(t, total * 100, edges)
     ax_cap.step(x, np.append(lowest_total, lowest_total[-1]), where="post", lw=2.2,
                 color="black", label="all workloads (GPU-weighted)")
     ax_cap.axhline(100, color="grey", lw=0.8, ls=":")
@@ -121,16 +121,3 @@ def draw(result: Result, path: Path) -> Path:
     plt.close(fig)
     return path
 
-
-def _lowest_per_window(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """For a step function (values[i] from times[i] on), its minimum within each window."""
-    first = np.clip(np.searchsorted(times, edges[:-1], side="right") - 1, 0, len(values) - 1)
-    # Steps after the last window must not count in it.
-    end = max(int(np.searchsorted(times, edges[-1], side="left")), int(first[-1]) + 1)
-    lowest = np.minimum.reduceat(values[:end], first)
-    # reduceat stops before the next window's first step; that step may begin in this window.
-    following = np.append(first[1:], first[-1])
-    starts_inside = times[following] < edges[1:]
-    lowest = np.where(starts_inside, np.minimum(lowest, values[following]), lowest)
-    # Where two windows share their first step, reduceat returned just that step: fine.
-    return lowest

@@ -78,6 +78,28 @@ class Result:
         done = ~np.isnan(lc.node_empty)
         return lc.node_empty[done] - lc.node_drain_started[done]
 
+    def timeline(self, windows: int = 100) -> dict[str, Any]:
+        """Capacity and failures over the upgrade, in `windows` equal windows (for -o json):
+        the lowest capacity within each window and the failed requests by cause."""
+        lc = self.lifecycle
+        start = lc.upgrade_started
+        stop = lc.upgrade_finished if self.finished else lc.end
+        edges = np.linspace(start, max(stop, start + 1.0), windows + 1)
+        _, capacity = self.capacity()
+        ev = self.counts.events
+        failed: dict[str, list[int]] = {}
+        for i, cause in enumerate(CAUSES):
+            mask = ev.cause == i
+            counts, _ = np.histogram(ev.time[mask], bins=edges, weights=ev.count[mask])
+            failed[cause] = [int(c) for c in counts]
+        return {
+            "window_seconds": round(float(edges[1] - edges[0]), 3),
+            "start_seconds": [round(float(t - start), 3) for t in edges[:-1]],
+            "capacity_min": [round(float(c), 4) for c in
+                             lowest_per_window(lc.ready_times, capacity, edges)],
+            "failed": failed,
+        }
+
     def summary(self) -> dict[str, Any]:
         """Plain data for -o json and for tests."""
         lc = self.lifecycle
@@ -108,6 +130,20 @@ class Result:
             "simulated_seconds": round(lc.end, 3),
             "wall_seconds": round(self.seconds, 4),
         }
+
+
+def lowest_per_window(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """For a step function (values[i] from times[i] on), its minimum within each window."""
+    first = np.clip(np.searchsorted(times, edges[:-1], side="right") - 1, 0, len(values) - 1)
+    # Steps after the last window must not count in it.
+    end = max(int(np.searchsorted(times, edges[-1], side="left")), int(first[-1]) + 1)
+    lowest = np.minimum.reduceat(values[:end], first)
+    # reduceat stops before the next window's first step; that step may begin in this window.
+    following = np.append(first[1:], first[-1])
+    starts_inside = times[following] < edges[1:]
+    lowest = np.where(starts_inside, np.minimum(lowest, values[following]), lowest)
+    # Where two windows share their first step, reduceat returned just that step: fine.
+    return lowest
 
 
 def settings_of(s: Scenario) -> dict[str, Any]:
