@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,9 @@ import pytest
 from drainsafe.pdb import PdbSpec
 from drainsafe.simulate.distributions import Constant, Histogram, LogNormal, Uniform
 from drainsafe.simulate.scenario import ScenarioError, load_scenario, parse_scenario
+from drainsafe.verify.load import RequestResult
+from drainsafe.verify.outcome import Kind, Outcome
+from drainsafe.verify.record import Record
 
 from .scenarios import small
 
@@ -104,18 +106,12 @@ def test_unreadable_and_invalid_files_are_clear(tmp_path: Path) -> None:
 
 
 def _verify_record(directory: Path, totals: list[float]) -> Path:
-    """A record in the format drainsafe.verify.record writes (one request per total)."""
-    requests = [
-        {"start": float(i), "end": float(i) + t, "headers": None, "first_byte": None,
-         "outcome": "ok", "kind": "ok", "status": 200, "detail": "", "bytes": 10, "pod": "a"}
-        for i, t in enumerate(totals)
-    ]
-    requests.append({"start": 0.0, "end": 0.5, "outcome": "refused", "kind": "refused",
-                     "status": None, "detail": "", "bytes": 0, "pod": None})
-    record = {"version": 1, "url": "http://127.0.0.1:1/", "mode": "closed", "settings": {},
-              "started_at": 0.0, "elapsed": 100.0, "requests": requests, "events": []}
-    directory.mkdir()
-    (directory / "record.json").write_text(json.dumps(record))
+    """A record written by drainsafe.verify's own Record (the format's owner)."""
+    requests = [RequestResult(start=float(i), end=float(i) + t, outcome=Outcome(Kind.OK, 200))
+                for i, t in enumerate(totals)]
+    requests.append(RequestResult(start=0.0, end=0.5, outcome=Outcome(Kind.REFUSED)))
+    Record(url="http://127.0.0.1:1/", mode="open", settings={}, started_at=0.0,
+           elapsed=100.0, requests=requests).write(directory)
     return directory
 
 
