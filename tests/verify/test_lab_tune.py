@@ -102,8 +102,6 @@ async def start_verify(out: Path, *args: str) -> asyncio.subprocess.Process:
 
 async def stop_verify(proc: asyncio.subprocess.Process) -> str:
     """SIGINT: verify stops sending, lets requests in flight finish, writes its record."""
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGINT)
     try:
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     finally:
@@ -133,6 +131,9 @@ async def rollout_under_load(lab: Lab, out: Path) -> tuple[Record, Record]:
         await settle(lab, old)
         await asyncio.sleep(1.5)  # the last endpoint change reaches the proxy
     finally:
+        for proc in (streams, pings):  # both stop now; then wait for their records
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
         errors += await stop_verify(streams)
         errors += await stop_verify(pings)
     assert (out / "streams" / "record.json").exists(), errors

@@ -15,7 +15,6 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from drainsafe.verify.load import RequestResult
 from drainsafe.verify.outcome import Kind
@@ -46,18 +45,6 @@ KIND_COLOURS = {
     Kind.DRAIN_MARKER.value: "#1f77b4",
     Kind.ERROR.value: "#000000",
 }
-Dash = Literal["-", "--", "-.", ":"]
-EVENT_STYLES: dict[str, tuple[str, Dash, str]] = {
-    POD_TERMINATING: ("#d62728", "-", "terminating"),
-    POD_NOT_READY: ("#ff7f0e", ":", "not ready"),
-    ENDPOINT_NOT_READY: ("#9467bd", "--", "endpoint not ready"),
-    ENDPOINT_REMOVED: ("#9467bd", "-", "endpoint removed"),
-    POD_EXITED: ("#000000", "-.", "exited"),
-    POD_DELETED: ("#7f7f7f", ":", "deleted"),
-    POD_READY: ("#4caf50", "--", "ready"),
-}
-
-
 @dataclass(frozen=True)
 class Bins:
     width: float
@@ -68,9 +55,9 @@ class Bins:
 
 
 def bin_width(duration: float) -> float:
-    """About 60-120 bins whatever the run length, on round widths."""
+    """At most 60 bins whatever the run length, on round widths (readable bars)."""
     for width in (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0):
-        if duration / width <= 120:
+        if duration / width <= 60:
             return width
     return 60.0
 
@@ -100,6 +87,47 @@ def _colour(label: str) -> str:
     return KIND_COLOURS.get(kind, "#000000")
 
 
+@dataclass(frozen=True)
+class PodLane:
+    """One pod's life on the time axis, from its events (None: not seen in this run)."""
+
+    pod: str
+    first: float
+    terminating: float | None
+    exited: float | None
+    gone: float | None
+    marks: tuple[tuple[str, float], ...]
+
+
+def pod_lanes(events: Sequence[LifecycleEvent]) -> list[PodLane]:
+    """Pods in the order they first appear in the events, each with its phases."""
+    by_pod: dict[str, list[LifecycleEvent]] = {}
+    for event in sorted(events, key=lambda e: e.t):
+        by_pod.setdefault(event.pod, []).append(event)
+    lanes = []
+    for pod, evs in by_pod.items():
+        def first(kind: str, evs: list[LifecycleEvent] = evs) -> float | None:
+            return next((e.t for e in evs if e.kind == kind), None)
+        added = first("pod_added")
+        lanes.append(PodLane(
+            pod=pod, first=0.0 if added is None else added,
+            terminating=first(POD_TERMINATING), exited=first(POD_EXITED),
+            gone=first(POD_DELETED),
+            marks=tuple((e.kind, e.t) for e in evs if e.kind in LANE_MARKS)))
+    return lanes
+
+
+# Marker per lifecycle event in the pod lanes: (matplotlib marker, colour, legend text).
+LANE_MARKS = {
+    POD_READY: ("^", "#2e7d32", "ready"),
+    POD_NOT_READY: ("v", "#ff7f0e", "not ready (probe)"),
+    ENDPOINT_NOT_READY: ("D", "#9467bd", "endpoint not ready"),
+    ENDPOINT_REMOVED: ("X", "#9467bd", "endpoint removed"),
+    POD_EXITED: ("s", "#000000", "exited"),
+}
+LANE_PHASES = (("serving", "#a5d6a7"), ("terminating", "#ef9a9a"), ("exited", "#bdbdbd"))
+
+
 def render_png(record: Record, path: Path) -> Path:
     """Draw the timeline; returns the path written."""
     import matplotlib
@@ -109,17 +137,24 @@ def render_png(record: Record, path: Path) -> Path:
 
     bins = bin_outcomes(record.requests, record.elapsed)
     summary = record.summary()
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(12, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    lanes = pod_lanes(record.events)
+    end = max([record.elapsed, *(r.end for r in record.requests), *(e.t for e in record.events)])
+    if lanes:
+        fig, (top, middle, bottom) = plt.subplots(
+            3, 1, figsize=(12, 8.5), sharex=True,
+            gridspec_kw={"height_ratios": [3, 0.6 + 0.35 * len(lanes), 2]})
+    else:
+        fig, (top, bottom) = plt.subplots(
+            2, 1, figsize=(12, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     try:
-        bottom_stack = [0.0] * len(bins.edges)
+        stack = [0.0] * len(bins.edges)
         for label, row in bins.rates.items():
             if not any(row):
                 continue
             count = summary.counts.get(label, 0)
-            top.bar(bins.edges, row, width=bins.width, bottom=bottom_stack, align="edge",
+            top.bar(bins.edges, row, width=bins.width, bottom=stack, align="edge",
                     color=_colour(label), label=f"{label} ({count})", linewidth=0)
-            bottom_stack = [a + b for a, b in zip(bottom_stack, row, strict=True)]
+            stack = [a + b for a, b in zip(stack, row, strict=True)]
         top.set_ylabel("requests/s (by end time)")
         verdict = "no failed requests" if summary.failed == 0 else f"{summary.failed} failed"
         top.set_title(f"drainsafe verify  {record.url}\n{summary.total} requests, {verdict}, "
@@ -130,7 +165,7 @@ def render_png(record: Record, path: Path) -> Path:
         load = top.twinx()
         steps = [i * bins.width / 4 for i in range(len(bins.edges) * 4 + 1)]
         load.plot(steps, in_flight(record.requests, steps), color="#333333", linewidth=1,
-                  drawstyle="steps-post", label="in flight")
+                  drawstyle="steps-post")
         load.set_ylabel("in flight (line)")
         load.set_ylim(bottom=0)
 
@@ -138,17 +173,23 @@ def render_png(record: Record, path: Path) -> Path:
         bad = [r for r in record.requests if not r.outcome.ok]
         if oks:
             bottom.scatter([r.end for r in oks], [r.total for r in oks], s=4, alpha=0.35,
-                           color=_colour("ok"), label="ok", linewidths=0)
+                           color=_colour("ok"), linewidths=0)
         if bad:
-            bottom.scatter([r.end for r in bad], [r.total for r in bad], s=14,
-                           color=[_colour(r.outcome.label) for r in bad], label="failed",
-                           marker="x", linewidths=1)
-        bottom.set_ylabel("request duration (s)")
+            bottom.scatter([r.end for r in bad], [r.total for r in bad], s=16,
+                           color=[_colour(r.outcome.label) for r in bad], marker="x",
+                           linewidths=1)
+        bottom.set_ylabel("request duration (s)\n(x: failed)")
         bottom.set_xlabel("seconds since start")
         bottom.grid(alpha=0.3)
 
-        _mark_events(top, bottom, record.events)
-        fig.tight_layout(rect=(0, 0, 0.88, 1))
+        # Termination starts are what failures line up with: mark them across the panels.
+        for lane in lanes:
+            if lane.terminating is not None:
+                for ax in (top, bottom):
+                    ax.axvline(lane.terminating, color="#d62728", linewidth=1, alpha=0.7)
+        if lanes:
+            _draw_lanes(middle, lanes, end)
+        fig.tight_layout(rect=(0, 0, 0.86, 1))
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=100)
     finally:
@@ -156,29 +197,36 @@ def render_png(record: Record, path: Path) -> Path:
     return path
 
 
-def _mark_events(top: object, bottom: object, events: Sequence[LifecycleEvent]) -> None:
+def _draw_lanes(ax: object, lanes: Sequence[PodLane], end: float) -> None:
     from matplotlib.axes import Axes
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    assert isinstance(top, Axes) and isinstance(bottom, Axes)
-    used: dict[str, tuple[str, Dash, str]] = {}
-    ymax = top.get_ylim()[1]
-    for event in events:
-        style = EVENT_STYLES.get(event.kind)
-        if style is None:
-            continue
-        colour, dash, _ = style
-        used[event.kind] = style
-        for ax in (top, bottom):
-            ax.axvline(event.t, color=colour, linestyle=dash, linewidth=1.2, alpha=0.8)
-        if event.kind == POD_TERMINATING:
-            top.text(event.t, ymax * 0.98, f"{short_pod(event.pod)} ", rotation=90,
-                     va="top", ha="right", fontsize=8, color=colour,
-                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
-    if used:
-        handles = [Line2D([0], [0], color=c, linestyle=d, label=n) for c, d, n in used.values()]
-        bottom.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.07, 1.0),
-                      fontsize=9, title="pod lifecycle")
+    assert isinstance(ax, Axes)
+    (_, serving), (_, terminating), (_, exited) = LANE_PHASES
+    for y, lane in enumerate(lanes):
+        stops = [lane.first, lane.terminating, lane.exited, lane.gone if lane.gone else end]
+        colours = (serving, terminating, exited)
+        for i, colour in enumerate(colours):
+            left = stops[i]
+            right = next((s for s in stops[i + 1:] if s is not None), end)
+            if left is None or right <= left:
+                continue
+            ax.barh(y, right - left, left=left, height=0.55, color=colour, linewidth=0)
+        for kind, t in lane.marks:
+            marker, colour, _ = LANE_MARKS[kind]
+            ax.plot([t], [y], marker=marker, color=colour, markersize=7, linestyle="none")
+    ax.set_yticks(range(len(lanes)), [short_pod(lane.pod) for lane in lanes], fontsize=8)
+    ax.set_ylim(len(lanes) - 0.5, -0.5)
+    ax.set_ylabel("pods")
+    ax.grid(axis="x", alpha=0.3)
+    handles: list[Line2D | Patch] = [Patch(color=c, label=n) for n, c in LANE_PHASES]
+    handles += [Line2D([0], [0], marker=m, color=c, linestyle="none", label=n)
+                for m, c, n in LANE_MARKS.values()]
+    handles.append(Line2D([0], [0], color="#d62728", label="termination starts"))
+    legend = ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.07, 1.0),
+                       fontsize=8, title="pod lifecycle")
+    legend.set_in_layout(False)  # may hang below the lanes; must not squeeze the panels
 
 
 def short_pod(name: str) -> str:
