@@ -60,7 +60,7 @@ async def test_sigterm_on_plain_uvicorn_is_seen_and_drawn(tmp_path: Path) -> Non
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (width, height) == (1200, 700)
+    assert (width, height) == (1200, 850)  # with a pod lane panel
     assert len(data) > 30_000  # bars, scatter, event lines: far from a blank canvas
     text = page.read_text()
     assert "refused" in text and "web-5d8f7-x2k9q" in text
