@@ -221,8 +221,9 @@ def _draw_lanes(ax: object, lanes: Sequence[PodLane], end: float) -> None:
     ax.set_ylabel("pods")
     ax.grid(axis="x", alpha=0.3)
     handles: list[Line2D | Patch] = [Patch(color=c, label=n) for n, c in LANE_PHASES]
+    seen = {kind for lane in lanes for kind, _ in lane.marks}
     handles += [Line2D([0], [0], marker=m, color=c, linestyle="none", label=n)
-                for m, c, n in LANE_MARKS.values()]
+                for kind, (m, c, n) in LANE_MARKS.items() if kind in seen]
     handles.append(Line2D([0], [0], color="#d62728", label="termination starts"))
     legend = ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.07, 1.0),
                        fontsize=8, title="pod lifecycle")
