@@ -24,6 +24,9 @@ from lightkube.resources.core_v1 import Pod
 from drainsafe.lab.cluster import Lab, pids_alive
 
 PROPAGATION = 1.0
+# The drain delay (preStop sleep or serve's) covers the propagation delay with room to
+# spare for a loaded event loop (the kubelet and the proxy share it with the load).
+DRAIN_DELAY = 3 * PROPAGATION
 KUBECTL = Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +67,7 @@ UVICORN = [sys.executable, "-m", "uvicorn", "drainsafe.workload.streaming:app",
            "--host", "$(POD_IP)", "--port", "8000", "--no-access-log"]
 SERVE = [sys.executable, "-m", "drainsafe", "serve", "drainsafe.workload.streaming:app",
          "--host", "$(POD_IP)", "--port", "8000", "--no-access-log",
-         "--drain-delay", str(PROPAGATION * 2), "--shutdown-timeout", "5"]
+         "--drain-delay", str(DRAIN_DELAY), "--shutdown-timeout", "5"]
 
 
 @dataclass
@@ -130,7 +133,7 @@ async def test_rollout_restart_race_loses_requests_only_without_a_drain_delay(
     cases = {
         "plain": workload("plain", UVICORN, ready_path="/health"),
         "prestop": workload("prestop", UVICORN, ready_path="/health",
-                            prestop={"sleep": {"seconds": int(PROPAGATION * 2)}}),
+                            prestop={"sleep": {"seconds": int(DRAIN_DELAY)}}),
         "serve": workload("serve", SERVE, ready_path="/readyz"),
     }
     started: set[int] = set()
