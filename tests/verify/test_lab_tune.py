@@ -12,6 +12,7 @@ Issue 6 acceptance, scaled down (propagation 1.5-2 s drawn at random per lab, 0.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import signal
 import sys
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from lightkube.resources.core_v1 import Pod
 
+from drainsafe.cli import main
 from drainsafe.lab.cluster import Lab, pids_alive
 from drainsafe.verify.record import POD_TERMINATING, Record
 from drainsafe.verify.tune import Measurements, Tuning, from_log_lines, from_record, tune
@@ -149,14 +151,17 @@ def failures(*records: Record) -> dict[str, int]:
     return out
 
 
-def server_figures(lab: Lab, streams: Record) -> Measurements:
-    """The phase logs of the pods that terminated during this run (what `kubectl logs`
-    would show; the lab keeps container output under its state directory)."""
-    found = Measurements()
-    terminated = {e.pod for e in streams.events if e.kind == POD_TERMINATING}
+def pod_logs(lab: Lab, streams: Record) -> list[Path]:
+    """The logs of the pods that terminated during this run (what `kubectl logs` would
+    show; the lab keeps container output under its state directory)."""
+    terminated = sorted({e.pod for e in streams.events if e.kind == POD_TERMINATING})
     assert len(terminated) == 2, streams.events
-    for pod in sorted(terminated):
-        log = lab.state_dir / "pods" / f"default_{pod}" / "server.log"
+    return [lab.state_dir / "pods" / f"default_{pod}" / "server.log" for pod in terminated]
+
+
+def server_figures(lab: Lab, streams: Record) -> Measurements:
+    found = Measurements()
+    for log in pod_logs(lab, streams):
         found.merge(from_log_lines(log.read_text().splitlines(), str(log)))
     return found
 
@@ -178,7 +183,8 @@ def scaled(t: Tuning, factor: float) -> tuple[float, float, int]:
     return delay, shutdown, max(math.ceil(t.grace_seconds * factor), 1)
 
 
-async def test_tuned_settings_hold_and_30_percent_shorter_fail(tmp_path: Path) -> None:
+async def test_tuned_settings_hold_and_30_percent_shorter_fail(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     started: set[int] = set()
     report: dict[str, Any] = {}
     async with Lab(tmp_path / "lab", nodes=2, propagation_seconds=PROPAGATION,
@@ -202,6 +208,18 @@ async def test_tuned_settings_hold_and_30_percent_shorter_fail(tmp_path: Path) -
             report["tuning"] = (tuning.propagation.basis, tuning.max_request.basis,
                                 tuning.applied.arithmetic())
             assert 1.5 <= tuning.drain_delay_seconds < 4.0, report
+            # The command says the same, from verify's --out directories and the pod logs.
+            argv = ["tune", "--from", str(tmp_path / "measure" / "streams"),
+                    "--from", str(tmp_path / "measure" / "pings"), "--drain-via", "server",
+                    "-o", "json"]
+            for log in pod_logs(lab, streams):
+                argv += ["--metrics", str(log)]
+            capsys.readouterr()
+            assert main(argv) == 0
+            command = json.loads(capsys.readouterr().out)
+            assert (command["drain_delay_seconds"], command["shutdown_deadline_seconds"],
+                    command["termination_grace_period_seconds"]) == (
+                tuning.drain_delay_seconds, tuning.shutdown_seconds, tuning.grace_seconds)
 
             tuned = (tuning.drain_delay_seconds, tuning.shutdown_seconds, tuning.grace_seconds)
             await apply_and_settle(lab, deployment(*tuned))
@@ -219,7 +237,8 @@ async def test_tuned_settings_hold_and_30_percent_shorter_fail(tmp_path: Path) -
             started.update(lab.pids())
         finally:
             started.update(lab.pids())
-    print(report)  # shown by pytest when an assertion below fails
+    with capsys.disabled():
+        print(report)  # the figures behind the verdicts, also when they hold
     assert report["tuned 0"] == {} and report["tuned 1"] == {}, report
     assert sum(report["30% shorter"].values()) > 0, report
     assert pids_alive(started) == []
