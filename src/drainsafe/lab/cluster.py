@@ -152,7 +152,7 @@ class Lab:
                     os.killpg(pid, signal.SIGKILL)
         if self.net is not None and self.net.ingress is not None:
             with contextlib.suppress(Exception):
-                self.net.ingress._nginx.stop()
+                self.net.ingress.stop_now()
 
     # addresses -------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Any
 
 import httpx
 from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from drainsafe.lab import handlers
@@ -544,7 +545,7 @@ class PodWorker:
         """Stop at once (lab shutdown): SIGKILL every container, no API calls."""
         for c in self.containers:
             if c.process is not None:
-                c.process.send(9)
+                c.process.send(signal.SIGKILL)
         for task in [*self._tasks, self._main, self._writer, self._termination]:
             if task is not None:
                 task.cancel()
@@ -667,8 +668,6 @@ class Kubelet:
 
     async def _post_event(self, pod: dict[str, Any], kind: str, reason: str,
                           message: str) -> None:
-        from lightkube.resources.core_v1 import Event
-
         meta = pod["metadata"]
         stamp = now_rfc3339()
         event = {

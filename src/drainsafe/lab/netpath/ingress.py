@@ -66,6 +66,11 @@ class IngressPath:
                 await _old_workers_let_go(self._nginx.pid, before)
             self._config = config
 
+    def stop_now(self) -> None:
+        """Stop nginx from synchronous code (an atexit safety net)."""
+        self._nginx.stop()
+        self._started = False
+
     async def close(self) -> None:
         async with self._lock:
             await asyncio.to_thread(self._nginx.stop)
