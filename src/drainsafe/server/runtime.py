@@ -79,6 +79,11 @@ class DrainRuntime:
         """Seconds from drain start to the last request received (the seed's figure)."""
         self.cut_count = 0
         self._phase_event = asyncio.Event()  # binds to a loop on first wait (3.10+)
+        self.cutter: Callable[[], int] | None = None
+        """Ends whatever is in flight elsewhere than `open` (drainsafe serve); returns how many."""
+        self.probe: Callable[[], tuple[int, int]] | None = None
+        """(in flight, streams in flight) from elsewhere than `open`: drainsafe serve reads
+        them from uvicorn's own request cycles, which costs nothing per request."""
         self._listeners: list[Callable[[Phase], None]] = []
 
     # -- hot path -------------------------------------------------------------------
@@ -86,10 +91,14 @@ class DrainRuntime:
         self.open.add(tracked)
         self.requests_total += 1
         if not self.serving:
-            self.received_after_drain += 1
-            started = self.state.drain_started
-            if started is not None:
-                self.last_after_drain = self.clock() - started
+            self.note_late()
+
+    def note_late(self) -> None:
+        """A request arrived after the drain began."""
+        self.received_after_drain += 1
+        started = self.state.drain_started
+        if started is not None:
+            self.last_after_drain = self.clock() - started
 
     def finish(self, tracked: Tracked) -> None:
         self.open.discard(tracked)
@@ -116,15 +125,15 @@ class DrainRuntime:
 
         `in_flight` overrides the tracked count (signal mode reads the child's metric)."""
         now = self.clock()
-        count = len(self.open) if in_flight is None else in_flight
+        count = self.in_flight() if in_flight is None else in_flight
         state = lifecycle.advance(self.state, now, self.settings, in_flight=count)
-        if lifecycle.should_cut(state, now, self.settings) and self.open:
+        if lifecycle.should_cut(state, now, self.settings) and self.in_flight():
             self.cut_all()
         self._apply(state)
 
     def cut_all(self) -> int:
         """End every request still open with the explicit marker; returns how many."""
-        cut = 0
+        cut = self.cutter() if self.cutter is not None else 0
         for tracked in list(self.open):
             if tracked.complete or tracked.was_cut:
                 continue
@@ -136,8 +145,14 @@ class DrainRuntime:
         return cut
 
     def exit_code(self) -> int:
-        return lifecycle.exit_code(self.state, cut=self.cut_count,
-                                   in_flight=sum(1 for t in self.open if not t.was_cut))
+        if self.probe is not None:
+            left = self.probe()[0]
+        else:
+            left = sum(1 for t in self.open if not t.was_cut)
+        return lifecycle.exit_code(self.state, cut=self.cut_count, in_flight=left)
+
+    def in_flight(self) -> int:
+        return self.probe()[0] if self.probe is not None else len(self.open)
 
     async def wait_phase(self, *phases: Phase, timeout: float | None = None) -> bool:
         """Wait until the lifecycle is in one of `phases` (False on timeout)."""
@@ -155,12 +170,14 @@ class DrainRuntime:
 
     # -- figures --------------------------------------------------------------------
     def streams_in_flight(self) -> int:
+        if self.probe is not None:
+            return self.probe()[1]
         return sum(1 for t in list(self.open) if t.stream and not t.complete)
 
     def figures(self) -> dict[str, object]:
         return {
             "reason": self.state.drain_reason or None,
-            "in_flight": len(self.open),
+            "in_flight": self.in_flight(),
             "streams_in_flight": self.streams_in_flight(),
             "requests_after_drain": self.received_after_drain,
             "last_request_after_drain_s": None if self.last_after_drain is None
@@ -205,7 +222,7 @@ class _RuntimeCollector(Collector):
             phase.add_metric([p.value], 1.0 if rt.phase is p else 0.0)
         yield phase
         yield GaugeMetricFamily("drainsafe_in_flight_requests",
-                                "Requests received and not yet answered", value=len(rt.open))
+                                "Requests received and not yet answered", value=rt.in_flight())
         yield GaugeMetricFamily("drainsafe_in_flight_streams",
                                 "Streamed responses (SSE, chunked) still being written",
                                 value=rt.streams_in_flight())

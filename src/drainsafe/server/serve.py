@@ -13,31 +13,93 @@ subclasses `uvicorn.Server` and replaces exactly those parts:
   `idle_grace` (a request already on its way is still answered, with Connection: close),
   lets in-flight work run to the deadline, ends what remains with the marker, then runs
   the lifespan shutdown.
+
+Nothing is added per request on the hot path: in-flight work is read from uvicorn's own
+request cycles (`server_state.connections[*].cycle`), and `DrainCycle`, a subclass of the
+httptools protocol's `RequestResponseCycle` installed in this process, only notes each
+response's headers and, while draining, clears `keep_alive`, which makes uvicorn write
+`Connection: close` and close after the response (httptools_impl.py `send`). That keeps
+`drainsafe serve` within a few percent of bare uvicorn on a trivial endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import socket
 import threading
-from collections.abc import Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
 
 import uvicorn
+import uvicorn.protocols.http.httptools_impl as httptools_impl
 
-from drainsafe.asgi import ASGIApp, DrainMiddleware
+from drainsafe.asgi import ASGIApp, DrainMiddleware, Receive, Scope, Send
+from drainsafe.marker import sse_error_event
 from drainsafe.server.lifecycle import Phase
 from drainsafe.server.runtime import DrainRuntime
 
 POLL = 0.05
 
 
+class _Switch:
+    """Process-wide: whether responses starting now must close their connection."""
+
+    draining = False
+
+
+_SWITCH = _Switch()
+_BaseCycle = httptools_impl.RequestResponseCycle
+_base_send = _BaseCycle.send
+
+
+class DrainCycle(_BaseCycle):
+    drain_headers: list[tuple[bytes, bytes]] | None = None
+
+    # A plain function returning uvicorn's coroutine: no extra frame per message.
+    def send(self, message: Any) -> Coroutine[Any, Any, None]:
+        if message["type"] == "http.response.start":
+            self.drain_headers = message.get("headers")
+            if _SWITCH.draining:
+                self.keep_alive = False
+        return _base_send(self, message)
+
+
+def install_cycle_hook() -> None:
+    """Make uvicorn's httptools protocol build DrainCycles (this process only)."""
+    httptools_impl.RequestResponseCycle = DrainCycle  # type: ignore[misc]
+
+
+class ServeApp:
+    """The app as uvicorn sees it: the runtime's endpoints (where the app says 404) and the
+    late-request figures; everything else goes to the app untouched."""
+
+    def __init__(self, app: ASGIApp, runtime: DrainRuntime) -> None:
+        self.app = app
+        self.runtime = runtime
+        self._endpoints = DrainMiddleware(app, runtime=runtime, hook_signals=False)
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] == "http":
+            rt = self.runtime
+            if scope["path"] in rt.own_paths:
+                return self._endpoints._own_or_app(scope, receive, send)
+            rt.requests_total += 1
+            if not rt.serving:
+                rt.note_late()
+        return self.app(scope, receive, send)
+
+
 class DrainServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, runtime: DrainRuntime) -> None:
         super().__init__(config)
         self.runtime = runtime
+        install_cycle_hook()
+        runtime.probe = self._probe
+        runtime.cutter = self._cut
+        runtime.on_phase(self._phase_changed)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -59,6 +121,40 @@ class DrainServer(uvicorn.Server):
         if self.runtime.state.forced:
             self.should_exit = True
             self.force_exit = True
+
+    def _phase_changed(self, phase: Phase) -> None:
+        _SWITCH.draining = phase is not Phase.SERVING
+
+    def _cycles(self) -> list[Any]:
+        """uvicorn's request cycles with a response still owed to a connected client."""
+        found = []
+        for conn in list(self.server_state.connections):
+            cycle = getattr(conn, "cycle", None)
+            if cycle is not None and not cycle.response_complete and not cycle.disconnected:
+                found.append(cycle)
+        return found
+
+    def _probe(self) -> tuple[int, int]:
+        cycles = self._cycles()
+        streams = sum(1 for c in cycles if c.response_started and c.chunked_encoding)
+        return len(cycles), streams
+
+    def _cut(self) -> int:
+        """End every open response on purpose (see drainsafe.marker); returns how many."""
+        cycles = self._cycles()
+        for cycle in cycles:
+            transport = cycle.transport
+            if not cycle.response_started:
+                transport.write(_UNANSWERED)
+            elif cycle.chunked_encoding and _is_sse(getattr(cycle, "drain_headers", None)):
+                event = sse_error_event()
+                transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
+            # Any other started body ends without its terminating chunk: an incomplete body.
+            cycle.response_complete = cycle.response_started = True
+            cycle.disconnected = True  # the app's further sends are dropped by uvicorn
+            cycle.message_event.set()  # and its receive() answers http.disconnect
+            transport.close()
+        return len(cycles)
 
     async def on_tick(self, counter: int) -> bool:
         stop = await super().on_tick(counter)
@@ -87,14 +183,12 @@ class DrainServer(uvicorn.Server):
                 since = idle_since.setdefault(conn, now)
                 if now - since >= rt.settings.idle_grace or rt.phase is Phase.EXIT:
                     conn.shutdown()  # idle: uvicorn closes the transport
-            if rt.phase is Phase.EXIT and not busy:
-                break
-            if rt.state.forced or (rt.state.cut_done and rt.phase is Phase.EXIT):
+            if rt.phase is Phase.EXIT and (not busy or rt.state.cut_done or rt.state.forced):
                 break
             await asyncio.sleep(POLL)
         for conn in list(self.server_state.connections):
             conn.shutdown()
-        # Whatever still runs (cut requests that did not finish, forced exit) is cancelled.
+        # Whatever still runs (apps that ignored the cut, forced exit) is cancelled.
         tasks = [t for t in self.server_state.tasks if not t.done()]
         for t in tasks:
             t.cancel()
@@ -104,6 +198,17 @@ class DrainServer(uvicorn.Server):
             await self.lifespan.shutdown()
 
 
+_UNANSWERED_BODY = json.dumps({"error": "server shut down before answering"}).encode()
+_UNANSWERED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+               b"content-length: %d\r\nretry-after: 1\r\nconnection: close\r\n\r\n%s"
+               % (len(_UNANSWERED_BODY), _UNANSWERED_BODY))
+
+
+def _is_sse(headers: list[tuple[bytes, bytes]] | None) -> bool:
+    return any(k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream")
+               for k, v in headers or ())
+
+
 def _idle(conn: Any) -> bool:
     """Whether a uvicorn HTTP protocol instance has no request in progress."""
     cycle = getattr(conn, "cycle", None)
@@ -111,10 +216,11 @@ def _idle(conn: Any) -> bool:
 
 
 def build(app: ASGIApp, runtime: DrainRuntime, **uvicorn_options: Any) -> DrainServer:
-    """A DrainServer for `app` (already imported), wrapped in the drain middleware."""
-    wrapped = DrainMiddleware(app, runtime=runtime, hook_signals=False)
-    uvicorn_options.setdefault("http", "httptools")
-    config = uvicorn.Config(wrapped, **uvicorn_options)
+    """A DrainServer for `app` (already imported)."""
+    # The cycle hook is for the httptools protocol (uvicorn's default when installed).
+    uvicorn_options["http"] = "httptools"
+    uvicorn_options.setdefault("interface", "asgi3")
+    config = uvicorn.Config(ServeApp(app, runtime), **uvicorn_options)
     return DrainServer(config, runtime)
 
 
