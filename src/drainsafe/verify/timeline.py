@@ -21,6 +21,7 @@ from drainsafe.verify.outcome import Kind
 from drainsafe.verify.record import (
     ENDPOINT_NOT_READY,
     ENDPOINT_REMOVED,
+    POD_ADDED,
     POD_DELETED,
     POD_EXITED,
     POD_NOT_READY,
@@ -103,7 +104,8 @@ def pod_lanes(events: Sequence[LifecycleEvent]) -> list[PodLane]:
     """Pods in the order they first appear in the events, each with its phases."""
     by_pod: dict[str, list[LifecycleEvent]] = {}
     for event in sorted(events, key=lambda e: e.t):
-        by_pod.setdefault(event.pod, []).append(event)
+        if event.kind in POD_KINDS:
+            by_pod.setdefault(event.pod, []).append(event)
     lanes = []
     for pod, evs in by_pod.items():
         def first(kind: str, evs: list[LifecycleEvent] = evs) -> float | None:
@@ -125,6 +127,8 @@ LANE_MARKS = {
     ENDPOINT_REMOVED: ("X", "#9467bd", "endpoint removed"),
     POD_EXITED: ("s", "#000000", "exited"),
 }
+POD_KINDS = frozenset({POD_ADDED, POD_TERMINATING, POD_DELETED, *LANE_MARKS})
+"""Event kinds of the pod watch; others (e.g. the demo's drain_started) are drawn as lines."""
 LANE_PHASES = (("serving", "#a5d6a7"), ("terminating", "#ef9a9a"), ("exited", "#bdbdbd"))
 
 
@@ -189,6 +193,15 @@ def render_png(record: Record, path: Path) -> Path:
                     ax.axvline(lane.terminating, color="#d62728", linewidth=1, alpha=0.7)
         if lanes:
             _draw_lanes(middle, lanes, end)
+        ymax = top.get_ylim()[1]
+        for event in record.events:
+            if event.kind in POD_KINDS:
+                continue
+            for ax in (top, bottom):
+                ax.axvline(event.t, color="#333333", linestyle="--", linewidth=1)
+            top.text(event.t, ymax * 0.98, f"{event.kind.replace('_', ' ')} ", rotation=90,
+                     va="top", ha="right", fontsize=8,
+                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
         fig.tight_layout(rect=(0, 0, 0.86, 1))
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=100)
