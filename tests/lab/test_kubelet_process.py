@@ -110,3 +110,30 @@ async def test_missing_executable_is_a_config_error(tmp_path: Path) -> None:
     proc = ProcessContainer(["/nonexistent/server"], env={}, cwd=tmp_path, log_path=tmp_path / "l")
     with pytest.raises(ContainerConfigError, match="/nonexistent/server"):
         await proc.start()
+
+
+def test_pod_ips_skip_taken_ports_and_do_not_reuse_at_once() -> None:
+    from drainsafe.lab.podip import PodIPExhausted, PodIPs, host_ip
+
+    ips = PodIPs(subnet=251)
+    assert host_ip(251) == "127.10.251.1"
+    first = ips.allocate("a")
+    assert first == "127.10.251.2"
+    # Another process holds port P on the next address: that address is skipped for a pod
+    # declaring P.
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.10.251.3", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert ips.allocate("b", [port]) == "127.10.251.4"
+    ips.release(first)
+    assert ips.allocate("c") == "127.10.251.5"  # round-robin: .2 is not handed out at once
+    for uid in range(300):
+        try:
+            ips.allocate(f"x{uid}")
+        except PodIPExhausted as exc:
+            assert "127.10.251.0/24" in str(exc)
+            break
+    else:
+        raise AssertionError("the /24 never ran out")

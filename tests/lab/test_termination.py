@@ -156,3 +156,30 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
 
+
+
+async def test_http_get_prestop_reaches_the_server_before_sigterm(tmp_path: Path) -> None:
+    container, log = await _start(tmp_path, "exit")
+    hits: list[float] = []
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await r.readuntil(b"\r\n\r\n")
+        hits.append(time.monotonic())
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await w.drain()
+        w.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        target = Target("127.0.0.1", named_ports={"http": port})
+
+        async def prestop() -> None:
+            await run_action({"httpGet": {"path": "/drainsafe/drain", "port": "http"}},
+                             target, timeout=None)
+
+        record = await kill_container(container, grace=10, prestop=prestop)
+    finally:
+        server.close()
+    assert hits and record.sigterm_at is not None and hits[0] <= record.sigterm_at
+    assert record.exit_code == 0 and "TERM" in log.read_text()
