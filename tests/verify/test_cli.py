@@ -57,6 +57,8 @@ def test_open_loop_sends_at_the_rate(target: Target, tmp_path: Path) -> None:
     (["verify", "http://127.0.0.1:1/", "--body-file", "/nonexistent/b"], "--body-file"),
     (["verify", "http://127.0.0.1:1/", "--duration", "0"], "duration"),
     (["verify", "http://127.0.0.1:1/", "--selector", "app=x"], "--namespace"),
+    (["verify", "http://127.0.0.1:1/", "-n", "default", "--kubeconfig", "/nonexistent/kc"],
+     "/nonexistent/kc"),
 ])
 def test_bad_input_is_a_usage_error(argv: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str]) -> None:
