@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from drainsafe.asgi import DrainMiddleware
+from drainsafe.asgi import DrainMiddleware, Receive, Scope, Send
 from drainsafe.workload.streaming import app as workload
 
 
@@ -20,3 +22,16 @@ own_readyz = Starlette(routes=[Route("/readyz", _ready)])
 
 wrapped = DrainMiddleware(workload, drain_delay=1.0, shutdown_timeout=1.0)
 """The workload with the middleware, for a uvicorn the user starts."""
+
+
+async def ndjson(scope: Scope, receive: Receive, send: Send) -> None:
+    """A chunked, non-SSE stream: one JSON line every 0.1 s for 6 s."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/x-ndjson")]})
+    for i in range(60):
+        await send({"type": "http.response.body", "body": b'{"i": %d}\n' % i,
+                    "more_body": True})
+        await asyncio.sleep(0.1)
+    await send({"type": "http.response.body", "body": b""})

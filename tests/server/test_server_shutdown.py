@@ -50,6 +50,32 @@ async def test_stream_longer_than_deadline_ends_with_marker(kind: str, tmp_path:
 
 
 @pytest.mark.parametrize("kind", ["serve", "run"])
+async def test_deadline_ends_other_work_visibly(kind: str, tmp_path: Path) -> None:
+    # A request still unanswered gets 503; a started non-SSE chunked body ends without its
+    # terminating chunk, which every HTTP client reports as an incomplete body.
+    replica = start_replica(kind, tmp_path, drain_delay=0.3, shutdown_timeout=0.7,
+                            app="server_apps:ndjson")
+    slow = start_replica(kind, tmp_path, drain_delay=0.3, shutdown_timeout=0.7)
+    try:
+        chunked = asyncio.create_task(collect_stream(f"http://{replica.address}/", {}))
+        unanswered = asyncio.create_task(collect_stream(
+            f"http://{slow.address}/v1/completions", {"duration": 6, "token_interval": 0.1}))
+        await asyncio.sleep(0.5)
+        replica.signal(signal.SIGTERM)
+        slow.signal(signal.SIGTERM)
+        _, body, error = await asyncio.wait_for(chunked, 10)
+        status, answer, _ = await asyncio.wait_for(unanswered, 10)
+        codes = (await wait_exit(replica.proc, 10), await wait_exit(slow.proc, 10))
+    finally:
+        replica.stop()
+        slow.stop()
+    assert error is not None and "RemoteProtocolError" in error, (error, body[-100:])
+    assert body.count(b'{"i"') >= 5
+    assert status == 503 and b"shut down before answering" in answer
+    assert codes == (EXIT_CUT, EXIT_CUT)
+
+
+@pytest.mark.parametrize("kind", ["serve", "run"])
 async def test_stream_within_deadline_finishes_and_exit_is_clean(kind: str, tmp_path: Path
                                                                  ) -> None:
     replica = start_replica(kind, tmp_path, drain_delay=0.3, shutdown_timeout=3)
