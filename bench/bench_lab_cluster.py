@@ -20,17 +20,21 @@ import time
 from pathlib import Path
 
 from lightkube.resources.core_v1 import Pod
+from rich.console import Console
 
 from drainsafe.lab.cluster import Lab, virtual_deployment
 
 
 async def run(args: argparse.Namespace) -> None:
     per = args.pods // args.deployments
-    with tempfile.TemporaryDirectory(prefix="bench-lab-") as tmp:
+    console = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="bench-lab-") as tmp, \
+            console.status(f"starting {args.nodes} nodes") as status:
         t0 = time.perf_counter()
         async with Lab(Path(tmp), nodes=args.nodes, propagation_seconds=0, ingress=False,
                        node_cpu="64") as lab:
             t_up = time.perf_counter() - t0
+            status.update(f"creating {args.pods} virtual pods")
             names = [f"bench-{i}" for i in range(args.deployments)]
             t1 = time.perf_counter()
             for name in names:
@@ -43,12 +47,14 @@ async def run(args: argparse.Namespace) -> None:
             assert lab.client is not None
             old = {p.metadata.name async for p in lab.client.list(Pod, namespace="default")
                    if p.metadata is not None}
+            status.update(f"rollout restart of {args.deployments} Deployments")
             t2 = time.perf_counter()
             for name in names:
                 await lab.rollout_restart("default", name)
             await asyncio.gather(*(lab.wait_available("default", n, timeout=args.timeout)
                                    for n in names))
             t_rolled = time.perf_counter() - t2
+            status.update("waiting for the old pods to go")
             while True:
                 left = {p.metadata.name async for p in lab.client.list(Pod, namespace="default")
                         if p.metadata is not None} & old
