@@ -29,7 +29,7 @@ EXPECTED = {
 async def test_each_fault_is_named(fault: str) -> None:
     label, detail = EXPECTED[fault]
     async with fault_server(fault) as url:
-        spec = LoadSpec(url=url, duration=0.3, concurrency=2, timeout=0.5)
+        spec = LoadSpec(url=url, duration=0.2, concurrency=2, timeout=0.3)
         run = await run_load(spec)
     assert run.results, "no request was sent"
     labels = {r.outcome.label for r in run.results}

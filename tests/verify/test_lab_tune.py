@@ -113,7 +113,8 @@ async def stop_verify(proc: asyncio.subprocess.Process) -> str:
     return err.decode()
 
 
-async def rollout_under_load(lab: Lab, out: Path) -> tuple[Record, Record]:
+async def rollout_under_load(lab: Lab, out: Path, *, lead: float = 1.0
+                             ) -> tuple[Record, Record]:
     """verify's two loads through a `rollout restart`: 0.6 s streams (closed loop, watching
     the pods) and /ping on a new connection each (open loop: every request is routed afresh
     by the kube-proxy-like path, so arrival times at each pod are fine-grained)."""
@@ -127,11 +128,11 @@ async def rollout_under_load(lab: Lab, out: Path) -> tuple[Record, Record]:
                                "--no-keepalive")
     errors = ""
     try:
-        await asyncio.sleep(2.0)  # both loads running, the watch synced
+        await asyncio.sleep(lead)  # both processes started, loads running, the watch synced
         old = await pod_names(lab)
         await lab.rollout_restart("default", NAME)
         await settle(lab, old)
-        await asyncio.sleep(1.5)  # the last endpoint change reaches the proxy
+        await asyncio.sleep(0.5)
     finally:
         for proc in (streams, pings):  # both stop now; then wait for their records
             if proc.returncode is None:
@@ -174,7 +175,11 @@ def measure(lab: Lab, streams: Record, pings: Record) -> Measurements:
 
 
 def lags(lab: Lab, streams: Record) -> list[float]:
-    return [round(s.value, 3) for s in server_figures(lab, streams).propagation]
+    """Diagnostics only: what the terminated pods measured (empty if the watch missed them)."""
+    try:
+        return [round(s.value, 3) for s in server_figures(lab, streams).propagation]
+    except (AssertionError, OSError):
+        return []
 
 
 def scaled(t: Tuning, factor: float) -> tuple[float, float, int]:
@@ -195,7 +200,7 @@ async def test_tuned_settings_hold_and_30_percent_shorter_fail(
             await lab.wait_available("default", NAME, timeout=60)
             await lab.wait_backends("default", NAME, 2, timeout=30)
 
-            streams, pings = await rollout_under_load(lab, tmp_path / "measure")
+            streams, pings = await rollout_under_load(lab, tmp_path / "measure", lead=2.0)
             report["measure"] = failures(streams, pings)
             report["propagation drawn"] = {k: round(c.delay, 3) for k, c in
                                            (lab.net.consumers.items() if lab.net else [])}
