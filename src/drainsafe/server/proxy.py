@@ -46,6 +46,11 @@ _LAST_CHUNK = b"0\r\n\r\n"
 
 ReadyCheck = Callable[[], Awaitable[bool]]
 
+UPSTREAM_IDLE_REUSE = 1.0
+"""An upstream connection idle longer than this is not reused: it stays below the usual
+server keep-alive timeouts (uvicorn 5 s, gunicorn 2 s), so the child never closes a
+connection the proxy is about to send on."""
+
 
 def _error_response(status: int, reason: bytes, message: bytes) -> bytes:
     body = b'{"error":"' + message + b'"}'
@@ -137,6 +142,7 @@ class ClientConnection(asyncio.Protocol):
         self.to_upstream: list[bytes] = []
         self.out: list[bytes] = []
         self.idle_since: float | None = None
+        self.last_idle: float | None = None
         self.closing = False
         self.closed = False
         self._req: ProxyRequest | None = None
@@ -162,7 +168,7 @@ class ClientConnection(asyncio.Protocol):
         self.idle_since = self.runtime.clock()
 
     def data_received(self, data: bytes) -> None:
-        self.idle_since = None
+        self.last_idle, self.idle_since = self.idle_since, None
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -215,6 +221,13 @@ class ClientConnection(asyncio.Protocol):
             req.query = query
             return
         self.runtime.track(req)
+        idle_since, self.last_idle = self.last_idle, None
+        if not self.awaiting and idle_since is not None and self.upstream is not None \
+                and self.runtime.clock() - idle_since > UPSTREAM_IDLE_REUSE:
+            # The child may be closing this idle connection right now (uvicorn's keep-alive
+            # timeout is 5 s): a request sent into that close would be lost. Use a new one.
+            self.upstream.close()
+            self.upstream = None
         self.awaiting.append(req)
         is_head = req.method == b"HEAD"
         if self.holding:
@@ -354,8 +367,9 @@ class ClientConnection(asyncio.Protocol):
         self._flush()
 
     def upstream_lost(self, upstream: UpstreamConnection) -> None:
-        if self.upstream is upstream:
-            self.upstream = None
+        if self.upstream is not upstream:
+            return  # one we retired ourselves
+        self.upstream = None
         if self.closed or (not self.awaiting and not any(
                 r.head_sent and not r.complete for r in self.queue)):
             return
