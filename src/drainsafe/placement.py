@@ -13,6 +13,7 @@ containers (resource.PodRequests). Plain dicts in, plain data out; no I/O.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,13 +34,21 @@ class Fit:
     reasons: tuple[str, ...] = ()
 
 
+@functools.lru_cache(maxsize=4096)
+def _quantity(value: str | int | float) -> Decimal | None:
+    # The same few strings ("1", "32Gi") recur on every node and pod: parse each once.
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
 def _quantities(values: Mapping[str, Any] | None) -> Resources:
     out: Resources = {}
     for k, v in (values or {}).items():
-        try:
-            out[str(k)] = parse_quantity(v)
-        except QuantityError:
-            continue
+        q = _quantity(v) if isinstance(v, str | int | float) else None
+        if q is not None:
+            out[str(k)] = q
     return out
 
 
@@ -158,9 +167,39 @@ def untolerated_taint(tolerations: Sequence[Mapping[str, Any]], node: Mapping[st
     return None
 
 
+@dataclass
+class NodeLoad:
+    """What the pods bound to one node hold: summed requests, pod count, pods per owner.
+    Lets a scheduler place many pods in one pass without re-summing (see NodeLoad.of)."""
+
+    used: Resources
+    count: int
+    owners: dict[str, int]
+    allocatable: Resources | None = None  # the node's, when the caller parsed it already
+
+    @classmethod
+    def of(cls, pods: Iterable[Mapping[str, Any]]) -> NodeLoad:
+        load = cls({}, 0, {})
+        for p in pods:
+            load.add(p)
+        return load
+
+    def add(self, pod: Mapping[str, Any]) -> None:
+        if not occupying(pod):
+            return
+        self.count += 1
+        for k, v in pod_requests(pod.get("spec") or {}).items():
+            self.used[k] = self.used.get(k, Decimal(0)) + v
+        owner = _owner_uid(pod)
+        if owner:
+            self.owners[owner] = self.owners.get(owner, 0) + 1
+
+
 def check(node: Mapping[str, Any], pod: Mapping[str, Any],
-          bound: Iterable[Mapping[str, Any]]) -> Fit:
-    """Whether `pod` can be placed on `node` next to the pods already `bound` there."""
+          bound: Iterable[Mapping[str, Any]] = (), *, load: NodeLoad | None = None,
+          requests: Resources | None = None) -> Fit:
+    """Whether `pod` can be placed on `node` next to the pods already `bound` there
+    (or whose summed `load` is given instead)."""
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or []
     reasons: list[str] = []
@@ -177,12 +216,15 @@ def check(node: Mapping[str, Any], pod: Mapping[str, Any],
     if taint is not None:
         reasons.append(f"node(s) had untolerated taint {{{taint.get('key')}: "
                        f"{taint.get('value') or ''}}}")
-    allocatable = node_allocatable(node)
-    used, count = usage(bound)
+    if load is None:
+        load = NodeLoad.of(bound)
+    allocatable = load.allocatable if load.allocatable is not None else node_allocatable(node)
+    used, count = load.used, load.count
     pods_cap = allocatable.get("pods")
     if pods_cap is not None and count + 1 > pods_cap:
         reasons.append("Too many pods")
-    for name, amount in sorted(pod_requests(spec).items()):
+    for name, amount in sorted((requests if requests is not None
+                                else pod_requests(spec)).items()):
         if amount <= 0:
             continue
         if used.get(name, Decimal(0)) + amount > allocatable.get(name, Decimal(0)):
@@ -205,14 +247,17 @@ def failure_message(total_nodes: int, fits: Iterable[Fit]) -> str:
 
 
 def score(node: Mapping[str, Any], pod: Mapping[str, Any],
-          bound: Sequence[Mapping[str, Any]]) -> tuple[float, ...]:
+          bound: Sequence[Mapping[str, Any]] = (), *, load: NodeLoad | None = None,
+          requests: Resources | None = None) -> tuple[float, ...]:
     """Higher is better: spread pods of one owner (default PodTopologySpread), then
     least allocated (NodeResourcesFit LeastAllocated), then fewest pods."""
+    if load is None:
+        load = NodeLoad.of(bound)
     owner = _owner_uid(pod)
-    same_owner = sum(1 for p in bound if occupying(p) and owner and _owner_uid(p) == owner)
-    allocatable = node_allocatable(node)
-    used, count = usage(bound)
-    req = pod_requests(pod.get("spec") or {})
+    same_owner = load.owners.get(owner, 0) if owner else 0
+    allocatable = load.allocatable if load.allocatable is not None else node_allocatable(node)
+    used, count = load.used, load.count
+    req = requests if requests is not None else pod_requests(pod.get("spec") or {})
     fractions = []
     for name in ("cpu", "memory", "nvidia.com/gpu"):
         cap = allocatable.get(name)
@@ -230,18 +275,25 @@ def _owner_uid(pod: Mapping[str, Any]) -> str | None:
 
 
 def choose(nodes: Sequence[Mapping[str, Any]], pod: Mapping[str, Any],
-           bound_by_node: Mapping[str, Sequence[Mapping[str, Any]]]
+           bound_by_node: Mapping[str, Sequence[Mapping[str, Any]]] | None = None, *,
+           loads: Mapping[str, NodeLoad] | None = None
            ) -> tuple[str | None, dict[str, Fit]]:
-    """The best feasible node's name (None if none fits) and each node's verdict."""
+    """The best feasible node's name (None if none fits) and each node's verdict.
+    Give either the pods bound to each node or their precomputed loads."""
     verdicts: dict[str, Fit] = {}
     best: tuple[tuple[float, ...], str] | None = None
+    empty = NodeLoad({}, 0, {})
+    requests = pod_requests(pod.get("spec") or {})
     for node in nodes:
         name = str((node.get("metadata") or {}).get("name"))
-        bound = bound_by_node.get(name, ())
-        fit = check(node, pod, bound)
+        if loads is not None:
+            load = loads.get(name, empty)
+        else:
+            load = NodeLoad.of((bound_by_node or {}).get(name, ()))
+        fit = check(node, pod, load=load, requests=requests)
         verdicts[name] = fit
         if fit.fits:
-            key = (score(node, pod, bound), name)
+            key = (score(node, pod, load=load, requests=requests), name)
             # Ties go to the alphabetically first node, so placement is reproducible.
             if best is None or key[0] > best[0] or (key[0] == best[0] and name < best[1]):
                 best = key

@@ -78,25 +78,27 @@ class Scheduler(Controller):
             self._reported.clear()
             return None
         nodes = sorted(self.store.items(NODES), key=lambda n: str(n["metadata"]["name"]))
-        bound: dict[str, list[Obj]] = defaultdict(list)
+        loads: dict[str, placement.NodeLoad] = defaultdict(lambda: placement.NodeLoad({}, 0, {}))
         for p in self.store.items(PODS):
             node = p.get("spec", {}).get("nodeName")
             if node:
-                bound[node].append(p)
+                loads[node].add(p)
+        for n in nodes:
+            loads[n["metadata"]["name"]].allocatable = placement.node_allocatable(n)
         pending.sort(key=lambda p: (-int(p.get("spec", {}).get("priority", 0)),
                                     parse_time(p["metadata"].get("creationTimestamp")) or 0.0,
                                     p["metadata"]["name"]))
         live = {p["metadata"]["uid"] for p in pending}
         self._reported = {k: v for k, v in self._reported.items() if k in live}
         for pod in pending:
-            choice, verdicts = placement.choose(nodes, pod, bound)
+            choice, verdicts = placement.choose(nodes, pod, loads=loads)
             if choice is not None:
                 try:
                     bound_pod = bind_pod(self.store, pod["metadata"]["namespace"],
                                          pod["metadata"]["name"], choice)
                 except st.StatusError:
                     continue
-                bound[choice].append(bound_pod)
+                loads[choice].add(bound_pod)
                 self._reported.pop(pod["metadata"]["uid"], None)
                 record_event(self.store, bound_pod, reason="Scheduled",
                              message=f"Successfully assigned {pod['metadata']['namespace']}/"
