@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -342,3 +343,46 @@ def test_module_entry_point_serves(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.mark.skipif(subprocess.run(["unshare", "--pid", "--fork", "true"], check=False,
+                                   capture_output=True).returncode != 0,
+                    reason="needs PID namespaces (unshare)")
+def test_run_as_pid_1_reaps_orphans_and_exits_with_the_childs_code() -> None:
+    listen = free_port()
+    # In a new PID namespace drainsafe is PID 1; the shell's background sleep is orphaned
+    # to it when the subshell exits, and must be reaped when it ends.
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", DRAINSAFE, "run",
+         "--listen", f"127.0.0.1:{listen}", "--drain-delay", "0", "--shutdown-timeout", "1",
+         "--", "sh", "-c", "(sleep 0.3 &); exec sleep 30"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port("127.0.0.1", listen, proc=proc)
+        deadline = time.monotonic() + 10
+        while not (kids := _children(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        init = kids[0]  # drainsafe, PID 1 inside the namespace
+        time.sleep(1.0)  # the orphaned sleep has ended by now
+        states = [_state(p) for p in _children(init)]
+        assert states and "Z" not in states, states
+        os.kill(init, signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
