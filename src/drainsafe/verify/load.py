@@ -31,6 +31,8 @@ from drainsafe.verify.scan import MarkerScanner
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 """Per request, whole exchange: above the 90 s generations the project is about."""
+now = time.monotonic
+
 DEFAULT_POD_HEADER = "x-drainsafe-pod"
 """Response header naming the pod that served the request (set by drainsafe serve/run)."""
 
@@ -115,10 +117,11 @@ async def run_load(
 ) -> LoadRun:
     """Send load for spec.duration seconds, then wait for requests in flight to finish.
 
-    clock_zero=(loop time, wall time) shares time 0 with a lifecycle watcher started earlier.
+    clock_zero=(time.monotonic(), time.time()) shares time 0 with a watcher started earlier.
+    Times come from time.monotonic(): uvloop's loop.time() is cached per loop iteration and
+    has millisecond resolution, too coarse for time to first byte.
     """
-    loop = asyncio.get_running_loop()
-    t0, wall0 = clock_zero if clock_zero is not None else (loop.time(), time.time())
+    t0, wall0 = clock_zero if clock_zero is not None else (now(), time.time())
     run = LoadRun(spec=spec, started_at=wall0)
     stop = stop or asyncio.Event()
 
@@ -127,12 +130,12 @@ async def run_load(
         if on_result is not None:
             on_result(result)
 
-    deadline = loop.time() + spec.duration
+    deadline = now() + spec.duration
     if spec.rate is None:
         await _closed_loop(spec, t0, deadline, stop, record)
     else:
         run.not_started = await _open_loop(spec, t0, deadline, stop, record)
-    run.elapsed = loop.time() - t0
+    run.elapsed = now() - t0
     return run
 
 
@@ -156,11 +159,10 @@ def _client(spec: LoadSpec) -> httpx.AsyncClient:
 
 async def _closed_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio.Event,
                        record: ResultCallback) -> None:
-    loop = asyncio.get_running_loop()
 
     async def worker() -> None:
         async with _client(spec) as client:
-            while loop.time() < deadline and not stop.is_set():
+            while now() < deadline and not stop.is_set():
                 record(await send_one(client, spec, t0))
 
     async with asyncio.TaskGroup() as group:
@@ -171,7 +173,6 @@ async def _closed_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio
 async def _open_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio.Event,
                      record: ResultCallback) -> int:
     assert spec.rate is not None
-    loop = asyncio.get_running_loop()
     interval = 1.0 / spec.rate
     inflight: set[asyncio.Task[None]] = set()
     idle: list[httpx.AsyncClient] = []
@@ -184,14 +185,14 @@ async def _open_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio.E
         finally:
             idle.append(client)
 
-    start = loop.time()
+    start = now()
     n = 0
     try:
         while not stop.is_set():
             due = start + n * interval
             if due >= deadline:
                 break
-            delay = due - loop.time()
+            delay = due - now()
             if delay > 0:
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=delay)
@@ -218,8 +219,7 @@ async def _open_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio.E
 
 async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> RequestResult:
     """One request, read to the end; never raises for a failed exchange, it records it."""
-    loop = asyncio.get_running_loop()
-    start = loop.time() - t0
+    start = now() - t0
     scanner = MarkerScanner(spec.end_marker)
     status: int | None = None
     content_type = ""
@@ -232,14 +232,14 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> Requ
             request = client.build_request(spec.method, spec.url, content=spec.body)
             response = await client.send(request, stream=True)
             try:
-                headers_at = loop.time() - t0
+                headers_at = now() - t0
                 status = response.status_code
                 content_type = response.headers.get("content-type", "")
                 if spec.pod_header:
                     pod = response.headers.get(spec.pod_header)
                 async for chunk in response.aiter_bytes():
                     if first_byte is None:
-                        first_byte = loop.time() - t0
+                        first_byte = now() - t0
                     scanner.feed(chunk)
             finally:
                 await response.aclose()
@@ -251,7 +251,7 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> Requ
         error_types=facts[0], error_errno=facts[1], error_message=facts[2],
     )
     return RequestResult(
-        start=start, end=loop.time() - t0,
+        start=start, end=now() - t0,
         outcome=classify(observation, end_marker=spec.end_marker),
         headers_at=headers_at, first_byte=first_byte, bytes=scanner.bytes, pod=pod,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ class LifecycleEvent:
     """The Kubernetes timestamp of the change when the object carries one (e.g.
     deletionTimestamp), in the same seconds-since-start; second resolution."""
 
+
+EventCallback = Callable[[LifecycleEvent], None]
 
 # Event kinds, in the order a pod goes through them during a rollout or drain.
 POD_ADDED = "pod_added"

@@ -58,7 +58,7 @@ class LiveView:
 
 def summary_table(record: Record, summary: Summary | None = None) -> Table:
     summary = summary or record.summary()
-    table = Table(title=f"drainsafe verify: {record.url}", title_justify="left")
+    table = Table()
     table.add_column("outcome")
     table.add_column("requests", justify="right")
     table.add_column("share", justify="right")
@@ -66,23 +66,28 @@ def summary_table(record: Record, summary: Summary | None = None) -> Table:
         style = "green" if label == Kind.OK.value else "bold red"
         share = f"{100 * count / summary.total:.2f}%" if summary.total else "-"
         table.add_row(Text(label, style=style), str(count), share)
-    table.caption = (
-        f"{summary.total} requests in {record.elapsed:.1f} s ({summary.rate:.1f}/s, "
-        f"{record.mode} loop); ok: ttfb p50 {_ms(summary.ttfb_p50)} p99 {_ms(summary.ttfb_p99)},"
-        f" total p50 {_ms(summary.total_p50)} p99 {_ms(summary.total_p99)}"
-    )
     return table
+
+
+def summary_line(record: Record, summary: Summary) -> str:
+    return (f"{summary.total} requests in {record.elapsed:.1f} s ({summary.rate:.1f}/s, "
+            f"{record.mode} loop); ok requests: time to first byte p50 "
+            f"{_ms(summary.ttfb_p50)}, p99 {_ms(summary.ttfb_p99)}; total p50 "
+            f"{_ms(summary.total_p50)}, p99 {_ms(summary.total_p99)}")
 
 
 def print_summary(record: Record, console: Console) -> None:
     summary = record.summary()
+    console.print(f"[bold]drainsafe verify[/] {record.url}", highlight=False)
     console.print(summary_table(record, summary))
+    console.print(summary_line(record, summary), highlight=False)
     if record.not_started:
         console.print(f"[yellow]{record.not_started} requests were due but not started: "
                       f"{record.settings.get('max_inflight')} already in flight "
                       "(raise --max-inflight or lower --rate)[/]")
     if record.events:
-        events = Table(title="pod lifecycle", title_justify="left")
+        console.print("[bold]pod lifecycle[/]")
+        events = Table()
         for column in ("t (s)", "pod", "event", "detail"):
             events.add_column(column)
         for e in record.events:

@@ -7,8 +7,7 @@ import time
 from dataclasses import dataclass
 
 from drainsafe.verify.load import LoadSpec, ResultCallback, run_load
-from drainsafe.verify.record import LifecycleEvent, Record
-from drainsafe.verify.watch import EventCallback
+from drainsafe.verify.record import EventCallback, LifecycleEvent, Record
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,6 @@ async def verify(spec: LoadSpec, *, watch: WatchSpec | None = None,
                  on_result: ResultCallback | None = None,
                  on_event: EventCallback | None = None,
                  stop: asyncio.Event | None = None) -> Record:
-    loop = asyncio.get_running_loop()
     if watch is None:
         run = await run_load(spec, on_result=on_result, stop=stop)
         return Record.from_run(run)
@@ -33,7 +31,7 @@ async def verify(spec: LoadSpec, *, watch: WatchSpec | None = None,
     from drainsafe.kube.client import KubeClient
     from drainsafe.verify.watch import LifecycleWatch
 
-    clock_zero = (loop.time(), time.time())
+    clock_zero = (time.monotonic(), time.time())
     events: list[LifecycleEvent] = []
     async with KubeClient.from_kubeconfig(watch.kubeconfig, watch.context) as client:
         watcher = LifecycleWatch(client, watch.namespace, watch.selector, clock_zero, on_event)

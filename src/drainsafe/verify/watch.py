@@ -7,15 +7,12 @@ it, on the same clock as the requests.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+import time
 
 from drainsafe.kube.client import KubeClient, Obj, api_path
 from drainsafe.kube.watch import Informer
 from drainsafe.verify.lifecycle import LifecycleTracker
-from drainsafe.verify.record import LifecycleEvent
-
-EventCallback = Callable[[LifecycleEvent], None]
+from drainsafe.verify.record import EventCallback, LifecycleEvent
 
 
 class LifecycleWatch:
@@ -35,7 +32,7 @@ class LifecycleWatch:
             on_event=self._slice_event)
 
     def _now(self) -> float:
-        return round(asyncio.get_running_loop().time() - self._loop_zero, 3)
+        return round(time.monotonic() - self._loop_zero, 3)
 
     def _emit(self, events: list[LifecycleEvent]) -> None:
         for event in events:
