@@ -6,7 +6,9 @@ bearer token, uvicorn), then measures in one run, side by side:
   lightkube (the project's API client) and with the real `kubectl get pods -A -o json`
   (kubectl.1.33, the peer client; its time includes process start and discovery);
 - watch: events/s delivered to an HTTP watcher (httpx streaming) while pods are
-  modified in-process, next to the in-process store's own event rate (the ceiling).
+  modified in-process, next to the in-process store's own event rate (the ceiling);
+- rollout: the controllers alone (kubelets emulated in-process, 10 ms per start/stop)
+  creating a Deployment of --pods GPU pods on --nodes nodes, then a rollout restart.
 
 Sections are functions in SECTIONS, so another section (e.g. a cluster rollout) can be
 added without touching these. Figures are wall-clock on a shared machine: indicative.
@@ -30,6 +32,7 @@ import httpx
 
 from drainsafe.lab.controlplane import ControlPlane
 from drainsafe.lab.discovery import BY_KEY
+from drainsafe.lab.store import Event, rfc3339
 
 PODS = BY_KEY["pods"]
 KUBECTL = pathlib.Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
@@ -167,10 +170,110 @@ async def section_watch(cp: ControlPlane, args: argparse.Namespace,
     return rows
 
 
+def kubelet_in_process(cp: ControlPlane) -> Callable[[], None]:
+    """Marks bound pods Running+Ready and finishes terminating ones, in-process, so the
+    rollout section times the control plane alone (the node side's bench runs real
+    kubelets)."""
+    loop = asyncio.get_running_loop()
+    counter = iter(range(10**9))
+
+    def start(ns: str, name: str) -> None:
+        pod = cp.store.peek(PODS, ns, name)
+        if pod is None or pod.get("status", {}).get("phase") != "Pending":
+            return
+        pod = cp.store.get(PODS, ns, name)
+        n = next(counter)
+        pod["status"].update(phase="Running", podIP=f"127.1.{n // 250 % 250}.{n % 250 + 2}",
+                             conditions=[{"type": "Ready", "status": "True",
+                                          "lastTransitionTime": rfc3339(time.time())}])
+        cp.store.update(PODS, pod, subresource="status")
+
+    def finish(ns: str, name: str) -> None:
+        if cp.store.peek(PODS, ns, name) is not None:
+            cp.store.delete(PODS, ns, name, grace_period=0)
+
+    def on_event(ev: Event) -> None:
+        if ev.resource != "pods" or ev.type == "DELETED":
+            return
+        m = ev.obj["metadata"]
+        if m.get("deletionTimestamp"):
+            loop.call_later(0.01, finish, m["namespace"], m["name"])
+        elif ev.obj["spec"].get("nodeName") and ev.obj.get("status", {}).get(
+                "phase") == "Pending":
+            loop.call_later(0.01, start, m["namespace"], m["name"])
+
+    return cp.store.listen(on_event)
+
+
+async def section_rollout(cp: ControlPlane, args: argparse.Namespace,
+                          workdir: pathlib.Path) -> list[Row]:
+    """A Deployment of --pods replicas on --nodes nodes: create, then rollout restart."""
+    nodes = BY_KEY["nodes"]
+    deployments = BY_KEY["apps/deployments"]
+    gpus = -(-args.pods * 2 // args.nodes)  # room for the 25 % surge
+    for i in range(args.nodes):
+        cp.store.create(nodes, {"metadata": {"name": f"gpu-{i:03d}"}, "spec": {}})
+        node = cp.store.get(nodes, "", f"gpu-{i:03d}")
+        node["status"] = {"allocatable": {"cpu": "96", "memory": "1Ti", "pods": "250",
+                                          "nvidia.com/gpu": str(gpus)},
+                          "conditions": [{"type": "Ready", "status": "True"}]}
+        cp.store.update(nodes, node, subresource="status")
+    stop = kubelet_in_process(cp)
+    try:
+        cp.store.create(BY_KEY["services"], {
+            "metadata": {"name": "serve", "namespace": "default"},
+            "spec": {"selector": {"app": "serve"}, "ports": [{"port": 80}]}})
+        t0 = time.perf_counter()
+        cp.store.create(deployments, {
+            "metadata": {"name": "serve", "namespace": "default"},
+            "spec": {"replicas": args.pods, "selector": {"matchLabels": {"app": "serve"}},
+                     "template": {"metadata": {"labels": {"app": "serve"}}, "spec": {
+                         "containers": [{"name": "c", "image": "example/llm:1.0",
+                                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+        await _rolled_out(cp, args.pods, "1")
+        created = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cp.store.mutate(deployments, "default", "serve", lambda d: d["spec"]["template"][
+            "metadata"].setdefault("annotations", {}).update(
+            {"kubectl.kubernetes.io/restartedAt": rfc3339(time.time())}))
+        await _rolled_out(cp, args.pods, "2")
+        restarted = time.perf_counter() - t0
+    finally:
+        stop()
+    label = f"{args.pods:,} pods on {args.nodes} nodes"
+    return [(f"rollout: create, {label}", f"{args.pods / created:,.0f} pods/s",
+             f"{created * 1000:.0f} ms"),
+            (f"rollout: restart (25%/25%), {label}", f"{args.pods / restarted:,.0f} pods/s",
+             f"{restarted * 1000:.0f} ms")]
+
+
+async def _rolled_out(cp: ControlPlane, replicas: int, revision: str) -> None:
+    deployments = BY_KEY["apps/deployments"]
+    done = asyncio.Event()
+
+    def check(_ev: Event | None = None) -> None:
+        d = cp.store.peek(deployments, "default", "serve")
+        s = (d or {}).get("status") or {}
+        if (d is not None and (d["metadata"].get("annotations") or {}).get(
+                "deployment.kubernetes.io/revision") == revision
+                and s.get("observedGeneration") == d["metadata"].get("generation")
+                and s.get("updatedReplicas") == replicas == s.get("availableReplicas")
+                and s.get("replicas") == replicas):
+            done.set()
+
+    stop = cp.store.listen(check)
+    try:
+        check()
+        await asyncio.wait_for(done.wait(), 600)
+    finally:
+        stop()
+
+
 SECTIONS: list[tuple[str, Callable[[ControlPlane, argparse.Namespace, pathlib.Path],
                                    Awaitable[list[Row]]]]] = [
     ("list", section_list),
     ("watch", section_watch),
+    ("rollout", section_rollout),
 ]
 
 
@@ -196,5 +299,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--events", type=int, default=5000)
-    parser.add_argument("--only", nargs="*", help="sections to run (list, watch)")
+    parser.add_argument("--nodes", type=int, default=100, help="nodes for the rollout section")
+    parser.add_argument("--only", nargs="*", help="sections to run (list, watch, rollout)")
     asyncio.run(main(parser.parse_args()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import ssl
 from collections.abc import AsyncIterator
 
@@ -262,3 +263,42 @@ async def test_table_output_for_pods(api: httpx.AsyncClient) -> None:
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]][:3] == ["Name", "Ready", "Status"]
     assert table["rows"][0]["cells"][0] == "t1" and table["rows"][0]["cells"][6] == "n1"
+
+
+async def test_lightkube_client_sees_eviction_errors_as_typed_status(
+        control_plane: ControlPlane, cp_kubeconfig: pathlib.Path) -> None:
+    """The project's API client (lightkube) against the lab: 429 carries the cause."""
+    from lightkube import AsyncClient, KubeConfig
+    from lightkube.core.exceptions import ApiError
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Pod
+
+    store = control_plane.store
+    store.create(PODS, pod("guarded", node="n1", labels={"app": "web"}))
+    running = store.get(PODS, "default", "guarded")
+    running["status"] = {"phase": "Running", "conditions": [{"type": "Ready",
+                                                             "status": "True"}]}
+    store.update(PODS, running, subresource="status")
+    store.create(BY_KEY["policy/poddisruptionbudgets"], {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}})
+    from conftest import wait_until
+
+    await wait_until(control_plane, lambda: (store.peek(
+        BY_KEY["policy/poddisruptionbudgets"], "default", "web") or {}).get(
+        "status", {}).get("observedGeneration") == 1, what="PDB status")
+    client = AsyncClient(config=KubeConfig.from_file(str(cp_kubeconfig)))
+    try:
+        with pytest.raises(ApiError) as err:
+            await client.create(Pod.Eviction(metadata=ObjectMeta(name="guarded",
+                                                                 namespace="default")),
+                                name="guarded", namespace="default")
+        status = err.value.status
+        assert status.code == 429 and status.reason == "TooManyRequests"
+        assert status.details.causes[0].reason == "DisruptionBudget"
+        assert status.details.causes[0].message == (
+            "The disruption budget web needs 1 healthy pods and has 1 currently")
+        listed = [p async for p in client.list(Pod, namespace="default")]
+        assert [p.metadata.name for p in listed] == ["guarded"]
+    finally:
+        await client.close()
