@@ -93,3 +93,27 @@ def test_up_detach_status_down(tmp_path: Path) -> None:
         if pid is not None and pids_alive([pid]):
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
+
+
+def test_foreground_up_stops_on_ctrl_c(tmp_path: Path) -> None:
+    state = tmp_path / "lab"
+    proc = subprocess.Popen([*DRAINSAFE, "up", "--nodes", "1", "--no-ingress",
+                             "--propagation-seconds", "0.5-2", "--state-dir", str(state)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (state / "lab.pid").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "lab did not come up"
+            time.sleep(0.1)
+        status = json.loads(run("status", "--json", "--state-dir", str(state)).stdout)
+        assert 0.5 <= status["paths"]["clusterip"] <= 2  # drawn from the range
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert f"kubeconfig: {state / 'kubeconfig'}" in out
+        assert not (state / "lab.pid").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

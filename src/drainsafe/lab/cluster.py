@@ -270,6 +270,8 @@ class Lab:
             "nodes": [{"name": c.name, "hostIP": c.host_ip, "gpus": c.gpus}
                       for c in self.node_configs],
             "propagation": [self.propagation.low, self.propagation.high],
+            "paths": ({name: round(c.delay, 3) for name, c in self.net.consumers.items()}
+                      if self.net is not None else {}),
             "services": services,
             "pids": self.pids(),
         }

@@ -158,8 +158,9 @@ def status(args: argparse.Namespace) -> int:
     console.print(f"lab pid {pid}, API {data.get('server')}")
     console.print(f"kubeconfig: {data['kubeconfig']}")
     low, high = data.get("propagation", [0, 0])
+    paths = ", ".join(f"{name} {delay:g}s" for name, delay in data.get("paths", {}).items())
     console.print(f"propagation delay: {low:g}s" if low == high
-                  else f"propagation delay: {low:g}-{high:g}s per path")
+                  else f"propagation delay: {low:g}-{high:g}s, drawn per path: {paths}")
     nodes = Table(title="Nodes")
     for col in ("name", "hostIP", "gpus"):
         nodes.add_column(col)
