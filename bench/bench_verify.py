@@ -165,16 +165,18 @@ def main() -> None:
     table = Table(title=f"drainsafe verify vs hey, one core each, {os.cpu_count()} CPUs "
                   "(shared machine: indicative)")
     for column in ("test", "tool", "concurrency", "completed", "failed", "per second",
-                   "client CPU s", "CPU ms per request*"):
+                   "client CPU s", "CPU ms per request*", "core busy*"):
         table.add_column(column, justify="right" if column not in ("test", "tool") else "left")
     for r in results:
         work = r.cpu - fixed if r.tool != "hey" else r.cpu
         per = 1000 * work / r.completed if r.completed else float("nan")
+        busy = 100 * work / r.seconds if r.seconds else float("nan")
         table.add_row(r.test, r.tool, str(r.concurrency), str(r.completed), str(r.failed),
-                      f"{r.rate:.0f}", f"{r.cpu:.2f}", f"{per:.2f}")
+                      f"{r.rate:.0f}", f"{r.cpu:.2f}", f"{per:.2f}", f"{busy:.0f}%")
     Console(width=140).print(table)
-    print(f"* verify's start-up ({fixed:.2f} CPU s: Python and imports) is left out of the "
-          "per-request figure; hey starts in milliseconds.")
+    print(f"* verify's start-up ({fixed:.2f} CPU s: Python and imports) is left out; hey "
+          "starts in milliseconds. 'core busy' is the client's share of its one core: below "
+          "100% the target, not the client, set the pace (one-core ceiling ~ per second / busy).")
     print("verify checks every stream for its end marker and names each failure; hey counts "
           "a stream cut short with a clean 200 as a success (tests/verify/test_hey.py).")
 
