@@ -6,6 +6,8 @@ API, so these tests exercise the control plane exactly as kubectl and a kubelet 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import Kubectl, wait_until
 
@@ -109,6 +111,10 @@ async def test_get_describe_create_cordon(kubectl: Kubectl, control_plane: Contr
     assert "Controlled By:  ReplicaSet/web-" in described
     assert "Successfully assigned default/" in described
     assert "nvidia.com/gpu:  1" in described
+    service = await kubectl.ok("describe", "service", "web")
+    assert re.search(r"\nIP:\s+127\.96\.", service)
+    for p in web_pods(control_plane):  # named targetPort resolved to the container port
+        assert f"{p['status']['podIP']}:8000" in service
 
     assert "node/node-b cordoned" in await kubectl.ok("cordon", "node-b")
     assert control_plane.store.peek(NODES, "", "node-b")["spec"]["unschedulable"] is True

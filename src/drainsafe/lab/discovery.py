@@ -89,6 +89,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType("", "v1", "services", "Service", True, ("svc",), ("all",),
                  subresources=(_status("Service"),), has_status=True),
+    ResourceType("", "v1", "endpoints", "Endpoints", True, ("ep",)),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),

@@ -9,10 +9,15 @@ Kubernetes 1.26 (KEP-1672). Named targetPorts resolve against each pod's contain
 ports (podutil.FindPort); pods whose ports resolve differently land in different
 slices. Slices carry kubernetes.io/service-name and
 endpointslice.kubernetes.io/managed-by labels and the Service as controller owner.
+
+The legacy v1 Endpoints object (what `kubectl describe service` shows up to 1.32) is
+written too, as pkg/controller/endpoint does: Ready pods under addresses, others under
+notReadyAddresses, terminating pods left out unless publishNotReadyAddresses.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from drainsafe.lab import status as st
@@ -25,6 +30,9 @@ from drainsafe.labels import Requirement, Selector
 PODS = BY_KEY["pods"]
 SERVICES = BY_KEY["services"]
 SLICES = BY_KEY["discovery.k8s.io/endpointslices"]
+ENDPOINTS = BY_KEY["endpoints"]
+LEGACY_MANAGED_BY = "endpoints.kubernetes.io/managed-by"
+LEGACY_CONTROLLER = "endpoint-controller"
 SERVICE_NAME = "kubernetes.io/service-name"
 MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
 CONTROLLER_NAME = "endpointslice-controller.k8s.io"
@@ -104,7 +112,7 @@ def _ports_of_slice(sl: Obj) -> tuple[tuple[str, str, int], ...]:
 
 class EndpointSliceController(Controller):
     name = "endpointslice"
-    watches = frozenset({"pods", "services", "discovery.k8s.io/endpointslices"})
+    watches = frozenset({"pods", "services", "discovery.k8s.io/endpointslices", "endpoints"})
 
     def reconcile(self) -> float | None:
         for svc in list(self.store.items(SERVICES)):
@@ -114,6 +122,12 @@ class EndpointSliceController(Controller):
                 self.sync(svc)
             except st.StatusError:
                 continue
+        for ep in list(self.store.items(ENDPOINTS)):
+            m = ep["metadata"]
+            if ((m.get("labels") or {}).get(LEGACY_MANAGED_BY) == LEGACY_CONTROLLER
+                    and self.store.peek(SERVICES, m["namespace"], m["name"]) is None):
+                with contextlib.suppress(st.StatusError):
+                    self.store.delete(ENDPOINTS, m["namespace"], m["name"])
         return None
 
     def sync(self, svc: Obj) -> None:
@@ -152,3 +166,44 @@ class EndpointSliceController(Controller):
                 self.store.delete(SLICES, ns, s["metadata"]["name"])
             except st.StatusError:
                 continue
+        self._legacy(svc, want)
+
+    def _legacy(self, svc: Obj, want: dict[tuple[tuple[str, str, int], ...],
+                                           list[dict[str, Any]]]) -> None:
+        ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
+        subsets = []
+        for ports, endpoints in want.items():
+            ready: list[dict[str, Any]] = []
+            not_ready: list[dict[str, Any]] = []
+            for e in endpoints:
+                if e["conditions"]["terminating"] and not svc["spec"].get(
+                        "publishNotReadyAddresses"):
+                    continue
+                addr = {"ip": e["addresses"][0], "targetRef": e["targetRef"]}
+                if e.get("nodeName"):
+                    addr["nodeName"] = e["nodeName"]
+                (ready if e["conditions"]["ready"] else not_ready).append(addr)
+            if not ready and not not_ready:
+                continue
+            subset: dict[str, Any] = {"ports": [
+                {"name": n, "port": port, "protocol": proto} if n else
+                {"port": port, "protocol": proto} for n, proto, port in ports]}
+            if ready:
+                subset["addresses"] = ready
+            if not_ready:
+                subset["notReadyAddresses"] = not_ready
+            subsets.append(subset)
+        current = self.store.peek(ENDPOINTS, ns, name)
+        if current is None:
+            self.store.create(ENDPOINTS, {
+                "metadata": {"name": name, "namespace": ns,
+                             "labels": {**(svc["metadata"].get("labels") or {}),
+                                        LEGACY_MANAGED_BY: LEGACY_CONTROLLER}},
+                **({"subsets": subsets} if subsets else {})})
+        elif (current.get("subsets") or []) != subsets:
+            updated = clone(current)
+            if subsets:
+                updated["subsets"] = subsets
+            else:
+                updated.pop("subsets", None)
+            self.store.update(ENDPOINTS, updated)
