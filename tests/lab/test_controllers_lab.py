@@ -304,3 +304,85 @@ async def test_disruption_controller_status(control_plane: ControlPlane, cp_node
     s = cp.store.peek(PDBS, "default", "web")["status"]
     assert (s["expectedPods"], s["desiredHealthy"], s["disruptionsAllowed"]) == (
         expected, desired, allowed)
+
+
+# ---- time-based controller work, with a controlled clock ---------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ready_pod(store: Any, name: str, *, since: float, owner: dict | None = None) -> None:
+    from drainsafe.lab.store import rfc3339
+
+    meta: dict[str, Any] = {"name": name, "namespace": "default", "labels": {"app": "web"}}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    store.create(PODS, {"metadata": meta, "spec": {"nodeName": "n1", "containers": [
+        {"name": "c", "image": "x:1"}]}})
+    pod = store.get(PODS, "default", name)
+    pod["status"] = {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(since)}]}
+    store.update(PODS, pod, subresource="status")
+
+
+def test_disrupted_pods_count_as_unhealthy_until_they_expire() -> None:
+    from drainsafe.lab import defaults
+    from drainsafe.lab.controllers.disruption import DisruptionController
+    from drainsafe.lab.store import Store, rfc3339
+
+    clock = Clock()
+    store = Store(clock=clock)
+    defaults.install(store)
+    store.create(BY_KEY["namespaces"], {"metadata": {"name": "default"}})
+    for i in range(3):
+        ready_pod(store, f"p{i}", since=clock.now)
+    store.create(PDBS, {"metadata": {"name": "web", "namespace": "default"},
+                        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    pdb = store.get(PDBS, "default", "web")
+    pdb["status"] = {"disruptedPods": {"p0": rfc3339(clock.now)}}
+    store.update(PDBS, pdb, subresource="status")
+    controller = DisruptionController(store)
+    wake = controller.reconcile()
+    status = store.get(PDBS, "default", "web")["status"]
+    assert (status["currentHealthy"], status["disruptionsAllowed"]) == (2, 0)
+    assert status["disruptedPods"] == {"p0": rfc3339(clock.now)}
+    assert wake is not None and 119 <= wake <= 120
+    clock.now += 121
+    controller.reconcile()
+    status = store.get(PDBS, "default", "web")["status"]
+    assert (status["currentHealthy"], status["disruptionsAllowed"]) == (3, 1)
+    assert "disruptedPods" not in status
+
+
+def test_replicaset_counts_available_only_after_min_ready_seconds() -> None:
+    from drainsafe.lab import defaults
+    from drainsafe.lab.controllers.podstate import owner_reference
+    from drainsafe.lab.controllers.replicaset import ReplicaSetController
+    from drainsafe.lab.store import Store
+
+    clock = Clock()
+    store = Store(clock=clock)
+    defaults.install(store)
+    store.create(BY_KEY["namespaces"], {"metadata": {"name": "default"}})
+    rs = store.create(BY_KEY["apps/replicasets"], {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 2, "minReadySeconds": 30,
+                 "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "x:1"}]}}}})
+    ready_pod(store, "old", since=clock.now - 60, owner=owner_reference(rs))
+    ready_pod(store, "new", since=clock.now - 10, owner=owner_reference(rs))
+    wake = ReplicaSetController(store).reconcile()
+    status = store.get(BY_KEY["apps/replicasets"], "default", "web")["status"]
+    assert (status["readyReplicas"], status["availableReplicas"]) == (2, 1)
+    assert wake is not None and 19 <= wake <= 20
+    clock.now += 21
+    ReplicaSetController(store).reconcile()
+    status = store.get(BY_KEY["apps/replicasets"], "default", "web")["status"]
+    assert status["availableReplicas"] == 2
