@@ -99,3 +99,34 @@ def test_unreachable_child_gets_502_and_readiness_fails(tmp_path: Path) -> None:
         proc.wait(10)
     assert r.status_code == 502 and "upstream not reachable" in r.text
     assert ready.status_code == 503
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_slow_reader_pauses_the_child_instead_of_filling_memory(proxy: Replica) -> None:
+    # ~40 MB of SSE as fast as the child can write; the client reads nothing for 1.5 s
+    # (the kernel's socket buffers hold a few MB of it).
+    body = b'{"stream": true, "max_tokens": 250000, "token_interval": 0}'
+    host, port = proxy.address.rsplit(":", 1)
+    before = _rss_kb(proxy.proc.pid)
+    with socket.socket() as sock:
+        sock.connect((host, int(port)))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: "
+                     b"application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        sock.recv(1024)
+        time.sleep(1.5)
+        grown = _rss_kb(proxy.proc.pid) - before
+        sock.settimeout(30)
+        tail = b""
+        while not tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            tail = (tail + chunk)[-64:]
+    assert grown < 8 * 1024, f"proxy grew by {grown} kB while the client did not read"
+    assert tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
