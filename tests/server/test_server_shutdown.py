@@ -386,3 +386,25 @@ def test_run_as_pid_1_reaps_orphans_and_exits_with_the_childs_code() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_run_forwards_other_signals_to_the_child(tmp_path: Path) -> None:
+    mark = tmp_path / "hup"
+    listen = free_port()
+    script = f"trap 'echo hup > {mark}' HUP; while :; do sleep 0.05; done"
+    proc = subprocess.Popen([DRAINSAFE, "run", "--listen", f"127.0.0.1:{listen}",
+                             "--drain-delay", "0", "--shutdown-timeout", "1", "--",
+                             "sh", "-c", script],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port("127.0.0.1", listen, proc=proc)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mark.exists(), "SIGHUP did not reach the child"
+        assert proc.poll() is None, "drainsafe itself must not stop on SIGHUP"
+    finally:
+        proc.kill()
+        proc.wait(10)
