@@ -75,10 +75,11 @@ def _register_tune(subparsers: Any) -> None:
         "stating the measurement behind each number.",
     )
     p.add_argument("--from", dest="source", action="append", default=[], metavar="PATH",
-                   help="verify --out directory or record.json, or a metrics text dump "
-                   "(repeatable)")
+                   help="verify --out directory or record.json, or a metrics dump or pod log "
+                   "(repeatable; a directory is read whole)")
     p.add_argument("--metrics", action="append", default=[], metavar="FILE",
-                   help="Prometheus text dump of a drainsafe serve/run /metrics (repeatable)")
+                   help="drainsafe serve/run figures of one pod: a /metrics text dump or its "
+                   "log (kubectl logs) with the phase lines (repeatable)")
     p.add_argument("--workload", metavar="KIND/NAME", default="deployment/app",
                    help="workload to patch (default deployment/app)")
     p.add_argument("--container", metavar="NAME",
