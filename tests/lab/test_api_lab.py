@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 import ssl
@@ -253,6 +254,19 @@ async def test_pod_log_is_served_from_the_state_dir(api: httpx.AsyncClient,
     assert r.text == "one\ntwo\nthree\n"
     r = await api.get("/api/v1/namespaces/default/pods/logger/log", params={"tailLines": "1"})
     assert r.text == "three\n"
+    # -f: new output streams until the pod is gone
+    async with api.stream("GET", "/api/v1/namespaces/default/pods/logger/log",
+                          params={"follow": "true", "tailLines": "0"}) as resp:
+        chunks = resp.aiter_bytes()
+        with (log_dir / "c.log").open("a") as fh:
+            fh.write("four\n")
+        got = b""
+        while b"four" not in got:
+            got += await asyncio.wait_for(chunks.__anext__(), 5)
+        await api.delete("/api/v1/namespaces/default/pods/logger",
+                         params={"gracePeriodSeconds": "0"})
+        rest = [c async for c in chunks]
+    assert got.strip() == b"four" and b"".join(rest) == b""
 
 
 async def test_table_output_for_pods(api: httpx.AsyncClient) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import hmac
 import json
 import pathlib
@@ -35,6 +36,7 @@ from drainsafe.labels import parse as parse_labels
 
 ANONYMOUS_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 DEFAULT_BOOKMARK_SECONDS = 5.0
+LOG_FOLLOW_POLL_SECONDS = 0.2
 
 
 def dumps(obj: Any) -> bytes:
@@ -398,11 +400,34 @@ class ApiServer:
         except FileNotFoundError:
             raise st.bad_request(f'container "{container}" in pod "{name}" is waiting to '
                                  "start: ContainerCreating") from None
+        offset = len(data)
         tail = _int_param(request.query_params.get("tailLines"), "tailLines")
         if tail is not None and tail >= 0:
             lines = data.splitlines(keepends=True)
             data = b"".join(lines[-tail:]) if tail else b""
-        return Response(data, media_type="text/plain")
+        if request.query_params.get("follow") not in ("true", "1"):
+            return Response(data, media_type="text/plain")
+        uid = pod["metadata"]["uid"]
+        store = self.store
+
+        async def follow() -> AsyncIterator[bytes]:
+            # A file has no change feed here, so new output is polled; the stream ends
+            # when the pod is gone (or replaced), as the kubelet's log stream does.
+            nonlocal offset
+            yield data
+            while True:
+                await asyncio.sleep(LOG_FOLLOW_POLL_SECONDS)
+                with contextlib.suppress(OSError), path.open("rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+                    if chunk:
+                        offset += len(chunk)
+                        yield chunk
+                current = store.peek(discovery.BY_KEY["pods"], namespace, name)
+                if current is None or current["metadata"]["uid"] != uid:
+                    return
+
+        return StreamingResponse(follow(), media_type="text/plain")
 
 
 # ---- helpers --------------------------------------------------------------------------
