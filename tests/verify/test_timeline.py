@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
-from drainsafe.verify.load import LoadSpec, run_load
+from drainsafe.verify.load import LoadSpec, RequestResult, run_load
 from drainsafe.verify.record import POD_EXITED, POD_TERMINATING, LifecycleEvent, Record
 from drainsafe.verify.timeline import bin_outcomes, render_html, render_png
 from verify.conftest import start_uvicorn, stop_process
@@ -21,24 +22,43 @@ from verify.conftest import start_uvicorn, stop_process
 async def test_sigterm_on_plain_uvicorn_is_seen_and_drawn(tmp_path: Path) -> None:
     url, process = start_uvicorn("--timeout-graceful-shutdown", "1", "--log-level", "critical")
     events: list[LifecycleEvent] = []
+    first_streams_done = asyncio.Event()
+    stop = asyncio.Event()
+    oks = 0
+
+    def on_result(result: RequestResult) -> None:
+        nonlocal oks
+        oks += result.outcome.ok
+        if oks >= 8:
+            first_streams_done.set()
+
     try:
-        loop = asyncio.get_running_loop()
-        zero = (loop.time(), 0.0)
+        zero = (time.monotonic(), 0.0)
 
-        async def terminate_later() -> None:
-            await asyncio.sleep(2.5)
-            os.killpg(process.pid, signal.SIGTERM)
-            events.append(LifecycleEvent(round(loop.time() - zero[0], 3), POD_TERMINATING,
-                                         "web-5d8f7-x2k9q", "SIGTERM"))
-            while process.poll() is None:
-                await asyncio.sleep(0.02)
-            events.append(LifecycleEvent(round(loop.time() - zero[0], 3), POD_EXITED,
-                                         "web-5d8f7-x2k9q", f"exit {process.returncode}"))
+        def now() -> float:
+            return round(time.monotonic() - zero[0], 3)
 
-        spec = LoadSpec(url=f"{url}/sse?tokens=20&interval=0.1", duration=4.0,
-                        concurrency=8, timeout=5)
-        killer = asyncio.create_task(terminate_later())
-        run = await run_load(spec, clock_zero=zero)
+        async def terminate() -> None:
+            # SIGTERM while the second round of 2 s streams is in flight, whatever the
+            # machine's speed; stop the load shortly after the process is gone.
+            try:
+                await asyncio.wait_for(first_streams_done.wait(), 30)
+                await asyncio.sleep(0.3)
+                os.killpg(process.pid, signal.SIGTERM)
+                events.append(LifecycleEvent(now(), POD_TERMINATING, "web-5d8f7-x2k9q",
+                                             "SIGTERM"))
+                while process.poll() is None:
+                    await asyncio.sleep(0.02)
+                events.append(LifecycleEvent(now(), POD_EXITED, "web-5d8f7-x2k9q",
+                                             f"exit {process.returncode}"))
+                await asyncio.sleep(0.3)
+            finally:
+                stop.set()
+
+        spec = LoadSpec(url=f"{url}/sse?tokens=20&interval=0.1", duration=60,
+                        concurrency=8, timeout=10)
+        killer = asyncio.create_task(terminate())
+        run = await run_load(spec, clock_zero=zero, on_result=on_result, stop=stop)
         await asyncio.wait_for(killer, 15)
     finally:
         stop_process(process)
