@@ -185,6 +185,7 @@ async def test_dry_run_graceful_deletion_and_garbage_collection(
     # a scheduled pod gets deletionTimestamp + grace and waits for its kubelet
     await api.post("/api/v1/namespaces/default/pods", json=pod("bound", node="n1", grace=60))
     r = await api.delete("/api/v1/namespaces/default/pods/bound")
+    assert r.status_code == 202  # accepted: the pod stays until its kubelet is done
     meta = r.json()["metadata"]
     assert meta["deletionGracePeriodSeconds"] == 60 and meta["deletionTimestamp"]
     # a longer grace cannot extend it; a shorter one shortens it
@@ -195,7 +196,9 @@ async def test_dry_run_graceful_deletion_and_garbage_collection(
                           json={"gracePeriodSeconds": 5})
     assert r.json()["metadata"]["deletionGracePeriodSeconds"] == 5
     # the kubelet's final delete
-    await api.delete("/api/v1/namespaces/default/pods/bound", params={"gracePeriodSeconds": "0"})
+    r = await api.delete("/api/v1/namespaces/default/pods/bound",
+                         params={"gracePeriodSeconds": "0"})
+    assert r.status_code == 200
     assert (await api.get("/api/v1/namespaces/default/pods/bound")).status_code == 404
 
     rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "rs"},

@@ -17,7 +17,7 @@ import hmac
 import json
 import pathlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -349,8 +349,9 @@ class ApiServer:
         obj = self.store.delete(rt, namespace, name, grace_period=grace,
                                 preconditions=opts.get("preconditions"),
                                 propagation=propagation, dry_run=dry_run)
-        code = 202 if meta(obj).get("deletionTimestamp") and rt.key == "pods" else 200
-        return json_response(obj, 200 if code == 202 else code)
+        # delete.go: 202 Accepted while the object still exists (graceful), else 200
+        still_there = not dry_run and self.store.peek(rt, namespace, name) is not None
+        return json_response(obj, 202 if still_there else 200)
 
     def _delete_collection(self, request: Request, rt: ResourceType, namespace: str | None,
                            opts: dict[str, Any]) -> Response:
@@ -539,5 +540,3 @@ def _page_not_found() -> st.StatusError:
     return st.StatusError(404, "NotFound", "the server could not find the requested resource",
                           details={})
 
-
-RequestLogger = Callable[[str, str], None]
