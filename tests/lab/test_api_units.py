@@ -1,0 +1,114 @@
+"""Pure pieces of the API server: patches, field selectors, Status responses, Table ages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from drainsafe.lab import fields
+from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status_response
+from drainsafe.lab.patch import json_patch, merge_patch, strategic_merge
+from drainsafe.lab.table import human_duration
+
+SCALARS = hs.one_of(hs.integers(), hs.text(max_size=3), hs.booleans())
+KEYS = hs.sampled_from(["a", "b", "c", "spec", "replicas"])
+# maps of maps and scalars, no lists: strategic merge must equal RFC 7386 there
+DOCS = hs.recursive(SCALARS, lambda inner: hs.dictionaries(KEYS, inner, max_size=4),
+                    max_leaves=12)
+PATCHES = hs.recursive(hs.one_of(SCALARS, hs.none()),
+                       lambda inner: hs.dictionaries(KEYS, inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(doc=hs.dictionaries(KEYS, DOCS, max_size=4), patch=hs.dictionaries(KEYS, PATCHES,
+                                                                           max_size=4))
+def test_strategic_merge_without_lists_is_json_merge(doc: dict, patch: dict) -> None:
+    assert strategic_merge(doc, patch) == merge_patch(doc, patch)
+
+
+def test_strategic_merge_lists_by_key_and_directives() -> None:
+    pod = {"spec": {"containers": [{"name": "a", "image": "1", "env": [{"name": "X",
+                                                                         "value": "1"}]},
+                                   {"name": "b", "image": "1"}],
+                    "tolerations": [{"key": "t"}]}}
+    out = strategic_merge(pod, {"spec": {
+        "containers": [{"name": "a", "env": [{"name": "Y", "value": "2"}]},
+                       {"name": "b", "$patch": "delete"}, {"name": "c", "image": "3"}],
+        "$setElementOrder/containers": [{"name": "c"}, {"name": "a"}],
+        "tolerations": [{"key": "u"}]}})
+    assert [c["name"] for c in out["spec"]["containers"]] == ["c", "a"]
+    assert out["spec"]["containers"][1]["env"] == [{"name": "X", "value": "1"},
+                                                   {"name": "Y", "value": "2"}]
+    assert out["spec"]["tolerations"] == [{"key": "u"}]  # no merge key: replaced
+    # uncordon as kubectl sends it
+    assert strategic_merge({"spec": {"unschedulable": True}},
+                           {"spec": {"unschedulable": None}}) == {"spec": {}}
+    assert strategic_merge({"metadata": {"finalizers": ["a"]}},
+                           {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"],
+                                         "finalizers": ["b"]}}) == {
+        "metadata": {"finalizers": ["b"]}}
+    assert strategic_merge({"spec": {"x": {"a": 1, "b": 2}}},
+                           {"spec": {"x": {"$patch": "replace", "c": 3}}}) == {
+        "spec": {"x": {"c": 3}}}
+    svc = strategic_merge({"spec": {"ports": [{"port": 80, "name": "http"}]}},
+                          {"spec": {"ports": [{"port": 80, "targetPort": 8000}]}})
+    assert svc["spec"]["ports"] == [{"port": 80, "name": "http", "targetPort": 8000}]
+
+
+def test_json_patch_operations_and_errors() -> None:
+    doc = {"a": [1, 2], "b": {"c": 1}}
+    out = json_patch(doc, [{"op": "add", "path": "/a/-", "value": 3},
+                           {"op": "move", "from": "/b/c", "path": "/d"},
+                           {"op": "test", "path": "/d", "value": 1},
+                           {"op": "replace", "path": "/a/0", "value": 0},
+                           {"op": "copy", "from": "/a", "path": "/e"}])
+    assert out == {"a": [0, 2, 3], "b": {}, "d": 1, "e": [0, 2, 3]}
+    assert doc == {"a": [1, 2], "b": {"c": 1}}  # the input is untouched
+    with pytest.raises(st.StatusError) as err:
+        json_patch(doc, [{"op": "remove", "path": "/nope"}])
+    assert err.value.code == 422
+    with pytest.raises(st.StatusError):
+        json_patch(doc, [{"op": "test", "path": "/a/0", "value": 9}])
+    with pytest.raises(st.StatusError) as err:
+        json_patch(doc, {"op": "add"})
+    assert err.value.code == 400
+
+
+def test_field_selectors() -> None:
+    pod: dict[str, Any] = {"metadata": {"name": "p", "namespace": "ml"},
+                           "spec": {"nodeName": "n1", "hostNetwork": False},
+                           "status": {"phase": "Running"}}
+    assert fields.parse("spec.nodeName=n1,status.phase!=Succeeded").matches(pod)
+    assert fields.parse("metadata.name==p,metadata.namespace=ml").matches(pod)
+    assert not fields.parse("spec.nodeName=n2").matches(pod)
+    assert fields.parse("spec.hostNetwork=false").matches(pod)
+    assert fields.parse("spec.schedulerName=").matches(pod)  # absent reads as empty
+    assert fields.parse("spec.nodeName=n1").value_of("spec.nodeName") == "n1"
+    for bad in ("spec.nodeName", "=x"):
+        with pytest.raises(st.StatusError) as err:
+            fields.parse(bad)
+        assert err.value.code == 400
+
+
+def test_status_response_sets_retry_after_from_details() -> None:
+    err = st.StatusError(429, "TooManyRequests", "slow down", retry_after=10)
+    response = status_response(err)
+    assert response.status_code == 429 and response.headers["retry-after"] == "10"
+    assert json.loads(bytes(response.body)) == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "slow down", "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": 10}, "code": 429}
+    assert "retry-after" not in status_response(st.not_found("", "pods", "x")).headers
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(5, "5s"), (119, "119s"), (125, "2m5s"),
+                                               (600, "10m"), (3 * 3600 + 60, "3h1m"),
+                                               (30 * 3600, "30h"), (3 * 86400, "3d"),
+                                               (10 * 86400, "10d")])
+def test_ages_read_like_kubectl(seconds: int, text: str) -> None:
+    assert human_duration(seconds) == text
