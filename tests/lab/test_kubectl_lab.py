@@ -111,6 +111,11 @@ async def test_get_describe_create_cordon(kubectl: Kubectl, control_plane: Contr
     assert "Controlled By:  ReplicaSet/web-" in described
     assert "Successfully assigned default/" in described
     assert "nvidia.com/gpu:  1" in described
+    await wait_until(control_plane, lambda: (control_plane.store.peek(
+        BY_KEY["policy/poddisruptionbudgets"], "default", "web") or {}).get(
+        "status", {}).get("disruptionsAllowed") == 1, what="PDB status")
+    budget = await kubectl.ok("get", "pdb", "web")
+    assert "ALLOWED DISRUPTIONS" in budget and re.search(r"\nweb\s+N/A\s+1\s+1\s", budget)
     service = await kubectl.ok("describe", "service", "web")
     assert re.search(r"\nIP:\s+127\.96\.", service)
     for p in web_pods(control_plane):  # named targetPort resolved to the container port

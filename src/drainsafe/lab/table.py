@@ -1,4 +1,5 @@
-"""meta.k8s.io/v1 Table responses for `kubectl get` (pods, nodes, deployments).
+"""meta.k8s.io/v1 Table responses for `kubectl get` (pods, nodes, workloads, services,
+PDBs, EndpointSlices, events).
 
 kubectl asks for `application/json;as=Table;v=v1;g=meta.k8s.io` first
 (kubernetes/kubectl pkg/cmd/get/get.go) and prints the server's columns; -o wide shows
@@ -106,7 +107,88 @@ def _deployment_row(d: Obj, now: float) -> list[Any]:
             ",".join(f"{k}={v}" for k, v in sorted(sel.items()))]
 
 
+def _selector_text(selector: dict[str, Any] | None) -> str:
+    labels = (selector or {}).get("matchLabels") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"
+
+
+def _replicaset_row(rs: Obj, now: float) -> list[Any]:
+    spec, status = rs.get("spec") or {}, rs.get("status") or {}
+    containers = spec.get("template", {}).get("spec", {}).get("containers") or []
+    return [rs["metadata"]["name"], spec.get("replicas", 0), status.get("replicas", 0),
+            status.get("readyReplicas", 0), _age(rs, now),
+            ",".join(c.get("name", "") for c in containers),
+            ",".join(c.get("image", "") for c in containers),
+            _selector_text(spec.get("selector"))]
+
+
+def _daemonset_row(ds: Obj, now: float) -> list[Any]:
+    spec, status = ds.get("spec") or {}, ds.get("status") or {}
+    node_selector = spec.get("template", {}).get("spec", {}).get("nodeSelector") or {}
+    return [ds["metadata"]["name"], status.get("desiredNumberScheduled", 0),
+            status.get("currentNumberScheduled", 0), status.get("numberReady", 0),
+            status.get("updatedNumberScheduled", 0), status.get("numberAvailable", 0),
+            ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())) or "<none>",
+            _age(ds, now)]
+
+
+def _service_row(svc: Obj, now: float) -> list[Any]:
+    spec = svc.get("spec") or {}
+    ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}"
+                     for p in spec.get("ports") or []) or "<none>"
+    return [svc["metadata"]["name"], spec.get("type", "ClusterIP"),
+            spec.get("clusterIP") or "<none>", "<none>", ports, _age(svc, now),
+            ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items()))
+            or "<none>"]
+
+
+def _pdb_row(pdb: Obj, now: float) -> list[Any]:
+    spec, status = pdb.get("spec") or {}, pdb.get("status") or {}
+    return [pdb["metadata"]["name"], spec.get("minAvailable", "N/A"),
+            spec.get("maxUnavailable", "N/A"), status.get("disruptionsAllowed", 0),
+            _age(pdb, now)]
+
+
+def _slice_row(sl: Obj, now: float) -> list[Any]:
+    ports = ",".join(str(p.get("port")) for p in sl.get("ports") or []) or "<unset>"
+    addresses = [a for e in sl.get("endpoints") or [] for a in e.get("addresses") or []]
+    shown = ",".join(addresses[:3]) + (f" + {len(addresses) - 3} more..."
+                                       if len(addresses) > 3 else "")
+    return [sl["metadata"]["name"], sl.get("addressType", ""), ports, shown or "<unset>",
+            _age(sl, now)]
+
+
+def _event_row(ev: Obj, now: float) -> list[Any]:
+    last = parse_time(ev.get("lastTimestamp") or ev.get("eventTime"))
+    inv = ev.get("involvedObject") or {}
+    return ["<unknown>" if last is None else human_duration(now - last), ev.get("type", ""),
+            ev.get("reason", ""), f"{str(inv.get('kind', '')).lower()}/{inv.get('name', '')}",
+            ev.get("message", "")]
+
+
 _TABLES: dict[str, tuple[list[Column], Callable[[Obj, float], list[Any]]]] = {
+    "apps/replicasets": ([("Name", "string", 0), ("Desired", "integer", 0),
+                          ("Current", "integer", 0), ("Ready", "integer", 0),
+                          ("Age", "string", 0), ("Containers", "string", 1),
+                          ("Images", "string", 1), ("Selector", "string", 1)], _replicaset_row),
+    "apps/daemonsets": ([("Name", "string", 0), ("Desired", "integer", 0),
+                         ("Current", "integer", 0), ("Ready", "integer", 0),
+                         ("Up-to-date", "integer", 0), ("Available", "integer", 0),
+                         ("Node Selector", "string", 0), ("Age", "string", 0)],
+                        _daemonset_row),
+    "services": ([("Name", "string", 0), ("Type", "string", 0), ("Cluster-IP", "string", 0),
+                  ("External-IP", "string", 0), ("Port(s)", "string", 0),
+                  ("Age", "string", 0), ("Selector", "string", 1)], _service_row),
+    "policy/poddisruptionbudgets": ([("Name", "string", 0), ("Min Available", "string", 0),
+                                     ("Max Unavailable", "string", 0),
+                                     ("Allowed Disruptions", "integer", 0),
+                                     ("Age", "string", 0)], _pdb_row),
+    "discovery.k8s.io/endpointslices": ([("Name", "string", 0),
+                                         ("AddressType", "string", 0),
+                                         ("Ports", "string", 0), ("Endpoints", "string", 0),
+                                         ("Age", "string", 0)], _slice_row),
+    "events": ([("Last Seen", "string", 0), ("Type", "string", 0), ("Reason", "string", 0),
+                ("Object", "string", 0), ("Message", "string", 0)], _event_row),
     "pods": ([("Name", "string", 0), ("Ready", "string", 0), ("Status", "string", 0),
               ("Restarts", "string", 0), ("Age", "string", 0), ("IP", "string", 1),
               ("Node", "string", 1), ("Nominated Node", "string", 1),
