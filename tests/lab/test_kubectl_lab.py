@@ -211,6 +211,12 @@ async def test_rollout_restart_completes_and_scale(
     await kubectl.ok("scale", "deployment/web", "--replicas=2")
     await wait_until(control_plane, lambda: available(control_plane, 2), what="scale to 2")
 
+    deleted = await kubectl.ok("delete", "-f", "-", stdin=app(), timeout=90)
+    assert 'deployment.apps "web" deleted' in deleted
+    # garbage collection: Deployment -> ReplicaSets -> pods (graceful, via the kubelet)
+    await wait_until(control_plane, lambda: not web_pods(control_plane), what="pods gone")
+    assert not list(control_plane.store.items(BY_KEY["apps/replicasets"], "default"))
+
 
 @pytest.mark.parametrize("kubectl", ["1.33"], indirect=True)
 async def test_unauthenticated_requests_get_401_status(kubectl: Kubectl,
