@@ -30,8 +30,19 @@ async def ndjson(scope: Scope, receive: Receive, send: Send) -> None:
         return
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"application/x-ndjson")]})
-    for i in range(60):
-        await send({"type": "http.response.body", "body": b'{"i": %d}\n' % i,
-                    "more_body": True})
-        await asyncio.sleep(0.1)
-    await send({"type": "http.response.body", "body": b""})
+
+    async def gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        for i in range(60):
+            if watcher.done():
+                return
+            await send({"type": "http.response.body", "body": b'{"i": %d}\n' % i,
+                        "more_body": True})
+            await asyncio.sleep(0.1)
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        watcher.cancel()

@@ -299,10 +299,12 @@ async def test_run_signal_mode_waits_for_the_childs_in_flight_metric(tmp_path: P
                 {"stream": True, "duration": 2, "token_interval": 0.1}))
             await asyncio.sleep(0.3)
             proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
             await asyncio.sleep(0.1)
             ready = await client.get(f"http://127.0.0.1:{health}/readyz")
-        _status, body, error = await asyncio.wait_for(stream, 10)
+        _, body, error = await asyncio.wait_for(stream, 10)
         code = await wait_exit(proc, 15)
+        took = time.monotonic() - signalled
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -311,6 +313,8 @@ async def test_run_signal_mode_waits_for_the_childs_in_flight_metric(tmp_path: P
     # SIGTERM reached the child only after its stream finished: nothing was cut.
     assert error is None and body.endswith(b"data: [DONE]\n\n"), (error, body[-200:])
     assert code == 0, log.read_text()
+    # ... and as soon as the metric read zero, not at the 10 s deadline.
+    assert took < 6, f"{took:.1f}s\n{log.read_text()}"
 
 
 async def test_run_turns_an_upstream_abort_into_the_marker(tmp_path: Path) -> None:

@@ -121,6 +121,8 @@ def _start_up(args: argparse.Namespace) -> Any:
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(message)s")
+    # httpx logs every request at INFO; readiness and metrics polls are not news.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = _settings(args)
     grace = parse_grace(os.environ.get("DRAINSAFE_GRACE_SECONDS"))
     warning = budget_warning(settings, grace)

@@ -126,11 +126,14 @@ class DrainServer(uvicorn.Server):
         _SWITCH.draining = phase is not Phase.SERVING
 
     def _cycles(self) -> list[Any]:
-        """uvicorn's request cycles with a response still owed to a connected client."""
+        """uvicorn's request cycles with a response still owed to a connected client
+        (probes, metrics scrapes and drain requests are not work in flight)."""
+        own = self.runtime.own_paths
         found = []
         for conn in list(self.server_state.connections):
             cycle = getattr(conn, "cycle", None)
-            if cycle is not None and not cycle.response_complete and not cycle.disconnected:
+            if cycle is not None and not cycle.response_complete and not cycle.disconnected \
+                    and cycle.scope.get("path") not in own:
                 found.append(cycle)
         return found
 

@@ -198,7 +198,15 @@ class StreamingWorkload:
         loop = asyncio.get_running_loop()
         start = loop.time()
         if not gen.stream:
-            await asyncio.sleep(gen.duration)
+            watcher = loop.create_task(_watch_disconnect(receive, asyncio.Event()))
+            try:
+                # Stop generating if the client goes away before the answer is ready.
+                await asyncio.wait_for(asyncio.shield(watcher), gen.duration)
+                return
+            except TimeoutError:
+                pass
+            finally:
+                watcher.cancel()
             await _plain(send, 200, whole_answer(gen, ident, created), b"application/json")
             return
         await send({"type": "http.response.start", "status": 200,
