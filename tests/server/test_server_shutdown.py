@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -412,3 +413,49 @@ def test_run_forwards_other_signals_to_the_child(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def _read_response(sock: socket.socket, end: bytes, timeout: float = 10) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    while not data.endswith(end):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("kind", ["serve", "run", "plain"])
+def test_request_after_a_pre_drain_stream_on_the_same_connection(kind: str, tmp_path: Path
+                                                                  ) -> None:
+    # A stream that began before SIGTERM has no `Connection: close` header, so the client
+    # may send its next request on that connection the moment the stream ends. drainsafe
+    # answers it (listener already closed); plain uvicorn closes the connection instead.
+    replica = start_replica(kind, tmp_path, drain_delay=0.3, shutdown_timeout=3)
+    body = b'{"stream": true, "duration": 1.2, "token_interval": 0.1}'
+    try:
+        host, port = replica.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), 5) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: "
+                         b"application/json\r\ncontent-length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            time.sleep(0.3)
+            replica.signal(signal.SIGTERM)
+            first = _read_response(sock, b"0\r\n\r\n")
+            assert first.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+            assert b"connection: close" not in first.lower()
+            try:
+                sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+                second = _read_response(sock, b"pong", timeout=5)
+            except OSError:
+                second = b""
+        code = replica.wait(10)
+    finally:
+        replica.stop()
+    if kind == "plain":
+        assert not second.endswith(b"pong"), second
+        return
+    assert second.startswith(b"HTTP/1.1 200") and second.endswith(b"pong"), second
+    assert b"connection: close" in second.lower()
+    assert code == 0
