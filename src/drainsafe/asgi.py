@@ -21,7 +21,9 @@ lifespan start-up and hands uvicorn its own signal only when the drain delay is 
 uvicorn closes its listener then rather than at once (uvicorn 0.29+ installs its handlers
 before lifespan start-up: uvicorn/server.py `serve` -> `capture_signals` -> `_serve`).
 A second signal is handed to uvicorn as SIGINT, which uvicorn treats as force exit.
-Under `drainsafe serve` the server drives the runtime instead (hook_signals=False).
+Under `drainsafe serve` only the endpoints come from here: the server owns the signals and
+reads in-flight work from uvicorn's own request cycles (drainsafe.server.serve), which costs
+nothing per request.
 """
 
 from __future__ import annotations
