@@ -9,8 +9,12 @@ read at sanposhiho/kubernetes@059ce4e, which has the unhealthyPodEvictionPolicy 
 2. Pending, Succeeded, Failed or already terminating pods are deleted without a budget
    check (canIgnorePDB, via drainsafe.pdb.eviction_bypasses_budget).
 3. PDBs in the pod's namespace whose non-empty selector matches the pod are found; more
-   than one: a 500 Failure Status returned as the result ("This pod has more than one
-   PodDisruptionBudget, ...").
+   than one: a Failure Status with code 500 returned as the *result*, not as an error
+   ("This pod has more than one PodDisruptionBudget, ..."). The create handler
+   (apiserver pkg/endpoints/handlers/create.go: `code := http.StatusCreated`, and a returned
+   Status keeps its own Code) writes it with HTTP 201 (responsewriters.WriteObjectNegotiated
+   uses the handler's code), so on the wire it is 201 with a Failure body; client-go turns
+   any Failure Status body into an error whatever the HTTP code, which is what kubectl sees.
 4. A not-Ready pod is deleted without using the budget when the policy is AlwaysAllow, or
    when currentHealthy >= desiredHealthy > 0 (IfHealthyBudget); that delete carries a
    resourceVersion precondition and a conflict on it becomes the "still being processed"
@@ -102,7 +106,7 @@ def evict(store: Store, namespace: str, name: str, body: dict[str, Any], *,
 
     budgets = matching_budgets(store, pod)
     if len(budgets) > 1:
-        return 500, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+        return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
                      "status": "Failure", "message": MULTIPLE_PDBS, "code": 500}
     guard_rv = False
     if budgets:
