@@ -130,3 +130,22 @@ def test_slow_reader_pauses_the_child_instead_of_filling_memory(proxy: Replica) 
             tail = (tail + chunk)[-64:]
     assert grown < 8 * 1024, f"proxy grew by {grown} kB while the client did not read"
     assert tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+
+
+def test_expect_100_continue_is_passed_through(proxy: Replica) -> None:
+    body = b'{"max_tokens": 2, "token_interval": 0}'
+    host, port = proxy.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), 5) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                     b"content-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                     % len(body))
+        interim = sock.recv(1024)
+        sock.sendall(body)
+        rest = b""
+        while b"completion_tokens" not in rest:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            rest += chunk
+    assert interim.startswith(b"HTTP/1.1 100 "), interim
+    assert b"HTTP/1.1 200" in rest and b" tok0 tok1" in rest

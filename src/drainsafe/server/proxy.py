@@ -482,7 +482,11 @@ class UpstreamConnection(asyncio.Protocol):
         client = self.client
         status = self.parser.get_status_code()
         if status < 200:
-            return  # 1xx interim answers are not passed on; the final one follows
+            # An interim answer (100 Continue): pass it on; the final one follows.
+            if client.awaiting and status != 101:
+                client.write_for(client.awaiting[0], b"HTTP/1.1 %d %s\r\n\r\n"
+                                 % (status, self._reason or b"Continue"))
+            return
         req = client.awaiting.popleft() if client.awaiting else None
         self._req = req
         if req is None:
