@@ -1,0 +1,296 @@
+"""Read plain Kubernetes YAML with yaml-rs (Rust), ten times quicker than libyaml's events.
+
+PyYAML reads YAML 1.1 and yaml-rs YAML 1.2 with extensions of its own, so they disagree on
+some plain scalars (`yes`, `0777`, `1:30`, `1e3`, `_1`, dates...), and yaml-rs accepts a few
+things libyaml refuses (control characters, empty and complex keys). Check's behaviour is
+PyYAML's, so this reader takes an input only when a gate proves the two read it alike:
+
+- every whitespace-separated token of the text outside comments (split further at flow
+  indicators) is a plain scalar both libraries resolve to the same value (asked of both
+  and cached), or syntax that means the same to both;
+- no tags, merge keys, directives, `...` markers, tabs, carriage returns, control or
+  YAML 1.1 line-break characters, empty or complex keys, duplicate keys;
+- no alias can lie inside its own anchored node (yaml-rs reads it as null, PyYAML as a
+  cycle), and no flow mapping has a collection as a key (a Helm `{{ }}`);
+- nesting is shallow (yaml-rs 0.1.6 overflows its stack on ~10,000 nested block sequences).
+
+Anything else, and any error yaml-rs raises, is `Unsupported`: the caller reads that input
+with the libyaml path (fastyaml.py), so results and error messages stay PyYAML's. Document
+spans follow libyaml's marks exactly (line of the first node; line of the next `---`, or
+the stream's end). tests/check/test_rsyaml.py compares both readers with hypothesis.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from itertools import pairwise
+from typing import Any
+
+from drainsafe.check import fastyaml
+
+try:  # without it (no wheel for the platform), libyaml reads everything as before
+    import yaml_rs
+except ImportError:  # pragma: no cover - depends on the platform
+    AVAILABLE = False
+else:
+    AVAILABLE = True
+
+Unsupported = fastyaml.Unsupported
+
+_SEPARATOR = re.compile(r"^---[ ]*(?:#[^\n]*)?$", re.M)
+_CONTENT = re.compile(r"^[ ]*[^ \n#]", re.M)
+_DEEP_INDENT = "\n" + " " * 128
+_COMPACT_WIDE = re.compile(r"-  +-[ \n]")
+"""Nested compact sequences (`- - x`); flow nesting yaml-rs itself limits to 256."""
+_ASCII_REFUSED = bytes(range(0x00, 0x20)).replace(b"\n", b"") + b"\x7f"
+_ASCII_KEEP = bytes(b for b in range(256) if bytes([b]) not in _ASCII_REFUSED)
+_NON_ASCII_REFUSED = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+_COMMENT = re.compile(r"^((?:[^'\"#\n]*[ ])?)#[^\n]*", re.M)
+"""A comment on a line without quotes (where a `#` might be text): its words need no check."""
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_FLOW = re.compile(r"[\[\]{},]")
+_REFUSED_START = ("!", "?", ":", "%", "@", "`", "<<", "=", "|", ">")
+"""Tags, complex and empty keys, directives, reserved characters, merge keys, PyYAML's `=`
+value, and block scalars (yaml-rs reads an empty `|` as a line break, PyYAML as "")."""
+_SYNTAX = frozenset(("-", "#"))
+
+_VERDICTS: dict[str, bool] = {}
+_VERDICT_LIMIT = 200_000
+
+
+def _same_scalar(piece: str) -> bool:
+    """Whether PyYAML and yaml-rs read `piece`, as a plain scalar, to the same value."""
+    try:
+        ours = fastyaml._plain(piece)
+    except Unsupported:  # timestamps, `=`: PyYAML's own constructors
+        return False
+    try:
+        theirs = yaml_rs.loads(f"k: {piece}\n", parse_datetime=False)
+    except (yaml_rs.YAMLDecodeError, ValueError):
+        return False
+    if not isinstance(theirs, dict) or list(theirs) != ["k"]:
+        return False
+    value = theirs["k"]
+    return type(value) is type(ours) and repr(value) == repr(ours)  # repr: -0.0, nan
+
+
+def _piece_ok(piece: str) -> bool:
+    if not piece or piece in _SYNTAX:
+        return True
+    first = piece[0]
+    if piece.startswith(_REFUSED_START):
+        return False
+    if first in "'\"#":  # quoted text, comments
+        return True
+    if first in "&*":  # anchors and aliases with plain names (as PyYAML writes them)
+        return _NAME.fullmatch(piece, 1) is not None
+    if piece.endswith(":"):
+        piece = piece[:-1]
+        if not piece:
+            return False
+    return _same_scalar(piece)
+
+
+def _token_ok(token: str) -> bool:
+    verdict = _VERDICTS.get(token)
+    if verdict is not None:
+        return verdict
+    if _FLOW.search(token) is None:
+        verdict = _piece_ok(token)
+    else:
+        # Split at flow indicators (flow context), and also take the whole token as one
+        # scalar (block context, where `1,000` is a single plain scalar).
+        verdict = all(_piece_ok(p) for p in _FLOW.split(token)) and _piece_ok(
+            token.lstrip("[{").rstrip("]},:") + (":" if token.endswith(":") else ""))
+    if len(_VERDICTS) < _VERDICT_LIMIT:
+        _VERDICTS[token] = verdict
+    return verdict
+
+
+def gate(text: str) -> str | None:
+    """Why this text is left to libyaml, or None when both libraries read it alike."""
+    if not AVAILABLE:
+        return "yaml-rs is not installed"
+    if text.isascii():
+        if text.encode("ascii").translate(None, _ASCII_KEEP):
+            return "tab, carriage return or control character"
+    elif _NON_ASCII_REFUSED.search(text):
+        return "tab, control, non-printable or YAML 1.1 line-break character"
+    if "<<" in text:
+        return "merge key"
+    if _DEEP_INDENT in text:
+        return "deep indentation"
+    if "- - " in text or "- -\n" in text or _COMPACT_WIDE.search(text):
+        return "nested compact sequences"
+    verdicts = _VERDICTS
+    words = _COMMENT.sub(r"\1", text) if "#" in text else text
+    for token in frozenset(words.split()):
+        verdict = verdicts.get(token)
+        if verdict is None:
+            verdict = _token_ok(token)
+        if not verdict:
+            return f"token {token[:40]!r} reads differently in YAML 1.1"
+    if "\n..." in text or text.startswith("..."):
+        return "document end marker"
+    return None
+
+
+_DUPLICATES = yaml_rs.DuplicateKeyPolicy.Error if AVAILABLE else None
+
+
+def _load(chunk: str) -> Any:
+    try:
+        return yaml_rs.loads(chunk, parse_datetime=False, duplicate_key_policy=_DUPLICATES)
+    except (yaml_rs.YAMLDecodeError, ValueError, TypeError, RecursionError) as exc:
+        raise Unsupported(f"yaml-rs: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+
+
+def _collection_key(data: object) -> bool:
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            for key in item:
+                if type(key) in (tuple, frozenset, list, dict):
+                    return True
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return False
+
+
+def _has_alias(text: str, start: int, end: int) -> bool:
+    """Whether an alias (`*name` where a node may start) is in text[start:end]."""
+    at = text.find("*", start, end)
+    while at != -1:
+        if at == 0 or text[at - 1] in " \n[{,":
+            return True
+        at = text.find("*", at + 1, end)
+    return False
+
+
+_QUOTES = re.compile("[\"']")
+_ENDS: dict[tuple[int, bool], re.Pattern[str]] = {}
+
+
+def _node_end(indent: int, entry: bool) -> re.Pattern[str]:
+    """A line that ends a block node anchored on a line indented `indent`: one indented less
+    or, for a mapping value, as much but not a `- ` entry (an indentless sequence)."""
+    pattern = _ENDS.get((indent, entry))
+    if pattern is None:
+        less = f" {{0,{indent - 1}}}[^ \n#]|" if indent else ""
+        same = f" {{{indent}}}[^ \n#]" if entry else f" {{{indent}}}[^ \n#-]"
+        pattern = _ENDS[(indent, entry)] = re.compile(f"\n(?:{less}{same})")
+    return pattern
+
+
+def _recursive_alias(text: str) -> str | None:
+    """Why an alias might lie inside its own anchored node, or None when none can.
+
+    yaml-rs reads such an alias as null where PyYAML builds a cycle. Checked on block
+    structure only: with flow collections or quoted text inside the anchored node,
+    indentation no longer tells where the node ends.
+    """
+    if text.count("[") != text.count("[]") or text.count("{") != text.count("{}"):
+        return "aliases with flow collections"
+    at = text.find("*")
+    while at != -1:
+        if at == 0 or text[at - 1] in " \n":
+            name = _NAME.match(text, at + 1)
+            if name is None:
+                return "alias with an unusual name"
+            anchor = text.rfind("&" + name.group(), 0, at)
+            while anchor > 0 and (text[anchor - 1] not in " \n"
+                                  or text[anchor + 1 + len(name.group()):][:1] not in " \n"):
+                anchor = text.rfind("&" + name.group(), 0, anchor)
+            if anchor <= 0:
+                return "alias before its anchor"
+            line_start = text.rfind("\n", 0, anchor) + 1
+            line_end = text.find("\n", anchor)
+            if line_end == -1 or line_end > at:
+                return "alias on its anchor's line"
+            rest = text[anchor + 1 + len(name.group()):line_end].strip()
+            if ": " in rest or rest.endswith(":"):
+                return "anchor before a key"  # on the key, or on a compact mapping?
+            if not rest or rest[0] == "#":  # a block node follows: where does it end?
+                prefix = text[line_start:anchor]
+                indent = len(prefix) - len(prefix.lstrip(" "))
+                head = prefix.strip()
+                if head == "-":
+                    end = _node_end(indent, True).search(text, line_end, at)
+                elif head.endswith(":"):
+                    end = _node_end(indent, False).search(text, line_end, at)
+                else:
+                    return "anchor on a key"
+                if end is None or _QUOTES.search(text, line_end, end.start()) is not None:
+                    return "alias inside (or maybe inside) its anchored node"
+        at = text.find("*", at + 1)
+    return None
+
+
+def _separators(text: str) -> list[int]:
+    """Offsets of the `---` lines; Unsupported if one has content after the marker."""
+    found = [0] if text.startswith("---") else []
+    at = text.find("\n---")
+    while at != -1:
+        found.append(at + 1)
+        at = text.find("\n---", at + 1)
+    for at in found:
+        if _SEPARATOR.match(text, at) is None:
+            raise Unsupported("document marker with content on its line")
+    return found
+
+
+def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
+    """(object, first line, last line, has aliases) per document, as fastyaml.documents gives
+    them; raise Unsupported (before yielding anything) for input the gate refuses."""
+    why = gate(text)
+    if why is not None:
+        raise Unsupported(why)
+    count, content = text.count, _CONTENT.search
+    aliases = "*" in text and _has_alias(text, 0, len(text))
+    if aliases:
+        why = _recursive_alias(text)
+        if why is not None:
+            raise Unsupported(why)
+    # Segments of text between `---` lines, each with its 1-based first line; all but the
+    # first begin with their `---` line.
+    bounds = [0, *_separators(text), len(text)]
+    if bounds[1] == 0:
+        bounds.pop(0)  # the text starts with `---`: no implicit first document
+        explicit_first = True
+    else:
+        explicit_first = False
+    firsts = [1]
+    for a, b in pairwise(bounds[:-1]):
+        firsts.append(firsts[-1] + count("\n", a, b))
+    # libyaml ends the stream on a fresh line: after the last line break, or one line on.
+    stream_end = count("\n") + 1 + (1 if text and not text.endswith("\n") else 0)
+    found: list[tuple[int, int, bool]] = []  # (first line, last line, has aliases)
+    segments = len(bounds) - 1
+    for n in range(segments):
+        start, end, first = bounds[n], bounds[n + 1], firsts[n]
+        marker = explicit_first or n > 0
+        body = start
+        if marker:
+            body = text.find("\n", start, end) + 1 or end  # past the `---` line
+        last = firsts[n + 1] if n + 1 < segments else stream_end
+        node = content(text, body, end)
+        if node is not None:
+            found.append((first + count("\n", start, node.start()), last,
+                          aliases and _has_alias(text, body, end)))
+        elif marker:  # `---` with nothing after it: an empty document, placed (as libyaml
+            found.append((last, last, False))  # places its empty node) at the next token
+    if not found:
+        return iter(())
+    data = _load(text)
+    docs = data if len(found) > 1 else [data]
+    if not isinstance(docs, list) or len(docs) != len(found):
+        raise Unsupported("yaml-rs saw other documents")
+    if text.count("{") != text.count("{}") and _collection_key(docs):
+        # `{{ x }}` (a Helm template) is a mapping with a mapping as its key: PyYAML refuses
+        # it, yaml-rs makes a frozenset. Only a flow mapping can hide such a key.
+        raise Unsupported("collection as a mapping key")
+    return iter([(doc, a, b, c) for doc, (a, b, c) in zip(docs, found, strict=True)])
