@@ -46,9 +46,11 @@ class SourceText:
     name: str
     text: str
     _lines: list[str] | None = field(default=None, repr=False)
-    located: dict[tuple[int, tuple[str | int, ...]], tuple[int, int]] = field(
+    located: dict[tuple[int, tuple[str | int, ...]], tuple[int, int, int]] = field(
         default_factory=dict, repr=False)
     """Line lookups already done (see locate.py)."""
+    document_texts: dict[int, str] = field(default_factory=dict, repr=False)
+    """A document's lines joined, by its first line (see locate.py)."""
 
     @property
     def lines(self) -> list[str]:
@@ -183,6 +185,10 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
     try:
         if quick and (taken := _quick(text)) is not None:
             found = taken
+            if len(text) + rsyaml.MAX_REPLAYED_EVENTS < MAX_EXPANDED_NODES:
+                # yaml-rs bounds what aliases add (see rsyaml.MAX_REPLAYED_EVENTS): no
+                # document here can exceed the budget, so none needs walking.
+                found = [(data, start, end, False) for data, start, end, _ in taken]
         else:
             for item in fastyaml.documents(text):
                 found.append(item)

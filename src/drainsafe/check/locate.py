@@ -3,6 +3,10 @@
 The fast parser keeps no marks below the document, so the line of a field is looked up
 only for the findings that need one: follow the path key by key, each one deeper than the
 last. Flow style or JSON falls back to the nearest line found (at worst the document's start).
+
+A key is looked up with one regular expression over the document's lines, each after a "\\n"
+(the first line below the parent that could hold it), bounded by the first line that
+leaves the parent's block: C speed instead of a Python loop per line.
 """
 
 from __future__ import annotations
@@ -13,68 +17,95 @@ from drainsafe.check.findings import Path
 from drainsafe.check.load import Document
 
 _ITEM = re.compile(r"^(\s*)-(\s|$)")
+_KEYS: dict[str, re.Pattern[str]] = {}
+_EXITS: dict[int, re.Pattern[str]] = {}
 
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
+def _key_pattern(key: str) -> re.Pattern[str]:
+    """A line holding `key:` (plain or quoted), after its indent and any `- ` item marks.
+    It starts at the line break before the line: a literal start, which the regex engine
+    skips to quickly."""
+    pattern = _KEYS.get(key)
+    if pattern is None:
+        forms = "|".join(re.escape(f) for f in (key, f'"{key}"', f"'{key}'"))
+        pattern = _KEYS[key] = re.compile(rf"\n( *)((?:- +)*)(?:{forms}):(?:[ \t]|$)", re.M)
+    return pattern
+
+
+def _exit_pattern(parent: int) -> re.Pattern[str]:
+    """A line that leaves a block indented `parent`: content (not a comment) indented no
+    more, found from the line break before it."""
+    pattern = _EXITS.get(parent)
+    if pattern is None:
+        pattern = _EXITS[parent] = re.compile(rf"\n {{0,{parent}}}[^ \n#]")
+    return pattern
+
+
 def locate(doc: Document, path: Path) -> int:
-    lines = doc.source.lines
+    source = doc.source
+    lines = source.lines
     start = doc.start_line - 1
     end = min(doc.end_line, len(lines))
-    memo = doc.source.located
+    text = source.document_texts.get(start)
+    if text is None:  # every line, the first too, follows a line break (see _key_pattern)
+        text = source.document_texts[start] = "\n" + "\n".join(lines[start:end])
+    memo = source.located
     full = (*doc.prefix, *path)
     # Findings of one object share path prefixes (spec.template.spec.containers.0...).
-    depth, state = 0, (start, -1)
+    depth, state = 0, (start, -1, 1)
     for d in range(len(full), 0, -1):
         hit = memo.get((start, full[:d]))
         if hit is not None:
             depth, state = d, hit
             break
-    pos, parent_indent = state
+    pos, parent_indent, offset = state
     if pos < 0:
         return -pos
     for d in range(depth, len(full)):
         key = full[d]
         if isinstance(key, int):
-            found = _nth_item(lines, pos, end, parent_indent, key)
+            found = _nth_item(lines, pos, end, parent_indent, key, offset)
         else:
-            found = _key(lines, pos, end, parent_indent, key)
+            found = _key(text, pos, offset, parent_indent, key)
         if found is None:
             # Not found below here: remember the nearest line (negated) for this path.
-            memo[(start, full[:d + 1])] = (-(pos + 1) if d else -doc.start_line, 0)
+            memo[(start, full[:d + 1])] = (-(pos + 1) if d else -doc.start_line, 0, 0)
             return pos + 1 if d else doc.start_line
-        pos, parent_indent = found
+        pos, parent_indent, offset = found
         memo[(start, full[:d + 1])] = found
     return pos + 1 if full else doc.start_line
 
 
-def _key(lines: list[str], pos: int, end: int, parent: int, key: str) -> tuple[int, int] | None:
-    quoted = (f'"{key}"', f"'{key}'")
-    for i in range(pos, end):
-        line = lines[i]
-        content = line.lstrip(" ")
-        if not content or content[0] == "#":
-            continue
-        if i > pos and len(line) - len(content) <= parent:
-            return None  # left the parent's block
-        body = content
-        while body[:2] == "- ":
-            body = body[2:].lstrip(" ")
-        for form in (key, *quoted):
-            if body.startswith(form) and body[len(form):len(form) + 1] == ":":
-                rest = body[len(form) + 1:len(form) + 2]
-                if rest in ("", " ", "\t"):
-                    # The key's own indent is where its text starts (after any "- ").
-                    key_indent = len(line) - len(body)
-                    if key_indent > parent:
-                        return i, key_indent
-    return None
+def _key(text: str, pos: int, offset: int, parent: int, key: str
+         ) -> tuple[int, int, int] | None:
+    """The first line from `pos` (at `offset` in text) holding `key` deeper than `parent`,
+    before a later line leaves the parent's block: (line, key indent, line offset)."""
+    if "\n" in key:
+        return None  # a line never holds one
+    limit = len(text)
+    if parent >= 0:
+        after = text.find("\n", offset)
+        if after != -1:
+            leaving = _exit_pattern(parent).search(text, after)
+            if leaving is not None:
+                limit = leaving.start()
+    pattern = _key_pattern(key)
+    match = pattern.search(text, offset - 1, limit)
+    # Only the parent's own line can hold the key no deeper than the parent.
+    while match is not None and match.end(2) - match.start(1) <= parent:
+        match = pattern.search(text, match.end(), limit)
+    if match is None:
+        return None
+    at = match.start() + 1
+    return pos + text.count("\n", offset, at), match.end(2) - match.start(1), at
 
 
-def _nth_item(lines: list[str], pos: int, end: int, parent: int, n: int
-              ) -> tuple[int, int] | None:
+def _nth_item(lines: list[str], pos: int, end: int, parent: int, n: int, offset: int
+              ) -> tuple[int, int, int] | None:
     seen, item_indent = -1, None
     for i in range(pos + 1, end):
         line = lines[i]
@@ -94,5 +125,5 @@ def _nth_item(lines: list[str], pos: int, end: int, parent: int, n: int
         if indent == item_indent:
             seen += 1
             if seen == n:
-                return i, indent
+                return i, indent, offset + sum(len(lines[j]) + 1 for j in range(pos, i))
     return None
