@@ -124,7 +124,9 @@ def test_anchors_and_aliases_read_alike(base: dict[Any, Any], inner: Any, where:
     node = base
     for key in where:  # hang the shared object at several depths
         node[key] = inner
-        node = node.setdefault(key + "x", {})
+        child: dict[Any, Any] = {}
+        node[key + "x"] = child
+        node = child
     if cycle:
         node["loop"] = base
     text = yaml.safe_dump(base, default_flow_style=flow, sort_keys=False)

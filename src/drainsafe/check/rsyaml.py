@@ -137,12 +137,18 @@ def gate(text: str) -> str | None:
     return None
 
 
+MAX_REPLAYED_EVENTS = 1_000_000
+"""yaml-rs refuses input whose aliases replay more events than this (an alias bomb), and
+the libyaml path then reports it as before. So a document read here expands to at most its
+own nodes (fewer than its characters) plus this many."""
 _DUPLICATES = yaml_rs.DuplicateKeyPolicy.Error if AVAILABLE else None
+_LIMITS = yaml_rs.AliasLimits(max_total_replayed_events=MAX_REPLAYED_EVENTS) if AVAILABLE else None
 
 
 def _load(chunk: str) -> Any:
     try:
-        return yaml_rs.loads(chunk, parse_datetime=False, duplicate_key_policy=_DUPLICATES)
+        return yaml_rs.loads(chunk, parse_datetime=False, duplicate_key_policy=_DUPLICATES,
+                             alias_limits=_LIMITS)
     except (yaml_rs.YAMLDecodeError, ValueError, TypeError, RecursionError) as exc:
         raise Unsupported(f"yaml-rs: {str(exc).splitlines()[0] if str(exc) else exc}") from None
 
