@@ -7,6 +7,16 @@ lists named in MERGE_KEYS merge element-wise by their patchMergeKey (from the
 replaced; the directives `$patch` (replace/delete/merge), `$retainKeys`,
 `$setElementOrder/<list>` and `$deleteFromPrimitiveList/<list>` are honoured.
 Pure functions over JSON-shaped data.
+
+Nulls: in both merge patches a null means "delete this key". A value the patch inserts
+whole (a key the object did not have, a new item of a merge list, a replaced list or map)
+keeps no null keys at any depth: the server never stores a null field. Upstream gets
+there in two steps: strategicpatch mergeMap drops them with discardNullValuesFromPatch
+(IgnoreUnmatchedNulls, set by StrategicMergeMapPatch), evanphx/json-patch MergePatch
+with pruneNulls, and apiserver endpoints/handlers/patch.go then decodes the result into
+the typed object, where a null field is simply unset. (Older apimachinery kept nulls in
+appended list items and relied on that decode alone; the lab stores plain JSON, so it
+has to drop them itself.)
 """
 
 from __future__ import annotations
@@ -68,7 +78,9 @@ def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[s
 
 def merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return patch
+        # RFC 7386 takes a non-object value as it is; Kubernetes stores no nulls inside
+        # it either (pruneNulls, then the typed decode), e.g. in a replaced list of objects.
+        return _without_nulls(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:
@@ -264,13 +276,25 @@ def _ordered(field: str, items: list[Any], order: list[Any]) -> list[Any]:
                                                 else "", len(rank)))
 
 
+def _is_directive(key: str) -> bool:
+    return key.startswith("$") and (key in ("$patch", "$retainKeys") or key.startswith(_ORDER)
+                                    or key.startswith(_DELETE_PRIMITIVE))
+
+
 def _strip(value: Any) -> Any:
-    """Drop directives from a value that is inserted as a whole."""
+    """A value inserted as a whole: without directives and without null keys, at any
+    depth (discardNullValuesFromPatch; a null there has nothing to delete)."""
     if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items()
-                if not (k.startswith("$") and (k == "$patch" or k == "$retainKeys"
-                                               or k.startswith(_ORDER)
-                                               or k.startswith(_DELETE_PRIMITIVE)))}
+        return {k: _strip(v) for k, v in value.items() if v is not None and not _is_directive(k)}
     if isinstance(value, list):
         return [_strip(v) for v in value]
+    return value
+
+
+def _without_nulls(value: Any) -> Any:
+    """A merge-patch value inserted as a whole, without null keys at any depth (pruneNulls)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
     return value
