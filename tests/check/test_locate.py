@@ -115,6 +115,16 @@ def _paths(node: Any, prefix: Path = ()) -> list[Path]:
     return found
 
 
+def test_the_next_list_item_ends_the_search() -> None:
+    """`image` is missing from the first container: the search must stop at the second
+    one's `- image:` line (no deeper than the first item), not find it there."""
+    text = "spec:\n  containers:\n  - name: a\n    ports: []\n  - image: b\n    name: c\n"
+    data = yaml.safe_load(text)
+    doc = Document(data, SourceText("m.yaml", text), 0, 1, 7)
+    path = ("spec", "containers", 0, "image")
+    assert locate(doc, path) == _ref_locate(doc, path, {}) == 3
+
+
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.dictionaries(KEY, values, min_size=1, max_size=4),
@@ -138,5 +148,7 @@ def test_locate_matches_the_line_loop(data: dict[str, Any], flow: bool | None, i
     source = SourceText("m.yaml", text)
     doc = Document(data, source, 0, start, start + len(lines))
     memo: dict[Any, tuple[int, int]] = {}
-    for path in [*_paths(data), *(tuple(p) for p in extra)]:
+    present = _paths(data)
+    missing = [(*p, k) for p in present for k in ("name", "a", "spec")]  # e.g. list items
+    for path in [*present, *missing, *(tuple(p) for p in extra)]:
         assert locate(doc, path) == _ref_locate(doc, path, memo), (text, path)

@@ -86,21 +86,22 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str
     before a later line leaves the parent's block: (line, key indent, line offset)."""
     if "\n" in key:
         return None  # a line never holds one
-    limit = len(text)
-    if parent >= 0:
-        after = text.find("\n", offset)
-        if after != -1:
-            leaving = _exit_pattern(parent).search(text, after)
-            if leaving is not None:
-                limit = leaving.start()
     pattern = _key_pattern(key)
-    match = pattern.search(text, offset - 1, limit)
-    # Only the parent's own line can hold the key no deeper than the parent.
+    match = pattern.search(text, offset - 1)
+    # Only the parent's own line can hold the key no deeper than the parent (on a later
+    # line such a match is itself a line that leaves the block: found below).
     while match is not None and match.end(2) - match.start(1) <= parent:
-        match = pattern.search(text, match.end(), limit)
+        match = pattern.search(text, match.end())
     if match is None:
         return None
     at = match.start() + 1
+    if parent >= 0:
+        # Lines after the parent's, up to the key's own (`- key:` can sit no deeper than
+        # the parent, e.g. the next item of a list): does one leave the block?
+        after = text.find("\n", offset)
+        if -1 < after < at and _exit_pattern(parent).search(
+                text, after, at + parent + 1) is not None:
+            return None
     return pos + text.count("\n", offset, at), match.end(2) - match.start(1), at
 
 
