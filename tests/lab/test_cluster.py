@@ -13,6 +13,9 @@ import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
 from drainsafe.lab.cluster import Lab, gpu_device_plugin_daemonset, pids_alive, virtual_deployment
+from drainsafe.lab.discovery import BY_KEY
+
+SERVICES = BY_KEY["services"]
 
 
 def http_deployment(name: str, *, replicas: int = 2, grace: int = 10,
@@ -202,3 +205,17 @@ async def test_kubectl_drain_with_real_kubelets(tmp_path: Path, version: str) ->
         # The evicted pods went through the kubelet's termination: preStop, then SIGTERM.
         done = lab.nodes.kubelets["node-0"].terminated
         assert len(done) == 3 and all(w.records["main"].prestop_completed for w in done)
+
+
+async def test_parallel_labs_allocate_different_cluster_ips(tmp_path: Path) -> None:
+    """Labs sharing a machine start ClusterIP allocation at random offsets (the control
+    plane's cluster_ip_start), so their L4 listeners on 127.96.x.y:80 do not collide."""
+    async with Lab(tmp_path / "one", nodes=1, ingress=False, seed=1) as one, \
+            Lab(tmp_path / "two", nodes=1, ingress=False, seed=2) as two:
+        ips = []
+        for lab in (one, two):
+            await lab.apply(service("web"))
+            svc = lab.control_plane.store.get(SERVICES, "default", "web")
+            ips.append(svc["spec"]["clusterIP"])
+        assert ips[0] != ips[1]
+        assert all(ip.startswith("127.96.") and ip != "127.96.0.1" for ip in ips), ips

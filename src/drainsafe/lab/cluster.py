@@ -100,13 +100,11 @@ class Lab:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         # A safety net if the event loop dies without running stop(): kill what we started.
         atexit.register(self._kill_remaining)
-        self.control_plane = ControlPlane(self.state_dir)
         # Several labs may run on one machine (tests in parallel); ClusterIPs from the same
         # 127.96.0.0/16 would collide on the L4 listeners, so each lab starts its ClusterIP
-        # allocation at a random offset. (The allocator has no public knob for this yet.)
-        allocator = getattr(self.control_plane, "cluster_ips", None)
-        if allocator is not None and hasattr(allocator, "_cursor"):
-            allocator._cursor = self.rng.randrange(1, 65000)
+        # allocation at a random offset.
+        self.control_plane = ControlPlane(self.state_dir,
+                                          cluster_ip_start=self.rng.randrange(1, 65000))
         await self.control_plane.start()
         self.control_plane.write_kubeconfig(self.kubeconfig)
         self.client = AsyncClient(config=KubeConfig.from_file(str(self.kubeconfig)),
