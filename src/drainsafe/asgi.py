@@ -15,6 +15,9 @@ What it adds to any ASGI app (FastAPI, Starlette, raw):
 - requests still running at the shutdown deadline are ended on purpose: an SSE stream gets
   drainsafe.marker's error event and no [DONE]; another started body is aborted without its
   terminating chunk (clients report an incomplete body); an unanswered request gets 503.
+- every response of the app names the pod (`x-drainsafe-pod`, from env POD_NAME or else
+  HOSTNAME; no header when neither is set), and its duration goes into the
+  `drainsafe_request_duration_seconds` histogram, both for drainsafe verify/tune.
 
 Under plain uvicorn (lifespan on, the default), the middleware takes over SIGTERM/SIGINT at
 lifespan start-up and hands uvicorn its own signal only when the drain delay is over, so
@@ -65,12 +68,13 @@ class AsgiRequest(Tracked):
     calls: it is what `drainsafe serve` costs over bare uvicorn.
     """
 
-    __slots__ = ("_send", "headers", "rt", "task")
+    __slots__ = ("_send", "headers", "rt", "t0", "task")
 
     def __init__(self, task: asyncio.Task[Any] | None, send: Send, rt: DrainRuntime) -> None:
         self.task = task
         self._send = send
         self.rt = rt
+        self.t0 = rt.clock()
         self.started = False
         self.complete = False
         self.was_cut = False
@@ -80,11 +84,17 @@ class AsgiRequest(Tracked):
         if message["type"] == "http.response.start":
             self.started = True
             headers = self.headers = message.get("headers") or []
-            if not self.rt.serving:
+            rt = self.rt
+            pod = rt.pod_header
+            if pod is not None or not rt.serving:
                 message = dict(message)
-                message["headers"] = [*headers, _CLOSE]
-        elif not message.get("more_body", False):
+                extra = [_CLOSE] if not rt.serving else []
+                message["headers"] = [*headers, *extra] if pod is None \
+                    else [*headers, pod, *extra]
+        elif not message.get("more_body", False) and not self.complete:
             self.complete = True
+            rt = self.rt
+            rt.durations.observe(rt.clock() - self.t0)
         return self._send(message)
 
     @property
@@ -168,9 +178,10 @@ class DrainMiddleware:
 
 async def _end_cut(req: AsgiRequest, send: Send) -> None:
     if not req.started:
-        await send({"type": "http.response.start", "status": 503,
-                    "headers": [(b"content-type", b"application/json"), _CLOSE,
-                                (b"retry-after", b"1")]})
+        headers = [(b"content-type", b"application/json"), _CLOSE, (b"retry-after", b"1")]
+        if req.rt.pod_header is not None:
+            headers.append(req.rt.pod_header)
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body",
                     "body": b'{"error":"server shut down before answering"}'})
     elif req.sse and req.stream:

@@ -14,6 +14,10 @@ drainsafe.marker error event, then the terminating chunk; other started bodies: 
 connection is closed without a terminating chunk, so clients see an incomplete body;
 unanswered requests: 503). An upstream abort mid-stream becomes the same marker for SSE.
 
+Every response the proxy writes names the pod (`x-drainsafe-pod`, when the runtime knows
+it; the child's own such header is replaced, as the proxy is the pod's front), and each
+proxied response sent in full is timed into the runtime's duration histogram.
+
 Hop-by-hop headers (Connection, Keep-Alive, Proxy-Connection) are not forwarded (RFC 9110
 §7.6.1). Upgrades (WebSocket) are not proxied: they get 501.
 """
@@ -29,7 +33,7 @@ import httptools
 
 from drainsafe.asgi import own_endpoint_response
 from drainsafe.marker import sse_error_event
-from drainsafe.server.runtime import DrainRuntime, Tracked
+from drainsafe.server.runtime import POD_HEADER, DrainRuntime, Tracked
 
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
 
@@ -52,18 +56,20 @@ server keep-alive timeouts (uvicorn 5 s, gunicorn 2 s), so the child never close
 connection the proxy is about to send on."""
 
 
-def _error_response(status: int, reason: bytes, message: bytes) -> bytes:
+def _error_response(status: int, reason: bytes, message: bytes, extra: bytes = b"") -> bytes:
+    """A complete response of the proxy's own; `extra`: header lines (the pod header)."""
     body = b'{"error":"' + message + b'"}'
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
+            b"%sconnection: close\r\n\r\n%s" % (status, reason, len(body), extra, body))
 
 
 class ProxyRequest(Tracked):
     __slots__ = ("chunked", "close_after", "conn", "head_sent", "keep_alive", "local",
-                 "method", "out", "query", "sse")
+                 "method", "out", "query", "sse", "t0")
 
     def __init__(self, conn: ClientConnection, method: bytes, keep_alive: bool) -> None:
         super().__init__()
+        self.t0 = conn.runtime.clock()
         self.conn = conn
         self.method = method
         self.keep_alive = keep_alive
@@ -99,6 +105,11 @@ class Proxy:
         self.connections: set[ClientConnection] = set()
         self.server: asyncio.Server | None = None
         self.upstream_aborts = 0
+        pod = runtime.pod_header
+        self.pod_line = b"" if pod is None else b"%s: %s\r\n" % pod
+        """The pod header as a header line, added to every response head (b"": none)."""
+        self.drop = _HOP if pod is None else _HOP | {POD_HEADER.encode()}
+        """Response headers of the child not passed on."""
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
@@ -172,11 +183,12 @@ class ClientConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._fail(_error_response(501, b"Not Implemented", b"upgrade not supported"))
+            self._fail(_error_response(501, b"Not Implemented", b"upgrade not supported",
+                                       self.proxy.pod_line))
             return
         except httptools.HttpParserError as exc:
             self._fail(_error_response(400, b"Bad Request", str(exc).encode()[:200]
-                                       .replace(b'"', b"'")))
+                                       .replace(b'"', b"'"), self.proxy.pod_line))
             return
         self._flush()
 
@@ -304,8 +316,11 @@ class ClientConnection(asyncio.Protocol):
             req.out.append(data)
 
     def response_done(self, req: ProxyRequest) -> None:
+        rt = self.runtime
+        if not req.complete and req.local is None:
+            rt.durations.observe(rt.clock() - req.t0)
         req.complete = True
-        self.runtime.finish(req)
+        rt.finish(req)
         # A response that went out without `Connection: close` (it began before the drain)
         # leaves the connection open: the client may already be sending its next request,
         # which is answered with `Connection: close`. Closing now would reset that request.
@@ -332,15 +347,18 @@ class ClientConnection(asyncio.Protocol):
     def head_for(self, req: ProxyRequest, status: int, reason: bytes,
                  headers: list[tuple[bytes, bytes]]) -> bytes:
         head = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+        drop = self.proxy.drop
         for name, value in headers:
             low = name.lower()
-            if low in _HOP:
+            if low in drop:
                 continue
             if low == b"transfer-encoding" and b"chunked" in value.lower():
                 req.chunked = True
             elif low == b"content-type" and value.lower().startswith(b"text/event-stream"):
                 req.sse = True
             head += (name, b": ", value, b"\r\n")
+        if self.proxy.pod_line:
+            head.append(self.proxy.pod_line)
         if not req.keep_alive or not self.runtime.serving:
             head.append(b"connection: close\r\n")
             req.close_after = True
@@ -357,7 +375,8 @@ class ClientConnection(asyncio.Protocol):
                                                        host, port)
         except OSError:
             self.connecting = False
-            self._fail(_error_response(502, b"Bad Gateway", b"upstream not reachable"))
+            self._fail(_error_response(502, b"Bad Gateway", b"upstream not reachable",
+                                       self.proxy.pod_line))
             return
         self.connecting = False
         if self.closed:
@@ -381,7 +400,8 @@ class ClientConnection(asyncio.Protocol):
                 self.write_for(front, _ABORT_CHUNK)
         elif front is not None:
             self.write_for(front, _error_response(502, b"Bad Gateway",
-                                                  b"upstream closed the connection"))
+                                                  b"upstream closed the connection",
+                                                  self.proxy.pod_line))
         self._flush()
         self.close()
 
@@ -410,7 +430,8 @@ class ClientConnection(asyncio.Protocol):
                 self.out.append(_DEADLINE_CHUNK)
         elif front is not None and not front.head_sent:
             self.out.append(_error_response(503, b"Service Unavailable",
-                                            b"server shut down before answering"))
+                                            b"server shut down before answering",
+                                            self.proxy.pod_line))
         self._flush()
         self.close()
 

@@ -5,8 +5,14 @@ shell (drainsafe.server.serve) and the proxy (drainsafe.server.proxy) all regist
 request as a `Tracked` and feed signals and clock ticks in; the pure lifecycle
 (drainsafe.server.lifecycle) decides what happens next.
 
-The hot path (`track`/`finish`) only touches plain attributes; Prometheus figures are read
-from them at scrape time by a custom collector, so serving costs no metric locks.
+The hot path (`track`/`finish`, `DurationHistogram.observe`) only touches plain attributes;
+Prometheus figures are read from them at scrape time by a custom collector, so serving costs
+no metric locks.
+
+Each response names the pod that served it (`x-drainsafe-pod`, from env POD_NAME or else
+HOSTNAME), so `drainsafe verify` can place every request on its pod; request durations go
+into `drainsafe_request_duration_seconds`, which `drainsafe tune` reads for the shutdown
+deadline.
 """
 
 from __future__ import annotations
@@ -14,17 +20,94 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
+import re
 import time
-from collections.abc import Callable, Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from drainsafe.server import lifecycle
 from drainsafe.server.lifecycle import Phase, Settings, State
 
 logger = logging.getLogger("drainsafe.server")
+
+POD_HEADER = "x-drainsafe-pod"
+"""Response header naming the pod that served the request. drainsafe verify reads it
+(drainsafe.verify.load.DEFAULT_POD_HEADER) to place each request on its pod."""
+POD_ENV = ("POD_NAME", "HOSTNAME")
+"""Where the pod name comes from, first set wins: POD_NAME from the downward API
+(`fieldRef: {fieldPath: metadata.name}`), else HOSTNAME, which the kubelet sets to the pod
+name unless `spec.hostname` overrides it (kubernetes.io/docs/concepts/services-networking/
+dns-pod-service/#pod-hostname-and-subdomain-field)."""
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]+")
+
+DURATION_METRIC = "drainsafe_request_duration_seconds"
+"""drainsafe tune reads any `*_request_duration_seconds` histogram (drainsafe.verify.tune
+DURATION_SUFFIX) at p99, as the upper bound of its bucket, for the shutdown deadline."""
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0,
+                    45.0, 60.0, 75.0, 90.0, 105.0, 120.0)
+"""From a quick API call to a 90 s generation and beyond. tune recommends the deadline from
+a bucket's upper bound, so long requests get bounds at most 15 s apart."""
+
+
+def pod_name(environ: Mapping[str, str]) -> str | None:
+    """The pod's name for the response header, or None (then no header is sent)."""
+    for key in POD_ENV:
+        value = environ.get(key, "").strip()
+        if not value:
+            continue
+        if _HEADER_VALUE.fullmatch(value):
+            return value
+        logger.warning("drainsafe: %s=%r is not a valid header value; responses will not "
+                       "carry %s", key, value, POD_HEADER)
+        return None
+    return None
+
+
+class DurationHistogram:
+    """Request durations in Prometheus histogram buckets, exported at scrape time.
+
+    Observed only on the event loop's thread, like every figure of the runtime, so one
+    bisect and two increments suffice (~0.4 µs). prometheus_client's `Histogram.observe`
+    takes a lock per bucket and sum update (~2 µs, about a tenth of what serve spends per
+    request on a trivial endpoint), which serve's goal (>= 0.97x bare uvicorn) cannot pay.
+    """
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...] = DURATION_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        """Per bucket, not cumulative; the last one is +Inf."""
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        # bisect_left: the first bound >= seconds, as Prometheus's `le` is inclusive.
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.sum += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(le, cumulative count) rows in exposition order, ending with +Inf."""
+        rows: list[tuple[str, float]] = []
+        total = 0
+        for bound, n in zip((*self.bounds, math.inf), self.counts, strict=True):
+            total += n
+            # `le` as prometheus_client writes it: 1.0, 0.05, +Inf
+            rows.append(("+Inf" if bound == math.inf else repr(float(bound)), float(total)))
+        return rows
 
 
 class Tracked:
@@ -63,7 +146,8 @@ class Paths:
 class DrainRuntime:
     def __init__(self, settings: Settings, *, paths: Paths | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 environ: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self.paths = paths or Paths()
         self.own_paths = self.paths.all()
@@ -78,6 +162,12 @@ class DrainRuntime:
         self.last_after_drain: float | None = None
         """Seconds from drain start to the last request received (the seed's figure)."""
         self.cut_count = 0
+        self.durations = DurationHistogram()
+        """Durations of requests whose response was sent in full (not probes or scrapes;
+        not requests ended at the deadline: those are in `cut_count`)."""
+        self.pod = pod_name(os.environ if environ is None else environ)
+        self.pod_header: tuple[bytes, bytes] | None = None if self.pod is None \
+            else (POD_HEADER.encode(), self.pod.encode())
         self._phase_event = asyncio.Event()  # binds to a loop on first wait (3.10+)
         self.cutter: Callable[[], int] | None = None
         """Ends whatever is in flight elsewhere than `open` (drainsafe serve); returns how many."""
@@ -238,6 +328,9 @@ class _RuntimeCollector(Collector):
         yield CounterMetricFamily("drainsafe_streams_cut",
                                   "Requests and streams ended at the shutdown deadline",
                                   value=rt.cut_count)
+        yield HistogramMetricFamily(
+            DURATION_METRIC, "Seconds from request received to response sent in full",
+            buckets=rt.durations.cumulative(), sum_value=rt.durations.sum)
         yield GaugeMetricFamily("drainsafe_drain_delay_seconds", "Configured drain delay",
                                 value=rt.settings.drain_delay)
         yield GaugeMetricFamily("drainsafe_shutdown_timeout_seconds",

@@ -20,6 +20,10 @@ httptools protocol's `RequestResponseCycle` installed in this process, only note
 response's headers and, while draining, clears `keep_alive`, which makes uvicorn write
 `Connection: close` and close after the response (httptools_impl.py `send`). That keeps
 `drainsafe serve` within a few percent of bare uvicorn on a trivial endpoint.
+
+The pod header is one of uvicorn's own default headers (`Config(headers=...)`, written on
+every response); a request's duration is taken from a start time `ServeApp` puts in the
+scope to the app's last body message, which `DrainCycle` sees anyway.
 """
 
 from __future__ import annotations
@@ -39,15 +43,20 @@ import uvicorn.protocols.http.httptools_impl as httptools_impl
 from drainsafe.asgi import ASGIApp, DrainMiddleware, Receive, Scope, Send
 from drainsafe.marker import sse_error_event
 from drainsafe.server.lifecycle import Phase
-from drainsafe.server.runtime import DrainRuntime
+from drainsafe.server.runtime import POD_HEADER, DrainRuntime, DurationHistogram
 
 POLL = 0.05
+_T0 = "drainsafe.t0"
+"""Scope key: when the app was called (the runtime's clock)."""
 
 
 class _Switch:
-    """Process-wide: whether responses starting now must close their connection."""
+    """Process-wide: whether responses starting now must close their connection, and
+    where request durations go."""
 
     draining = False
+    durations: DurationHistogram | None = None
+    clock: Any = None
 
 
 _SWITCH = _Switch()
@@ -64,6 +73,13 @@ class DrainCycle(_BaseCycle):
             self.drain_headers = message.get("headers")
             if _SWITCH.draining:
                 self.keep_alive = False
+        elif not message.get("more_body", False) and not self.response_complete \
+                and not self.disconnected:
+            # The last body message of a response uvicorn will write: observe once.
+            t0 = self.scope.get(_T0)
+            durations = _SWITCH.durations
+            if t0 is not None and durations is not None:
+                durations.observe(_SWITCH.clock() - t0)
         return _base_send(self, message)
 
 
@@ -87,6 +103,7 @@ class ServeApp:
             if scope["path"] in rt.own_paths:
                 return self._endpoints._own_or_app(scope, receive, send)
             rt.requests_total += 1
+            scope[_T0] = rt.clock()
             if not rt.serving:
                 rt.note_late()
         return self.app(scope, receive, send)
@@ -97,6 +114,9 @@ class DrainServer(uvicorn.Server):
         super().__init__(config)
         self.runtime = runtime
         install_cycle_hook()
+        _SWITCH.durations = runtime.durations
+        _SWITCH.clock = runtime.clock
+        self._unanswered = unanswered_response(runtime.pod_header)
         runtime.probe = self._probe
         runtime.cutter = self._cut
         runtime.on_phase(self._phase_changed)
@@ -148,7 +168,7 @@ class DrainServer(uvicorn.Server):
         for cycle in cycles:
             transport = cycle.transport
             if not cycle.response_started:
-                transport.write(_UNANSWERED)
+                transport.write(self._unanswered)
             elif cycle.chunked_encoding and _is_sse(getattr(cycle, "drain_headers", None)):
                 event = sse_error_event()
                 transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
@@ -202,9 +222,14 @@ class DrainServer(uvicorn.Server):
 
 
 _UNANSWERED_BODY = json.dumps({"error": "server shut down before answering"}).encode()
-_UNANSWERED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-               b"content-length: %d\r\nretry-after: 1\r\nconnection: close\r\n\r\n%s"
-               % (len(_UNANSWERED_BODY), _UNANSWERED_BODY))
+
+
+def unanswered_response(pod_header: tuple[bytes, bytes] | None) -> bytes:
+    """The 503 written at the deadline to a request the app has not answered."""
+    pod = b"" if pod_header is None else b"%s: %s\r\n" % pod_header
+    return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nretry-after: 1\r\n%sconnection: close\r\n\r\n%s"
+            % (len(_UNANSWERED_BODY), pod, _UNANSWERED_BODY))
 
 
 def _is_sse(headers: list[tuple[bytes, bytes]] | None) -> bool:
@@ -223,6 +248,10 @@ def build(app: ASGIApp, runtime: DrainRuntime, **uvicorn_options: Any) -> DrainS
     # The cycle hook is for the httptools protocol (uvicorn's default when installed).
     uvicorn_options["http"] = "httptools"
     uvicorn_options.setdefault("interface", "asgi3")
+    if runtime.pod is not None:
+        # One of uvicorn's default headers: written on every response at no extra cost.
+        uvicorn_options["headers"] = [*uvicorn_options.get("headers", []),
+                                      (POD_HEADER, runtime.pod)]
     config = uvicorn.Config(ServeApp(app, runtime), **uvicorn_options)
     return DrainServer(config, runtime)
 
