@@ -4,9 +4,9 @@ The fast parser keeps no marks below the document, so the line of a field is loo
 only for the findings that need one: follow the path key by key, each one deeper than the
 last. Flow style or JSON falls back to the nearest line found (at worst the document's start).
 
-A key is looked up with one regular expression over the document's lines, each after a "\\n"
-(the first line below the parent that could hold it), bounded by the first line that
-leaves the parent's block: C speed instead of a Python loop per line.
+A key is looked up as text (`key:`, then checked to start its line's content) from the
+parent's line on, and the lines before it are searched once for one that leaves the
+parent's block: C speed instead of a Python loop per line.
 """
 
 from __future__ import annotations
@@ -25,15 +25,17 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
-def _key_pattern(key: str) -> re.Pattern[str]:
-    """A line holding `key:` (plain or quoted), after its indent and any `- ` item marks.
-    It starts at the line break before the line: a literal start, which the regex engine
-    skips to quickly."""
-    pattern = _KEYS.get(key)
+def _key_pattern(form: str) -> re.Pattern[str]:
+    """`form:` ending a key (then a blank or the line's end). It starts with literal text,
+    which the regex engine skips to quickly; where it sits on its line is checked apart."""
+    pattern = _KEYS.get(form)
     if pattern is None:
-        forms = "|".join(re.escape(f) for f in (key, f'"{key}"', f"'{key}'"))
-        pattern = _KEYS[key] = re.compile(rf"\n( *)((?:- +)*)(?:{forms}):(?:[ \t]|$)", re.M)
+        pattern = _KEYS[form] = re.compile(rf"{re.escape(form)}:(?:[ \t]|$)", re.M)
     return pattern
+
+
+_BODY = re.compile(r" *(?:- +)*")
+"""What may stand before a key on its line: the indent and any `- ` item marks."""
 
 
 def _exit_pattern(parent: int) -> re.Pattern[str]:
@@ -86,15 +88,24 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str
     before a later line leaves the parent's block: (line, key indent, line offset)."""
     if "\n" in key:
         return None  # a line never holds one
-    pattern = _key_pattern(key)
-    match = pattern.search(text, offset - 1)
-    # Only the parent's own line can hold the key no deeper than the parent (on a later
-    # line such a match is itself a line that leaves the block: found below).
-    while match is not None and match.end(2) - match.start(1) <= parent:
-        match = pattern.search(text, match.end())
-    if match is None:
+    found = None  # (line offset, key indent) of the first line holding the key
+    for form in (key, f'"{key}"', f"'{key}'"):
+        if form is not key and form not in text:
+            continue
+        pattern = _key_pattern(form)
+        match = pattern.search(text, offset, found[0] if found else len(text))
+        while match is not None:
+            line = text.rfind("\n", 0, match.start()) + 1
+            indent = match.start() - line
+            # Only the parent's own line can hold the key no deeper than the parent (on a
+            # later line such a match is itself a line that leaves the block: found below).
+            if indent > parent and _BODY.fullmatch(text, line, match.start()) is not None:
+                found = (line, indent)
+                break
+            match = pattern.search(text, match.end(), found[0] if found else len(text))
+    if found is None:
         return None
-    at = match.start() + 1
+    at, key_indent = found
     if parent >= 0:
         # Lines after the parent's, up to the key's own (`- key:` can sit no deeper than
         # the parent, e.g. the next item of a list): does one leave the block?
@@ -102,7 +113,7 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str
         if -1 < after < at and _exit_pattern(parent).search(
                 text, after, at + parent + 1) is not None:
             return None
-    return pos + text.count("\n", offset, at), match.end(2) - match.start(1), at
+    return pos + text.count("\n", offset, at), key_indent, at
 
 
 def _nth_item(lines: list[str], pos: int, end: int, parent: int, n: int, offset: int
