@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 pytestmark = pytest.mark.e2e
 
@@ -33,4 +34,6 @@ async def test_demo(tmp_path: Path) -> None:
     assert ours["ok"] >= 20 and ours["total_failed"] == 0 and ours["truncated"] == 0
     assert ours["ready_at_return"] == ours["replicas"] == 2
     assert (out / "timeline-drainsafe.png").stat().st_size > 10_000
+    with Image.open(out / "timeline-drainsafe.png") as picture:  # says what was drained
+        assert picture.info["Title"].startswith("drainsafe demo: drainsafe drain of node ")
     assert json.loads((out / "results.json").read_text())[0]["tool"] == "drainsafe"

@@ -28,9 +28,18 @@ async def one(tool: Tool, settings: ScenarioSettings, out: Path, console: Consol
             result = await run_drain_under_load(
                 lab, tool, settings, say=lambda m: status.update(f"[{tool}] {m}"))
     if result.record is not None:
-        picture = render_png(result.record, out / f"timeline-{tool}.png")
+        picture = render_png(result.record, out / f"timeline-{tool}.png",
+                             title=picture_title(result))
         console.print(f"[{tool}] timeline: {picture}")
     return result
+
+
+def picture_title(result: ScenarioResult) -> str:
+    """What the timeline shows: which tool drained which node, with which pods."""
+    node = f"node {result.node}" if result.node else "a GPU node"
+    pods = "drain-aware pods" if result.drain_aware else "naive pods"
+    return (f"drainsafe demo: {result.tool} drain of {node} "
+            f"({result.replicas} replicas, {pods})")
 
 
 def table(results: list[ScenarioResult]) -> Table:

@@ -76,6 +76,9 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
     container = {
         "name": "server", "image": "vllm/vllm-openai", "command": command,
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                # drainsafe serve names the pod in each response (x-drainsafe-pod).
+                {"name": "POD_NAME",
+                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "DRAINSAFE_GRACE_SECONDS", "value": str(s.grace)}],
         "ports": [{"name": "http", "containerPort": 8000}],
         "resources": {"requests": {"cpu": "100m", "nvidia.com/gpu": "1"},

@@ -132,8 +132,12 @@ POD_KINDS = frozenset({POD_ADDED, POD_TERMINATING, POD_DELETED, *LANE_MARKS})
 LANE_PHASES = (("serving", "#a5d6a7"), ("terminating", "#ef9a9a"), ("exited", "#bdbdbd"))
 
 
-def render_png(record: Record, path: Path) -> Path:
-    """Draw the timeline; returns the path written."""
+DEFAULT_TITLE = "drainsafe verify"
+
+
+def render_png(record: Record, path: Path, *, title: str = DEFAULT_TITLE) -> Path:
+    """Draw the timeline; returns the path written. `title` heads the picture (followed by
+    the URL) and is the PNG's Title metadata, for other tools reusing the picture (demo)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -161,7 +165,10 @@ def render_png(record: Record, path: Path) -> Path:
             stack = [a + b for a, b in zip(stack, row, strict=True)]
         top.set_ylabel("requests/s (by end time)")
         verdict = "no failed requests" if summary.failed == 0 else f"{summary.failed} failed"
-        top.set_title(f"drainsafe verify  {record.url}\n{summary.total} requests, {verdict}, "
+        # A long title (the demo's) gets the URL on a line of its own, so nothing is clipped.
+        heading = f"{title}  {record.url}" if len(title) + len(record.url) <= 90 \
+            else f"{title}\n{record.url}"
+        top.set_title(f"{heading}\n{summary.total} requests, {verdict}, "
                       f"{record.mode} loop", fontsize=11)
         top.legend(loc="upper left", bbox_to_anchor=(1.07, 1.0), fontsize=9, title="outcome")
         top.grid(axis="y", alpha=0.3)
@@ -204,7 +211,7 @@ def render_png(record: Record, path: Path) -> Path:
                      bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
         fig.tight_layout(rect=(0, 0, 0.86, 1))
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
+        fig.savefig(path, dpi=100, metadata={"Title": title})
     finally:
         plt.close(fig)
     return path
@@ -248,8 +255,9 @@ def short_pod(name: str) -> str:
     return name.rsplit("-", 1)[-1] if name.count("-") >= 2 else name
 
 
-def render_html(record: Record, png: Path, path: Path) -> Path:
+def render_html(record: Record, png: Path, path: Path, *, title: str = DEFAULT_TITLE) -> Path:
     """A single self-contained page: the picture inline, the summary, events and failures."""
+    heading = html.escape(title)
     summary = record.summary()
     image = base64.b64encode(png.read_bytes()).decode()
     counts = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>"
@@ -269,11 +277,11 @@ def render_html(record: Record, png: Path, path: Path) -> Path:
         return "-" if v is None else f"{v * 1000:.1f} ms"
 
     page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>drainsafe verify</title>
+<html lang="en"><head><meta charset="utf-8"><title>{heading}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1300px}}
 table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:2px 8px;
 text-align:left}}img{{max-width:100%}}.bad{{color:#b00}}.good{{color:#070}}</style></head>
-<body><h1>drainsafe verify</h1>
+<body><h1>{heading}</h1>
 <p>{html.escape(record.url)}, {record.mode} loop, {record.elapsed:.1f} s,
 {summary.total} requests ({summary.rate:.1f}/s):
 <b class="{'good' if summary.failed == 0 else 'bad'}">{summary.failed} failed</b></p>
