@@ -4,7 +4,17 @@ The drainer talks plain HTTP to the proxy; the proxy forwards to the lab's HTTPS
 (its CA, the client's own bearer token) and, where a test's rule matches, answers with an
 error instead, forwards and then lies about the outcome, hangs, drops a watch stream, or
 answers a watch with "410 Expired". Every request and what happened to it is logged, so a
-test can assert what reached the server: no pod DELETE, one eviction per pod.
+test can assert what reached the server: no pod DELETE, and each pod's eviction accepted by
+the server exactly once.
+
+"Evicted twice" is counted on what the API server *accepted*, not on POSTs: a 429 (budget
+or rate limit) or a refusal evicts nothing, and retrying it is what the Eviction API asks
+of a client (kubectl pkg/drain/drain.go evictPods retries 429s; Karpenter's
+terminator/eviction.go requeues them). A second eviction sent for a pod already
+terminating would be accepted (the registry deletes terminating pods without a budget
+check: pkg/registry/core/pod/storage/eviction.go canIgnorePDB), so it shows up as a second
+acceptance; `evictions_after_accepted` also catches any POST for a pod after its accepted
+one, whatever the server answered.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import json
 import re
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +77,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     query: str = ""  # substring of the raw query, e.g. "watch=true"
     after_lines: int = 1  # drop_watch: lines passed before the stream is cut
+    hold: float = 3600.0  # hang: how long the answer is held back
     used: int = 0
 
     def matches(self, method: str, path: str, query: str) -> bool:
@@ -80,6 +92,24 @@ class Logged:
     query: str
     outcome: str  # "upstream 201", "injected 429", "forward_then 500 (upstream 201)", ...
     upstream_status: int | None = None
+    body: bytes = b""  # what the API server answered (non-watch requests)
+    at: float = field(default_factory=time.monotonic)
+
+    @property
+    def is_eviction(self) -> bool:
+        return self.method == "POST" and self.path.endswith("/eviction")
+
+    @property
+    def accepted(self) -> bool:
+        """The API server evicted the pod: 2xx with a Success Status. (The multi-PDB
+        refusal comes as 201 with a Failure Status, so the code alone does not say.)"""
+        if self.upstream_status is None or not 200 <= self.upstream_status < 300:
+            return False
+        try:
+            doc = json.loads(self.body)
+        except ValueError:
+            return False
+        return isinstance(doc, dict) and doc.get("status") == "Success"
 
 
 class FaultProxy:
@@ -101,13 +131,30 @@ class FaultProxy:
                 return f
         return None
 
-    def evictions_forwarded(self) -> dict[str, int]:
-        """Eviction POSTs that reached the API server, per pod path."""
+    def evictions_accepted(self) -> dict[str, int]:
+        """Evictions the API server accepted, per pod name."""
         out: dict[str, int] = {}
         for e in self.log:
-            if e.method == "POST" and e.path.endswith("/eviction") and e.upstream_status:
-                out[e.path] = out.get(e.path, 0) + 1
+            if e.is_eviction and e.accepted:
+                out[_pod_of(e.path)] = out.get(_pod_of(e.path), 0) + 1
         return out
+
+    def evictions_after_accepted(self) -> list[Logged]:
+        """Eviction POSTs for a pod whose eviction the server had already accepted."""
+        done: set[str] = set()
+        out: list[Logged] = []
+        for e in sorted((e for e in self.log if e.is_eviction), key=lambda e: e.at):
+            if _pod_of(e.path) in done:
+                out.append(e)
+            if e.accepted:
+                done.add(_pod_of(e.path))
+        return out
+
+    def eviction_log(self) -> list[str]:
+        """Every eviction POST, for assertion messages: when, which pod, what happened."""
+        t0 = self.log[0].at if self.log else 0.0
+        return [f"{e.at - t0:7.2f}s {_pod_of(e.path)}: {e.outcome} {e.body[:160]!r}"
+                for e in sorted(self.log, key=lambda e: e.at) if e.is_eviction]
 
     def deletes(self) -> list[Logged]:
         return [e for e in self.log if e.method == "DELETE"]
@@ -148,15 +195,16 @@ class FaultProxy:
         if fault is not None and fault.action == "forward_then":
             self.log.append(Logged(method, path, query,
                                    f"forward_then {fault.status} (upstream {resp.status_code})",
-                                   resp.status_code))
+                                   resp.status_code, content))
             return Response(fault.body, status_code=fault.status,
                             headers={"content-type": "application/json"})
         if fault is not None and fault.action == "hang":
             self.log.append(Logged(method, path, query,
-                                   f"hang (upstream {resp.status_code})", resp.status_code))
-            await asyncio.sleep(3600)
+                                   f"hang (upstream {resp.status_code})", resp.status_code,
+                                   content))
+            await asyncio.sleep(fault.hold)
         self.log.append(Logged(method, path, query, f"upstream {resp.status_code}",
-                               resp.status_code))
+                               resp.status_code, content))
         return Response(content, status_code=resp.status_code,
                         headers={k: v for k, v in resp.headers.items()
                                  if k.lower() in ("content-type", "retry-after")})
@@ -206,6 +254,12 @@ class FaultProxy:
             c["cluster"] = {"server": self.url}
         out.write_text(yaml.safe_dump(doc))
         return out
+
+
+def _pod_of(path: str) -> str:
+    """"/api/v1/namespaces/ns/pods/name/eviction" -> "ns/name"."""
+    parts = path.rstrip("/").split("/")
+    return f"{parts[-4]}/{parts[-2]}"
 
 
 def lab_upstream(lab_kubeconfig: Path) -> tuple[str, str]:
