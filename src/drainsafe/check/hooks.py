@@ -36,6 +36,15 @@ class DrainDelay:
 
 
 def drain_delay(container: Container, server: ServerShutdown | None = None) -> DrainDelay:
+    if server is None:  # several rules ask for every container; its spec does not change
+        cached: DrainDelay | None = container.__dict__.get("_drain_delay")
+        if cached is None:
+            cached = container.__dict__["_drain_delay"] = _drain_delay(container, None)
+        return cached
+    return _drain_delay(container, server)
+
+
+def _drain_delay(container: Container, server: ServerShutdown | None) -> DrainDelay:
     pre_stop = mapping(mapping(container.spec.get("lifecycle")).get("preStop"))
     path = (*container.path, "lifecycle", "preStop")
     if "sleep" in pre_stop:

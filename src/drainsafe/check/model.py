@@ -207,6 +207,9 @@ class Hpa(Subject):
     max_replicas: int | None = None
 
 
+_NO_HPA = object()
+
+
 def _ref(obj: Mapping[str, Any], kind: str) -> ObjectRef:
     meta = mapping(obj.get("metadata"))
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
@@ -230,6 +233,7 @@ class Index:
     _pdbs_of: dict[int, list[Pdb]] = field(default_factory=dict)
     _services_of: dict[int, list[Service]] = field(default_factory=dict)
     _selected_by: dict[int, list[Workload]] = field(default_factory=dict)
+    _hpa_of: dict[int, Hpa | None] = field(default_factory=dict)
     _matched: bool = False
 
     @property
@@ -256,6 +260,7 @@ class Index:
             self._services_by_ns[svc.ref.namespace].append(svc)
         elif kind == "HorizontalPodAutoscaler":
             hpa = _hpa(doc)
+            self._hpa_of.clear()
             self.hpas.append(hpa)
             self._hpas_by_target[(hpa.ref.namespace, hpa.target_kind, hpa.target_name)] = hpa
         else:
@@ -313,7 +318,12 @@ class Index:
                     self._services_of.setdefault(id(w), []).append(svc)
 
     def hpa_for(self, w: Workload) -> Hpa | None:
-        return self._hpas_by_target.get((w.ref.namespace, w.ref.kind, w.ref.name))
+        found = self._hpa_of.get(id(w), _NO_HPA)
+        if found is _NO_HPA:  # several rules ask, for every workload
+            ref = w.ref
+            found = self._hpa_of[id(w)] = self._hpas_by_target.get(
+                (ref.namespace, ref.kind, ref.name))
+        return found  # type: ignore[return-value]
 
     def expected_replicas(self, w: Workload) -> int | None:
         """The scale the disruption controller would use: HPA minimum, else replicas."""

@@ -122,7 +122,7 @@ def gate(text: str) -> str | None:
         return "merge key"
     if _DEEP_INDENT in text:
         return "deep indentation"
-    if "- - " in text or "- -\n" in text or _COMPACT_WIDE.search(text):
+    if "- - " in text or "- -\n" in text or ("-  " in text and _COMPACT_WIDE.search(text)):
         return "nested compact sequences"
     verdicts = _VERDICTS
     words = _COMMENT.sub(r"\1", text) if "#" in text else text
