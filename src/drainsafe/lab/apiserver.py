@@ -15,15 +15,17 @@ import binascii
 import contextlib
 import hmac
 import json
+import logging
 import pathlib
 import random
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from drainsafe.lab import discovery, fields, openapi, table
 from drainsafe.lab import status as st
@@ -34,6 +36,7 @@ from drainsafe.lab.store import Event, Obj, Store, clone, meta
 from drainsafe.labels import SelectorError
 from drainsafe.labels import parse as parse_labels
 
+log = logging.getLogger(__name__)
 ANONYMOUS_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 DEFAULT_BOOKMARK_SECONDS = 5.0
 LOG_FOLLOW_POLL_SECONDS = 0.2
@@ -52,6 +55,41 @@ def json_response(obj: Any, code: int = 200, headers: dict[str, str] | None = No
 def status_response(err: st.StatusError) -> Response:
     headers = {"Retry-After": str(err.retry_after)} if err.retry_after else None
     return json_response(err.body(), err.code, headers)
+
+
+# nginx's "client closed request": never seen by the client, which is gone.
+CLIENT_CLOSED_REQUEST = 499
+
+
+class ClientStream(StreamingResponse):
+    """A long-lived stream (watch, log -f) that ends as soon as its client goes away.
+
+    A client that disconnects is normal (a kubelet or kubectl stopping a watch, a client
+    timeout), not a server error. Starlette only listens for the disconnect under ASGI
+    spec < 2.4; under 2.4 an idle watch would hold its store watcher until the next event
+    or its timeout (30-60 min), and the failed send surfaces as ClientDisconnect, which
+    uvicorn logs as a traceback. So: always race the stream against http.disconnect,
+    treat a send to a gone client as the end, and close the body iterator so its
+    `finally` (store.unwatch) runs at once, not when the generator is garbage-collected.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                streaming = tasks.create_task(self._stream_until_gone(send))
+                listening = tasks.create_task(self.listen_for_disconnect(receive))
+                streaming.add_done_callback(lambda _: listening.cancel())
+                listening.add_done_callback(lambda _: streaming.cancel())
+        finally:
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _stream_until_gone(self, send: Send) -> None:
+        try:
+            await self.stream_response(send)
+        except (OSError, ClientDisconnect) as exc:  # uvicorn's ClientDisconnected: OSError
+            log.debug("stream client went away: %r", exc)
 
 
 class ApiServer:
@@ -82,6 +120,11 @@ class ApiServer:
             return await self._route(request, path)
         except st.StatusError as err:
             return status_response(err)
+        except ClientDisconnect:
+            # Gone while sending its body: nothing was read, so nothing was written;
+            # the response goes nowhere (uvicorn drops sends to a closed connection).
+            log.debug("%s %s: client went away mid-request", request.method, path)
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
 
     def _authenticate(self, request: Request) -> None:
         header = request.headers.get("authorization", "")
@@ -252,7 +295,7 @@ class ApiServer:
             async def once() -> AsyncIterator[bytes]:
                 yield error
 
-            return StreamingResponse(once(), media_type="application/json")
+            return ClientStream(once(), media_type="application/json")
 
         store, interval = self.store, self.bookmark_seconds
 
@@ -274,8 +317,11 @@ class ApiServer:
                     if remaining <= 0:
                         return
                     try:
-                        ev = await asyncio.wait_for(w.queue.get(),
-                                                    min(remaining, interval))
+                        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a
+                        # cancellation that races a ready event, and the disconnect
+                        # handling (ClientStream) ends a watch by cancelling it.
+                        async with asyncio.timeout(min(remaining, interval)):
+                            ev = await w.queue.get()
                     except TimeoutError:
                         if bookmarks and loop.time() < deadline:
                             yield dumps({"type": "BOOKMARK", "object": {
@@ -285,13 +331,17 @@ class ApiServer:
                         continue
                     if ev is None:
                         return
+                    # A backlog is read without blocking and uvicorn's send does not
+                    # block either: yield to the loop per event, so other requests run
+                    # and a client's disconnect is seen before the whole backlog is sent.
+                    await asyncio.sleep(0)
                     data = frame(ev)
                     if data is not None:
                         yield data
             finally:
                 store.unwatch(w)
 
-        return StreamingResponse(stream(), media_type="application/json")
+        return ClientStream(stream(), media_type="application/json")
 
     # ---- writes --------------------------------------------------------------------
 
@@ -428,7 +478,7 @@ class ApiServer:
                 if current is None or current["metadata"]["uid"] != uid:
                     return
 
-        return StreamingResponse(follow(), media_type="text/plain")
+        return ClientStream(follow(), media_type="text/plain")
 
 
 # ---- helpers --------------------------------------------------------------------------
