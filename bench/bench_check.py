@@ -5,11 +5,13 @@ and HPAs; a quarter of them with drain-safety problems) into bench/out/check-cor
 times, in the same run:
 - drainsafe check in-process (read + parse + index + all rules + line numbers), best of 3;
 - drainsafe check as a CLI process (`drainsafe check -o json DIR`), once;
+- for reference, the two YAML readers alone (PyYAML's libyaml loader, yaml-rs);
 - Checkov (`checkov -d DIR --framework kubernetes -o json`), once, from its own virtualenv
   bench/.venv-checkov (created on first run; never the project's venv: its pins conflict).
 
-Goals (issue 2): >= 20,000 objects/s, >= 20x Checkov. Figures are wall-clock on this
-machine; a shared machine makes them indicative.
+Goals (issue 2): >= 20,000 objects/s, >= 20x Checkov. Each row shows wall-clock and CPU
+seconds (CPU of the child process for the CLI and Checkov); a shared machine makes wall
+figures indicative, CPU figures less so.
 
     python bench/bench_check.py                 # 10,000 objects (a few minutes with Checkov)
     python bench/bench_check.py --objects 50000 --skip-checkov
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -113,27 +117,44 @@ def time_in_process(directory: Path, repeat: int) -> tuple[float, float, int]:
     return best, best_cpu, findings
 
 
-def time_pyyaml(directory: Path, repeat: int) -> float:
-    """PyYAML's CSafeLoader load_all alone over the corpus: the reading floor of a checker
-    that uses it as is."""
+def time_reading(directory: Path, repeat: int, read: Callable[[str], object]
+                 ) -> tuple[float, float]:
+    """Best wall and CPU seconds of `read` over every file of the corpus (texts in memory)."""
     texts = [p.read_text() for p in sorted(directory.iterdir())]
-    best = float("inf")
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for text in texts:
-            for _doc in yaml.load_all(text, Loader=yaml.CSafeLoader):
-                pass
+            read(text)
         best = min(best, time.perf_counter() - started)
-    return best
+        best_cpu = min(best_cpu, time.process_time() - cpu)
+    return best, best_cpu
 
 
-def time_cli(directory: Path) -> float:
+def _pyyaml(text: str) -> object:
+    return list(yaml.load_all(text, Loader=yaml.CSafeLoader))
+
+
+def _yaml_rs(text: str) -> object:
+    import yaml_rs
+
+    return yaml_rs.loads(text, parse_datetime=False)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_cli(directory: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of the CLI as a process (interpreter start and JSON output
+    included)."""
     exe = Path(sys.executable).with_name("drainsafe")
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "drainsafe"]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _children_cpu()
     subprocess.run([*command, "check", "--no-config", "-o", "json", str(directory)],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - cpu
 
 
 def ensure_checkov() -> Path | None:
@@ -152,19 +173,19 @@ def ensure_checkov() -> Path | None:
     return exe if exe.exists() else None
 
 
-def time_checkov(exe: Path, directory: Path) -> float | None:
+def time_checkov(exe: Path, directory: Path) -> tuple[float, float] | None:
     env = dict(os.environ, BC_SKIP_MAPPING="TRUE", CHECKOV_RUN_SCA_PACKAGE_SCAN_V2="false",
                LOG_LEVEL="ERROR")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _children_cpu()
     proc = subprocess.run(
         [str(exe), "-d", str(directory), "--framework", "kubernetes", "-o", "json",
          "--quiet", "--compact", "--skip-download", "--soft-fail"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False, timeout=3600)
-    elapsed = time.perf_counter() - started
+    elapsed, used = time.perf_counter() - started, _children_cpu() - cpu
     if proc.returncode not in (0, 1):
         print(f"checkov failed ({proc.returncode}): {proc.stderr[-500:]!r}")
         return None
-    return elapsed
+    return elapsed, used
 
 
 def main() -> int:
@@ -183,9 +204,10 @@ def main() -> int:
     print(f"corpus: {count:,} objects in {len(list(CORPUS.iterdir()))} files "
           f"({size:.1f} MiB) at {CORPUS.relative_to(ROOT)}")
     ours, ours_cpu, findings = time_in_process(CORPUS, args.repeat)
-    reading = time_pyyaml(CORPUS, args.repeat)
+    pyyaml = time_reading(CORPUS, args.repeat, _pyyaml)
+    rs = time_reading(CORPUS, args.repeat, _yaml_rs)
     cli = time_cli(CORPUS)
-    checkov: float | None = None
+    checkov: tuple[float, float] | None = None
     if not args.skip_checkov:
         exe = ensure_checkov()
         if exe is not None:
@@ -193,23 +215,27 @@ def main() -> int:
 
     table = Table(title=f"drainsafe check vs Checkov on {count:,} objects")
     table.add_column("tool")
-    table.add_column("seconds", justify="right")
-    table.add_column("objects/s", justify="right")
-    table.add_column("vs Checkov", justify="right")
+    table.add_column("wall s", justify="right")
+    table.add_column("wall objects/s", justify="right")
+    table.add_column("CPU s", justify="right")
+    table.add_column("CPU objects/s", justify="right")
+    table.add_column("vs Checkov (wall)", justify="right")
 
-    def row(name: str, seconds: float | None) -> None:
+    def row(name: str, seconds: tuple[float, float] | None) -> None:
         if seconds is None:
-            table.add_row(name, "-", "-", "-")
+            table.add_row(name, "-", "-", "-", "-", "-")
             return
-        ratio = f"{checkov / seconds:.0f}x" if checkov else "-"
-        table.add_row(name, f"{seconds:.2f}", f"{count / seconds:,.0f}", ratio)
+        wall, cpu = seconds
+        ratio = f"{checkov[0] / wall:.0f}x" if checkov else "-"
+        table.add_row(name, f"{wall:.2f}", f"{count / wall:,.0f}", f"{cpu:.2f}",
+                      f"{count / cpu:,.0f}" if cpu > 0 else "-", ratio)
 
-    row(f"drainsafe check (in-process, best of {args.repeat})", ours)
-    row(f"drainsafe check (in-process, CPU time, best of {args.repeat})", ours_cpu)
+    row(f"drainsafe check (in-process, best of {args.repeat})", (ours, ours_cpu))
     row("drainsafe check -o json (CLI process, once)", cli)
     row(f"checkov {CHECKOV_VERSION} --framework kubernetes (once)", checkov)
-    row("reference: PyYAML CSafeLoader load_all alone", reading)
-    Console(width=110).print(table)
+    row("reference: PyYAML CSafeLoader load_all alone", pyyaml)
+    row("reference: yaml-rs loads alone", rs)
+    Console(width=130).print(table)
     print(f"drainsafe findings: {findings:,}; goals: >= 20,000 objects/s, >= 20x Checkov")
     return 0
 
