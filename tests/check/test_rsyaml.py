@@ -153,8 +153,8 @@ def test_plain_kubernetes_yaml_is_taken() -> None:
 @PROPERTY
 @given(st.lists(st.sampled_from(
     ["\n", " ", "  ", "- ", ": ", "k", "v", "1", "0", "x", "'", '"', "[", "]", "{", "}", ",",
-     "#", "&a ", "*a", "|", ">", "---\n", "...\n", "?", ":", "\t", "\r", "\x01", "yes", "on",
-     "07", "1e3", "1:2", "\\", "é", "\u2028", "<<", "!", "%"]), max_size=40))
+     "#", "&a ", "*a", "&a.b ", "*a.b", "|", ">", "---\n", "...\n", "?", ":", "\t", "\r",
+     "\x01", "yes", "on", "07", "1e3", "1:2", "\\", "é", "\u2028", "<<", "!", "%"]), max_size=40))
 def test_yaml_like_noise_reads_alike(parts: list[str]) -> None:
     assert_same_reading("".join(parts))
 
@@ -179,6 +179,7 @@ def test_scalars_where_yaml_versions_differ(scalar: str, form: str) -> None:
     "a: &x\n- 1\n- *x\n", "a: &x\n  k: \"v\n\n\"\n  j: *x\n", "&x a: 1\nb: *x\n",
     "a: &x\n  k: 1\nb: *x\n", "- &x\n  k: 1\n- *x\n", "a: &x 1\nb: &x 2\nc: *x\n",
     "a: *x\nb: &x 1\n", "a: &x\n  # c\nb: *x\n", "a: &x1 1\nb: &x 2\nc: *x\n",
+    "a: &x.y 1\nb: *x.y\n", "a: &x-y 1\nb: *x-y\n", "a: &x:y 1\n", "a: &é 1\nb: *é\n",
 ])
 def test_edge_documents_read_alike(text: str) -> None:
     assert_same_reading(text)

@@ -49,7 +49,8 @@ _NON_ASCII_REFUSED = re.compile(
     "[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 _COMMENT = re.compile(r"^((?:[^'\"#\n]*[ ])?)#[^\n]*", re.M)
 """A comment on a line without quotes (where a `#` might be text): its words need no check."""
-_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+"""An anchor name as libyaml takes it (yaml-rs takes more, e.g. `.`)."""
 _FLOW = re.compile(r"[\[\]{},]")
 _REFUSED_START = ("!", "?", ":", "%", "@", "`", "<<", "=", "|", ">")
 """Tags, complex and empty keys, directives, reserved characters, merge keys, PyYAML's `=`
