@@ -179,6 +179,10 @@ def test_scalars_where_yaml_versions_differ(scalar: str, form: str) -> None:
     "a: &x\n- 1\n- *x\n", "a: &x\n  k: \"v\n\n\"\n  j: *x\n", "&x a: 1\nb: *x\n",
     "a: &x\n  k: 1\nb: *x\n", "- &x\n  k: 1\n- *x\n", "a: &x 1\nb: &x 2\nc: *x\n",
     "a: *x\nb: &x 1\n", "a: &x\n  # c\nb: *x\n", "a: &x1 1\nb: &x 2\nc: *x\n",
+    "a" * 1100 + ": v\n", '"' + "k" * 1100 + '": v\n', 'k: "\\/\\L\\P\\ \\_"\n',
+    'k: "\\ud800"\n', 'k: "\\q"\n', 'k: "a\\\n  b"\n', "k: 'a\n\n  b'\n", "k: a\n\n  b\n",
+    "~: x\n", "1.5: x\n", "k: 1 2\n", "k: 2001-12-14 x\n", "k: 12:00 x\n",
+    "k: [a, [b, {c: d}], {}]\n", "k: !!binary aGk=\n",
     "a: &x.y 1\nb: *x.y\n", "a: &x-y 1\nb: *x-y\n", "a: &x:y 1\n", "a: &é 1\nb: *é\n",
 ])
 def test_edge_documents_read_alike(text: str) -> None:
