@@ -64,7 +64,8 @@ def to_json(result: Result) -> dict[str, Any]:
 
 
 def write_json(result: Result, out: IO[str]) -> None:
-    json.dump(to_json(result), out, indent=2)
+    # dumps, not dump: json.dump streams through the pure-Python encoder (~10x slower).
+    out.write(json.dumps(to_json(result), indent=2))
     out.write("\n")
 
 
@@ -142,7 +143,7 @@ def _sarif_result(f: Finding, ids: list[str]) -> dict[str, Any]:
 
 
 def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str]) -> None:
-    json.dump(to_sarif(result, rules), out, indent=2)
+    out.write(json.dumps(to_sarif(result, rules), indent=2))
     out.write("\n")
 
 
