@@ -207,8 +207,15 @@ async def test_tuned_settings_hold_and_30_percent_shorter_fail(
             assert report["measure"] == {}, report
             kinds = {e.kind for e in streams.events}
             assert {"terminating", "endpoint_not_ready", "exited", "deleted"} <= kinds, kinds
+            server = server_figures(lab, streams)
+            assert len(server.propagation) == 2 and not any(s.censored
+                                                            for s in server.propagation)
+            # The lab sets HOSTNAME to the pod name, so serve names the pod in each
+            # response and verify's records give each terminating pod's last request too.
+            terminated = {e.pod for e in streams.events if e.kind == POD_TERMINATING}
+            assert terminated <= {r.pod for r in streams.requests}, streams.events
             found = measure(lab, streams, pings)
-            assert len(found.propagation) == 2 and not any(s.censored for s in found.propagation)
+            assert len(found.propagation) >= 4, found.propagation
             tuning = tune(found, drain_via="server")
             report["tuning"] = (tuning.propagation.basis, tuning.max_request.basis,
                                 tuning.applied.arithmetic())
