@@ -23,7 +23,7 @@ from typing import Any
 
 from drainsafe.drain import ownership
 from drainsafe.drain.execute import DrainSettings, NodeDrainer
-from drainsafe.kube import Backoff, KubeClient
+from drainsafe.kube import Backoff, KubeClient, api_path
 from drainsafe.lab.cluster import virtual_deployment
 
 from .faultproxy import BUDGET_429, MULTI_PDB_500, Fault, FaultProxy, lab_upstream
@@ -254,6 +254,64 @@ async def test_killed_after_the_server_accepted_an_eviction_before_it_was_record
                 assert outcomes.get(first) == "waited", (first, outcomes, proxy.eviction_log())
                 assert not on_node(await pods_of(client, "w"), node)
         assert_each_evicted_once(proxy, keys(here))
+
+
+async def test_a_pod_that_starts_terminating_before_its_turn_is_waited_for(
+        tmp_path: Path) -> None:
+    """The plan saw the pod running; by its turn someone else is deleting it. The server
+    would accept an eviction of a terminating pod without a budget check, so sending one
+    would be a second eviction; the drainer waits for the pod instead."""
+    async with gpu_lab(tmp_path, nodes=2, gpus=0) as lab:
+        # First eviction at t0, the next pod deleted at t0 + 2 s. Its turn comes at
+        # max(t0 + exit, t0 + 2 + startup) (the first pod gone; its own replacement Ready,
+        # replacement first), and it terminates until t0 + 2 + exit: a 2 s margin.
+        await lab.apply(virtual_deployment("w", replicas=4, grace=15, startup_seconds=1.0,
+                                           exit_after_sigterm_seconds=5.0),
+                        pdb("w", "w", maxUnavailable=1))
+        await lab.wait_available("default", "w", timeout=60)
+        upstream, ca = lab_upstream(lab.kubeconfig)
+        proxy = FaultProxy(upstream, ca)
+        async with proxy.running(), KubeClient.from_kubeconfig(str(lab.kubeconfig)) as direct:
+            cfg = proxy.kubeconfig(lab.kubeconfig, tmp_path / "proxy.kubeconfig")
+            pods = await pods_of(direct, "w")
+            node = pods[0]["spec"]["nodeName"]
+            here = on_node(pods, node)
+            assert len(here) >= 2
+            uids = {f"default/{p['metadata']['name']}": p["metadata"]["uid"] for p in here}
+            async with KubeClient.from_kubeconfig(str(cfg)) as client:
+                drainer = NodeDrainer(client, node, FAST)
+                task = asyncio.create_task(drainer.run())
+                try:
+                    deadline = time.monotonic() + 60
+                    while not proxy.evictions_accepted() and time.monotonic() < deadline:
+                        await asyncio.sleep(0.02)
+                    [first] = proxy.evictions_accepted()
+                    assert drainer.report.plan is not None
+                    [queue] = [q.pods for q in drainer.report.plan.queues if first in q.pods]
+                    after = queue[queue.index(first) + 1]
+                    # Someone else deletes the next pod directly (not through the proxy)
+                    # while the first one terminates; the sleep places it in that window.
+                    await asyncio.sleep(2.0)
+                    ns, name = after.split("/")
+                    sent = [e for e in proxy.log if e.is_eviction
+                            and e.path.endswith(f"/pods/{name}/eviction")]
+                    assert not sent, proxy.eviction_log()  # not its turn yet
+                    assert uids[first] in {p["metadata"]["uid"]
+                                           for p in await pods_of(direct, "w")}
+                    await direct.request("DELETE", api_path("v1", "pods", namespace=ns,
+                                                            name=name))
+                    report = await asyncio.wait_for(task, 90)
+                finally:
+                    if not task.done():
+                        task.cancel()
+                        with contextlib.suppress(BaseException):
+                            await task
+        assert report.ok, report.failure
+        outcome = {p.key: p.outcome for p in report.pods}
+        assert outcome[after] == "waited", (outcome, proxy.eviction_log())
+        assert_each_evicted_once(proxy, keys(here) - {after})
+        assert not [e for e in proxy.log if e.is_eviction and e.path.endswith(
+            f"/pods/{name}/eviction")], proxy.eviction_log()
 
 
 async def test_two_drains_racing_for_one_free_gpu(tmp_path: Path) -> None:

@@ -429,6 +429,15 @@ class NodeDrainer:
             # A previous run evicted it; never again. Its state decides what is left.
             rep.outcome = "evicted"
             return
+        if self._terminating_now(pod):
+            # The plan saw it running, but by its turn something else is deleting it (a
+            # killed earlier run whose eviction the server processed late, another tool).
+            # An eviction now would be accepted without a budget check (the registry's
+            # canIgnorePDB: pkg/registry/core/pod/storage/eviction.go), a second eviction.
+            rep.outcome = "waited"
+            rep.detail = "already terminating when its turn came: waited for, not evicted"
+            self._say(f"{pod.key}: {rep.detail}")
+            return
         while True:
             if self._remaining() <= 0:
                 raise DrainFailed(f"timed out before {pod.key} could be evicted ({rep.detail})")
@@ -485,6 +494,14 @@ class NodeDrainer:
             if (current.get("metadata") or {}).get("deletionTimestamp"):
                 await self._mark_evicted(pod, rep)
                 return
+
+    def _terminating_now(self, pod: PodPlan) -> bool:
+        """The namespace's pod watch says this pod (same UID) has a deletionTimestamp.
+        Only positive evidence counts: a pod missing from the cache is left to the
+        eviction's own 404."""
+        obj = self._pods[pod.namespace].cache.get(pod.key)
+        meta = (obj or {}).get("metadata") or {}
+        return meta.get("uid") == pod.uid and bool(meta.get("deletionTimestamp"))
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
