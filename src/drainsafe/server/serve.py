@@ -14,10 +14,11 @@ subclasses `uvicorn.Server` and replaces exactly those parts:
   lets in-flight work run to the deadline, ends what remains with the marker, then runs
   the lifespan shutdown.
 
-Nothing is added per request on the hot path: in-flight work is read from uvicorn's own
+Little is added per request on the hot path: in-flight work is read from uvicorn's own
 request cycles (`server_state.connections[*].cycle`), and `DrainCycle`, a subclass of the
 httptools protocol's `RequestResponseCycle` installed in this process, only notes each
-response's headers and, while draining, clears `keep_alive`, which makes uvicorn write
+response's headers, times the request (below) and, while draining, clears `keep_alive`,
+which makes uvicorn write
 `Connection: close` and close after the response (httptools_impl.py `send`). That keeps
 `drainsafe serve` within a few percent of bare uvicorn on a trivial endpoint.
 
