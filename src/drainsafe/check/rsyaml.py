@@ -106,7 +106,7 @@ def _token_ok(token: str) -> bool:
         # scalar (block context, where `1,000` is a single plain scalar).
         verdict = all(_piece_ok(p) for p in _FLOW.split(token)) and _piece_ok(
             token.lstrip("[{").rstrip("]},:") + (":" if token.endswith(":") else ""))
-    if len(_VERDICTS) < _VERDICT_LIMIT:
+    if len(_VERDICTS) < _VERDICT_LIMIT and len(token) <= 64:  # names, numbers: not blobs
         _VERDICTS[token] = verdict
     return verdict
 
