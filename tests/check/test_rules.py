@@ -6,6 +6,7 @@ import pytest
 from check_manifests import (
     SLEEP10,
     check,
+    check_text,
     container,
     deployment,
     hpa,
@@ -13,6 +14,7 @@ from check_manifests import (
     pdb,
     rules,
     service,
+    to_yaml,
 )
 
 from drainsafe.check.findings import Severity
@@ -446,6 +448,17 @@ def test_ignore_annotation_on_object_and_template() -> None:
     d["spec"]["template"]["metadata"]["annotations"] = {  # type: ignore[index]
         "drainsafe.io/ignore": "pdb-missing, single-replica"}
     assert not of(check(d, service()), "single-replica")
+
+
+def test_ignore_annotation_key_spelled_with_escapes() -> None:
+    """The key written with a YAML escape is still the annotation (the engine skips its
+    ignore lookups only for inputs that can hold no such key)."""
+    text = to_yaml(deployment(grace=60, replicas=1), service()).replace(
+        "metadata:\n  name: web\n", "metadata:\n  name: web\n  annotations:\n"
+        '    "drainsafe.io\\u002fignore": single-replica\n', 1)
+    assert "drainsafe.io/ignore" not in text and "u002f" in text
+    assert not of(check_text(text), "single-replica")
+    assert of(check_text(text.replace("u002f", "u002e")), "single-replica")
 
 
 # pod templates inside other kinds -------------------------------------------------------

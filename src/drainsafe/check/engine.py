@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from drainsafe.check.context import Context
+from drainsafe.check.context import IGNORE_ANNOTATION, Context
 from drainsafe.check.findings import Finding, ObjectRef
 from drainsafe.check.load import Document, InputError, Loaded, load
 from drainsafe.check.model import Index, Subject, build_index
@@ -33,15 +33,27 @@ class Result:
         return 1 if self.failed(context) else 0
 
 
+def _may_ignore(docs: list[Document]) -> bool:
+    """Whether any object can carry the ignore annotation: its key is in the text as is, or
+    spelled with escapes (a backslash). Most inputs have neither, and their findings then
+    need no lookup of the object they are about."""
+    sources = {id(d.source): d.source.text for d in docs}
+    return any(IGNORE_ANNOTATION in text or "\\" in text for text in sources.values())
+
+
 def check_documents(docs: list[Document], context: Context) -> tuple[list[Finding], Index]:
     index = build_index(docs)
     subjects: dict[tuple[str, int, ObjectRef], Subject] = {}
-    for subject in index.iter_subjects():
+    may_ignore = _may_ignore(docs)
+    for subject in index.iter_subjects() if may_ignore else ():
         doc = subject.doc
         subjects[(doc.file, doc.doc_index, subject.ref)] = subject
     findings: list[Finding] = []
     for rule_id, rule in all_rules().items():
         if rule_id in context.disabled:
+            continue
+        if not may_ignore:
+            findings.extend(rule.run(index, context))
             continue
         for finding in rule.run(index, context):
             about = subjects.get((finding.file, finding.doc_index, finding.object))
