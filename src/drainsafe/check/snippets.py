@@ -8,10 +8,22 @@ import yaml
 
 from drainsafe.check.findings import Path
 
+_NESTED: dict[tuple[Path, str, tuple[tuple[int, str], ...]], str] = {}
+
 
 def nest(path: Path, value: Any, item_names: dict[int, str] | None = None) -> str:
     """YAML for `value` placed at `path`; list indices become `- name: ...` items."""
-    names = item_names or {}
+    # Many findings share a snippet: key on the small value, not the whole nested node.
+    key = (path, repr(value), tuple(sorted(item_names.items())) if item_names else ())
+    text = _NESTED.get(key)
+    if text is None:
+        text = _nest(path, value, item_names or {})
+        if len(_NESTED) < 10_000:
+            _NESTED[key] = text
+    return text
+
+
+def _nest(path: Path, value: Any, names: dict[int, str]) -> str:
     node: Any = value
     for position in range(len(path) - 1, -1, -1):
         key = path[position]
