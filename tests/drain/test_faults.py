@@ -192,8 +192,6 @@ async def test_interrupted_then_killed_mid_drain_then_run_again(tmp_path: Path) 
                 assert rerun.returncode == 0, err.decode()[-2000:]
                 assert json.loads(out)["ok"] is True
                 assert not on_node(await pods_of(client, "w"), node)
-        if os.environ.get("DS_DEBUG"):
-            print("\nEVLOG", *proxy.eviction_log(), sep="\n  ", file=sys.stderr)
         # With maxUnavailable 1, an eviction sent as soon as the replacement is Ready may get
         # a budget 429 until the PDB controller has counted it; that retry is no second
         # eviction. Each pod that was on the node is evicted exactly once.
