@@ -90,10 +90,13 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str
         return None  # a line never holds one
     found = None  # (line offset, key indent) of the first line holding the key
     for form in (key, f'"{key}"', f"'{key}'"):
-        if form is not key and form not in text:
+        limit = found[0] if found else len(text)
+        # A quoted form can only win before the plain one: look for it there, not in the
+        # whole document (a find in C, before any regex).
+        if form is not key and text.find(form, offset, limit) == -1:
             continue
         pattern = _key_pattern(form)
-        match = pattern.search(text, offset, found[0] if found else len(text))
+        match = pattern.search(text, offset, limit)
         while match is not None:
             line = text.rfind("\n", 0, match.start()) + 1
             indent = match.start() - line
