@@ -133,11 +133,12 @@ class Workload(Subject):
     def annotation(self, key: str) -> str | None:
         return self.template_annotations.get(key, self.annotations.get(key))
 
-    @property
+    # Cached: most rules ask for the grace period and the strategy of every workload.
+    @cached_property
     def grace_set(self) -> bool:
         return number(self.pod.get("terminationGracePeriodSeconds")) is not None
 
-    @property
+    @cached_property
     def grace(self) -> float:
         value = number(self.pod.get("terminationGracePeriodSeconds"))
         return DEFAULT_GRACE_SECONDS if value is None else value
@@ -162,7 +163,7 @@ class Workload(Subject):
             if isinstance(c, dict)
         ]
 
-    @property
+    @cached_property
     def strategy(self) -> dict[str, Any]:
         spec = mapping(self.obj.get("spec"))
         key = "updateStrategy" if self.ref.kind in ("StatefulSet", "DaemonSet") else "strategy"

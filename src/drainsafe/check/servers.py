@@ -102,6 +102,8 @@ def _flag(words: Sequence[str], *names: str) -> str | None:
     """The value of --name V or --name=V (the last one wins, as argparse and click do)."""
     value: str | None = None
     for i, word in enumerate(words):
+        if not word.startswith(names):
+            continue  # neither `--name` nor `--name=V` (one C call; most words are values)
         for name in names:
             if word == name and i + 1 < len(words):
                 value = words[i + 1]

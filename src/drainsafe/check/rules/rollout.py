@@ -57,6 +57,10 @@ not consult budgets); kube-score deployment-strategy.
 """)
 
 
+_ROLLOUT_FIX = dump({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {
+    "maxSurge": 0, "maxUnavailable": 1}}}})
+
+
 @ROLLOUT_UNAVAILABLE.check
 def _rollout(index: Index, context: Context) -> Iterator[Finding]:
     for w in index.workloads:
@@ -66,12 +70,10 @@ def _rollout(index: Index, context: Context) -> Iterator[Finding]:
         if replicas is None or replicas < 1:
             continue
         kind = str(w.strategy.get("type") or "RollingUpdate")
-        fix = dump({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {
-            "maxSurge": 0, "maxUnavailable": 1}}}})
         if kind == "Recreate":
             yield ROLLOUT_UNAVAILABLE.finding(
                 w, f"strategy Recreate stops all {replicas} pod(s) before new ones start: "
-                "every rollout is an outage", fix, path=("spec", "strategy", "type"))
+                "every rollout is an outage", _ROLLOUT_FIX, path=("spec", "strategy", "type"))
             continue
         if kind != "RollingUpdate":
             continue
@@ -96,7 +98,7 @@ def _rollout(index: Index, context: Context) -> Iterator[Finding]:
             yield ROLLOUT_UNAVAILABLE.finding(
                 w, f"a rolling update may take {down} of {replicas} pod(s) down at once, "
                 f"leaving {replicas - down}, below the {desired} PodDisruptionBudget "
-                f"{pdb.ref.name} promises", fix,
+                f"{pdb.ref.name} promises", _ROLLOUT_FIX,
                 path=("spec", "strategy") if w.strategy else ("spec",))
 
 
