@@ -189,6 +189,25 @@ def test_edge_documents_read_alike(text: str) -> None:
     assert_same_reading(text)
 
 
+@pytest.mark.parametrize(("text", "why"), [
+    ("a: - - x\nb:\n  <<: {c: 1}\n", "nested compact sequences"),
+    ("b:\n  <<: {c: 1}\na:\n- - x\n", "merge key"),
+    ("a: 1\n<<: {c: 1}\n", "merge key"),
+    ("a:\n-   - x\n", "nested compact sequences"),
+    ("a: x << y\n", "merge key"),
+])
+def test_gate_names_the_first_structure_it_refuses(text: str, why: str) -> None:
+    assert rsyaml.gate(text) == why
+
+
+@pytest.mark.parametrize("text", [
+    "a: &xy\n  k: 1\nb: &x\n  k: 2\nc: *x\n",  # `&xy` is not the anchor of `*x`
+    "a: &x\n  k: 1\nb: &xy 2\nc: *x\n", "a:&x 1\nb: &x\n  k: 1\nc: *x\n",
+])
+def test_aliases_find_their_own_anchor(text: str) -> None:
+    assert_same_reading(text)
+
+
 @pytest.mark.parametrize("text", ["- " * 20_000 + "x\n", "[" * 20_000, "{a: " * 20_000,
                                   "".join(" " * i + "k:\n" for i in range(300)) + "  v\n",
                                   "-  " * 20_000 + "x\n"])
