@@ -149,7 +149,11 @@ def read_input(name: str, stdin: BinaryIO | None = None) -> SourceText | InputEr
             if size > MAX_INPUT_BYTES:
                 return InputError(display, None, _too_big(size))
             with open(name, "rb") as handle:
-                data = handle.read(MAX_INPUT_BYTES + 1)
+                # Read what the size says (a read of the limit allocates the limit, 32 MiB,
+                # for every file), then whatever a growing file added, up to the limit.
+                data = handle.read(size + 1)
+                if len(data) > size:
+                    data += handle.read(MAX_INPUT_BYTES + 1 - len(data))
     except OSError as exc:
         return InputError(display, None, f"cannot read: {exc.strerror or exc}")
     if len(data) > MAX_INPUT_BYTES:
