@@ -53,13 +53,14 @@ def locate(doc: Document, path: Path) -> int:
     start = doc.start_line - 1
     end = min(doc.end_line, len(lines))
     text = source.document_texts.get(start)
+    visited = text is not None  # nothing is memoised for a document before its text is
     if text is None:  # every line, the first too, follows a line break (see _key_pattern)
         text = source.document_texts[start] = "\n" + "\n".join(lines[start:end])
     memo = source.located
     full = (*doc.prefix, *path)
     # Findings of one object share path prefixes (spec.template.spec.containers.0...).
     depth, state = 0, (start, -1, 1)
-    for d in range(len(full), 0, -1):
+    for d in range(len(full), 0, -1) if visited else ():
         hit = memo.get((start, full[:d]))
         if hit is not None:
             depth, state = d, hit

@@ -48,7 +48,8 @@ class Rule:
             doc_index=subject.doc.doc_index,
             path=path,
             budget=budget,
-            edits=tuple(Edit((*subject.doc.prefix, *e.path), e.value) for e in edits),
+            edits=tuple(Edit((*subject.doc.prefix, *e.path), e.value) for e in edits)
+            if edits else (),
         )
 
     def run(self, index: Index, context: Context) -> Iterable[Finding]:
