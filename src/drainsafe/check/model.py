@@ -18,6 +18,7 @@ from drainsafe.budget import DEFAULT_GRACE_SECONDS
 from drainsafe.check.context import IGNORE_ANNOTATION
 from drainsafe.check.findings import ObjectRef, Path
 from drainsafe.check.load import Document
+from drainsafe.check.servers import CommandLine, command_line
 from drainsafe.labels import Selector, SelectorError, from_label_selector
 from drainsafe.pdb import BudgetSpecError, PdbSpec
 
@@ -106,6 +107,11 @@ class Container:
     @property
     def image(self) -> str:
         return str(self.spec.get("image") or "")
+
+    @cached_property
+    def command_line(self) -> CommandLine | None:
+        """command + args as the kubelet runs them (several rules read it)."""
+        return command_line(self.spec.get("command"), self.spec.get("args"))
 
 
 @dataclass

@@ -15,7 +15,6 @@ from drainsafe.check.rules import rule
 from drainsafe.check.servers import (
     CommandLine,
     ServerShutdown,
-    command_line,
     identify,
     signal_forwarded,
 )
@@ -56,7 +55,7 @@ def serving(w: Workload) -> list[Serving]:
     main = [c for c in w.containers if not is_sidecar(c)] or w.containers
     result = []
     for c in main:
-        line = command_line(c.spec.get("command"), c.spec.get("args"))
+        line = c.command_line
         server = identify(line)
         result.append(Serving(c, line, server, drain_delay(c, server)))
     w.__dict__["_serving"] = result  # several rules ask; the command lines parse once
@@ -460,7 +459,7 @@ def _signal(index: Index, context: Context) -> Iterator[Finding]:
         if w.ref.kind == "Job":
             continue
         for c in w.containers:
-            line = command_line(c.spec.get("command"), c.spec.get("args"))
+            line = c.command_line
             if line is None or line.shell_script is None or signal_forwarded(line):
                 continue
             last = [part.strip() for part in line.shell_script.strip().splitlines()
