@@ -18,6 +18,8 @@ from drainsafe.check.load import Document
 
 _ITEM = re.compile(r"^(\s*)-(\s|$)")
 _KEYS: dict[str, re.Pattern[str]] = {}
+_FORMS: dict[str, tuple[str, str, str]] = {}
+"""A key as written plain, double- and single-quoted (keys are field names: few)."""
 _EXITS: dict[int, re.Pattern[str]] = {}
 
 
@@ -90,13 +92,18 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str
     if "\n" in key:
         return None  # a line never holds one
     found = None  # (line offset, key indent) of the first line holding the key
-    for form in (key, f'"{key}"', f"'{key}'"):
+    forms = _FORMS.get(key)
+    if forms is None:
+        forms = (key, f'"{key}"', f"'{key}'")
+        if len(_FORMS) < 10_000:  # keys of CRDs' embedded pod templates come from input
+            _FORMS[key] = forms
+    for form in forms:
         limit = found[0] if found else len(text)
         # A quoted form can only win before the plain one: look for it there, not in the
         # whole document (a find in C, before any regex).
-        if form is not key and text.find(form, offset, limit) == -1:
+        if form is not forms[0] and text.find(form, offset, limit) == -1:
             continue
-        pattern = _key_pattern(form)
+        pattern = _KEYS.get(form) or _key_pattern(form)
         match = pattern.search(text, offset, limit)
         while match is not None:
             line = text.rfind("\n", 0, match.start()) + 1

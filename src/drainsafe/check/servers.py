@@ -112,10 +112,13 @@ def _flag(words: Sequence[str], *names: str) -> str | None:
     return value
 
 
+_SECONDS = re.compile(r"\s*(\d+(?:\.\d+)?)\s*s?\s*")
+
+
 def _seconds(text: str | None) -> float | None:
     if text is None:
         return None
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*s?\s*", text)
+    match = _SECONDS.fullmatch(text)
     return float(match.group(1)) if match else None
 
 
