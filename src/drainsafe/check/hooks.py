@@ -36,15 +36,17 @@ class DrainDelay:
 
 
 def drain_delay(container: Container, server: ServerShutdown | None = None) -> DrainDelay:
-    if server is None:  # several rules ask for every container; its spec does not change
-        cached: DrainDelay | None = container.__dict__.get("_drain_delay")
-        if cached is None:
-            cached = container.__dict__["_drain_delay"] = _drain_delay(container, None)
-        return cached
-    return _drain_delay(container, server)
+    # Several rules ask for every container; its spec does not change, so the hook is read
+    # once. The server only matters when there is no hook: its own drain delay then counts.
+    hook: DrainDelay | None = container.__dict__.get("_drain_delay")
+    if hook is None:
+        hook = container.__dict__["_drain_delay"] = _hook_delay(container)
+    if hook.kind == "none" and server is not None and server.drain_delay:
+        return DrainDelay(server.drain_delay, "drainsafe", (*container.path, "args"))
+    return hook
 
 
-def _drain_delay(container: Container, server: ServerShutdown | None) -> DrainDelay:
+def _hook_delay(container: Container) -> DrainDelay:
     pre_stop = mapping(mapping(container.spec.get("lifecycle")).get("preStop"))
     path = (*container.path, "lifecycle", "preStop")
     if "sleep" in pre_stop:
@@ -57,8 +59,6 @@ def _drain_delay(container: Container, server: ServerShutdown | None) -> DrainDe
         return DrainDelay(seconds, kind, (*path, "exec", "command"), command)
     if "httpGet" in pre_stop or "tcpSocket" in pre_stop:
         return DrainDelay(None, "httpGet", path)
-    if server is not None and server.drain_delay:
-        return DrainDelay(server.drain_delay, "drainsafe", (*container.path, "args"))
     return DrainDelay(None, "none", path)
 
 

@@ -27,12 +27,12 @@ def _scale_text(index: Index, w: Workload) -> str:
     return f"{w.ref.kind} {w.ref.name} replicas {w.replicas}"
 
 
-def expected_pods(index: Index, pdb: Pdb) -> tuple[int, str] | None:
+def expected_pods(index: Index, pdb: Pdb) -> int | None:
     """Sum of the selected workloads' scales, or None when one is not known statically."""
     selected = index.workloads_selected_by(pdb)
     if not selected:
         return None
-    total, parts = 0, []
+    total = 0
     for w in selected:
         if w.ref.kind not in SCALED_KINDS:
             return None
@@ -40,8 +40,12 @@ def expected_pods(index: Index, pdb: Pdb) -> tuple[int, str] | None:
         if scale is None:
             return None
         total += scale
-        parts.append(_scale_text(index, w))
-    return total, "; ".join(parts)
+    return total
+
+
+def scale_detail(index: Index, pdb: Pdb) -> str:
+    """Where expected_pods' sum comes from (written only for a finding)."""
+    return "; ".join(_scale_text(index, w) for w in index.workloads_selected_by(pdb))
 
 
 def _budget_text(pdb: Pdb) -> str:
@@ -111,11 +115,8 @@ def _pdb_wedge(index: Index, context: Context) -> Iterator[Finding]:
                 " every eviction is refused and kubectl drain retries forever",
                 dump({"spec": {"maxUnavailable": 1}}), path=("spec", "maxUnavailable"))
             continue
-        found = expected_pods(index, pdb)
-        if found is None:
-            continue
-        total, detail = found
-        if total <= 0:
+        total = expected_pods(index, pdb)
+        if total is None or total <= 0:
             continue
         allowed = best_case_disruptions(pdb.spec, total)
         if allowed > 0:
@@ -123,8 +124,8 @@ def _pdb_wedge(index: Index, context: Context) -> Iterator[Finding]:
         field = "maxUnavailable" if pdb.spec.max_unavailable is not None else "minAvailable"
         yield PDB_WEDGE.finding(
             pdb,
-            f"{_budget_text(pdb)} with {total} expected pod(s) ({detail}): disruptionsAllowed "
-            "is 0 even with every pod ready; kubectl drain retries forever",
+            f"{_budget_text(pdb)} with {total} expected pod(s) ({scale_detail(index, pdb)}): "
+            "disruptionsAllowed is 0 even with every pod ready; kubectl drain retries forever",
             _max_unavailable_fix(pdb), path=("spec", field),
         )
 
@@ -211,15 +212,15 @@ def _prefer_max_unavailable(index: Index, context: Context) -> Iterator[Finding]
         if pdb.spec is None or pdb.spec.min_available is None or is_percent(
                 pdb.spec.min_available):
             continue
-        found = expected_pods(index, pdb)
-        if found is None:
+        total = expected_pods(index, pdb)
+        if total is None:
             continue
-        total, detail = found
         if total > FEW_REPLICAS or best_case_disruptions(pdb.spec, total) == 0:
             continue  # many replicas: fine; zero: pdb-wedge reports it
         yield PDB_PREFER_MAX_UNAVAILABLE.finding(
             pdb,
-            f"minAvailable {pdb.spec.min_available} on {total} pod(s) ({detail}) allows "
+            f"minAvailable {pdb.spec.min_available} on {total} pod(s) "
+            f"({scale_detail(index, pdb)}) allows "
             f"{best_case_disruptions(pdb.spec, total)} eviction(s) now and none once scaled to "
             f"{pdb.spec.min_available}",
             _max_unavailable_fix(pdb), path=("spec", "minAvailable"),
