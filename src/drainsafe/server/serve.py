@@ -202,16 +202,20 @@ class DrainServer(uvicorn.Server):
         while True:
             rt.tick()
             now = rt.clock()
-            busy = False
+            # Past the deadline (or forced) nothing waits any more; before it, even after the
+            # last request finished, a connection that just went idle keeps its idle grace:
+            # the client may already be sending its next request on it.
+            deadline = rt.state.deadline(rt.settings)
+            hard_stop = rt.state.cut_done or rt.state.forced or (
+                deadline is not None and now >= deadline + rt.settings.flush)
             for conn in list(self.server_state.connections):
                 if not _idle(conn):
                     idle_since.pop(conn, None)
-                    busy = True
                     continue
                 since = idle_since.setdefault(conn, now)
-                if now - since >= rt.settings.idle_grace or rt.phase is Phase.EXIT:
+                if now - since >= rt.settings.idle_grace or hard_stop:
                     conn.shutdown()  # idle: uvicorn closes the transport
-            if rt.phase is Phase.EXIT and (not busy or rt.state.cut_done or rt.state.forced):
+            if rt.phase is Phase.EXIT and (not self.server_state.connections or hard_stop):
                 break
             await asyncio.sleep(POLL)
         for conn in list(self.server_state.connections):
