@@ -305,13 +305,15 @@ class Index:
     def pdbs_for(self, w: Workload) -> list[Pdb]:
         if w.embedded:
             return []
-        self._match()
+        if not self._matched:  # computed once, on the first question
+            self._match()
         return self._pdbs_of.get(id(w), [])
 
     def services_for(self, w: Workload) -> list[Service]:
         if w.embedded:
             return []
-        self._match()
+        if not self._matched:  # computed once, on the first question
+            self._match()
         return self._services_of.get(id(w), [])
 
     def _match(self) -> None:
@@ -365,7 +367,8 @@ class Index:
         return w.replicas
 
     def workloads_selected_by(self, pdb: Pdb) -> list[Workload]:
-        self._match()
+        if not self._matched:  # computed once, on the first question
+            self._match()
         return self._selected_by.get(id(pdb), [])
 
     def iter_subjects(self) -> Iterator[Subject]:
