@@ -266,3 +266,8 @@ def lab_upstream(lab_kubeconfig: Path) -> tuple[str, str]:
     doc = yaml.safe_load(lab_kubeconfig.read_text())
     cluster = doc["clusters"][0]["cluster"]
     return cluster["server"], cluster["certificate-authority"]
+
+
+def in_front_of(lab_kubeconfig: Path) -> FaultProxy:
+    """A proxy (not yet running) for the lab API server that `lab_kubeconfig` names."""
+    return FaultProxy(*lab_upstream(lab_kubeconfig))

@@ -26,7 +26,7 @@ from drainsafe.drain.execute import DrainSettings, NodeDrainer
 from drainsafe.kube import Backoff, KubeClient, api_path
 from drainsafe.lab.cluster import virtual_deployment
 
-from .faultproxy import BUDGET_429, MULTI_PDB_500, Fault, FaultProxy, lab_upstream
+from .faultproxy import BUDGET_429, MULTI_PDB_500, Fault, FaultProxy, in_front_of
 from .labkit import get_node, gpu_lab, pdb, pods_of
 
 FAST = DrainSettings(timeout=90, backoff=Backoff(base=0.2, cap=1.0), unschedulable_after=3)
@@ -34,6 +34,12 @@ FAST = DrainSettings(timeout=90, backoff=Backoff(base=0.2, cap=1.0), unschedulab
 
 def on_node(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
     return [p for p in pods if p["spec"]["nodeName"] == node]
+
+
+def drain_argv(node: str, kubeconfig: Path) -> list[str]:
+    """The drainsafe CLI as a user runs it, through the fault proxy's kubeconfig."""
+    return [sys.executable, "-m", "drainsafe", "drain", node, "--kubeconfig", str(kubeconfig),
+            "-o", "json", "--timeout", "90"]
 
 
 def keys(pods: list[dict[str, Any]]) -> set[str]:
@@ -59,8 +65,7 @@ async def test_transient_api_faults_change_nothing_but_the_timing(tmp_path: Path
                         pdb("llm", "llm", maxUnavailable=1))
         await lab.wait_available("default", "llm", timeout=60)
         await lab.wait_available("default", "web", timeout=60)
-        upstream, ca = lab_upstream(lab.kubeconfig)
-        proxy = FaultProxy(upstream, ca)
+        proxy = in_front_of(lab.kubeconfig)
         async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as direct:
             llm = await pods_of(direct, "llm")
             node = llm[0]["spec"]["nodeName"]
@@ -114,8 +119,7 @@ async def test_multi_pdb_500_stops_and_a_rerun_continues(tmp_path: Path) -> None
         await lab.apply(virtual_deployment("llm", replicas=2, gpus=1, grace=5,
                                            startup_seconds=0.3))
         await lab.wait_available("default", "llm", timeout=60)
-        upstream, ca = lab_upstream(lab.kubeconfig)
-        proxy = FaultProxy(upstream, ca)
+        proxy = in_front_of(lab.kubeconfig)
         proxy.add(Fault("POST", r"/eviction$", "respond", status=500, body=MULTI_PDB_500))
         async with proxy.running():
             cfg = proxy.kubeconfig(lab.kubeconfig, tmp_path / "proxy.kubeconfig")
@@ -162,8 +166,7 @@ async def test_interrupted_then_killed_mid_drain_then_run_again(tmp_path: Path) 
                                            exit_after_sigterm_seconds=1.0),
                         pdb("w", "w", maxUnavailable=1))
         await lab.wait_available("default", "w", timeout=60)
-        upstream, ca = lab_upstream(lab.kubeconfig)
-        proxy = FaultProxy(upstream, ca)
+        proxy = in_front_of(lab.kubeconfig)
         async with proxy.running():
             cfg = proxy.kubeconfig(lab.kubeconfig, tmp_path / "proxy.kubeconfig")
             async with KubeClient.from_kubeconfig(str(cfg)) as client:
@@ -171,8 +174,7 @@ async def test_interrupted_then_killed_mid_drain_then_run_again(tmp_path: Path) 
                 node = pods[0]["spec"]["nodeName"]
                 here = on_node(pods, node)
                 assert len(here) >= 3
-                argv = [sys.executable, "-m", "drainsafe", "drain", node, "--kubeconfig",
-                        str(cfg), "-o", "json", "--timeout", "90"]
+                argv = drain_argv(node, cfg)
                 # Ctrl-C after the first eviction: exit 130, the node says "interrupted".
                 code = await stop_after_evictions(client, node, argv, 1, signal.SIGINT)
                 n = await get_node(client, node)
@@ -209,8 +211,7 @@ async def test_killed_after_the_server_accepted_an_eviction_before_it_was_record
                                            exit_after_sigterm_seconds=6.0),
                         pdb("w", "w", maxUnavailable=1))
         await lab.wait_available("default", "w", timeout=60)
-        upstream, ca = lab_upstream(lab.kubeconfig)
-        proxy = FaultProxy(upstream, ca)
+        proxy = in_front_of(lab.kubeconfig)
         proxy.add(Fault("POST", r"/eviction$", "hang", hold=30))
         async with proxy.running():
             cfg = proxy.kubeconfig(lab.kubeconfig, tmp_path / "proxy.kubeconfig")
@@ -219,8 +220,7 @@ async def test_killed_after_the_server_accepted_an_eviction_before_it_was_record
                 node = pods[0]["spec"]["nodeName"]
                 here = on_node(pods, node)
                 assert len(here) >= 2
-                argv = [sys.executable, "-m", "drainsafe", "drain", node, "--kubeconfig",
-                        str(cfg), "-o", "json", "--timeout", "90"]
+                argv = drain_argv(node, cfg)
                 proc = await asyncio.create_subprocess_exec(
                     *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                     start_new_session=True)
@@ -267,8 +267,7 @@ async def test_a_pod_that_starts_terminating_before_its_turn_is_waited_for(
                                            exit_after_sigterm_seconds=5.0),
                         pdb("w", "w", maxUnavailable=1))
         await lab.wait_available("default", "w", timeout=60)
-        upstream, ca = lab_upstream(lab.kubeconfig)
-        proxy = FaultProxy(upstream, ca)
+        proxy = in_front_of(lab.kubeconfig)
         async with proxy.running(), KubeClient.from_kubeconfig(str(lab.kubeconfig)) as direct:
             cfg = proxy.kubeconfig(lab.kubeconfig, tmp_path / "proxy.kubeconfig")
             pods = await pods_of(direct, "w")
