@@ -151,8 +151,8 @@ class DrainServer(uvicorn.Server):
             self.force_exit = True
 
     def _phase_changed(self, phase: Phase) -> None:
-        if phase is Phase.SERVING:
-            return
+        if phase is Phase.SERVING or httptools_impl.RequestResponseCycle is self._closing_cycle:
+            return  # once, when the lifecycle leaves SERVING
         # From now on requests get ClosingCycles; those already received whose response
         # has not started will say Connection: close too. Nothing changes per request
         # before the drain.
