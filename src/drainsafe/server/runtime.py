@@ -79,19 +79,21 @@ FOLD_AT = 4096
 class DurationHistogram:
     """Request durations in Prometheus histogram buckets, exported at scrape time.
 
-    Observed only on the event loop's thread, like every figure of the runtime. The hot
-    path only appends a duration to `pending` (under serve a bound C call, ~40 ns); `fold`
-    sorts them into buckets on the runtime's tick (every 0.1 s under serve), before every
-    read, and every FOLD_AT durations, so the list stays small. prometheus_client's
-    `Histogram.observe` takes a lock per bucket and sum update (~2 µs, about a tenth of
-    what serve spends per request on a trivial endpoint), which serve's goal (>= 0.97x
-    bare uvicorn) cannot pay.
+    Observed only on the event loop's thread, like every figure of the runtime. The
+    middleware and the proxy append each duration to `pending` (~40 ns); `fold` sorts them
+    into buckets on the runtime's tick, before every read, and every FOLD_AT durations, so
+    the list stays small. drainsafe serve times nothing per request: it records on its
+    tick (drainsafe.server.ticktimer). prometheus_client's `Histogram.observe` takes a lock
+    per bucket and sum update (~2 µs, about a tenth of what serve spends per request on a
+    trivial endpoint), which serve's goal (>= 0.97x bare uvicorn) cannot pay.
     """
 
-    __slots__ = ("bounds", "counts", "pending", "sum")
+    __slots__ = ("bounds", "counts", "help", "pending", "sum")
 
     def __init__(self, bounds: tuple[float, ...] = DURATION_BUCKETS) -> None:
         self.bounds = bounds
+        self.help = "Seconds from request received to response sent in full"
+        """The metric's HELP: says how the durations were taken."""
         self.counts = [0] * (len(bounds) + 1)
         """Per bucket, not cumulative; the last one is +Inf."""
         self.sum = 0.0
@@ -104,8 +106,13 @@ class DurationHistogram:
         if len(pending) >= FOLD_AT:  # where nothing ticks (the middleware before a drain)
             self.fold()
 
+    def observe_many(self, seconds: float, n: int) -> None:
+        """`n` requests that took `seconds` each."""
+        self.fold()
+        self.counts[bisect_left(self.bounds, seconds)] += n
+        self.sum += seconds * n
+
     def fold(self) -> None:
-        # In place: drainsafe serve holds `pending.append` bound.
         pending, counts, bounds = self.pending, self.counts, self.bounds
         if not pending:
             return
@@ -199,6 +206,9 @@ class DrainRuntime:
         self.probe: Callable[[], tuple[int, int]] | None = None
         """(in flight, streams in flight) from elsewhere than `open`: drainsafe serve reads
         them from uvicorn's own request cycles, which costs nothing per request."""
+        self.refresh_durations: Callable[[], object] | None = None
+        """Brings `durations` up to date before they are read (drainsafe serve times
+        requests on its looks at uvicorn's cycles: drainsafe.server.ticktimer)."""
         self._listeners: list[Callable[[Phase], None]] = []
 
     # -- hot path -------------------------------------------------------------------
@@ -354,10 +364,11 @@ class _RuntimeCollector(Collector):
         yield CounterMetricFamily("drainsafe_streams_cut",
                                   "Requests and streams ended at the shutdown deadline",
                                   value=rt.cut_count)
+        if rt.refresh_durations is not None:
+            rt.refresh_durations()
         rows = rt.durations.cumulative()  # folds pending durations into `sum` too
         yield HistogramMetricFamily(
-            DURATION_METRIC, "Seconds from request received to response sent in full",
-            buckets=rows, sum_value=rt.durations.sum)
+            DURATION_METRIC, rt.durations.help, buckets=rows, sum_value=rt.durations.sum)
         yield GaugeMetricFamily("drainsafe_drain_delay_seconds", "Configured drain delay",
                                 value=rt.settings.drain_delay)
         yield GaugeMetricFamily("drainsafe_shutdown_timeout_seconds",

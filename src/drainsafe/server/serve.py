@@ -15,17 +15,18 @@ subclasses `uvicorn.Server` and replaces exactly those parts:
   the lifespan shutdown.
 
 Little is added per request on the hot path: in-flight work is read from uvicorn's own
-request cycles (`server_state.connections[*].cycle`), and `DrainCycle`, a subclass of the
-httptools protocol's `RequestResponseCycle` installed in this process, only notes each
-response's headers and times the request (below). Once the drain begins, new requests get
-a `ClosingCycle` instead, whose `keep_alive` is off, which makes uvicorn write
-`Connection: close` and close after the response (httptools_impl.py `send`); nothing of
-that is paid per request before. That keeps `drainsafe serve` within a few percent of bare
-uvicorn on a trivial endpoint.
+request cycles (`server_state.connections[*].cycle`) on the runtime's 0.1 s tick, and
+durations are taken on those same looks (drainsafe.server.ticktimer), not per request.
+`DrainCycle`, a subclass of the httptools protocol's `RequestResponseCycle` installed in
+this process, only notes each response's headers (the cut must know an SSE stream). Once
+the drain begins, new requests get a `ClosingCycle` instead, whose `keep_alive` is off,
+which makes uvicorn write `Connection: close` and close after the response
+(httptools_impl.py `send`); nothing of that is paid per request before. The app wrapper
+only routes the runtime's endpoints and counts the request. That keeps `drainsafe serve`
+within a few percent of bare uvicorn on a trivial endpoint (docs/server.md).
 
 The pod header is one of uvicorn's own default headers (`Config(headers=...)`, written on
-every response); a request's duration is taken from a start time `serve_app` puts in the
-scope to the app's last body message, which `DrainCycle` sees anyway.
+every response).
 """
 
 from __future__ import annotations
@@ -46,10 +47,9 @@ from drainsafe.asgi import ASGIApp, DrainMiddleware, Receive, Scope, Send
 from drainsafe.marker import sse_error_event
 from drainsafe.server.lifecycle import Phase
 from drainsafe.server.runtime import POD_HEADER, DrainRuntime
+from drainsafe.server.ticktimer import Outcome, TickTimer
 
 POLL = 0.05
-_T0 = "drainsafe.t0"
-"""Scope key: when the app was called (the runtime's clock)."""
 
 
 _BaseCycle = httptools_impl.RequestResponseCycle
@@ -59,27 +59,19 @@ _base_send = _BaseCycle.send
 def cycle_classes(runtime: DrainRuntime) -> tuple[type[Any], type[Any]]:
     """uvicorn's request cycle, subclassed for `runtime`: (serving, closing).
 
-    The serving cycle notes each response's headers (the cut needs to know an SSE stream)
-    and the request's duration. The closing one is for requests that arrive once the drain
-    began: they count as late, and their response says `Connection: close`, after which
-    uvicorn closes the connection (httptools_impl.py `send`), so a pooled connection
-    retires. What they need is bound here, in their closure: the cheapest lookups."""
-    finished = runtime.durations.pending.append  # folded on the runtime's tick
-    clock = runtime.clock
+    The serving cycle notes each response's headers (the cut needs to know an SSE stream).
+    The closing one is for requests that arrive once the drain began: they count as late,
+    and their response says `Connection: close`, after which uvicorn closes the connection
+    (httptools_impl.py `send`), so a pooled connection retires."""
     own = runtime.own_paths
 
     class DrainCycle(_BaseCycle):
         drain_headers: list[tuple[bytes, bytes]] | None = None
 
-        # A plain function returning uvicorn's coroutine: no extra frame per message.
+        # A plain function returning uvicorn's coroutine: no second coroutine per message.
         def send(self, message: Any) -> Coroutine[Any, Any, None]:
-            if message["type"] == "http.response.start":
+            if not self.response_started:
                 self.drain_headers = message.get("headers")
-            elif not self.disconnected and not message.get("more_body", False):
-                # The last body message of a response uvicorn will write.
-                t0 = self.scope.get(_T0)
-                if t0 is not None:
-                    finished(clock() - t0)  # type: ignore[operator]
             return _base_send(self, message)
 
     class ClosingCycle(DrainCycle):
@@ -97,31 +89,48 @@ def install_cycle(cycle: type[Any]) -> None:
     httptools_impl.RequestResponseCycle = cycle  # type: ignore[misc]
 
 
-def serve_app(app: ASGIApp, runtime: DrainRuntime) -> ASGIApp:
-    """The app as uvicorn sees it: the runtime's endpoints (where the app says 404) and the
-    request's start time; everything else goes to the app untouched.
+def cycle_outcome(cycle: Any) -> Outcome:
+    """Where a uvicorn request cycle stands (for the tick timer)."""
+    if cycle.disconnected:  # the client left, or the cut ended it (`DrainServer._cut`)
+        return Outcome.LOST
+    return Outcome.ANSWERED if cycle.response_complete else Outcome.RUNNING
+
+
+def serve_app(app: ASGIApp, runtime: DrainRuntime, timer: TickTimer[Any]) -> ASGIApp:
+    """The app as uvicorn sees it: the runtime's endpoints (where the app says 404), and a
+    count of requests; everything else goes to the app untouched.
 
     A closure rather than an object with `__call__`: calling it is a vectorcall, about half
     the cost of calling an instance (measured ~45 ns against ~90 ns over a bare call)."""
     endpoints = DrainMiddleware(app, runtime=runtime, hook_signals=False)._own_or_app
     own = runtime.own_paths
-    clock = runtime.clock
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        await endpoints(scope, receive, send)
+        cycle = getattr(send, "__self__", None)  # uvicorn's cycle: `send` is its method
+        if cycle is None or cycle_outcome(cycle) is Outcome.ANSWERED:
+            timer.not_timed += 1  # a probe or a scrape, not the app's work
 
     def serve(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] == "http":
             if scope["path"] in own:
-                return endpoints(scope, receive, send)
+                return endpoint(scope, receive, send)
             runtime.requests_total += 1
-            scope[_T0] = clock()
         return app(scope, receive, send)
 
     return serve
 
 
 class DrainServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, runtime: DrainRuntime) -> None:
+    def __init__(self, config: uvicorn.Config, runtime: DrainRuntime,
+                 timer: TickTimer[Any]) -> None:
         super().__init__(config)
         self.runtime = runtime
+        self._timer = timer
+        runtime.durations.help = (
+            "Seconds from request received to response sent in full; an upper bound, "
+            "taken on drainsafe serve's 0.1 s tick")
+        runtime.refresh_durations = self._look
         self._serving_cycle, self._closing_cycle = cycle_classes(runtime)
         install_cycle(self._serving_cycle)
         self._unanswered = unanswered_response(runtime.pod_header)
@@ -164,9 +173,14 @@ class DrainServer(uvicorn.Server):
                 if cycle is not None and not cycle.response_started:
                     cycle.keep_alive = False
 
-    def _cycles(self) -> list[Any]:
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self._timer.last_look = self.runtime.clock()  # as the listener opens
+
+    def _look(self) -> list[Any]:
         """uvicorn's request cycles with a response still owed to a connected client
-        (probes, metrics scrapes and drain requests are not work in flight)."""
+        (probes, metrics scrapes and drain requests are not work in flight). Every look
+        also times the requests answered since the last one (drainsafe.server.ticktimer)."""
         own = self.runtime.own_paths
         found = []
         for conn in list(self.server_state.connections):
@@ -174,16 +188,17 @@ class DrainServer(uvicorn.Server):
             if cycle is not None and not cycle.response_complete and not cycle.disconnected \
                     and cycle.scope.get("path") not in own:
                 found.append(cycle)
+        self._timer.look(self.runtime.clock(), set(found), self.server_state.total_requests)
         return found
 
     def _probe(self) -> tuple[int, int]:
-        cycles = self._cycles()
+        cycles = self._look()
         streams = sum(1 for c in cycles if c.response_started and c.chunked_encoding)
         return len(cycles), streams
 
     def _cut(self) -> int:
         """End every open response on purpose (see drainsafe.marker); returns how many."""
-        cycles = self._cycles()
+        cycles = self._look()
         for cycle in cycles:
             transport = cycle.transport
             if not cycle.response_started:
@@ -276,8 +291,9 @@ def build(app: ASGIApp, runtime: DrainRuntime, **uvicorn_options: Any) -> DrainS
         # One of uvicorn's default headers: written on every response at no extra cost.
         uvicorn_options["headers"] = [*uvicorn_options.get("headers", []),
                                       (POD_HEADER, runtime.pod)]
-    config = uvicorn.Config(serve_app(app, runtime), **uvicorn_options)
-    return DrainServer(config, runtime)
+    timer: TickTimer[Any] = TickTimer(runtime.durations, cycle_outcome, runtime.clock())
+    config = uvicorn.Config(serve_app(app, runtime, timer), **uvicorn_options)
+    return DrainServer(config, runtime, timer)
 
 
 def run(server: DrainServer) -> int:
