@@ -119,6 +119,9 @@ async def test_responses_name_the_pod_and_the_histogram_counts_requests(
     assert body.endswith(b"data: [DONE]\n\n")
     counts = _duration_counts(metrics)
     assert counts["count"] == 7 == counts["+Inf"], metrics
+    received = next(s.value for f in text_string_to_metric_families(metrics)
+                    if f.name == "drainsafe_requests" for s in f.samples)
+    assert received == 7, metrics  # the probe and the scrapes are not the app's
     # The 0.8 s stream is above 0.5 s; the pings and the 2-token answer are well below.
     assert counts["0.5"] == 6 and counts["2.0"] == 7, counts
     assert counts["sum"] >= 0.75

@@ -169,13 +169,27 @@ async def test_app_routes_are_never_shadowed(tmp_path: Path) -> None:
     replica = start_replica("serve", tmp_path, app="server_apps:own_readyz")
     base = f"http://{replica.address}"
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=5) as client:
+        # One pooled connection: the app's dropped 404 must leave it usable.
+        async with httpx.AsyncClient(base_url=base, timeout=5,
+                                     limits=httpx.Limits(max_connections=1)) as client:
             app_ready = await client.get("/readyz")
             ours_live = await client.get("/livez")
+            app_404 = await client.get("/nothing-here")
+            ours_metrics = await client.get("/metrics")
+            replica.signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            draining = await client.get("/readyz")
+        code = await wait_exit(replica.proc, 10)
     finally:
         replica.stop()
     assert app_ready.text == "the app's own readiness"
-    assert ours_live.json()["live"] is True
+    assert ours_live.json()["live"] is True and "the app" not in ours_live.text
+    assert app_404.status_code == 404  # not a path of the runtime's: the app's answer
+    assert "drainsafe_phase" in ours_metrics.text
+    # During the drain the app's own readiness still wins, and the log says it is used.
+    assert draining.text == "the app's own readiness"
+    assert "the app serves /readyz itself" in replica.log_text()
+    assert code == 0, replica.log_text()
 
 
 async def test_middleware_under_plain_uvicorn_delays_uvicorns_shutdown(tmp_path: Path

@@ -206,9 +206,10 @@ class DrainRuntime:
         self.probe: Callable[[], tuple[int, int]] | None = None
         """(in flight, streams in flight) from elsewhere than `open`: drainsafe serve reads
         them from uvicorn's own request cycles, which costs nothing per request."""
-        self.refresh_durations: Callable[[], object] | None = None
-        """Brings `durations` up to date before they are read (drainsafe serve times
-        requests on its looks at uvicorn's cycles: drainsafe.server.ticktimer)."""
+        self.refresh: Callable[[], object] | None = None
+        """Brings `durations` and `requests_total` up to date before a scrape reads them
+        (drainsafe serve counts and times requests on its looks at uvicorn's cycles:
+        drainsafe.server.ticktimer)."""
         self._listeners: list[Callable[[Phase], None]] = []
 
     # -- hot path -------------------------------------------------------------------
@@ -342,6 +343,8 @@ class _RuntimeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         rt = self.runtime
+        if rt.refresh is not None:
+            rt.refresh()
         phase = GaugeMetricFamily("drainsafe_phase", "Lifecycle phase (1 = current)",
                                   labels=["phase"])
         for p in Phase:
@@ -364,8 +367,6 @@ class _RuntimeCollector(Collector):
         yield CounterMetricFamily("drainsafe_streams_cut",
                                   "Requests and streams ended at the shutdown deadline",
                                   value=rt.cut_count)
-        if rt.refresh_durations is not None:
-            rt.refresh_durations()
         rows = rt.durations.cumulative()  # folds pending durations into `sum` too
         yield HistogramMetricFamily(
             DURATION_METRIC, rt.durations.help, buckets=rows, sum_value=rt.durations.sum)

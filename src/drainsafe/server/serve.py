@@ -14,16 +14,17 @@ subclasses `uvicorn.Server` and replaces exactly those parts:
   lets in-flight work run to the deadline, ends what remains with the marker, then runs
   the lifespan shutdown.
 
-Little is added per request on the hot path: in-flight work is read from uvicorn's own
+Little is added per request on the hot path. In-flight work is read from uvicorn's own
 request cycles (`server_state.connections[*].cycle`) on the runtime's 0.1 s tick, and
-durations are taken on those same looks (drainsafe.server.ticktimer), not per request.
-`DrainCycle`, a subclass of the httptools protocol's `RequestResponseCycle` installed in
-this process, only notes each response's headers (the cut must know an SSE stream). Once
-the drain begins, new requests get a `ClosingCycle` instead, whose `keep_alive` is off,
-which makes uvicorn write `Connection: close` and close after the response
-(httptools_impl.py `send`); nothing of that is paid per request before. The app wrapper
-only routes the runtime's endpoints and counts the request. That keeps `drainsafe serve`
-within a few percent of bare uvicorn on a trivial endpoint (docs/server.md).
+requests are counted and timed on those same looks (drainsafe.server.ticktimer). uvicorn
+calls the app itself, with no wrapper: `DrainCycle`, a subclass of the httptools
+protocol's `RequestResponseCycle` installed in this process, notes each response's headers
+(the cut must know an SSE stream) and, where the app answers 404 on one of the runtime's
+paths, answers in its place. Once the drain begins, new requests get a `ClosingCycle`
+instead, whose `keep_alive` is off, which makes uvicorn write `Connection: close` and
+close after the response (httptools_impl.py `send`); nothing of that is paid per request
+before. That keeps `drainsafe serve` within a few percent of bare uvicorn on a trivial
+endpoint (docs/server.md).
 
 The pod header is one of uvicorn's own default headers (`Config(headers=...)`, written on
 every response).
@@ -33,45 +34,63 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+import logging
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 import uvicorn
 import uvicorn.protocols.http.httptools_impl as httptools_impl
 
-from drainsafe.asgi import ASGIApp, DrainMiddleware, Receive, Scope, Send
+from drainsafe.asgi import ASGIApp, answer_own_endpoint
 from drainsafe.marker import sse_error_event
 from drainsafe.server.lifecycle import Phase
 from drainsafe.server.runtime import POD_HEADER, DrainRuntime
 from drainsafe.server.ticktimer import Outcome, TickTimer
 
 POLL = 0.05
+logger = logging.getLogger("drainsafe.server")
 
 
 _BaseCycle = httptools_impl.RequestResponseCycle
 _base_send = _BaseCycle.send
 
 
-def cycle_classes(runtime: DrainRuntime) -> tuple[type[Any], type[Any]]:
+def cycle_classes(runtime: DrainRuntime, timer: TickTimer[Any]) -> tuple[type[Any], type[Any]]:
     """uvicorn's request cycle, subclassed for `runtime`: (serving, closing).
 
-    The serving cycle notes each response's headers (the cut needs to know an SSE stream).
-    The closing one is for requests that arrive once the drain began: they count as late,
-    and their response says `Connection: close`, after which uvicorn closes the connection
-    (httptools_impl.py `send`), so a pooled connection retires."""
+    The serving cycle notes each response's headers (the cut needs to know an SSE stream)
+    and answers the runtime's endpoints where the app said 404 (the app's routes always
+    win): uvicorn calls the app itself, with no wrapper in between. The closing one is for
+    requests that arrive once the drain began: they count as late, and their response says
+    `Connection: close`, after which uvicorn closes the connection (httptools_impl.py
+    `send`), so a pooled connection retires."""
     own = runtime.own_paths
+    warned: set[str] = set()
+
+    async def answer(cycle: Any) -> None:
+        scope = cycle.scope
+        await answer_own_endpoint(runtime, scope["path"], scope.get("query_string", b""),
+                                  functools.partial(_base_send, cycle))
+        if cycle_outcome(cycle) is Outcome.ANSWERED:
+            timer.not_timed += 1  # a probe or a scrape, not the app's work
+        # The rest of the app's 404 is dropped, as uvicorn drops what is sent to a client
+        # that left (httptools_impl.py `send`).
+        cycle.disconnected = True
 
     class DrainCycle(_BaseCycle):
         drain_headers: list[tuple[bytes, bytes]] | None = None
 
-        # A plain function returning uvicorn's coroutine: no second coroutine per message.
+        # A plain function returning a coroutine: no second coroutine per message.
         def send(self, message: Any) -> Coroutine[Any, Any, None]:
             if not self.response_started:
                 self.drain_headers = message.get("headers")
+                if message.get("status") == 404 and self.scope["path"] in own:
+                    return answer(self)
             return _base_send(self, message)
 
     class ClosingCycle(DrainCycle):
@@ -80,6 +99,17 @@ def cycle_classes(runtime: DrainRuntime) -> tuple[type[Any], type[Any]]:
             self.keep_alive = False
             if self.scope.get("path") not in own:
                 runtime.note_late()
+
+        def send(self, message: Any) -> Coroutine[Any, Any, None]:
+            # Whether the app answers one of the runtime's paths itself matters now: the
+            # runtime's readiness would say 503. Checked only here, off the hot path.
+            path = self.scope["path"]
+            if not self.response_started and path in own and message.get("status") != 404 \
+                    and path not in warned:
+                warned.add(path)
+                logger.warning("drainsafe: the app serves %s itself; drainsafe's endpoint "
+                               "there is not used (choose another path)", path)
+            return super().send(message)
 
     return DrainCycle, ClosingCycle
 
@@ -96,31 +126,6 @@ def cycle_outcome(cycle: Any) -> Outcome:
     return Outcome.ANSWERED if cycle.response_complete else Outcome.RUNNING
 
 
-def serve_app(app: ASGIApp, runtime: DrainRuntime, timer: TickTimer[Any]) -> ASGIApp:
-    """The app as uvicorn sees it: the runtime's endpoints (where the app says 404), and a
-    count of requests; everything else goes to the app untouched.
-
-    A closure rather than an object with `__call__`: calling it is a vectorcall, about half
-    the cost of calling an instance (measured ~45 ns against ~90 ns over a bare call)."""
-    endpoints = DrainMiddleware(app, runtime=runtime, hook_signals=False)._own_or_app
-    own = runtime.own_paths
-
-    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        await endpoints(scope, receive, send)
-        cycle = getattr(send, "__self__", None)  # uvicorn's cycle: `send` is its method
-        if cycle is None or cycle_outcome(cycle) is Outcome.ANSWERED:
-            timer.not_timed += 1  # a probe or a scrape, not the app's work
-
-    def serve(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        if scope["type"] == "http":
-            if scope["path"] in own:
-                return endpoint(scope, receive, send)
-            runtime.requests_total += 1
-        return app(scope, receive, send)
-
-    return serve
-
-
 class DrainServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, runtime: DrainRuntime,
                  timer: TickTimer[Any]) -> None:
@@ -130,8 +135,8 @@ class DrainServer(uvicorn.Server):
         runtime.durations.help = (
             "Seconds from request received to response sent in full; an upper bound, "
             "taken on drainsafe serve's 0.1 s tick")
-        runtime.refresh_durations = self._look
-        self._serving_cycle, self._closing_cycle = cycle_classes(runtime)
+        runtime.refresh = self._look
+        self._serving_cycle, self._closing_cycle = cycle_classes(runtime, timer)
         install_cycle(self._serving_cycle)
         self._unanswered = unanswered_response(runtime.pod_header)
         runtime.probe = self._probe
@@ -189,6 +194,7 @@ class DrainServer(uvicorn.Server):
                     and cycle.scope.get("path") not in own:
                 found.append(cycle)
         self._timer.look(self.runtime.clock(), set(found), self.server_state.total_requests)
+        self.runtime.requests_total = self._timer.received
         return found
 
     def _probe(self) -> tuple[int, int]:
@@ -292,7 +298,7 @@ def build(app: ASGIApp, runtime: DrainRuntime, **uvicorn_options: Any) -> DrainS
         uvicorn_options["headers"] = [*uvicorn_options.get("headers", []),
                                       (POD_HEADER, runtime.pod)]
     timer: TickTimer[Any] = TickTimer(runtime.durations, cycle_outcome, runtime.clock())
-    config = uvicorn.Config(serve_app(app, runtime, timer), **uvicorn_options)
+    config = uvicorn.Config(app, **uvicorn_options)
     return DrainServer(config, runtime, timer)
 
 

@@ -51,6 +51,8 @@ class TickTimer(Generic[R]):
         """Answered requests accounted for so far (the server's count at the last look)."""
         self.not_timed = 0
         """Answered requests that are not the app's (probes, scrapes): never recorded."""
+        self.lost = 0
+        """Requests seen in flight that ended without a full answer."""
 
     def look(self, now: float, in_flight: Collection[R], answered: int) -> None:
         """`in_flight`: the requests still owed a response; `answered`: how many the server
@@ -67,6 +69,8 @@ class TickTimer(Generic[R]):
             if outcome is Outcome.ANSWERED:
                 observe(now - since)
                 seen_answered += 1
+            else:
+                self.lost += 1
         for request in in_flight:
             self.began_after.setdefault(request, self.last_look)
         answered -= self.not_timed
@@ -75,3 +79,10 @@ class TickTimer(Generic[R]):
             self.histogram.observe_many(now - self.last_look, unseen)
         self.answered = answered
         self.last_look = now
+
+    @property
+    def received(self) -> int:
+        """Requests received so far, as far as looks can tell: answered, ended otherwise
+        after a look saw them, or in flight. One whose client left before any answer and
+        before a look saw it is not counted."""
+        return self.answered + self.lost + len(self.began_after)
