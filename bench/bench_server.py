@@ -2,7 +2,8 @@
 
 Figures:
 1. a trivial endpoint (GET /ping of drainsafe.workload.streaming) at saturation with hey:
-   requests/s, p50, p99 for bare uvicorn, drainsafe serve, drainsafe run (proxy + uvicorn);
+   requests/s, p50, p99 for bare uvicorn, drainsafe serve, drainsafe run (proxy + uvicorn),
+   and a second bare uvicorn process as a control (the noise floor);
 2. the same at a fixed moderate rate, to read the latency the proxy adds (p50/p99 delta);
 3. SSE chunks/s of one stream with no pause between tokens, read by curl, direct from
    uvicorn and through the proxy.
@@ -38,6 +39,9 @@ from rich.table import Table
 
 BIN = Path(sys.executable).parent
 APP = "drainsafe.workload.streaming:app"
+CONTROL = "uvicorn-b"
+"""A second bare uvicorn process, measured like the others: how far two identical servers
+differ in one run (the noise floor every ratio should be read against)."""
 UVICORN_FLAGS = ["--no-access-log", "--log-level", "warning", "--loop", "uvloop",
                  "--http", "httptools"]
 
@@ -68,7 +72,7 @@ def pinned(argv: list[str], cpu: int | None) -> list[str]:
 @contextlib.contextmanager
 def server(kind: str, cpu: int | None) -> Iterator[tuple[int, int]]:
     port = free_port()
-    if kind == "uvicorn":
+    if kind in ("uvicorn", CONTROL):
         argv = [str(BIN / "uvicorn"), APP, "--port", str(port), *UVICORN_FLAGS]
     elif kind == "serve":
         argv = [str(BIN / "drainsafe"), "serve", APP, "--port", str(port), "--no-access-log",
@@ -196,22 +200,24 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     server_cpu, load_cpu = (0, 1) if args.pin else (None, None)
     console = Console()
-    kinds = ["uvicorn", "serve", "run"]
+    kinds = ["uvicorn", "serve", "run", CONTROL]
     runs: dict[str, list[HeyResult]] = {k: [] for k in kinds}
     fixed_runs: dict[str, list[HeyResult]] = {k: [] for k in kinds}
     sse: dict[str, list[float]] = {"uvicorn": [], "run": []}
     workers = 4
-    with contextlib.ExitStack() as stack:
-        # All servers up at once, load interleaved round by round: on a shared machine a
-        # busy neighbour then hurts every server alike, and the medians stay comparable.
-        started = {k: stack.enter_context(server(k, server_cpu)) for k in kinds}
-        ports = {k: port for k, (port, _) in started.items()}
-        pids = {k: pid for k, (_, pid) in started.items()}
-        for kind in kinds:
-            hey(f"http://127.0.0.1:{ports[kind]}/ping", duration=1,
-                concurrency=args.concurrency, qps=None, cpu=load_cpu)
-        for rnd in range(args.rounds):
-            console.print(f"[dim]round {rnd + 1}/{args.rounds}[/dim]")
+    for rnd in range(args.rounds):
+        console.print(f"[dim]round {rnd + 1}/{args.rounds}[/dim]")
+        # Fresh processes every round: one process of a server can run a few % faster or
+        # slower than another of the same for minutes (the control row shows it), so
+        # each round draws new ones. All are up at once and loaded one after another, so a
+        # busy neighbour hurts every server alike.
+        with contextlib.ExitStack() as stack:
+            started = {k: stack.enter_context(server(k, server_cpu)) for k in kinds}
+            ports = {k: port for k, (port, _) in started.items()}
+            pids = {k: pid for k, (_, pid) in started.items()}
+            for kind in kinds:
+                hey(f"http://127.0.0.1:{ports[kind]}/ping", duration=0.5,
+                    concurrency=args.concurrency, qps=None, cpu=load_cpu)
             # Each server goes first in turn: no server always follows another's load.
             for kind in kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]:
                 url = f"http://127.0.0.1:{ports[kind]}/ping"
@@ -237,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                 "errors", "CPU µs/request", "efficiency x bare"):
         table.add_column(col, justify="right" if col != "server" else "left")
     names = {"uvicorn": "bare uvicorn", "serve": "drainsafe serve",
-             "run": "drainsafe run (proxy)"}
+             "run": "drainsafe run (proxy)",
+             CONTROL: "bare uvicorn again (noise floor)"}
     for kind in kinds:
         r = sat[kind]
         spread = "" if kind == "uvicorn" else f"{paired[kind][0]:.3f}-{paired[kind][-1]:.3f}"
@@ -265,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     serve_ratio = ratio["serve"]
     serve_eff = cost["uvicorn"] / cost["serve"]
     added = fixed["run"].p99_ms - fixed["uvicorn"].p99_ms
+    console.print(
+        f"noise floor: a second bare uvicorn measured {ratio[CONTROL]:.3f}x the first "
+        f"(per round {paired[CONTROL][0]:.3f}-{paired[CONTROL][-1]:.3f}), CPU per request "
+        f"{cost['uvicorn'] / cost[CONTROL]:.3f}x")
     console.print(
         f"goals: serve {serve_ratio:.3f}x bare uvicorn requests/s, median of the rounds' "
         f"ratios (>= 0.97) "
