@@ -20,6 +20,15 @@ async def _ready(request: Request) -> PlainTextResponse:
 own_readyz = Starlette(routes=[Route("/readyz", _ready)])
 """An app with its own /readyz: drainsafe must not shadow it."""
 
+
+async def _slow_ready(request: Request) -> PlainTextResponse:
+    await asyncio.sleep(0.6)
+    return PlainTextResponse("the app's own, slow readiness")
+
+
+slow_own_readyz = Starlette(routes=[Route("/readyz", _slow_ready)])
+"""An app whose own /readyz takes 0.6 s: its requests are the app's work, timed as such."""
+
 wrapped = DrainMiddleware(workload, drain_delay=1.0, shutdown_timeout=1.0)
 """The workload with the middleware, for a uvicorn the user starts."""
 

@@ -6,6 +6,8 @@ of the app names the pod, and /metrics counts each request once, in the right bu
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import math
 from pathlib import Path
@@ -159,3 +161,58 @@ def test_pending_durations_fold_in_place_into_the_same_buckets() -> None:
     for _ in range(FOLD_AT):  # observe folds on its own where nothing ticks
         h.observe(0.2)
     assert len(h.pending) < FOLD_AT and h.count == 7 + FOLD_AT
+
+
+def _sample(text: str, name: str) -> float:
+    return next(s.value for f in text_string_to_metric_families(text) if f.name == name
+                for s in f.samples)
+
+
+async def test_serve_sees_a_request_running_behind_a_pipelined_one(tmp_path: Path) -> None:
+    # uvicorn shows only a connection's newest request; the one running before it must
+    # still count as in flight and be timed in full, not as a request shorter than a tick.
+    replica = start_replica("serve", tmp_path)
+    host, port = replica.address.split(":")
+    body = json.dumps(STREAM).encode()
+    pipelined = (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json"
+                 b"\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+                 + b"GET /ping HTTP/1.1\r\nhost: x\r\n\r\n")
+    try:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(pipelined)
+        await writer.drain()
+        async with httpx.AsyncClient(base_url=f"http://{replica.address}",
+                                     timeout=10) as client:
+            await asyncio.sleep(0.35)
+            during = (await client.get("/metrics")).text
+            received = b""
+            async with asyncio.timeout(10):
+                while b"data: [DONE]" not in received or not received.endswith(b"pong"):
+                    chunk = await reader.read(65536)
+                    assert chunk, received
+                    received += chunk
+            writer.close()
+            after = (await client.get("/metrics")).text
+    finally:
+        replica.stop()
+    assert received.count(b"HTTP/1.1 200") == 2
+    assert _sample(during, "drainsafe_in_flight_requests") == 2  # running + queued
+    counts = _duration_counts(after)
+    # Both took ~0.8 s (the ping waited behind the stream): neither is a short request.
+    assert counts["count"] == 2 and counts["0.5"] == 0 and counts["2.0"] == 2, counts
+
+
+async def test_serve_times_the_apps_own_answer_on_a_runtime_path(tmp_path: Path) -> None:
+    replica = start_replica("serve", tmp_path, app="server_apps:slow_own_readyz")
+    try:
+        async with httpx.AsyncClient(base_url=f"http://{replica.address}",
+                                     timeout=10) as client:
+            ready = [await client.get("/readyz") for _ in range(2)]
+            await client.get("/livez")  # the runtime's answer: not the app's work
+            metrics = (await client.get("/metrics")).text
+    finally:
+        replica.stop()
+    assert all(r.text == "the app's own, slow readiness" for r in ready)
+    counts = _duration_counts(metrics)
+    assert counts["count"] == 2 and counts["0.5"] == 0, counts  # 0.6 s each, not a tick
+    assert _sample(metrics, "drainsafe_requests") == 2

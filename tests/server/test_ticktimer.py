@@ -125,3 +125,16 @@ def test_a_request_out_of_view_but_running_is_timed_when_it_ends() -> None:
     now = 3.1
     timer.look(now, set(), 1)
     assert histogram.count == 1 and 2.95 <= histogram.sum <= 3.1
+
+
+def test_a_request_the_runtime_answered_is_neither_timed_nor_counted() -> None:
+    histogram = DurationHistogram()
+    probe = Request(start=0.05, end=0.3, answered=True)
+    now = 0.0
+    timer: TickTimer[Request] = TickTimer(histogram, lambda r: r.at(now), now)
+    now = 0.1
+    timer.look(now, {probe}, 0)  # seen before the app said 404 and the runtime answered
+    timer.exclude(probe, answered=True)
+    now = 0.4
+    timer.look(now, set(), 1)  # the server's count includes the runtime's answer
+    assert histogram.count == 0 and timer.received == 0

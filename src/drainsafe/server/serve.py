@@ -73,17 +73,19 @@ def cycle_classes(runtime: DrainRuntime, timer: TickTimer[Any]) -> tuple[type[An
     warned: set[str] = set()
 
     async def answer(cycle: Any) -> None:
+        cycle.drain_own = True  # a probe, a scrape or a drain request: not the app's work
         scope = cycle.scope
         await answer_own_endpoint(runtime, scope["path"], scope.get("query_string", b""),
                                   functools.partial(_base_send, cycle))
-        if cycle_outcome(cycle) is Outcome.ANSWERED:
-            timer.not_timed += 1  # a probe or a scrape, not the app's work
+        timer.exclude(cycle, answered=cycle_outcome(cycle) is Outcome.ANSWERED)
         # The rest of the app's 404 is dropped, as uvicorn drops what is sent to a client
         # that left (httptools_impl.py `send`).
         cycle.disconnected = True
 
     class DrainCycle(_BaseCycle):
         drain_headers: list[tuple[bytes, bytes]] | None = None
+        drain_own = False
+        """The runtime answers this request (one of its endpoints, where the app said 404)."""
 
         # A plain function returning a coroutine: no second coroutine per message.
         def send(self, message: Any) -> Coroutine[Any, Any, None]:
@@ -183,19 +185,30 @@ class DrainServer(uvicorn.Server):
         self._timer.last_look = self.runtime.clock()  # as the listener opens
 
     def _look(self) -> list[Any]:
-        """uvicorn's request cycles with a response still owed to a connected client
-        (probes, metrics scrapes and drain requests are not work in flight). Every look
-        also times the requests answered since the last one (drainsafe.server.ticktimer)."""
-        own = self.runtime.own_paths
-        found = []
+        """uvicorn's request cycles with a response still owed to a connected client, but
+        for those the runtime answers itself (probes, scrapes, drain requests). Every look
+        also counts and times the requests answered since the last one
+        (drainsafe.server.ticktimer)."""
+        found: dict[Any, None] = {}  # ordered, for the cut: a connection's oldest first
+        pipelined = False
         for conn in list(self.server_state.connections):
+            queued = getattr(conn, "pipeline", None)
+            if queued:
+                # Requests read behind one still running: `conn.cycle` is the newest, the
+                # running one is out of its view (httptools_impl.py on_headers_complete).
+                pipelined = True
+                found.update((cycle, None) for cycle, _ in reversed(queued))
             cycle = getattr(conn, "cycle", None)
-            if cycle is not None and not cycle.response_complete and not cycle.disconnected \
-                    and cycle.scope.get("path") not in own:
-                found.append(cycle)
-        self._timer.look(self.runtime.clock(), set(found), self.server_state.total_requests)
+            if cycle is not None:
+                found[cycle] = None
+        if pipelined:
+            running = (_task_cycle(task) for task in list(self.server_state.tasks))
+            found = {**{c: None for c in running if c is not None}, **found}
+        cycles = [c for c in found if not c.response_complete and not c.disconnected
+                  and not getattr(c, "drain_own", False)]
+        self._timer.look(self.runtime.clock(), set(cycles), self.server_state.total_requests)
         self.runtime.requests_total = self._timer.received
-        return found
+        return cycles
 
     def _probe(self) -> tuple[int, int]:
         cycles = self._look()
@@ -207,7 +220,9 @@ class DrainServer(uvicorn.Server):
         cycles = self._look()
         for cycle in cycles:
             transport = cycle.transport
-            if not cycle.response_started:
+            if transport.is_closing():
+                pass  # a request queued behind one just ended: its connection is closing
+            elif not cycle.response_started:
                 transport.write(self._unanswered)
             elif cycle.chunked_encoding and _is_sse(getattr(cycle, "drain_headers", None)):
                 event = sse_error_event()
@@ -280,6 +295,13 @@ def unanswered_response(pod_header: tuple[bytes, bytes] | None) -> bytes:
 def _is_sse(headers: list[tuple[bytes, bytes]] | None) -> bool:
     return any(k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream")
                for k, v in headers or ())
+
+
+def _task_cycle(task: asyncio.Task[Any]) -> Any | None:
+    """The request cycle a uvicorn request task runs (`cycle.run_asgi(app)`), if any."""
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    cycle = None if frame is None else frame.f_locals.get("self")
+    return cycle if isinstance(cycle, _BaseCycle) else None
 
 
 def _idle(conn: Any) -> bool:

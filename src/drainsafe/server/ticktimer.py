@@ -64,7 +64,7 @@ class TickTimer(Generic[R]):
                 continue
             outcome = self.outcome(request)
             if outcome is Outcome.RUNNING:
-                continue  # out of view for now (a pipelined request's predecessor)
+                continue  # out of view for now (e.g. the runtime is answering it)
             del self.began_after[request]
             if outcome is Outcome.ANSWERED:
                 observe(now - since)
@@ -79,6 +79,12 @@ class TickTimer(Generic[R]):
             self.histogram.observe_many(now - self.last_look, unseen)
         self.answered = answered
         self.last_look = now
+
+    def exclude(self, request: R, *, answered: bool) -> None:
+        """`request` is not the app's (the runtime answered it): never timed or counted."""
+        self.began_after.pop(request, None)
+        if answered:
+            self.not_timed += 1
 
     @property
     def received(self) -> int:
