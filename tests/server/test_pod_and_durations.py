@@ -144,25 +144,6 @@ async def test_no_pod_name_no_header(kind: str, app: str, tmp_path: Path) -> Non
     assert POD_HEADER not in response.headers and POD_HEADER not in ready.headers
 
 
-def test_pending_durations_fold_in_place_into_the_same_buckets() -> None:
-    from drainsafe.server.runtime import FOLD_AT, DurationHistogram
-
-    h = DurationHistogram()
-    append = h.pending.append  # what drainsafe serve holds
-    for seconds in (0.001, 0.01, 0.05):  # all quick: the one-pass path
-        append(seconds)
-    h.fold()
-    assert h.counts[0] == 3 and not h.pending
-    for seconds in (0.001, 0.3, 95.0, 500.0):  # mixed: a bisect each
-        append(seconds)  # the bound append still feeds the histogram after a fold
-    rows = dict(h.cumulative())
-    assert rows["0.05"] == 4 and rows["0.5"] == 5 and rows["105.0"] == 6 and rows["+Inf"] == 7
-    assert math.isclose(h.sum, 0.061 + 0.001 + 0.3 + 95.0 + 500.0)
-    for _ in range(FOLD_AT):  # observe folds on its own where nothing ticks
-        h.observe(0.2)
-    assert len(h.pending) < FOLD_AT and h.count == 7 + FOLD_AT
-
-
 def _sample(text: str, name: str) -> float:
     return next(s.value for f in text_string_to_metric_families(text) if f.name == name
                 for s in f.samples)
