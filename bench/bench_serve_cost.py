@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     n1, n2 = args.requests
+    if not 0 < n1 < n2:
+        parser.error(f"--requests {n1} {n2}: need 0 < N1 < N2 (the cost is their difference)")
     console = Console()
     per_request: dict[str, float] = {}
     for kind in KINDS:
