@@ -70,9 +70,11 @@ def _register_tune(subparsers: Any) -> None:
         "tune",
         help="recommend drain delay, shutdown deadline and grace period from measurements",
         description="Read verify's record and/or drainsafe serve/run metrics and recommend "
-        "drain delay (propagation p99 + margin), shutdown deadline (request duration p99 or "
+        "drain delay (propagation bound + margin), shutdown deadline (request duration p99 or "
         "declared maximum), terminationGracePeriodSeconds and readiness probe timing, "
-        "stating the measurement behind each number.",
+        "stating the measurement behind each number. Exit codes: 0 settings printed, 1 "
+        "nothing measured, 2 usage or input error, 3 the record cannot bound the "
+        "propagation lag (tune names the run that would).",
     )
     p.add_argument("--from", dest="source", action="append", default=[], metavar="PATH",
                    help="verify --out directory or record.json, or a metrics dump or pod log "
@@ -92,7 +94,13 @@ def _register_tune(subparsers: Any) -> None:
     p.add_argument("--max-request", type=float, metavar="S",
                    help="declared longest request; overrides the measured p99")
     p.add_argument("--min-propagation", type=float, default=None, metavar="S",
-                   help="floor for the propagation figure when little was measured")
+                   help="declared floor for the propagation figure; also gives settings "
+                   "when the record cannot bound the lag")
+    p.add_argument("--confidence", type=float, default=0.99, metavar="C",
+                   help="confidence of the propagation bound, per pod (default 0.99)")
+    p.add_argument("--max-resolution", type=float, default=0.5, metavar="F",
+                   help="largest resolution accepted, as a fraction of the propagation "
+                   "bound (default 0.5; 0.5 s is always accepted); beyond it tune exits 3")
     p.add_argument("--drain-via", choices=("prestop", "server"), default="prestop",
                    help="hold traffic with a preStop sleep (default) or with drainsafe "
                    "serve/run's own --drain-delay")
