@@ -163,6 +163,17 @@ def render_png(record: Record, path: Path, *, title: str = DEFAULT_TITLE) -> Pat
             top.bar(bins.edges, row, width=bins.width, bottom=stack, align="edge",
                     color=_colour(label), label=f"{label} ({count})", linewidth=0)
             stack = [a + b for a, b in zip(stack, row, strict=True)]
+        if record.probes:
+            # The probe apart from the user's load: lines, not stacked bars.
+            probe = bin_outcomes(record.probes, end, width=bins.width)
+            answered = probe.rates.get(Kind.OK.value, [])
+            failed = [sum(row[i] for label, row in probe.rates.items()
+                          if label != Kind.OK.value) for i in range(len(probe.edges))]
+            top.step(probe.edges, answered, where="post", color="#1565c0", linestyle="--",
+                     linewidth=1.2, label=f"probe answered ({len(record.probes)} fresh)")
+            if any(failed):
+                top.step(probe.edges, failed, where="post", color="#b71c1c", linestyle="--",
+                         linewidth=1.2, label="probe failed")
         top.set_ylabel("requests/s (by end time)")
         verdict = "no failed requests" if summary.failed == 0 else f"{summary.failed} failed"
         # A long title (the demo's) gets the URL on a line of its own, so nothing is clipped.
@@ -200,6 +211,13 @@ def render_png(record: Record, path: Path, *, title: str = DEFAULT_TITLE) -> Pat
                     ax.axvline(lane.terminating, color="#d62728", linewidth=1, alpha=0.7)
         if lanes:
             _draw_lanes(middle, lanes, end)
+            # Fresh connections each pod answered: the routing evidence tune bounds from.
+            rows = {lane.pod: y for y, lane in enumerate(lanes)}
+            fresh = [(r.start, rows[r.pod]) for r in (*record.requests, *record.probes)
+                     if r.fresh and r.pod in rows]
+            if fresh:
+                middle.plot([t for t, _ in fresh], [y - 0.38 for _, y in fresh], "|",
+                            color="#1565c0", markersize=4, alpha=0.6)
         ymax = top.get_ylim()[1]
         for event in record.events:
             if event.kind in POD_KINDS:
