@@ -16,6 +16,7 @@ load (fresh connections, 20/s by default) gives tune a bound:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import signal
@@ -38,6 +39,19 @@ STREAM_BODY = '{"stream": true, "max_tokens": 20, "token_interval": 0.1}'
 """2 s streams: longer than the stream, the lag cannot be sampled from stream ends."""
 
 
+@functools.cache
+def serve_has_admin_port() -> bool:
+    """Whether drainsafe serve has its admin port (default 8490, /metrics there) yet; then
+    the pods declare it as `drainsafe-admin` and verify reads it, else /metrics is on the
+    app port and verify is told so (--metrics-port http)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "drainsafe", "serve", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    return "admin" in out
+
+
+
 def deployment(drain_delay: float, shutdown: float, grace: int) -> dict[str, Any]:
     command = [sys.executable, "-m", "drainsafe", "serve", "drainsafe.workload.streaming:app",
                "--host", "$(POD_IP)", "--port", "8000", "--no-access-log",
@@ -46,7 +60,9 @@ def deployment(drain_delay: float, shutdown: float, grace: int) -> dict[str, Any
         "name": "server", "image": "drainsafe/workload", "command": command,
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "DRAINSAFE_GRACE_SECONDS", "value": str(grace)}],
-        "ports": [{"name": "http", "containerPort": 8000}],
+        "ports": [{"name": "http", "containerPort": 8000},
+                  *([{"name": "drainsafe-admin", "containerPort": 8490}]
+                    if serve_has_admin_port() else [])],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
                            "periodSeconds": 1, "failureThreshold": 1},
     }
@@ -92,8 +108,8 @@ async def apply_and_settle(lab: Lab, manifest: dict[str, Any]) -> None:
 
 async def start_verify(lab: Lab, out: Path, *extra: str) -> asyncio.subprocess.Process:
     """The docs' typical use: `drainsafe verify` of keep-alive streams watching the pods, as
-    its own process, like a person or CI would run it. The pods declare no admin port
-    yet, so their /metrics is read on the app port (--metrics-port http)."""
+    its own process, like a person or CI would run it. --metrics-port applies only while
+    the pods declare no `drainsafe-admin` port."""
     url = lab.service_url("default", NAME)
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "drainsafe", "verify", f"{url}/v1/completions", "-m", "POST",
@@ -109,7 +125,7 @@ async def stop_verify(proc: asyncio.subprocess.Process) -> str:
     if proc.returncode is None:
         proc.send_signal(signal.SIGINT)
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        _, err = await asyncio.wait_for(proc.communicate(), 90)
     finally:
         if proc.returncode is None:
             proc.kill()
