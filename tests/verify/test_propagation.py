@@ -207,3 +207,12 @@ def test_record_keeps_the_probe_apart() -> None:
     assert again.probe == r.probe
     assert {x.fresh for x in again.requests} == {True, False}
     assert len(evidence(again).fresh) == len(r.probes) + sum(1 for x in r.requests if x.fresh)
+
+
+def test_the_picture_and_page_show_the_probe_apart(tmp_path: Path) -> None:
+    from drainsafe.verify.timeline import render_html, render_png
+
+    r = record(probe=True)
+    png = render_png(r, tmp_path / "timeline.png")
+    page = render_html(r, png, tmp_path / "timeline.html").read_text()
+    assert "<h2>Probe</h2>" in page and "at 25/s, apart from the load above" in page

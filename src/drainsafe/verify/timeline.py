@@ -273,6 +273,27 @@ def short_pod(name: str) -> str:
     return name.rsplit("-", 1)[-1] if name.count("-") >= 2 else name
 
 
+def _probe_html(record: Record) -> str:
+    """The probe's outcomes and the pods' own figures, apart from the user's load."""
+    probe = record.probe_summary()
+    parts = []
+    if probe is not None and record.probe is not None:
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>"
+                       for k, v in probe.counts.items())
+        parts.append(f"<h2>Probe</h2><p>fresh connections to "
+                     f"{html.escape(str(record.probe.get('url')))} at "
+                     f"{record.probe.get('rate'):g}/s, apart from the load above</p>"
+                     f"<table><tr><th>outcome</th><th>requests</th></tr>{rows}</table>")
+    if record.pod_metrics:
+        rows = "".join(f"<tr><td>{html.escape(m.pod)}</td><td>{m.t:.2f}</td><td>{m.port}</td>"
+                       f"<td>{m.scrapes}</td><td><pre>{html.escape(m.text)}</pre></td></tr>"
+                       for m in record.pod_metrics)
+        parts.append("<h2>Pods' drainsafe figures (through the pod proxy)</h2><table><tr>"
+                     "<th>pod</th><th>last read (s)</th><th>port</th><th>reads</th>"
+                     f"<th>figures</th></tr>{rows}</table>")
+    return "\n".join(parts)
+
+
 def render_html(record: Record, png: Path, path: Path, *, title: str = DEFAULT_TITLE) -> Path:
     """A single self-contained page: the picture inline, the summary, events and failures."""
     heading = html.escape(title)
@@ -308,6 +329,7 @@ text-align:left}}img{{max-width:100%}}.bad{{color:#b00}}.good{{color:#070}}</sty
 <h2>Outcomes</h2><table><tr><th>outcome</th><th>requests</th></tr>{counts}</table>
 <p>ok requests: time to first byte p50 {ms(summary.ttfb_p50)}, p99 {ms(summary.ttfb_p99)};
 total p50 {ms(summary.total_p50)}, p99 {ms(summary.total_p99)}</p>
+{_probe_html(record)}
 <h2>Pod lifecycle</h2><table><tr><th>t (s)</th><th>pod</th><th>event</th><th>detail</th></tr>
 {events or '<tr><td colspan="4">not watched (use --namespace/--selector)</td></tr>'}</table>
 <h2>Failed requests</h2><table><tr><th>start (s)</th><th>end (s)</th><th>outcome</th>
