@@ -148,8 +148,8 @@ def test_the_bound_covers_the_real_lag_at_its_confidence() -> None:
 def test_the_bound_is_past_every_fresh_arrival_and_grows_with_confidence(
         lag: float, rate: float, pods: int, seed: int) -> None:
     e = rollout(lag, rate, seed, pods)
-    b90 = bound_pod(e, "pod-0", confidence=0.9)
-    b99 = bound_pod(e, "pod-0", confidence=0.99)
+    b90 = bound_pod(e, "pod-0", confidence=0.9, max_resolution=0.999)
+    b99 = bound_pod(e, "pod-0", confidence=0.99, max_resolution=0.999)
     mine = [a.t - T0 for a in e.fresh if a.pod == "pod-0"]
     if b99.rate > 0:
         assert b99.value >= max(mine) and b99.value >= b99.last

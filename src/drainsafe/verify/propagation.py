@@ -172,6 +172,7 @@ def needed_probe_rate(pod: PodBound, confidence: float, max_resolution: float) -
 
 
 def bound_pod(ev: Evidence, pod: str, *, confidence: float = CONFIDENCE,
+              max_resolution: float = MAX_RESOLUTION,
               window: float = RATE_WINDOW_SECONDS) -> PodBound:
     t0 = ev.terminations[pod]
     answered = [a for a in ev.fresh if a.pod is not None]
@@ -197,6 +198,11 @@ def bound_pod(ev: Evidence, pod: str, *, confidence: float = CONFIDENCE,
             break
         endpoints = seen
     result = PodBound(pod, t0, last, rate, endpoints, z / rate, confidence)
+    if result.resolution > max(max_resolution * result.value, RESOLUTION_FLOOR_SECONDS):
+        # Too coarse to tune from, whatever else the record shows.
+        return _gap(result, Gap.TOO_COARSE,
+                    f"resolution {result.resolution:.2f} s is more than {max_resolution:.0%} "
+                    f"of its bound {result.value:.2f} s ({rate:.2f} fresh connections/s)")
     load_end = ev.fresh[-1].t
     if load_end < horizon:
         return _gap(result, Gap.LOAD_ENDED,
@@ -228,13 +234,8 @@ def bound(ev: Evidence, *, confidence: float = CONFIDENCE,
     for pod in sorted(ev.terminations, key=lambda p: (ev.terminations[p], p)):
         if pod not in ev.served:
             continue  # never in rotation during the run (or unnamed): nothing to bound
-        b = bound_pod(ev, pod, confidence=confidence, window=window)
-        if b.bounded and b.resolution > max(max_resolution * b.value,
-                                            RESOLUTION_FLOOR_SECONDS):
-            b = _gap(b, Gap.TOO_COARSE,
-                     f"resolution {b.resolution:.2f} s is more than {max_resolution:.0%} of "
-                     f"its bound {b.value:.2f} s ({b.rate:.2f} fresh connections/s)")
-        pods.append(b)
+        pods.append(bound_pod(ev, pod, confidence=confidence, max_resolution=max_resolution,
+                              window=window))
     return PropagationBound(tuple(pods), confidence, max_resolution,
                             unnamed=bool(ev.terminations) and not ev.served)
 
