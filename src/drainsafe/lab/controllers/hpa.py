@@ -73,7 +73,10 @@ class Recommendations:
 
     def record(self, now: float, value: int, keep: float) -> None:
         self.samples = [(t, v) for t, v in self.samples if t > now - keep]
-        self.samples.append((now, value))
+        if self.samples and self.samples[-1][1] == value:
+            self.samples[-1] = (now, value)  # same answer again: only the newest matters
+        else:
+            self.samples.append((now, value))
 
 
 @dataclass(frozen=True)
