@@ -177,7 +177,9 @@ async def test_interrupted_then_killed_mid_drain_then_run_again(tmp_path: Path) 
                 node = pods[0]["spec"]["nodeName"]
                 here = on_node(pods, node)
                 assert len(here) >= 3
-                argv = drain_argv(node, cfg)
+                # Evict-first, one pod at a time, so "after the first eviction" is a state
+                # that lasts; surge-first's kills are in test_surge_faults.py.
+                argv = [*drain_argv(node, cfg), "--strategy", "evict"]
                 # Ctrl-C after the first eviction: exit 130, the node says "interrupted".
                 code = await stop_after_evictions(client, node, argv, 1, signal.SIGINT)
                 n = await get_node(client, node)

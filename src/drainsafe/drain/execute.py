@@ -30,7 +30,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -479,13 +479,29 @@ class NodeDrainer:
                            gone_waits: list[asyncio.Task[None]]) -> None:
         """Evict as many at once as the budgets allow; lower the scale after each batch."""
         left = list(remaining)
+        surged = len(left)
+        lock = asyncio.Lock()
+
+        async def lower() -> None:
+            # Right after the server accepted an eviction, before anything else (the node's
+            # record included): the ReplicaSet then has no replica to make up for, or only
+            # the one it has just started, which is not Ready and so removed first.
+            nonlocal surged
+            async with lock:
+                surged -= 1
+                await scale.set_scale(self.client, workload, record, base + surged)
+
         while left:
             budgets = sorted({b for p in left for b in p.pdbs})
             allowed = await self.watch.wait_budget(namespace, budgets,
                                                    timeout=self._remaining(), stop=self._stop)
             batch, left = left[:max(allowed, 1)], left[max(allowed, 1):]
-            await asyncio.gather(*(self._evict(p, self._report(p.key)) for p in batch))
-            await scale.set_scale(self.client, workload, record, base + len(left))
+            await asyncio.gather(*(self._evict(p, self._report(p.key), after_accept=lower)
+                                   for p in batch))
+            async with lock:
+                if surged > len(left):  # pods that left without our eviction
+                    surged = len(left)
+                    await scale.set_scale(self.client, workload, record, base + surged)
             for p in batch:
                 gone_waits.append(asyncio.create_task(self._after_eviction(p)))
 
@@ -553,7 +569,8 @@ class NodeDrainer:
 
     # -- eviction ----------------------------------------------------------------------------
 
-    async def _evict(self, pod: PodPlan, rep: PodReport) -> None:
+    async def _evict(self, pod: PodPlan, rep: PodReport,
+                     after_accept: Callable[[], Awaitable[None]] | None = None) -> None:
         if self._progress.evicted.get(pod.key) == pod.uid:
             # A previous run evicted it; never again. Its state decides what is left.
             rep.outcome = "evicted"
@@ -583,6 +600,8 @@ class NodeDrainer:
         if result == "gone":
             rep.outcome = "already-gone"
             return
+        if after_accept is not None:
+            await after_accept()
         await self._mark_evicted(pod, rep)
 
     async def _sleep_or_stop(self, seconds: float) -> bool:
