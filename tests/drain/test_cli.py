@@ -89,7 +89,7 @@ async def test_dry_run_json_two_pdbs_and_plugin(tmp_path: Path) -> None:
             code, out, _ = await run(*ds("uncordon", node, "--kubeconfig", cfg))
             assert code == 0 and "uncordoned" in out
             code, out, _ = await run(*ds("audit", "--kubeconfig", cfg, "-o", "json"))
-            assert code == 0 and json.loads(out) == []
+            assert code == 0 and json.loads(out) == {"nodes": [], "scaled_up": []}
 
 
 @pytest.mark.parametrize("flag", ["--max-parallel-nodes=0"])

@@ -9,6 +9,7 @@ import pytest
 from drainsafe.drain import ownership
 from drainsafe.drain.cordon import NotOwned, audit, uncordon
 from drainsafe.drain.execute import DrainSettings, NodeDrainer
+from drainsafe.drain.plan import DrainOptions
 from drainsafe.kube import KubeClient
 from drainsafe.lab.cluster import virtual_deployment
 
@@ -33,9 +34,14 @@ async def test_drain_gpu_node_replacement_first(tmp_path: Path) -> None:
             moved = [p for p in report.pods if p.outcome == "evicted"]
             assert len(moved) == len(before)
             for p in moved:
+                # Make before break: the replacement was Available before the eviction.
+                assert p.strategy == "surge"
                 assert p.evicted_at and p.terminated_at and p.replacement_ready_at
-                assert p.evicted_at <= p.terminated_at <= p.replacement_ready_at
+                assert p.replacement_ready_at <= p.evicted_at <= p.terminated_at
                 assert p.replacement_node not in (None, node)
+            dep = await client.get("/apis/apps/v1/namespaces/default/deployments/llm")
+            assert dep["spec"]["replicas"] == 2
+            assert ownership.SURGE not in (dep["metadata"].get("annotations") or {})
             n = await get_node(client, node)
             assert n["spec"]["unschedulable"] is True
             assert ownership.owned_by_drainsafe(n)
@@ -56,10 +62,16 @@ async def test_refusals_before_cordoning(tmp_path: Path) -> None:
         await lab.wait_available("default", "a", timeout=60)
         async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
             node = await node_of(client, "a")
+            # The other node's only GPU is taken. Surge-first is not wedged by
+            # minAvailable == replicas (with the surge Ready it allows one); evict-first is.
             report = await NodeDrainer(client, node, DrainSettings()).run()
             assert report.refused and not report.ok
             kinds = sorted(b.kind for b in report.plan.blockers)  # type: ignore[union-attr]
-            # minAvailable == replicas, and the other node's only GPU is taken.
+            assert kinds == ["no-room"]
+            evict = DrainSettings(options=DrainOptions(strategy="evict"))
+            report = await NodeDrainer(client, node, evict).run()
+            assert report.refused and not report.ok
+            kinds = sorted(b.kind for b in report.plan.blockers)  # type: ignore[union-attr]
             assert kinds == ["no-room", "wedged-budget"]
             assert "PodDisruptionBudget default/a" in report.failure
             n = await get_node(client, node)

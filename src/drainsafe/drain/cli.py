@@ -16,15 +16,21 @@ def _connection(p: argparse.ArgumentParser) -> None:
 def register(subparsers: Any) -> None:
     d = subparsers.add_parser(
         "drain", help="drain nodes without killing in-flight requests",
-        description="Cordon (with an ownership record), then evict pods through the "
-        "Eviction API one workload replica at a time, each after its previous replacement "
-        "is Ready; refuse up front when a budget can never allow it, a pod is under two "
-        "PDBs, or there is no room (GPU) for a replacement.",
+        description="Cordon (with an ownership record), then move each workload's pods off "
+        "the node: make before break for Deployments (scale up, wait until the new pods are "
+        "Available elsewhere, evict the old ones through the Eviction API, restore the "
+        "recorded scale), break before make for the rest (one pod at a time, each after the "
+        "previous replacement is Ready); refuse up front when a budget can never allow it, "
+        "a pod is under two PDBs, or there is no room (GPU) for a replacement.",
     )
     d.add_argument("nodes", nargs="*", metavar="NODE")
     d.add_argument("--selector", "-l", help="drain the nodes matching this label selector")
     d.add_argument("--pod-selector", help="only evict pods matching this label selector")
     d.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    d.add_argument("--strategy", choices=("surge", "evict"), default="surge",
+                   help="surge (default): make before break where the workload allows it "
+                   "(a Deployment not mid-rollout), evict-first for the rest; evict: break "
+                   "before make everywhere")
     d.add_argument("--timeout", type=float, default=3600.0, metavar="S",
                    help="give up on a node after S seconds (default 3600); the node stays "
                    "cordoned and recorded")
@@ -109,7 +115,8 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
                 console.print(f"no nodes match {args.selector!r}")
                 return 1
         settings = DrainSettings(
-            options=DrainOptions(delete_emptydir_data=args.delete_emptydir_data),
+            options=DrainOptions(delete_emptydir_data=args.delete_emptydir_data,
+                                 strategy=args.strategy),
             timeout=args.timeout, reason=args.reason, pod_selector=args.pod_selector,
             surge=args.surge, surge_timeout=args.surge_timeout,
             surge_priority_class=args.surge_priority_class,
@@ -181,18 +188,25 @@ def run_audit(args: argparse.Namespace) -> int:
         print(f"drainsafe audit: {exc}", file=sys.stderr)
         return 2
 
-    async def go() -> list[Any]:
+    from drainsafe.drain.report import render_surged
+    from drainsafe.drain.scale import audit_surged
+
+    async def go() -> tuple[list[Any], list[Any]]:
         async with client:
-            return await audit(client, all_nodes=args.all)
+            return await audit(client, all_nodes=args.all), await audit_surged(client)
 
     try:
-        records = asyncio.run(go())
+        records, surged = asyncio.run(go())
     except KubeError as exc:
         print(f"drainsafe audit: API error: {exc}", file=sys.stderr)
         return 1
     if args.output == "json":
-        print(json.dumps([asdict(r) for r in records], indent=2))
+        print(json.dumps({"nodes": [asdict(r) for r in records],
+                          "scaled_up": [asdict(s) for s in surged]}, indent=2))
     else:
         render_audit(Console(), records)
-    # Cordoned nodes with no drainsafe record are the forgotten cordons worth a look.
-    return 1 if any(r.cordoned and r.owner.startswith("unknown") for r in records) else 0
+        render_surged(Console(), surged)
+    # Cordoned nodes with no drainsafe record are the forgotten cordons worth a look, and
+    # so is a workload an unfinished drain left scaled up.
+    forgotten = any(r.cordoned and r.owner.startswith("unknown") for r in records)
+    return 1 if forgotten or surged else 0
