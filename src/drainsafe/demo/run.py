@@ -1,91 +1,178 @@
-"""The demo's shell: labs in a temporary directory, the scenario, a table and pictures."""
+"""The demo's shell: one lab per run (in a temporary directory), live progress, the table,
+results.json, the pictures and the HTML report, and the cordons the drains left, shown by
+`drainsafe audit` and lifted with `drainsafe uncordon`."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import tempfile
-from dataclasses import replace
+import time
 from pathlib import Path
+from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
 
-from drainsafe.demo.scenario import ScenarioResult, ScenarioSettings, Tool, kubectl_binary
+from drainsafe.demo.runs import DemoRun, Scale
+from drainsafe.demo.scenario import Progress, ScenarioResult, kubectl_binary
 
 
-async def one(tool: Tool, settings: ScenarioSettings, out: Path, console: Console
-              ) -> ScenarioResult:
+class Board:
+    """The live view: every run's phase, Ready count and requests so far."""
+
+    def __init__(self, runs: list[DemoRun], scale: float) -> None:
+        self.runs = runs
+        self.scale = scale
+        self.progress: dict[str, Progress] = {r.name: Progress(phase="waiting") for r in runs}
+        self.started = time.monotonic()
+        self.current: str | None = None
+
+    def __rich__(self) -> Group:
+        elapsed = time.monotonic() - self.started
+        real = "" if self.scale == 1 else f" (~{elapsed * self.scale:.0f} s of the real thing)"
+        lines = [Text(f"drainsafe demo, {elapsed:.0f} s{real}", style="bold")]
+        for run in self.runs:
+            p = self.progress[run.name]
+            mark = ">" if run.name == self.current else " "
+            want = run.settings.replicas
+            ready = f"Ready {p.ready}/{want}" if p.phase not in ("waiting", "skipped") else ""
+            style = "red" if ready and p.ready < want and run.name == self.current else ""
+            lines.append(Text(
+                f"{mark} {run.name:<38} {ready:<10} ok {p.ok:<5} failed {p.failed:<4} "
+                f"{p.phase}", style=style))
+        return Group(*lines)
+
+
+def picture_title(name: str, result: ScenarioResult) -> str:
+    """What the timeline shows: which run drained which node."""
+    node = f"node {result.node}" if result.node else "a GPU node"
+    return f"drainsafe demo: {name}, drain of {node} ({result.replicas} replicas)"
+
+
+async def one(run: DemoRun, out: Path, board: Board) -> tuple[ScenarioResult, list[str]]:
+    """One run in its own lab; returns its result and the audit/uncordon transcript."""
     from drainsafe.demo.scenario import run_drain_under_load
     from drainsafe.lab.cluster import Lab
-    from drainsafe.verify.timeline import render_png
 
-    with (tempfile.TemporaryDirectory(prefix=f"drainsafe-demo-{tool}-") as tmp,
-          console.status(f"[{tool}] starting a lab: {settings.nodes} GPU nodes") as status):
-        async with Lab(Path(tmp) / "lab", nodes=settings.nodes, gpus_per_node=1,
-                       propagation_seconds=settings.propagation, ingress=False) as lab:
-            status.update(f"[{tool}] deploying the streaming server, 2 replicas + PDB")
-            result = await run_drain_under_load(
-                lab, tool, settings, say=lambda m: status.update(f"[{tool}] {m}"))
-    if result.record is not None:
-        picture = render_png(result.record, out / f"timeline-{tool}.png",
-                             title=picture_title(result))
-        console.print(f"[{tool}] timeline: {picture}")
-    return result
+    progress = board.progress[run.name]
+    board.current = run.name
 
+    def say(message: str) -> None:
+        progress.phase = message
 
-def picture_title(result: ScenarioResult) -> str:
-    """What the timeline shows: which tool drained which node, with which pods."""
-    node = f"node {result.node}" if result.node else "a GPU node"
-    pods = "drain-aware pods" if result.drain_aware else "naive pods"
-    return (f"drainsafe demo: {result.tool} drain of {node} "
-            f"({result.replicas} replicas, {pods})")
+    s = run.settings
+    say(f"starting a lab: {s.nodes} GPU nodes")
+    slug = run.name.split(" (")[0].replace(" ", "-").replace("+", "")
+    with tempfile.TemporaryDirectory(prefix=f"drainsafe-demo-{slug}-") as tmp:
+        async with Lab(Path(tmp) / "lab", nodes=s.nodes, gpus_per_node=1,
+                       propagation_seconds=s.propagation, ingress=False) as lab:
+            result = await run_drain_under_load(lab, run.tool, s, say=say, progress=progress)
+            say("drainsafe audit, drainsafe uncordon, drainsafe audit")
+            transcript = await cordon_transcript(lab.kubeconfig, result.node)
+    say("done")
+    return result, transcript
 
 
-def table(results: list[ScenarioResult]) -> Table:
-    t = Table(title="Drain of a GPU node under constant streaming load", title_justify="left")
-    t.add_column("")
-    for r in results:
-        t.add_column(f"{r.tool} drain" + ("" if r.drain_aware else " (naive pods)"))
+async def cordon_transcript(kubeconfig: Path, node: str) -> list[str]:
+    """The seeds' forgotten cordon: `drainsafe audit`, `drainsafe uncordon` (with --force for a
+    cordon kubectl set, which drainsafe refuses to lift without it), `drainsafe audit`."""
+    from drainsafe.drain.cordon import NotOwned, audit, uncordon
+    from drainsafe.drain.report import render_audit
+    from drainsafe.kube import KubeClient
 
-    def row(name: str, values: list[str]) -> None:
-        t.add_row(name, *values)
+    out: list[str] = []
 
-    def secs(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1f}s"
+    def show(records: Any) -> None:
+        buf = io.StringIO()
+        render_audit(Console(file=buf, width=120, no_color=True), records)
+        out.extend(buf.getvalue().rstrip().splitlines())
 
-    row("requests ok", [str(r.ok) for r in results])
-    row("requests failed", [
-        str(r.total_failed) + (f" ({', '.join(f'{k} {v}' for k, v in r.failed.items())})"
-                               if r.failed else "") for r in results])
-    row("truncated streams", [str(r.truncated) for r in results])
-    row("drain command returned after", [secs(r.command_seconds) for r in results])
-    row("Ready replicas when it returned", [f"{r.ready_at_return}/{r.replicas}"
-                                             for r in results])
-    row("full Ready capacity after", [secs(r.capacity_seconds) for r in results])
-    row("replacement start-up", [secs(r.startup_seconds) for r in results])
-    row("lower bound", [secs(r.lower_bound_seconds) for r in results])
-    row("exit code", [str(r.exit_code) for r in results])
-    return t
+    async with KubeClient.from_kubeconfig(str(kubeconfig)) as client:
+        out.append("$ drainsafe audit")
+        show(await audit(client))
+        out.append(f"$ drainsafe uncordon {node}")
+        try:
+            done = await uncordon(client, node)
+        except NotOwned as exc:
+            out.append(str(exc))
+            out.append(f"$ drainsafe uncordon {node} --force")
+            done = await uncordon(client, node, force=True)
+        out.append(done.message)
+        out.append("$ drainsafe audit")
+        show(await audit(client))
+    return out
 
 
 async def run(args: argparse.Namespace) -> int:
+    from drainsafe.demo import measure
+    from drainsafe.demo.report import (
+        CAPACITY_FILE,
+        REPORT_FILE,
+        RESULTS_FILE,
+        RunReport,
+        render_capacity,
+        render_html,
+        table,
+    )
+    from drainsafe.demo.runs import demo_runs
+
     console = Console(stderr=args.output == "json")
+    scale = Scale(1.0 if args.real_time else args.scale)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    base = ScenarioSettings(propagation=args.propagation, model_load=args.model_load)
-    results = [await one("drainsafe", base, out, console)]
-    if args.compare:
-        if kubectl_binary() is None:
-            console.print("kubectl is not installed; skipping --compare")
-        else:
-            naive = replace(base, drain_aware=False)
-            results.append(await one("kubectl", naive, out, console))
-    (out / "results.json").write_text(json.dumps([r.to_dict() for r in results], indent=2))
+    chosen = demo_runs(scale)
+    if args.runs:
+        chosen = [chosen[i - 1] for i in args.runs]
+    notes: list[str] = []
+    if kubectl_binary() is None:
+        for r in chosen:
+            if r.tool == "kubectl" and not r.unavailable:
+                notes.append(f"{r.name}: not run: kubectl is not installed")
+        chosen = [r for r in chosen if r.tool != "kubectl"]
+    for r in chosen:
+        if r.unavailable:
+            notes.append(f"{r.name}: not run: {r.unavailable}")
+    todo = [r for r in chosen if not r.unavailable]
+    board = Board(todo, scale.factor)
+    reports: list[RunReport] = []
+    transcripts: list[tuple[str, list[str]]] = []
+    with Live(board, console=console, refresh_per_second=4, transient=False):
+        for demo_run in todo:
+            result, transcript = await one(demo_run, out, board)
+            shown = measure.Shown(causes=result.causes, min_ready=result.lowest_ready,
+                                  replicas=result.replicas)
+            reports.append(RunReport(demo_run.name, demo_run.shows, result,
+                                     missing=measure.missing(demo_run.expect, shown)))
+            transcripts.append((demo_run.name, transcript))
+        board.current = None
+    from drainsafe.verify.timeline import render_png
+
+    for i, report in enumerate(reports, 1):
+        if report.result.record is not None:
+            report.timeline = render_png(report.result.record, out / f"timeline-{i}.png",
+                                         title=picture_title(report.name, report.result))
+    capacity = render_capacity(reports, out / CAPACITY_FILE, scale=scale.factor)
+    page = render_html(reports, out / REPORT_FILE, scale=scale.factor, capacity=capacity,
+                       notes=notes)
+    data = [r.to_json() for r in reports]
+    (out / RESULTS_FILE).write_text(json.dumps(data, indent=2))
     if args.output == "json":
-        print(json.dumps([r.to_dict() for r in results], indent=2))
-    else:
-        console.print(table(results))
-        console.print(f"results: {out / 'results.json'}")
-    ours = results[0]
-    return 0 if ours.exit_code == 0 and ours.total_failed == 0 else 1
+        print(json.dumps(data, indent=2))
+    console.print(table(reports, scale.factor))
+    for note in notes:
+        console.print(note)
+    for report in reports:
+        if report.missing:
+            console.print(f"[red]{report.name} did not show what it is there to show "
+                          f"({report.shows}): {'; '.join(report.missing)}[/red]")
+    console.print("\nThe cordons the drains left (the seeds' forgotten cordon):")
+    for name, lines in transcripts:
+        console.print(f"[bold]{name}[/bold]")
+        for line in lines:
+            console.print(f"  {line}", markup=False, highlight=False)
+    console.print(f"\nresults: {out / RESULTS_FILE}\ncapacity: {capacity}\nreport: {page}")
+    failed_to_show = any(r.missing for r in reports)
+    return 1 if failed_to_show or not reports else 0

@@ -1,19 +1,24 @@
-"""One drain under streaming load, on the lab: the scenario behind `drainsafe demo` and
-bench/bench_drain.py.
+"""One drain under streaming load, on the lab: the scenario behind `drainsafe demo`,
+bench/bench_drain.py and the drain's acceptance tests.
 
 A lab of GPU nodes runs the example streaming server (drainsafe.workload.streaming) with
 2 replicas, one GPU each, behind a Service and a PDB (maxUnavailable 1). Constant streaming
 load goes through the Service's ClusterIP path, whose proxies learn about endpoint changes
-after a propagation delay. Then one GPU node is drained, either with `drainsafe drain`
-(drain-aware pods: `drainsafe serve` with a drain delay) or with `kubectl drain` (naive
-pods: plain uvicorn, no drain delay; or the drain-aware pods, to compare the tools alone).
+after a propagation delay: short requests, and optionally long generations beside them (the
+seeds' 90 s generation against the default 30 s grace). Then one GPU node is drained, with
+`drainsafe drain` or `kubectl drain`, on one of three pod settings:
+- naive: plain uvicorn, no preStop, readiness on /health (it closes its listener at SIGTERM
+  and waits for open streams until SIGKILL);
+- the seeds' recommendation: plain uvicorn with a preStop `touch shutting-down; sleep N`,
+  a readiness probe that fails once that file exists, and a grace period covering hook and
+  longest request;
+- drain-aware: `drainsafe serve` with a drain delay and a shutdown deadline.
 
-Measured: every request's outcome, when the drain command returned, when the node was
-empty of the workload's pods, when the service was back at its full Ready count, the
-lowest Ready count (every 0.1 s and at every change), the replacement's start-up time, and
-the lower bound of make before break: replacement start-up + drain delay + longest
-in-flight request (the old pod may only go once its replacement serves, and then takes
-its drain delay and its last request).
+Measured: every request's outcome, the pods' lifecycle (verify's watch: created, Ready,
+endpoint changes, termination, exit code, deletion), when the drain command returned, when
+the node was empty of the workload's pods, the Ready count over time (at every change and
+every 0.1 s), when the service was back at its full Ready count, the replacement's start-up,
+and lower bounds from the settings alone (so they are bounds whatever the run measured).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.verify.load import LoadRun, LoadSpec, run_load
 from drainsafe.verify.record import (
     POD_DELETED,
+    POD_EXITED,
     POD_READY,
     POD_TERMINATING,
     LifecycleEvent,
@@ -58,6 +64,13 @@ class ScenarioSettings:
     warmup: float = 1.5
     grace: int = 30
     drain_aware: bool = True
+    prestop_sleep: float = 0.0  # plain uvicorn: preStop `touch shutting-down; sleep N`
+    readiness_gate: bool = False  # plain uvicorn: readiness fails once shutting-down exists
+    shutdown_timeout: float | None = None  # drainsafe serve's deadline (None: grace - delay - 5)
+    long_seconds: float = 0.0  # a second load class of long generations (0: none)
+    long_concurrency: int = 0
+    token_interval: float = 0.05
+    wait_timeout: float = 120.0  # for capacity to come back and the old pods to go
     strategy: Strategy = "surge"  # drainsafe drain --strategy
     min_available: int | None = None  # the PDB: minAvailable N instead of maxUnavailable 1
     hpa_min: int | None = None  # an HPA owns the scale: minReplicas N (maxReplicas +2)
@@ -69,30 +82,61 @@ def kubectl_binary() -> str | None:
     return shutil.which("kubectl")
 
 
+READY_MARKER = "shutting-down"
+"""The seeds' readiness gate: preStop creates it (in the container's directory, the lab's
+working directory of the pod), and the readiness probe fails once it exists."""
+
+
+def _health_check() -> list[str]:
+    """An exec probe's HTTP GET of /health on the pod IP, with the Python the lab runs (curl
+    may not be installed); -I -S keeps it to the standard library, started in ~20 ms."""
+    return [sys.executable, "-I", "-S", "-c",
+            "import os,urllib.request as u;"
+            "u.urlopen('http://'+os.environ['POD_IP']+':8000/health',timeout=1)"]
+
+
 def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
+    lifecycle: dict[str, Any] = {}
     if s.drain_aware:
+        deadline = s.shutdown_timeout if s.shutdown_timeout is not None \
+            else max(s.grace - s.drain_delay - 5, 1)
         command = [sys.executable, "-m", "drainsafe", "serve",
                    "drainsafe.workload.streaming:app", "--host", "$(POD_IP)", "--port", "8000",
                    "--no-access-log", "--drain-delay", f"{s.drain_delay:g}",
-                   "--shutdown-timeout", f"{max(s.grace - s.drain_delay - 5, 1):g}"]
-        ready = "/readyz"
+                   "--shutdown-timeout", f"{deadline:g}"]
+        probe: dict[str, Any] = {"httpGet": {"path": "/readyz", "port": "http"}}
     else:
         command = [sys.executable, "-m", "uvicorn", "drainsafe.workload.streaming:app",
                    "--host", "$(POD_IP)", "--port", "8000", "--no-access-log"]
-        ready = "/health"
-    container = {
+        probe = {"httpGet": {"path": "/health", "port": "http"}}
+        if s.prestop_sleep > 0 or s.readiness_gate:
+            # The seeds' recipe (draining-a-gpu-node): fail readiness at once, then wait
+            # for proxies to catch up before SIGTERM.
+            lifecycle = {"preStop": {"exec": {"command": [
+                "/bin/sh", "-c", f"touch {READY_MARKER}; sleep {s.prestop_sleep:g}"]}}}
+        if s.readiness_gate:
+            probe = {"exec": {"command": [
+                "/bin/sh", "-c",
+                f"! test -f {READY_MARKER} && exec \"$0\" \"$@\"", *_health_check()]}}
+    container: dict[str, Any] = {
         "name": "server", "image": "vllm/vllm-openai", "command": command,
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 # drainsafe serve names the pod in each response (x-drainsafe-pod).
                 {"name": "POD_NAME",
                  "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "DRAINSAFE_GRACE_SECONDS", "value": str(s.grace)}],
+                {"name": "DRAINSAFE_GRACE_SECONDS", "value": str(s.grace)},
+                # The workload refuses generations above this; the long class may exceed 90 s.
+                {"name": "DRAINSAFE_WORKLOAD_MAX_DURATION",
+                 "value": f"{max(90.0, s.long_seconds, s.stream_seconds):g}"}],
         "ports": [{"name": "http", "containerPort": 8000}],
         "resources": {"requests": {"cpu": "100m", "nvidia.com/gpu": "1"},
                       "limits": {"nvidia.com/gpu": "1"}},
-        "readinessProbe": {"httpGet": {"path": ready, "port": "http"},
-                           "initialDelaySeconds": int(s.model_load), "periodSeconds": 1,
-                           "failureThreshold": 1},
+        # An exec probe starts a process: on a loaded machine that can take over the
+        # default 1 s timeout, which would drop a healthy pod from the endpoints.
+        "readinessProbe": {**probe, "initialDelaySeconds": int(s.model_load),
+                           "periodSeconds": 1, "failureThreshold": 1,
+                           "timeoutSeconds": 3 if "exec" in probe else 1},
+        **({"lifecycle": lifecycle} if lifecycle else {}),
     }
     labels = {"app": APP}
     return [
@@ -143,7 +187,14 @@ class ScenarioResult:
     longest_request_seconds: float = 0.0  # the longest successful request of the run
     replicas: int = 0
     startup_seconds: float | None = None  # replacement created -> Ready
-    lower_bound_seconds: float = 0.0
+    lower_bound_seconds: float = 0.0  # of the drain command's time, from the settings alone
+    capacity_bound_seconds: float = 0.0  # of the time to full Ready capacity, from settings
+    causes: dict[str, int] = field(default_factory=dict)  # failed requests by cause
+    seconds_below_desired: float = 0.0  # from the drain's start to the run's end
+    drain_at: float = 0.0  # when the drain started, seconds since the run's zero
+    ready_history: list[tuple[float, int]] = field(default_factory=list)  # (t, Ready)
+    kills: list[float] = field(default_factory=list)  # containers' exits by SIGKILL (t)
+    left_cordoned: bool = False  # the node was unschedulable when the run ended
     exit_code: int = 0
     detail: str = ""
     record: Record | None = None
@@ -153,7 +204,7 @@ class ScenarioResult:
         return sum(self.failed.values())
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "record"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("record", "ready_history")}
         out["total_failed"] = self.total_failed
         return out
 
@@ -242,24 +293,66 @@ async def _kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) ->
     return proc.returncode or 0, out.decode()
 
 
-async def run_drain_under_load(
-    lab: Any, tool: Tool, s: ScenarioSettings, *, say: Callable[[str], None] = lambda _m: None,
-) -> ScenarioResult:
-    """Deploy (if needed), load, drain one node with `tool`, measure. `lab` is a started Lab."""
-    from drainsafe.drain.execute import DrainSettings, NodeDrainer
+@dataclass
+class Progress:
+    """What a running scenario has seen so far, for a live display (read, never waited on)."""
 
-    await lab.apply(*llm_manifests(s))
-    await lab.wait_available(NAMESPACE, APP, timeout=120)
-    await lab.wait_backends(NAMESPACE, APP, s.replicas, timeout=60)
-    url = lab.service_url(NAMESPACE, APP)
-    body = json.dumps({"stream": True, "duration": s.stream_seconds,
-                       "token_interval": 0.05}).encode()
-    spec = LoadSpec(url=f"{url}/v1/completions", method="POST", body=body, duration=600,
-                    concurrency=s.concurrency, timeout=s.stream_seconds * 5 + 10,
+    phase: str = ""
+    ready: int = 0
+    ok: int = 0
+    failed: int = 0
+
+
+def _load_spec(url: str, seconds: float, concurrency: int, s: ScenarioSettings) -> LoadSpec:
+    body = json.dumps({"stream": True, "duration": seconds,
+                       "token_interval": s.token_interval}).encode()
+    return LoadSpec(url=f"{url}/v1/completions", method="POST", body=body, duration=86400,
+                    concurrency=concurrency, timeout=seconds * 2 + 10,
                     headers=(("content-type", "application/json"),),
                     # A new connection per request: each one is routed afresh by the
                     # ClusterIP proxy, as many clients behind a Service are.
                     keepalive=False)
+
+
+def lower_bounds(tool: Tool, s: ScenarioSettings) -> tuple[float, float]:
+    """(drain command, full Ready capacity) lower bounds from the settings alone.
+
+    Evict first (kubectl): the pod cannot be gone before its preStop hook returned (the hook
+    runs to its end before SIGTERM), and the replacement is created only at the eviction and
+    cannot be Ready before its readiness probe's initialDelaySeconds (the model load).
+    Make before break (drainsafe): the stand-in must be Ready (initialDelaySeconds) before the
+    eviction, and drainsafe serve keeps serving for its drain delay after it; capacity never
+    has to drop, so its bound is 0."""
+    if tool == "kubectl":
+        return s.prestop_sleep, float(int(s.model_load))
+    return float(int(s.model_load)) + (s.drain_delay if s.drain_aware else 0.0), 0.0
+
+
+async def run_drain_under_load(
+    lab: Any, tool: Tool, s: ScenarioSettings, *, say: Callable[[str], None] = lambda _m: None,
+    progress: Progress | None = None,
+) -> ScenarioResult:
+    """Deploy (if needed), load, drain one node with `tool`, measure. `lab` is a started Lab."""
+    from drainsafe.demo import measure
+    from drainsafe.drain.execute import DrainSettings, NodeDrainer
+    from drainsafe.verify.watch import LifecycleWatch
+
+    live = progress or Progress()
+    say("deploying the streaming server: 2 replicas, a Service, a PDB; loading the model")
+    await lab.apply(*llm_manifests(s))
+    await lab.wait_available(NAMESPACE, APP, timeout=s.wait_timeout + s.model_load)
+    await lab.wait_backends(NAMESPACE, APP, s.replicas, timeout=60)
+    url = lab.service_url(NAMESPACE, APP)
+    specs = [_load_spec(url, s.stream_seconds, s.concurrency, s)]
+    if s.long_concurrency and s.long_seconds > 0:
+        specs.append(_load_spec(url, s.long_seconds, s.long_concurrency, s))
+
+    def counted(r: Any) -> None:
+        if r.outcome.ok:
+            live.ok += 1
+        else:
+            live.failed += 1
+
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         pods, _ = await client.list(api_path("v1", "pods", namespace=NAMESPACE),
                                     {"labelSelector": f"app={APP}"})
@@ -269,11 +362,21 @@ async def run_drain_under_load(
         loop = asyncio.get_running_loop()
         zero = (loop.time(), time.time())
         tracker = ReadyTracker(lambda: zero[1])
+
+        def on_pod(kind: str, pod: dict[str, Any]) -> None:
+            tracker.on_event(kind, pod)
+            live.ready = tracker.ready()
+
         informer = Informer(client, api_path("v1", "pods", namespace=NAMESPACE),
-                            label_selector=f"app={APP}", on_event=tracker.on_event)
+                            label_selector=f"app={APP}", on_event=on_pod)
+        lifecycle = LifecycleWatch(client, NAMESPACE, f"app={APP}", clock_zero=zero)
         await informer.start()
+        await lifecycle.start()
         stop = asyncio.Event()
-        loader = asyncio.ensure_future(run_load(spec, stop=stop, clock_zero=zero))
+        say("streaming load: warming up")
+        loaders = [asyncio.ensure_future(run_load(spec, stop=stop, clock_zero=zero,
+                                                  on_result=counted))
+                   for spec in specs]
         old = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node]
         result.old_pods = old
         samples: list[int] = []
@@ -286,16 +389,17 @@ async def run_drain_under_load(
                 await asyncio.sleep(0.1)
 
         sampler = asyncio.ensure_future(sample())
+        started = returned = time.time()
         try:
             await asyncio.sleep(s.warmup)
-            say(f"draining {node} with {tool} drain under load")
+            say(f"{tool} drain {node}")
             started = time.time()
             known = set(tracker.created)
             sampling.set()
             if tool == "drainsafe":
                 from drainsafe.drain.plan import DrainOptions
 
-                settings = DrainSettings(timeout=300,
+                settings = DrainSettings(timeout=300 + s.wait_timeout,
                                          options=DrainOptions(strategy=s.strategy))
                 result.strategy = s.strategy
                 report = await NodeDrainer(client, node, settings).run()
@@ -315,16 +419,24 @@ async def run_drain_under_load(
             result.command_seconds = returned - started
             result.ready_at_return = tracker.ready()
             # Keep the load on until capacity is back and the endpoint changes have landed.
-            await informer.wait_for(lambda _c: tracker.ready() >= s.replicas, timeout=120,
-                                    what="full Ready capacity")
+            say(f"{tool} drain returned; waiting for full Ready capacity")
+            await informer.wait_for(lambda _c: tracker.ready() >= s.replicas,
+                                    timeout=s.wait_timeout, what="full Ready capacity")
+            say("waiting for the old pods to go")
             await informer.wait_for(lambda _c: all(n in tracker.deleted_at for n in old),
-                                    timeout=120, what="the old pods gone")
+                                    timeout=s.wait_timeout, what="the old pods gone")
             await asyncio.sleep(s.propagation + 1)
         finally:
             stop.set()
-            run: LoadRun = await loader
+            say("load stopped; letting the streams in flight finish")
+            runs: list[LoadRun] = list(await asyncio.gather(*loaders))
+            ended = time.time()
+            await lifecycle.stop()
             await informer.stop()
             sampler.cancel()
+        run = _merge(runs)
+        node_obj = await client.get(api_path("v1", "nodes", name=node))
+        result.left_cordoned = bool((node_obj.get("spec") or {}).get("unschedulable"))
         result.samples = len(samples)
         result.lowest_ready = min([*samples, tracker.lowest_since(started)])
         result.evicted_by_api = sorted(n for n in old if n in tracker.disruption_target)
@@ -337,30 +449,39 @@ async def run_drain_under_load(
         result.annotations_left = sorted(
             k for k in ((dep.get("metadata") or {}).get("annotations") or {})
             if k.startswith("drainsafe.io/"))
-        back = tracker.capacity_back(started, s.replicas)
-        result.capacity_seconds = None if back is None else back - started
-        new = [n for n in tracker.ready_at if tracker.created.get(n, 0) >= started]
-        if new:
-            result.startup_seconds = max(tracker.ready_at[n] - tracker.created[n] for n in new)
-        longest = max((r.total for r in run.results if r.outcome.ok),
-                      default=s.stream_seconds)
-        result.longest_request_seconds = longest
-        result.lower_bound_seconds = (
-            (s.drain_delay if s.drain_aware else 0.0) + longest
-            + (result.startup_seconds or s.model_load)
-        )
-        record = Record.from_run(run, [
-            *tracker.events,
-            LifecycleEvent(t=started - zero[1], kind="drain_started", pod=node),
-            LifecycleEvent(t=returned - zero[1], kind="drain_returned", pod=node),
-        ])
-        result.record = record
-        for r in run.results:
-            label = r.outcome.label
-            if r.outcome.ok:
-                result.ok += 1
-            else:
-                result.failed[label] = result.failed.get(label, 0) + 1
-                if label in ("truncated", "drain_marker"):
-                    result.truncated += 1
+    back = tracker.capacity_back(started, s.replicas)
+    result.capacity_seconds = None if back is None else back - started
+    new = [n for n in tracker.ready_at if tracker.created.get(n, 0) >= started]
+    if new:
+        result.startup_seconds = max(tracker.ready_at[n] - tracker.created[n] for n in new)
+    result.longest_request_seconds = max((r.total for r in run.results if r.outcome.ok),
+                                         default=0.0)
+    result.lower_bound_seconds, result.capacity_bound_seconds = lower_bounds(tool, s)
+    result.drain_at = started - zero[1]
+    result.ready_history = [(t - zero[1], c) for t, c in tracker.history]
+    result.seconds_below_desired = measure.seconds_below(
+        result.ready_history, result.drain_at, ended - zero[1], s.replicas)
+    result.kills = [e.t for e in lifecycle.events if e.kind == POD_EXITED
+                    and e.detail.split(" (")[0].endswith(f"exit {measure.SIGKILL_EXIT}")]
+    result.causes = measure.causes(run.results, result.kills)
+    result.truncated = measure.truncated(run.results)
+    result.record = Record.from_run(run, [
+        *lifecycle.events,
+        LifecycleEvent(t=result.drain_at, kind="drain_started", pod=node),
+        LifecycleEvent(t=returned - zero[1], kind="drain_returned", pod=node),
+    ])
+    for r in run.results:
+        if r.outcome.ok:
+            result.ok += 1
+        else:
+            result.failed[r.outcome.label] = result.failed.get(r.outcome.label, 0) + 1
     return result
+
+
+def _merge(runs: list[LoadRun]) -> LoadRun:
+    """The load classes as one run (same clock zero), requests in start order."""
+    first = runs[0]
+    results = sorted((r for run in runs for r in run.results), key=lambda r: r.start)
+    return LoadRun(spec=first.spec, started_at=first.started_at, results=results,
+                   not_started=sum(run.not_started for run in runs),
+                   elapsed=max(run.elapsed for run in runs))
