@@ -161,7 +161,7 @@ def render_html(runs: Sequence[RunReport], path: Path, *, scale: float,
     head = "".join(f"<th>{html.escape(r.name)}</th>" for r in runs)
     body = "".join(
         "<tr><th>" + html.escape(name) + "</th>"
-        + "".join(f'<td class="{"bad" if r.missing else ""}">{html.escape(v)}</td>'
+        + "".join(("<td class=\"bad\">" if r.missing else "<td>") + f"{html.escape(v)}</td>"
                   for r, v in zip(runs, values, strict=True)) + "</tr>"
         for name, values in rows(runs, scale))
     scaled = ("" if scale == 1 else

@@ -9,41 +9,60 @@ import io
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from drainsafe.demo.runs import DemoRun, Scale
-from drainsafe.demo.scenario import Progress, ScenarioResult, kubectl_binary
+from drainsafe.demo import names
+
+if TYPE_CHECKING:
+    from drainsafe.demo.report import RunReport
+    from drainsafe.demo.runs import DemoRun
+    from drainsafe.demo.scenario import Progress, ScenarioResult
+
+
+@dataclass
+class Line:
+    """One run's line in the live view."""
+
+    phase: str = "waiting"
+    ready: int | None = None
+    want: int = 2
+    ok: int = 0
+    failed: int = 0
 
 
 class Board:
-    """The live view: every run's phase, Ready count and requests so far."""
+    """The live view: every run's phase, Ready count and requests so far. It starts before
+    the lab code is imported (a second on a busy machine), so it shows within 2 s."""
 
-    def __init__(self, runs: list[DemoRun], scale: float) -> None:
-        self.runs = runs
+    def __init__(self, run_names: list[str], scale: float) -> None:
         self.scale = scale
-        self.progress: dict[str, Progress] = {r.name: Progress(phase="waiting") for r in runs}
+        self.lines: dict[str, Line] = {n: Line() for n in run_names}
+        self.progress: dict[str, Progress] = {}
         self.started = time.monotonic()
         self.current: str | None = None
+        self.status = "loading the lab"
 
     def __rich__(self) -> Group:
         elapsed = time.monotonic() - self.started
         real = "" if self.scale == 1 else f" (~{elapsed * self.scale:.0f} s of the real thing)"
-        lines = [Text(f"drainsafe demo, {elapsed:.0f} s{real}", style="bold")]
-        for run in self.runs:
-            p = self.progress[run.name]
-            mark = ">" if run.name == self.current else " "
-            want = run.settings.replicas
-            ready = f"Ready {p.ready}/{want}" if p.phase not in ("waiting", "skipped") else ""
-            style = "red" if ready and p.ready < want and run.name == self.current else ""
-            lines.append(Text(
-                f"{mark} {run.name:<38} {ready:<10} ok {p.ok:<5} failed {p.failed:<4} "
-                f"{p.phase}", style=style))
-        return Group(*lines)
+        rows = [Text(f"drainsafe demo, {elapsed:.0f} s{real}: {self.status}", style="bold")]
+        for name, line in self.lines.items():
+            p = self.progress.get(name)
+            if p is not None:
+                line.phase, line.ready, line.ok, line.failed = p.phase, p.ready, p.ok, p.failed
+            mark = ">" if name == self.current else " "
+            ready = "" if line.ready is None else f"Ready {line.ready}/{line.want}"
+            low = line.ready is not None and line.ready < line.want and name == self.current
+            rows.append(Text(
+                f"{mark} {name:<38} {ready:<10} ok {line.ok:<5} failed {line.failed:<4} "
+                f"{line.phase}", style="red" if low else ""))
+        return Group(*rows)
 
 
 def picture_title(name: str, result: ScenarioResult) -> str:
@@ -52,12 +71,13 @@ def picture_title(name: str, result: ScenarioResult) -> str:
     return f"drainsafe demo: {name}, drain of {node} ({result.replicas} replicas)"
 
 
-async def one(run: DemoRun, out: Path, board: Board) -> tuple[ScenarioResult, list[str]]:
+async def one(run: DemoRun, board: Board) -> tuple[ScenarioResult, list[str]]:
     """One run in its own lab; returns its result and the audit/uncordon transcript."""
-    from drainsafe.demo.scenario import run_drain_under_load
+    from drainsafe.demo.scenario import Progress, run_drain_under_load
     from drainsafe.lab.cluster import Lab
 
-    progress = board.progress[run.name]
+    progress = board.progress[run.name] = Progress(phase="starting")
+    board.lines[run.name].want = run.settings.replicas
     board.current = run.name
 
     def say(message: str) -> None:
@@ -107,61 +127,84 @@ async def cordon_transcript(kubeconfig: Path, node: str) -> list[str]:
 
 
 async def run(args: argparse.Namespace) -> int:
+    console = Console(stderr=args.output == "json")
+    scale = 1.0 if args.real_time else float(args.scale)
+    wanted = [names.ALL[i - 1] for i in args.runs] if args.runs else list(names.ALL)
+    board = Board(wanted, scale)
+    with Live(board, console=console, refresh_per_second=4, transient=False):
+        reports, transcripts, notes = await _runs(args, board, scale)
+        board.current = None
+        board.status = "drawing the pictures"
+        files = _write(Path(args.out), reports, notes, scale)
+        board.status = "done"
+    return _show(args, console, reports, transcripts, notes, scale, files)
+
+
+async def _runs(args: argparse.Namespace, board: Board, factor: float
+                ) -> tuple[list[RunReport], list[tuple[str, list[str]]], list[str]]:
     from drainsafe.demo import measure
+    from drainsafe.demo.report import RunReport
+    from drainsafe.demo.runs import Scale, demo_runs
+    from drainsafe.demo.scenario import kubectl_binary
+
+    chosen = [r for r in demo_runs(Scale(factor)) if r.name in board.lines]
+    notes: list[str] = []
+    have_kubectl = kubectl_binary() is not None
+    todo = []
+    for r in chosen:
+        why = r.unavailable or ("" if r.tool != "kubectl" or have_kubectl
+                                else "kubectl is not installed")
+        if why:
+            notes.append(f"{r.name}: not run: {why}")
+            board.lines[r.name].phase = f"not run: {why}"
+        else:
+            todo.append(r)
+    board.status = "running"
+    reports: list[RunReport] = []
+    transcripts: list[tuple[str, list[str]]] = []
+    for demo_run in todo:
+        result, transcript = await one(demo_run, board)
+        shown = measure.Shown(causes=result.causes, min_ready=result.lowest_ready,
+                              replicas=result.replicas)
+        reports.append(RunReport(demo_run.name, demo_run.shows, result,
+                                 missing=measure.missing(demo_run.expect, shown)))
+        transcripts.append((demo_run.name, transcript))
+    return reports, transcripts, notes
+
+
+def _write(out: Path, reports: list[RunReport], notes: list[str], scale: float) -> list[Path]:
+    """Timelines, the capacity picture, the page and results.json; returns the last three."""
     from drainsafe.demo.report import (
         CAPACITY_FILE,
         REPORT_FILE,
         RESULTS_FILE,
-        RunReport,
         render_capacity,
         render_html,
-        table,
     )
-    from drainsafe.demo.runs import demo_runs
-
-    console = Console(stderr=args.output == "json")
-    scale = Scale(1.0 if args.real_time else args.scale)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    chosen = demo_runs(scale)
-    if args.runs:
-        chosen = [chosen[i - 1] for i in args.runs]
-    notes: list[str] = []
-    if kubectl_binary() is None:
-        for r in chosen:
-            if r.tool == "kubectl" and not r.unavailable:
-                notes.append(f"{r.name}: not run: kubectl is not installed")
-        chosen = [r for r in chosen if r.tool != "kubectl"]
-    for r in chosen:
-        if r.unavailable:
-            notes.append(f"{r.name}: not run: {r.unavailable}")
-    todo = [r for r in chosen if not r.unavailable]
-    board = Board(todo, scale.factor)
-    reports: list[RunReport] = []
-    transcripts: list[tuple[str, list[str]]] = []
-    with Live(board, console=console, refresh_per_second=4, transient=False):
-        for demo_run in todo:
-            result, transcript = await one(demo_run, out, board)
-            shown = measure.Shown(causes=result.causes, min_ready=result.lowest_ready,
-                                  replicas=result.replicas)
-            reports.append(RunReport(demo_run.name, demo_run.shows, result,
-                                     missing=measure.missing(demo_run.expect, shown)))
-            transcripts.append((demo_run.name, transcript))
-        board.current = None
     from drainsafe.verify.timeline import render_png
 
-    for i, report in enumerate(reports, 1):
+    out.mkdir(parents=True, exist_ok=True)
+    for report in reports:
+        number = names.ALL.index(report.name) + 1
         if report.result.record is not None:
-            report.timeline = render_png(report.result.record, out / f"timeline-{i}.png",
+            report.timeline = render_png(report.result.record, out / f"timeline-{number}.png",
                                          title=picture_title(report.name, report.result))
-    capacity = render_capacity(reports, out / CAPACITY_FILE, scale=scale.factor)
-    page = render_html(reports, out / REPORT_FILE, scale=scale.factor, capacity=capacity,
+    capacity = render_capacity(reports, out / CAPACITY_FILE, scale=scale)
+    page = render_html(reports, out / REPORT_FILE, scale=scale, capacity=capacity,
                        notes=notes)
-    data = [r.to_json() for r in reports]
-    (out / RESULTS_FILE).write_text(json.dumps(data, indent=2))
+    results = out / RESULTS_FILE
+    results.write_text(json.dumps([r.to_json() for r in reports], indent=2))
+    return [results, capacity, page]
+
+
+def _show(args: argparse.Namespace, console: Console, reports: list[RunReport],
+          transcripts: list[tuple[str, list[str]]], notes: list[str], scale: float,
+          files: list[Path]) -> int:
+    from drainsafe.demo.report import table
+
     if args.output == "json":
-        print(json.dumps(data, indent=2))
-    console.print(table(reports, scale.factor))
+        print(files[0].read_text())
+    console.print(table(reports, scale))
     for note in notes:
         console.print(note)
     for report in reports:
@@ -173,6 +216,7 @@ async def run(args: argparse.Namespace) -> int:
         console.print(f"[bold]{name}[/bold]")
         for line in lines:
             console.print(f"  {line}", markup=False, highlight=False)
-    console.print(f"\nresults: {out / RESULTS_FILE}\ncapacity: {capacity}\nreport: {page}")
+    results, capacity, page = files
+    console.print(f"\nresults: {results}\ncapacity: {capacity}\nreport: {page}")
     failed_to_show = any(r.missing for r in reports)
     return 1 if failed_to_show or not reports else 0

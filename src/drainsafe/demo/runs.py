@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from drainsafe.demo.measure import Expect
+from drainsafe.demo.names import CONTROLLER, DRAINSAFE, NAIVE, SEEDS
 from drainsafe.demo.scenario import ScenarioSettings, Tool
 
 
@@ -52,12 +53,6 @@ class Scale:
 
     def grace(self, seconds: int) -> int:
         return max(math.ceil(seconds / self.factor), 1)
-
-
-NAIVE = "kubectl drain (naive)"
-SEEDS = "kubectl drain (seeds' settings)"
-DRAINSAFE = "drainsafe drain"
-CONTROLLER = "kubectl drain + drainsafe controller"
 
 
 @dataclass(frozen=True)

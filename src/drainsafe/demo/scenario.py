@@ -465,7 +465,11 @@ async def run_drain_under_load(
                     and e.detail.split(" (")[0].endswith(f"exit {measure.SIGKILL_EXIT}")]
     result.causes = measure.causes(run.results, result.kills)
     result.truncated = measure.truncated(run.results)
+    # Pods that were Ready before the run get a lane too (verify's watch reports changes).
+    before = [LifecycleEvent(t=0.0, kind=POD_READY, pod=p["metadata"]["name"],
+                             detail="Ready before the run") for p in pods if _ready(p)]
     result.record = Record.from_run(run, [
+        *before,
         *lifecycle.events,
         LifecycleEvent(t=result.drain_at, kind="drain_started", pod=node),
         LifecycleEvent(t=returned - zero[1], kind="drain_returned", pod=node),
@@ -476,6 +480,11 @@ async def run_drain_under_load(
         else:
             result.failed[r.outcome.label] = result.failed.get(r.outcome.label, 0) + 1
     return result
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _merge(runs: list[LoadRun]) -> LoadRun:

@@ -88,9 +88,22 @@ def _colour(label: str) -> str:
     return KIND_COLOURS.get(kind, "#000000")
 
 
+STARTING = "starting"
+SERVING = "serving"
+NOT_SERVING = "not serving"
+TERMINATING = "terminating"
+EXITED = "exited"
+
+
 @dataclass(frozen=True)
 class PodLane:
-    """One pod's life on the time axis, from its events (None: not seen in this run)."""
+    """One pod's life on the time axis, from its events (None: not seen in this run).
+
+    `segments` are its phases in order, each (phase, start, end): the bar starts when the
+    pod was created (or at 0 for a pod that existed before the run); it is "serving" only
+    while the pod is Ready and its endpoint has not been taken out (not ready or removed)
+    and it is not terminating; "terminating" runs from the deletion request to the exit;
+    "exited" from the exit to the deletion."""
 
     pod: str
     first: float
@@ -98,24 +111,74 @@ class PodLane:
     exited: float | None
     gone: float | None
     marks: tuple[tuple[str, float], ...]
+    segments: tuple[tuple[str, float, float], ...] = ()
 
 
-def pod_lanes(events: Sequence[LifecycleEvent]) -> list[PodLane]:
+def lane_segments(events: Sequence[LifecycleEvent], end: float) -> list[tuple[str, float, float]]:
+    """The phases of one pod from its events (sorted by time), up to `end`."""
+    ready = endpoint = False
+    terminating = exited = False
+    start: float | None = None
+    phase = STARTING
+    out: list[tuple[str, float, float]] = []
+
+    def now_phase() -> str:
+        if exited:
+            return EXITED
+        if terminating:
+            return TERMINATING
+        if ready and endpoint:
+            return SERVING
+        return STARTING if phase == STARTING else NOT_SERVING  # never served yet: starting
+
+    for e in events:
+        if start is None:
+            start, phase = e.t, STARTING
+        if e.kind == POD_DELETED:
+            if e.t > start:
+                out.append((phase, start, e.t))
+            return out
+        if e.kind == POD_READY:
+            ready = endpoint = True  # the EndpointSlice controller lists a Ready pod as ready
+        elif e.kind == POD_NOT_READY:
+            ready = False
+        elif e.kind in (ENDPOINT_NOT_READY, ENDPOINT_REMOVED):
+            endpoint = False
+        elif e.kind == POD_TERMINATING:
+            terminating = True
+        elif e.kind == POD_EXITED:
+            exited = True
+        new = now_phase()
+        if new != phase:
+            if e.t > start:
+                out.append((phase, start, e.t))
+            start, phase = e.t, new
+    if start is not None and end > start:
+        out.append((phase, start, end))
+    return out
+
+
+def pod_lanes(events: Sequence[LifecycleEvent], end: float | None = None) -> list[PodLane]:
     """Pods in the order they first appear in the events, each with its phases."""
     by_pod: dict[str, list[LifecycleEvent]] = {}
     for event in sorted(events, key=lambda e: e.t):
         if event.kind in POD_KINDS:
             by_pod.setdefault(event.pod, []).append(event)
+    last = max((e.t for e in events), default=0.0) if end is None else end
     lanes = []
     for pod, evs in by_pod.items():
         def first(kind: str, evs: list[LifecycleEvent] = evs) -> float | None:
             return next((e.t for e in evs if e.kind == kind), None)
-        added = first("pod_added")
+        added = first(POD_ADDED)
+        # A pod without an 'added' event existed before the run: its bar starts at 0, and
+        # it was serving unless an event says otherwise.
+        head = [] if added is not None else [LifecycleEvent(0.0, POD_READY, pod)]
         lanes.append(PodLane(
             pod=pod, first=0.0 if added is None else added,
             terminating=first(POD_TERMINATING), exited=first(POD_EXITED),
             gone=first(POD_DELETED),
-            marks=tuple((e.kind, e.t) for e in evs if e.kind in LANE_MARKS)))
+            marks=tuple((e.kind, e.t) for e in evs if e.kind in LANE_MARKS),
+            segments=tuple(lane_segments([*head, *evs], last))))
     return lanes
 
 
@@ -129,7 +192,11 @@ LANE_MARKS = {
 }
 POD_KINDS = frozenset({POD_ADDED, POD_TERMINATING, POD_DELETED, *LANE_MARKS})
 """Event kinds of the pod watch; others (e.g. the demo's drain_started) are drawn as lines."""
-LANE_PHASES = (("serving", "#a5d6a7"), ("terminating", "#ef9a9a"), ("exited", "#bdbdbd"))
+LANE_PHASES = ((STARTING, "#fff3b0"), (SERVING, "#a5d6a7"), (NOT_SERVING, "#ffcc80"),
+               (TERMINATING, "#ef9a9a"), (EXITED, "#bdbdbd"))
+LANE_LABELS = {STARTING: "starting (not Ready)", SERVING: "serving (Ready, in endpoints)",
+               NOT_SERVING: "not serving", TERMINATING: "terminating (deletion to exit)",
+               EXITED: "exited"}
 
 
 DEFAULT_TITLE = "drainsafe verify"
@@ -145,8 +212,8 @@ def render_png(record: Record, path: Path, *, title: str = DEFAULT_TITLE) -> Pat
 
     bins = bin_outcomes(record.requests, record.elapsed)
     summary = record.summary()
-    lanes = pod_lanes(record.events)
     end = max([record.elapsed, *(r.end for r in record.requests), *(e.t for e in record.events)])
+    lanes = pod_lanes(record.events, end)
     if lanes:
         fig, (top, middle, bottom) = plt.subplots(
             3, 1, figsize=(12, 8.5), sharex=True,
@@ -241,16 +308,10 @@ def _draw_lanes(ax: object, lanes: Sequence[PodLane], end: float) -> None:
     from matplotlib.patches import Patch
 
     assert isinstance(ax, Axes)
-    (_, serving), (_, terminating), (_, exited) = LANE_PHASES
+    colours = dict(LANE_PHASES)
     for y, lane in enumerate(lanes):
-        stops = [lane.first, lane.terminating, lane.exited, lane.gone if lane.gone else end]
-        colours = (serving, terminating, exited)
-        for i, colour in enumerate(colours):
-            left = stops[i]
-            right = next((s for s in stops[i + 1:] if s is not None), end)
-            if left is None or right <= left:
-                continue
-            ax.barh(y, right - left, left=left, height=0.55, color=colour, linewidth=0)
+        for phase, left, right in lane.segments:
+            ax.barh(y, right - left, left=left, height=0.55, color=colours[phase], linewidth=0)
         for kind, t in lane.marks:
             marker, colour, _ = LANE_MARKS[kind]
             ax.plot([t], [y], marker=marker, color=colour, markersize=7, linestyle="none")
@@ -258,7 +319,9 @@ def _draw_lanes(ax: object, lanes: Sequence[PodLane], end: float) -> None:
     ax.set_ylim(len(lanes) - 0.5, -0.5)
     ax.set_ylabel("pods")
     ax.grid(axis="x", alpha=0.3)
-    handles: list[Line2D | Patch] = [Patch(color=c, label=n) for n, c in LANE_PHASES]
+    shown = {phase for lane in lanes for phase, _, _ in lane.segments}
+    handles: list[Line2D | Patch] = [Patch(color=c, label=LANE_LABELS[n])
+                                     for n, c in LANE_PHASES if n in shown]
     seen = {kind for lane in lanes for kind, _ in lane.marks}
     handles += [Line2D([0], [0], marker=m, color=c, linestyle="none", label=n)
                 for kind, (m, c, n) in LANE_MARKS.items() if kind in seen]
