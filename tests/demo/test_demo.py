@@ -155,14 +155,15 @@ def test_the_report_renders_in_chromium_with_the_runs_numbers(demo: Demo) -> Non
         assert shot.exists() and shot.stat().st_size > 20_000  # it painted
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     dom = done.stdout.decode()
-    table = re.search(r'<table id="results">.*?</table>', dom, re.S)
-    assert table is not None, dom[:2000]
-    header = re.findall(r"<th>([^<]*)</th>", table.group(0))
+    found = re.search(r'<table id="results">.*?</table>', dom, re.S)
+    assert found is not None, dom[:2000]
+    table = found.group(0)
+    header = re.findall(r"<th>([^<]*)</th>", table)
     assert [r["name"] for r in demo.results] == [
         h.replace("&#x27;", "'").replace("&#39;", "'") for h in header[1:1 + len(demo.results)]]
 
     def row(name: str) -> list[str]:
-        match = re.search(rf"<tr><th>{re.escape(name)}</th>(.*?)</tr>", table.group(0))  # type: ignore[union-attr]
+        match = re.search(rf"<tr><th>{re.escape(name)}</th>(.*?)</tr>", table)
         assert match is not None, name
         return re.findall(r"<td[^>]*>([^<]*)</td>", match.group(1))
 

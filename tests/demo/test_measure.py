@@ -6,7 +6,8 @@ import pytest
 
 from drainsafe.demo import measure
 from drainsafe.demo.measure import RACE, SIGKILL, Shown
-from drainsafe.demo.runs import CONTROLLER, DRAINSAFE, NAIVE, SEEDS, Scale, demo_runs
+from drainsafe.demo.names import CONTROLLER, DRAINSAFE, NAIVE, SEEDS
+from drainsafe.demo.runs import Scale, demo_runs
 from drainsafe.demo.scenario import lower_bounds
 from drainsafe.verify.load import RequestResult
 from drainsafe.verify.outcome import Kind, Outcome
