@@ -137,6 +137,8 @@ async def run(args: argparse.Namespace) -> int:
         board.status = "drawing the pictures"
         files = _write(Path(args.out), reports, notes, scale)
         board.status = "done"
+    if not console.is_terminal:
+        console.line()  # off a terminal the live view's last frame ends without a newline
     return _show(args, console, reports, transcripts, notes, scale, files)
 
 
