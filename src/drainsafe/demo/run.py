@@ -40,8 +40,10 @@ class Board:
     """The live view: every run's phase, Ready count and requests so far. It starts before
     the lab code is imported (a second on a busy machine), so it shows within 2 s."""
 
-    def __init__(self, run_names: list[str], scale: float) -> None:
+    def __init__(self, run_names: list[str], scale: float,
+                 log: Console | None = None) -> None:
         self.scale = scale
+        self.log = log  # off a terminal the view is drawn once, at the end: log phases
         self.lines: dict[str, Line] = {n: Line() for n in run_names}
         self.progress: dict[str, Progress] = {}
         self.started = time.monotonic()
@@ -82,6 +84,9 @@ async def one(run: DemoRun, board: Board) -> tuple[ScenarioResult, list[str]]:
 
     def say(message: str) -> None:
         progress.phase = message
+        if board.log is not None:
+            board.log.print(f"{time.monotonic() - board.started:6.1f} s  {run.name}: "
+                            f"{message}", markup=False, highlight=False)
 
     s = run.settings
     say(f"starting a lab: {s.nodes} GPU nodes")
@@ -130,7 +135,7 @@ async def run(args: argparse.Namespace) -> int:
     console = Console(stderr=args.output == "json")
     scale = 1.0 if args.real_time else float(args.scale)
     wanted = [names.ALL[i - 1] for i in args.runs] if args.runs else list(names.ALL)
-    board = Board(wanted, scale)
+    board = Board(wanted, scale, log=None if console.is_terminal else console)
     with Live(board, console=console, refresh_per_second=4, transient=False):
         reports, transcripts, notes = await _runs(args, board, scale)
         board.current = None
