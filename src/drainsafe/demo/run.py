@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -89,12 +90,25 @@ async def one(run: DemoRun, board: Board) -> tuple[ScenarioResult, list[str]]:
                             f"{message}", markup=False, highlight=False)
 
     s = run.settings
+    prepare = None
+    if run.controller:
+        from drainsafe.demo import controller
+        from drainsafe.demo.scenario import NAMESPACE, kubectl_binary
+
+        os.environ["PATH"] = controller.lab_path()  # the lab's pods start `drainsafe`
+        kubectl = kubectl_binary() or "kubectl"
+
+        async def prepare(lab: Any) -> list[dict[str, Any]]:
+            say("installing the drainsafe controller: kubectl apply -k deploy/controller")
+            return await controller.install(lab, kubectl, NAMESPACE)
+
     say(f"starting a lab: {s.nodes} GPU nodes")
     slug = run.name.split(" (")[0].replace(" ", "-").replace("+", "")
     with tempfile.TemporaryDirectory(prefix=f"drainsafe-demo-{slug}-") as tmp:
         async with Lab(Path(tmp) / "lab", nodes=s.nodes, gpus_per_node=1,
                        propagation_seconds=s.propagation, ingress=False) as lab:
-            result = await run_drain_under_load(lab, run.tool, s, say=say, progress=progress)
+            result = await run_drain_under_load(lab, run.tool, s, say=say, progress=progress,
+                                                prepare=prepare)
             say("drainsafe audit, drainsafe uncordon, drainsafe audit")
             transcript = await cordon_transcript(lab.kubeconfig, result.node)
     say("done")

@@ -14,16 +14,17 @@ periods up, as terminationGracePeriodSeconds is a whole number of seconds.
 2. `kubectl drain`, the seeds' settings: no race and no SIGKILL, capacity still drops.
 3. `drainsafe drain` (make before break) on drain-aware pods (`drainsafe serve`): nothing
    lost, never below the desired Ready count.
-4. `kubectl drain` with the drainsafe controller installed: needs the controller (its own
-   issue); listed so the table has its place, run when the build has it.
+4. `kubectl drain` with the drainsafe controller installed (`kubectl apply -k
+   deploy/controller`, drainsafe.demo.controller): the same as 3 with kubectl unchanged; run
+   when the build has the controller.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import dataclass, replace
 
+from drainsafe.demo import controller
 from drainsafe.demo.measure import Expect
 from drainsafe.demo.names import CONTROLLER, DRAINSAFE, NAIVE, SEEDS
 from drainsafe.demo.scenario import ScenarioSettings, Tool
@@ -63,13 +64,7 @@ class DemoRun:
     expect: Expect
     shows: str  # what the run is there to show, in a line
     unavailable: str = ""  # why it cannot run in this build ("" : it can)
-
-
-def controller_missing() -> str:
-    """The controller run needs drainsafe's eviction-guard controller in this build."""
-    if importlib.util.find_spec("drainsafe.controller") is None:
-        return "the drainsafe controller is not in this build (issue 14)"
-    return "the demo does not install the controller yet"
+    controller: bool = False  # install the drainsafe controller first (run 4)
 
 
 def demo_runs(scale: Scale, real: RealTimes = RealTimes()) -> list[DemoRun]:
@@ -99,5 +94,5 @@ def demo_runs(scale: Scale, real: RealTimes = RealTimes()) -> list[DemoRun]:
                 "make before break: nothing lost, full capacity throughout"),
         DemoRun(CONTROLLER, "kubectl", ours, "nothing_lost",
                 "kubectl unchanged, the controller holds evictions until a stand-in is Ready",
-                unavailable=controller_missing()),
+                unavailable=controller.missing(), controller=True),
     ]

@@ -29,7 +29,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -331,15 +331,19 @@ def lower_bounds(tool: Tool, s: ScenarioSettings) -> tuple[float, float]:
 async def run_drain_under_load(
     lab: Any, tool: Tool, s: ScenarioSettings, *, say: Callable[[str], None] = lambda _m: None,
     progress: Progress | None = None,
+    prepare: Callable[[Any], Awaitable[list[dict[str, Any]]]] | None = None,
 ) -> ScenarioResult:
-    """Deploy (if needed), load, drain one node with `tool`, measure. `lab` is a started Lab."""
+    """Deploy (if needed), load, drain one node with `tool`, measure. `lab` is a started Lab.
+    `prepare(lab)` runs first (e.g. installs a controller) and returns manifests to apply
+    before the workload's."""
     from drainsafe.demo import measure
     from drainsafe.drain.execute import DrainSettings, NodeDrainer
     from drainsafe.verify.watch import LifecycleWatch
 
     live = progress or Progress()
     say("deploying the streaming server: 2 replicas, a Service, a PDB; loading the model")
-    await lab.apply(*llm_manifests(s))
+    extra = [] if prepare is None else await prepare(lab)
+    await lab.apply(*extra, *llm_manifests(s))
     await lab.wait_available(NAMESPACE, APP, timeout=s.wait_timeout + s.model_load)
     await lab.wait_backends(NAMESPACE, APP, s.replicas, timeout=60)
     url = lab.service_url(NAMESPACE, APP)

@@ -1,0 +1,62 @@
+"""Run 4's set-up: the drainsafe controller installed on the lab as a user installs it,
+`kubectl apply -k deploy/controller` with the real kubectl, and the demo's namespace opted in
+(label `drainsafe.io/guard=true`), so a plain `kubectl drain` is held until a stand-in is
+Ready. The lab runs the controller's pods as local processes that start `drainsafe` from
+PATH (the stand-in for the image), so this interpreter's bin directory goes first."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "controller"
+NAMESPACE = "drainsafe-system"
+NAME = "drainsafe-controller"
+WEBHOOK = "drainsafe-guard"
+GUARD_LABEL = "drainsafe.io/guard"
+
+
+def missing() -> str:
+    """Why run 4 cannot run in this build ("" : it can)."""
+    if importlib.util.find_spec("drainsafe.controller") is None:
+        return "the drainsafe controller is not in this build (issue 14)"
+    if not (DEPLOY / "kustomization.yaml").exists():
+        return f"{DEPLOY} is missing (run the demo from a clone of the repository)"
+    return ""
+
+
+def lab_path() -> str:
+    return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+async def install(lab: Any, kubectl: str, namespace: str, *, timeout: float = 120
+                  ) -> list[dict[str, Any]]:
+    """Install the controller; returns the manifests that opt the demo's namespace in."""
+    from drainsafe.kube import KubeClient, api_path
+
+    proc = await asyncio.create_subprocess_exec(
+        kubectl, f"--kubeconfig={lab.kubeconfig}", "apply", "-k", str(DEPLOY),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    if proc.returncode:
+        raise RuntimeError(f"kubectl apply -k {DEPLOY} failed: {out.decode()[-500:]}")
+    await lab.wait_available(NAMESPACE, NAME, timeout=timeout)
+    # The controller writes its CA into the webhook configuration once it serves.
+    path = api_path("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations",
+                    name=WEBHOOK)
+    deadline = time.monotonic() + timeout
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        while True:
+            hooks = (await client.get(path)).get("webhooks") or [{}]
+            if (hooks[0].get("clientConfig") or {}).get("caBundle"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{WEBHOOK}: no caBundle after {timeout:g} s")
+            await asyncio.sleep(0.2)
+    return [{"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": namespace, "labels": {GUARD_LABEL: "true"}}}]
