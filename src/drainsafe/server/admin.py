@@ -57,6 +57,7 @@ class AdminSettings:
     port: int = DEFAULT_ADMIN_PORT
     token: str | None = None
     """When set, the drain trigger needs it in `X-Drainsafe-Token`."""
+    limits: Limits = DEFAULT_LIMITS
 
 
 def read_token(path: str) -> str:
@@ -197,12 +198,11 @@ class AdminServer:
     """The admin listener of one DrainRuntime."""
 
     def __init__(self, runtime: DrainRuntime, settings: AdminSettings, *,
-                 ready_check: ReadyCheck | None = None,
-                 limits: Limits = DEFAULT_LIMITS) -> None:
+                 ready_check: ReadyCheck | None = None) -> None:
         self.runtime = runtime
         self.settings = settings
         self.ready_check = ready_check
-        self.limits = limits
+        self.limits = settings.limits
         self.connections: set[AdminConnection] = set()
         self.server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None

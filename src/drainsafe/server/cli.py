@@ -59,6 +59,13 @@ def _lifecycle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--admin-token-file", metavar="FILE", default=None,
                    help="the drain trigger then needs this file's token in header "
                    "X-Drainsafe-Token (preStop httpGet: httpHeaders); others get 403")
+    p.add_argument("--header-timeout", type=seconds, default=10.0, metavar="S",
+                   help="drainsafe's own listeners (run's proxy, the admin port) close a "
+                   "connection whose request head is not complete after this long "
+                   "[%(default)s]")
+    p.add_argument("--keep-alive-timeout", type=seconds, default=5.0, metavar="S",
+                   help="close a keep-alive connection idle this long (serve: uvicorn's "
+                   "--timeout-keep-alive, the same default) [%(default)s]")
     p.add_argument("--ready-path", default="/readyz",
                    help="readiness endpoint on the admin port [%(default)s]")
     p.add_argument("--live-path", default="/livez",
@@ -141,7 +148,15 @@ def _admin(args: argparse.Namespace) -> Any:
     from drainsafe.server.admin import AdminSettings, read_token
 
     token = None if args.admin_token_file is None else read_token(args.admin_token_file)
-    return AdminSettings(host=args.admin_host, port=args.admin_port, token=token)
+    return AdminSettings(host=args.admin_host, port=args.admin_port, token=token,
+                         limits=_limits(args))
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    from drainsafe.server.http1 import Limits
+
+    return Limits(header_timeout=args.header_timeout,
+                  keep_alive_timeout=args.keep_alive_timeout)
 
 
 def _start_up(args: argparse.Namespace) -> Any:
@@ -188,6 +203,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     runtime = DrainRuntime(settings, paths=_paths(args))
     server = serve.build(app, runtime, admin, host=args.host, port=args.port,
+                         timeout_keep_alive=args.keep_alive_timeout,
                          log_level=args.log_level, access_log=not args.no_access_log,
                          lifespan="auto")
     return serve.run(server)

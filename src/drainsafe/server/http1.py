@@ -18,7 +18,11 @@ connection hold is bounded here, as nginx bounds it:
   back on the client), so a client that pipelines and never reads costs a bounded amount;
 - the answers to what llhttp refuses are fixed texts: 400 for a malformed request (llhttp's
   internal error text is not sent), 501 for an upgrade (WebSocket, CONNECT), 505 for the
-  HTTP/2 connection preface (RFC 9113 §3.4) on this HTTP/1.1 port.
+  HTTP/2 connection preface (RFC 9113 §3.4) on this HTTP/1.1 port. A refusal is followed
+  by a lingering close, as nginx's `lingering_close`: the write side is shut after the
+  answer and what the client still sends is read and dropped for up to `LINGER` seconds,
+  so that closing with unread input (a TCP reset) does not destroy the answer before the
+  client has read it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 H2_PREFACE = b"PRI * HTTP/2.0\r\n"
+LINGER = 2.0
 _HEAD_SLICE = 4096
 _BODY_SLICE = 65536
 
@@ -108,6 +113,8 @@ class Http1Connection(asyncio.Protocol):
         self.idle_since: float | None = None
         self.reading_paused = False
         self.refused = False
+        """Nothing more is parsed: what arrives is dropped."""
+        self.linger_since: float | None = None
         self._refusal: Refusal | None = None
 
     # -- what subclasses provide ---------------------------------------------------------
@@ -129,7 +136,7 @@ class Http1Connection(asyncio.Protocol):
         """Called after each read was parsed (as far as the limits allow)."""
 
     def refuse(self, refusal: Refusal) -> None:
-        self.write_and_close(error_response(refusal))
+        self.linger(error_response(refusal))
 
     # -- asyncio.Protocol ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -183,9 +190,10 @@ class Http1Connection(asyncio.Protocol):
         self.fed()
 
     def _refuse(self, refusal: Refusal) -> None:
+        # Keep reading (and dropping) what the client still sends: see `linger`.
+        self.resume_reading()
         self.refused = True
         self.unparsed = b""
-        self.pause_reading()
         self.refuse(refusal)
 
     def on_message_begin(self) -> None:
@@ -242,17 +250,28 @@ class Http1Connection(asyncio.Protocol):
             self.idle_since = self.clock()
 
     def expired(self, now: float) -> bool:
-        """Whether the head took too long, or the connection stayed idle too long."""
+        """Whether the head took too long, the connection stayed idle too long, or a
+        lingering close is over."""
         limits = self.limits
+        if self.linger_since is not None:
+            return now - self.linger_since >= LINGER
         if self.in_head and self.head_since is not None:
             return now - self.head_since >= limits.header_timeout
         return self.idle_since is not None and now - self.idle_since >= \
             limits.keep_alive_timeout
 
-    def write_and_close(self, data: bytes) -> None:
+    def linger(self, data: bytes) -> None:
+        """Write `data` (a refusal), shut the write side, drop what still arrives, and
+        close after LINGER seconds (the sweep) or when the client closes."""
         transport = self.transport
-        if transport is not None and not transport.is_closing():
-            transport.write(data)
+        if transport is None or transport.is_closing():
+            return
+        self.refused = True
+        transport.write(data)
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.linger_since = self.clock()
+        else:
             transport.close()
 
 

@@ -243,11 +243,13 @@ class ClientConnection(Http1Connection):
             self.held.clear()
             if self.upstream is not None:
                 self.upstream.close()
-            if not any(r not in self.fresh for r in self.queue):
-                self.out.append(response)
+            answer = not any(r not in self.fresh for r in self.queue)
             self._drop_fresh()
             self._flush()
-            self.close()
+            if answer:
+                self.linger(response)
+            else:
+                self.close()
             return
         self.to_upstream.clear()
         self.held.clear()
@@ -258,9 +260,8 @@ class ClientConnection(Http1Connection):
         if self.queue:
             self.refusal_after = response
         else:
-            self.out.append(response)
             self._flush()
-            self.close()
+            self.linger(response)
 
     def _drop_fresh(self) -> None:
         fresh = set(self.fresh)
@@ -394,8 +395,9 @@ class ClientConnection(Http1Connection):
                 self.queue.popleft()
         if not self.queue:
             if self.refusal_after is not None:
-                self.out.append(self.refusal_after)
-                self.closing = True
+                self._flush()
+                self.linger(self.refusal_after)
+                return
             if self.closing:
                 self._flush()
                 self.close()

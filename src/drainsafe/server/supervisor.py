@@ -209,7 +209,7 @@ class Supervisor:
             loop.add_signal_handler(sig, child.send, sig)
         # SIGCHLD belongs to the event loop (uvloop); the lifecycle loop reaps every tick.
         self.admin = AdminServer(rt, opts.admin, ready_check=self._child_ready)
-        self.proxy = Proxy(rt, opts.upstream)
+        self.proxy = Proxy(rt, opts.upstream, limits=opts.admin.limits)
         try:
             await self.admin.start()
             if opts.listen is not None:
