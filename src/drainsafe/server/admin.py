@@ -33,19 +33,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from drainsafe.server.cli import ADMIN_PORT_NAME as ADMIN_PORT_NAME
+from drainsafe.server.cli import DEFAULT_ADMIN_HOST as DEFAULT_ADMIN_HOST
+from drainsafe.server.cli import DEFAULT_ADMIN_PORT as DEFAULT_ADMIN_PORT
 from drainsafe.server.http1 import DEFAULT_LIMITS, Http1Connection, Limits, sweep
 from drainsafe.server.lifecycle import Phase, live
 from drainsafe.server.runtime import DrainRuntime
 
 logger = logging.getLogger("drainsafe.server")
 
-DEFAULT_ADMIN_HOST = "0.0.0.0"
-"""Every interface: the kubelet probes the pod IP, and a preStop httpGet goes there too.
-No Service routes to the port unless a manifest lists it, and a NetworkPolicy keeps other
-pods off it (docs/server.md)."""
-DEFAULT_ADMIN_PORT = 8490
-ADMIN_PORT_NAME = "drainsafe-admin"
-"""The container port's name in manifests; drainsafe check recognises probes on it."""
+# DEFAULT_ADMIN_HOST: every interface, as the kubelet probes the pod IP and a preStop
+# httpGet goes there too. No Service routes to the port unless a manifest lists it, and a
+# NetworkPolicy keeps other pods off it (docs/server.md). ADMIN_PORT_NAME: the container
+# port's name in manifests; drainsafe check recognises probes and preStop on it.
 TOKEN_HEADER = b"x-drainsafe-token"
 
 ReadyCheck = Callable[[], Awaitable[bool]]

@@ -10,6 +10,9 @@ DEFAULT_ADMIN_HOST = "0.0.0.0"
 DEFAULT_ADMIN_PORT = 8490
 """As drainsafe.server.admin's (this module imports only argparse: drainsafe check reads
 its defaults)."""
+ADMIN_PORT_NAME = "drainsafe-admin"
+"""The admin port's name in the pod spec."""
+DEFAULT_DRAIN_PATH = "/drainsafe/drain"
 DEFAULT_DRAIN_DELAY = 5.0
 DEFAULT_SHUTDOWN_TIMEOUT = 20.0
 """Defaults fit the default 30 s grace period with drainsafe.budget's 5 s buffer."""
@@ -70,7 +73,7 @@ def _lifecycle_options(p: argparse.ArgumentParser) -> None:
                    help="readiness endpoint on the admin port [%(default)s]")
     p.add_argument("--live-path", default="/livez",
                    help="liveness endpoint on the admin port [%(default)s]")
-    p.add_argument("--drain-path", default="/drainsafe/drain",
+    p.add_argument("--drain-path", default=DEFAULT_DRAIN_PATH,
                    help="drain trigger on the admin port, for a preStop httpGet "
                    "[%(default)s]")
     p.add_argument("--metrics-path", default="/metrics",
