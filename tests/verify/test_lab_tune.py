@@ -44,13 +44,16 @@ STREAM_BODY = '{"stream": true, "max_tokens": 6, "token_interval": 0.1}'
 def deployment(drain_delay: float, shutdown: float, grace: int) -> dict[str, Any]:
     command = [sys.executable, "-m", "drainsafe", "serve", "drainsafe.workload.streaming:app",
                "--host", "$(POD_IP)", "--port", "8000", "--no-access-log",
+               "--admin-host", "$(POD_IP)", "--admin-port", "8490",
                "--drain-delay", f"{drain_delay:g}", "--shutdown-timeout", f"{shutdown:g}"]
     container = {
         "name": "server", "image": "drainsafe/workload", "command": command,
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "DRAINSAFE_GRACE_SECONDS", "value": str(grace)}],
-        "ports": [{"name": "http", "containerPort": 8000}],
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
+        # Readiness is on drainsafe serve's admin port, which no Service lists.
+        "ports": [{"name": "http", "containerPort": 8000},
+                  {"name": "drainsafe-admin", "containerPort": 8490}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "drainsafe-admin"},
                            "periodSeconds": 1, "failureThreshold": 1},
     }
     labels = {"app": NAME}
