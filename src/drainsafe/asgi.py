@@ -171,7 +171,14 @@ class DrainMiddleware:
         """At lifespan start-up: the admin port, and uvicorn's signals."""
         settings = self.admin_settings or admin_settings_from_env(os.environ)
         self.admin = AdminServer(self.runtime, settings)
-        await self.admin.start()  # OSError (port taken) fails the app's start-up
+        try:
+            await self.admin.start()
+        except OSError as exc:
+            # uvicorn's `--lifespan auto` only logs a failed start-up at INFO and serves
+            # on: say it loudly (the probes then fail, so the pod never turns ready).
+            logger.error("drainsafe: cannot listen on the admin port %s:%d: %s",
+                         settings.host, settings.port, exc)
+            raise
         if self.hook_signals and self._hooks is None:
             self._hooks = _UvicornSignalHooks.install(self.runtime)
 

@@ -147,9 +147,6 @@ class Paths:
     drain: str = "/drainsafe/drain"
     metrics: str = "/metrics"
 
-    def all(self) -> frozenset[str]:
-        return frozenset(p for p in (self.ready, self.live, self.drain, self.metrics) if p)
-
 
 class DrainRuntime:
     def __init__(self, settings: Settings, *, paths: Paths | None = None,
