@@ -119,8 +119,7 @@ def _exchange(port: int, payload: bytes, timeout: float = 5.0) -> bytes:
         sock.sendall(payload)
         data = b""
         deadline = time.monotonic() + timeout
-        with_timeout = True
-        while with_timeout and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             try:
                 chunk = sock.recv(65536)
             except TimeoutError:
