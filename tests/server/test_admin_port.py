@@ -186,6 +186,38 @@ async def test_middleware_drain_request_under_plain_uvicorn_ends_the_server(
     assert code is not None, "uvicorn kept running after the drain"
 
 
+def test_serve_is_not_ready_before_the_apps_start_up_is_done(tmp_path: Path) -> None:
+    import subprocess
+
+    from server_harness import APPS_DIR, DRAINSAFE, free_port
+
+    port, admin = free_port(), free_port()
+    proc = subprocess.Popen([DRAINSAFE, "serve", "server_apps:slow_start", "--port", str(port),
+                             "--admin-host", "127.0.0.1", "--admin-port", str(admin)],
+                            cwd=APPS_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{admin}/readyz", timeout=1).status_code
+            except httpx.HTTPError:
+                time.sleep(0.02)
+                continue
+            if not seen or seen[-1] != status:
+                seen.append(status)
+            if status == 200:
+                break
+            time.sleep(0.05)
+        app = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    # The admin port opens first; readiness waits for the app's lifespan start-up.
+    assert seen == [503, 200], seen
+    assert app.text == "ready"
+
+
 def test_liveness_fails_once_the_lifecycle_is_over_in_a_process_still_there() -> None:
     settings = Settings(drain_delay=1, shutdown_timeout=2, flush=1)
     state = begin_drain(State(), 10.0, "drain endpoint")
