@@ -112,3 +112,7 @@ async def slow_start(scope: Scope, receive: Receive, send: Send) -> None:
                 return
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"ready"})
+
+
+wrapped_slow_start = DrainMiddleware(slow_start, drain_delay=0.5, shutdown_timeout=1.0)
+"""slow_start in the middleware: its readiness must wait for the start-up too."""

@@ -186,15 +186,21 @@ async def test_middleware_drain_request_under_plain_uvicorn_ends_the_server(
     assert code is not None, "uvicorn kept running after the drain"
 
 
-def test_serve_is_not_ready_before_the_apps_start_up_is_done(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["serve", "middleware"])
+def test_not_ready_before_the_apps_start_up_is_done(kind: str, tmp_path: Path) -> None:
+    import os
     import subprocess
 
-    from server_harness import APPS_DIR, DRAINSAFE, free_port
+    from server_harness import APPS_DIR, DRAINSAFE, PY, free_port
 
     port, admin = free_port(), free_port()
-    proc = subprocess.Popen([DRAINSAFE, "serve", "server_apps:slow_start", "--port", str(port),
-                             "--admin-host", "127.0.0.1", "--admin-port", str(admin)],
-                            cwd=APPS_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [DRAINSAFE, "serve", "server_apps:slow_start", "--port", str(port),
+            "--admin-host", "127.0.0.1", "--admin-port", str(admin)] if kind == "serve" \
+        else [PY, "-m", "uvicorn", "server_apps:wrapped_slow_start", "--port", str(port)]
+    env = {**os.environ, "DRAINSAFE_ADMIN_HOST": "127.0.0.1",
+           "DRAINSAFE_ADMIN_PORT": str(admin)}
+    proc = subprocess.Popen(argv, cwd=APPS_DIR, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     seen: list[int] = []
     try:
         deadline = time.monotonic() + 15
