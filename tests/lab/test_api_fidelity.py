@@ -1,0 +1,374 @@
+"""What the lab returns for an input, field by field, against what kube-apiserver v1.31
+returns for the same input. The expected objects are written here from the upstream
+sources named beside each one (kubernetes/kubernetes unless said otherwise); the 422
+messages are the ones the real server builds (apimachinery field/errors.go ErrorBody
+before v1.34, api/errors NewInvalid, and the validation function named per case)."""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import Kubectl
+
+from drainsafe.lab.controlplane import ControlPlane
+
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@pytest.fixture
+async def api(control_plane: ControlPlane) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+            base_url=control_plane.url,
+            verify=ssl.create_default_context(cafile=control_plane.ca_path),
+            headers={"Authorization": f"Bearer {control_plane.token}"}, timeout=10) as c:
+        yield c
+
+
+def path_of(obj: dict[str, Any], name: str | None = None) -> str:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    plural = {"Pod": "pods", "Deployment": "deployments", "Service": "services",
+              "DaemonSet": "daemonsets", "ReplicaSet": "replicasets", "Node": "nodes",
+              "PodDisruptionBudget": "poddisruptionbudgets", "EndpointSlice": "endpointslices",
+              "HorizontalPodAutoscaler": "horizontalpodautoscalers"}[obj["kind"]]
+    ns = "" if obj["kind"] == "Node" else "/namespaces/default"
+    return f"{base}{ns}/{plural}" + (f"/{name}" if name else "")
+
+
+# ---- defaulting ---------------------------------------------------------------------
+
+SERVER = {
+    "name": "server", "image": "example/llm:1.0", "command": ["python", "-m", "http.server"],
+    "ports": [{"containerPort": 8000}],
+    "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
+                       "periodSeconds": 1, "failureThreshold": 1},
+    "livenessProbe": {"tcpSocket": {"port": 8000}},
+    "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "2"}},
+    "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+    "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": 8000}}},
+}
+SIDECAR = {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]}
+
+
+def server_defaulted(*, pod: bool) -> dict[str, Any]:
+    """SERVER as the server stores it. core/v1/defaults.go: SetDefaults_Container
+    (imagePullPolicy by tag, terminationMessagePath/Policy), SetDefaults_Probe (timeout 1,
+    period 10, success 1, failure 3), SetDefaults_HTTPGetAction (scheme HTTP),
+    SetDefaults_ObjectFieldSelector (apiVersion v1); zz_generated.defaults.go (port
+    protocol TCP); SetDefaults_Pod (requests from limits: Pods only, not templates);
+    a Quantity always serialises as a string."""
+    c: dict[str, Any] = {
+        "name": "server", "image": "example/llm:1.0",
+        "command": ["python", "-m", "http.server"],
+        "ports": [{"containerPort": 8000, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000, "scheme": "HTTP"},
+                           "periodSeconds": 1, "failureThreshold": 1, "timeoutSeconds": 1,
+                           "successThreshold": 1},
+        "livenessProbe": {"tcpSocket": {"port": 8000}, "timeoutSeconds": 1,
+                          "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3},
+        "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}},
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1",
+                                                              "fieldPath": "status.podIP"}}}],
+        "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": 8000,
+                                              "scheme": "HTTP"}}},
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    if pod:
+        c["resources"]["requests"] = {"nvidia.com/gpu": "1", "cpu": "2"}
+    return c
+
+
+def sidecar_defaulted() -> dict[str, Any]:
+    # "busybox" has no tag: ParseImageName reads it as :latest, so Always.
+    return {**SIDECAR, "imagePullPolicy": "Always", "resources": {},
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File"}
+
+
+# SetDefaults_PodSpec: for pods and templates alike.
+POD_SPEC_DEFAULTS = {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                     "dnsPolicy": "ClusterFirst", "securityContext": {},
+                     "schedulerName": "default-scheduler"}
+
+
+def without_token_volume(spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Take out the ServiceAccount plugin's volume (its name ends in 5 random letters)."""
+    [volume] = [v for v in spec.pop("volumes") if v["name"].startswith("kube-api-access-")]
+    name = volume["name"]
+    assert re.fullmatch(r"kube-api-access-[a-z0-9]{5}", name)
+    # plugin/pkg/admission/serviceaccount/admission.go TokenVolumeSource
+    assert volume["projected"] == {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt",
+                                                               "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+            "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}
+    for c in spec["containers"]:
+        assert c.pop("volumeMounts") == [{"name": name, "readOnly": True,
+                                          "mountPath": TOKEN_PATH}]
+    return spec, name
+
+
+async def test_a_pod_comes_back_defaulted_as_the_real_server_returns_it(
+        api: httpx.AsyncClient) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "llm"},
+           "spec": {"containers": [SERVER, SIDECAR]}}
+    r = await api.post(path_of(pod), json=pod)
+    assert r.status_code == 201, r.text
+    got = r.json()
+    spec, _ = without_token_volume(got["spec"])
+    assert spec == {
+        "containers": [server_defaulted(pod=True), sidecar_defaulted()],
+        **POD_SPEC_DEFAULTS,
+        "enableServiceLinks": True,  # SetDefaults_Pod
+        # ServiceAccount admission; v1 conversion mirrors it in the deprecated field
+        "serviceAccountName": "default", "serviceAccount": "default",
+        # Priority admission without a class and without a default class
+        "priority": 0, "preemptionPolicy": "PreemptLowerPriority",
+        # DefaultTolerationSeconds admission
+        "tolerations": [
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+             "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+             "effect": "NoExecute", "tolerationSeconds": 300}],
+    }
+    # pkg/registry/core/pod/strategy.go PrepareForCreate; qos.go (cpu limit, no memory)
+    assert got["status"] == {"phase": "Pending", "qosClass": "Burstable"}
+
+
+async def test_admission_respects_what_the_pod_already_says(api: httpx.AsyncClient) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "own"}, "spec": {
+        "containers": [dict(SIDECAR, image="busybox:latest",
+                            livenessProbe={"grpc": {"port": 9000}})],
+        "serviceAccountName": "runner", "automountServiceAccountToken": False,
+        "priorityClassName": "system-node-critical",
+        "tolerations": [{"operator": "Exists"}],
+        "volumes": [{"name": "scratch"}]}}
+    got = (await api.post(path_of(pod), json=pod)).json()
+    spec = got["spec"]
+    assert spec["serviceAccount"] == "runner" and "volumeMounts" not in spec["containers"][0]
+    assert spec["volumes"] == [{"name": "scratch", "emptyDir": {}}]  # SetDefaults_Volume
+    assert spec["priority"] == 2000001000  # the built-in system-node-critical class
+    assert spec["tolerations"] == [{"operator": "Exists"}]  # tolerates every taint already
+    assert spec["containers"][0]["imagePullPolicy"] == "Always"
+    assert spec["containers"][0]["livenessProbe"]["grpc"] == {"port": 9000, "service": ""}
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "prio"},
+           "spec": {"containers": [SIDECAR], "priority": 7}}
+    r = await api.post(path_of(pod), json=pod)
+    assert r.status_code == 403 and r.json()["message"] == (
+        'pods "prio" is forbidden: the integer value of priority (7) must not be provided in '
+        "pod spec; priority admission controller computed 0 from the given PriorityClass name")
+
+
+DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+              "spec": {"selector": {"matchLabels": {"app": "web"}},
+                       "template": {"metadata": {"labels": {"app": "web"}},
+                                    "spec": {"containers": [SERVER],
+                                             "serviceAccountName": "web"}}}}
+
+
+async def test_workloads_services_and_autoscalers_are_defaulted(api: httpx.AsyncClient) -> None:
+    got = (await api.post(path_of(DEPLOYMENT), json=DEPLOYMENT)).json()
+    assert got["spec"] == {
+        # apps/v1/defaults.go SetDefaults_Deployment
+        "replicas": 1, "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
+        "strategy": {"type": "RollingUpdate",
+                     "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
+        "selector": {"matchLabels": {"app": "web"}},
+        # a template gets SetDefaults_PodSpec and the container defaults, but neither
+        # SetDefaults_Pod (no requests from limits) nor pod admission
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+            "containers": [server_defaulted(pod=False)], **POD_SPEC_DEFAULTS,
+            "serviceAccountName": "web", "serviceAccount": "web"}},
+    }
+
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+          "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                   "template": {"metadata": {"labels": {"app": "agent"}},
+                                "spec": {"containers": [SIDECAR]}}}}
+    got = (await api.post(path_of(ds), json=ds)).json()
+    # SetDefaults_DaemonSet
+    assert got["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {
+        "maxUnavailable": 1, "maxSurge": 0}}
+    assert got["spec"]["revisionHistoryLimit"] == 10
+
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+           "spec": {"type": "NodePort", "selector": {"app": "web"},
+                    "ports": [{"name": "http", "port": 80}]}}
+    got = (await api.post(path_of(svc), json=svc)).json()
+    spec = got["spec"]
+    [port] = spec.pop("ports")
+    assert 30000 <= port.pop("nodePort") <= 32767  # allocated from the default range
+    assert port == {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}
+    ip = spec.pop("clusterIP")
+    assert spec == {  # SetDefaults_Service; ipFamilies from the (single-stack) allocator
+        "type": "NodePort", "selector": {"app": "web"}, "sessionAffinity": "None",
+        "externalTrafficPolicy": "Cluster", "internalTrafficPolicy": "Cluster",
+        "clusterIPs": [ip], "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}
+
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": "web"},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                       "name": "web"}, "maxReplicas": 4,
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60}}}}
+    got = (await api.post(path_of(hpa), json=hpa)).json()
+    # autoscaling/v2/defaults.go: minReplicas 1, CPU 80 %, behavior rules filled in
+    assert got["spec"]["minReplicas"] == 1
+    assert got["spec"]["metrics"] == [{"type": "Resource", "resource": {
+        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+    assert got["spec"]["behavior"] == {
+        "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+            {"type": "Pods", "value": 4, "periodSeconds": 15},
+            {"type": "Percent", "value": 100, "periodSeconds": 15}]},
+        "scaleDown": {"stabilizationWindowSeconds": 60, "selectPolicy": "Max", "policies": [
+            {"type": "Percent", "value": 100, "periodSeconds": 15}]}}
+
+
+# ---- validation ---------------------------------------------------------------------
+
+def deployment(**spec: Any) -> dict[str, Any]:
+    base = {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "c", "image": "x:1"}]}}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {**base, **spec}}
+
+
+def pdb(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec}}
+
+
+INVALID = [
+    pytest.param(  # ValidatePodTemplateSpecForReplicaSet
+        deployment(template={"metadata": {"labels": {"app": "other"}},
+                             "spec": {"containers": [{"name": "c", "image": "x:1"}]}}),
+        [("spec.template.metadata.labels", "FieldValueInvalid",
+          'Invalid value: map[string]string{"app":"other"}: `selector` does not match '
+          "template `labels`")],
+        'Deployment.apps "web" is invalid: spec.template.metadata.labels: Invalid value: '
+        'map[string]string{"app":"other"}: `selector` does not match template `labels`',
+        id="selector-mismatch"),
+    pytest.param(  # ValidateDeploymentSpec -> ValidateNonnegativeField
+        deployment(replicas=-1),
+        [("spec.replicas", "FieldValueInvalid",
+          "Invalid value: -1: must be greater than or equal to 0")],
+        'Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1: must be greater '
+        "than or equal to 0", id="negative-replicas"),
+    pytest.param(  # validateContainers: name required; two errors aggregate in brackets
+        deployment(replicas=-2, template={"metadata": {"labels": {"app": "web"}},
+                                          "spec": {"containers": [{"image": "x:1"}]}}),
+        [("spec.replicas", "FieldValueInvalid",
+          "Invalid value: -2: must be greater than or equal to 0"),
+         ("spec.template.spec.containers[0].name", "FieldValueRequired", "Required value")],
+        'Deployment.apps "web" is invalid: [spec.replicas: Invalid value: -2: must be greater '
+        "than or equal to 0, spec.template.spec.containers[0].name: Required value]",
+        id="nameless-container"),
+    pytest.param(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+         "spec": {"containers": [{"image": "x:1"}]}},
+        [("spec.containers[0].name", "FieldValueRequired", "Required value")],
+        'Pod "p" is invalid: spec.containers[0].name: Required value', id="pod-nameless"),
+    pytest.param(  # ValidatePodDisruptionBudgetSpec: the Go struct with its pointers
+        pdb(minAvailable=1, maxUnavailable=1),
+        [("spec", "FieldValueInvalid", re.compile(
+            r"Invalid value: policy\.PodDisruptionBudgetSpec\{MinAvailable:"
+            r"\(\*intstr\.IntOrString\)\(0xc[0-9a-f]+\), Selector:\(\*v1\.LabelSelector\)"
+            r"\(0xc[0-9a-f]+\), MaxUnavailable:\(\*intstr\.IntOrString\)\(0xc[0-9a-f]+\), "
+            r"UnhealthyPodEvictionPolicy:\(\*policy\.UnhealthyPodEvictionPolicyType\)\(nil\)"
+            r"\}: minAvailable and maxUnavailable cannot be both set"))],
+        re.compile(r'PodDisruptionBudget\.policy "web" is invalid: spec: Invalid value: '
+                   r"policy\.PodDisruptionBudgetSpec\{.*\}: minAvailable and maxUnavailable "
+                   r"cannot be both set"), id="pdb-min-and-max"),
+    pytest.param(  # extensions validation IsNotMoreThan100Percent
+        pdb(maxUnavailable="150%"),
+        [("spec.maxUnavailable", "FieldValueInvalid",
+          'Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:"150%"}: must not be '
+          "greater than 100%")],
+        'PodDisruptionBudget.policy "web" is invalid: spec.maxUnavailable: Invalid value: '
+        'intstr.IntOrString{Type:1, IntVal:0, StrVal:"150%"}: must not be greater than 100%',
+        id="pdb-percent"),
+    pytest.param(  # ValidateDeploymentSpec: empty selector
+        deployment(selector={}),
+        [("spec.selector", "FieldValueInvalid",
+          "Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), "
+          "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: empty selector is invalid "
+          "for deployment")],
+        'Deployment.apps "web" is invalid: spec.selector: Invalid value: v1.LabelSelector{'
+        "MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement"
+        "(nil)}: empty selector is invalid for deployment", id="empty-selector"),
+]
+
+
+def matches(expected: str | re.Pattern[str], got: str) -> bool:
+    return bool(expected.fullmatch(got)) if isinstance(expected, re.Pattern) else expected == got
+
+
+@pytest.mark.parametrize(("obj", "causes", "message"), INVALID)
+async def test_invalid_objects_get_the_real_servers_422(
+        api: httpx.AsyncClient, obj: dict[str, Any], causes: list[tuple[str, str, Any]],
+        message: str | re.Pattern[str]) -> None:
+    r = await api.post(path_of(obj), json=obj)
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["reason"] == "Invalid" and body["code"] == 422
+    assert matches(message, body["message"]), body["message"]
+    group = obj["apiVersion"].rpartition("/")[0]
+    assert body["details"]["kind"] == obj["kind"] and body["details"].get("group", "") == group
+    assert body["details"]["name"] == obj["metadata"]["name"]
+    got = body["details"]["causes"]
+    assert [(c["field"], c["reason"]) for c in got] == [(f, t) for f, t, _ in causes]
+    for cause, (_, _, text) in zip(got, causes, strict=True):
+        assert matches(text, cause["message"]), cause["message"]
+    assert (await api.get(path_of(obj, obj["metadata"]["name"]))).status_code == 404
+
+
+async def test_immutable_fields_are_refused_on_update(api: httpx.AsyncClient) -> None:
+    assert (await api.post(path_of(DEPLOYMENT), json=deployment())).status_code == 201
+    change = {"spec": {"selector": {"matchLabels": {"v": "2"}},
+                       "template": {"metadata": {"labels": {"v": "2"}}}}}
+    r = await api.patch(path_of(DEPLOYMENT, "web"), json=change,
+                        headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 422
+    # the apps strategies' ValidateUpdate: ValidateImmutableField(spec.selector)
+    assert r.json()["message"] == (
+        'Deployment.apps "web" is invalid: spec.selector: Invalid value: v1.LabelSelector{'
+        'MatchLabels:map[string]string{"app":"web", "v":"2"}, '
+        "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable")
+
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
+           "spec": {"selector": {"app": "db"}, "ports": [{"port": 5432}]}}
+    ip = (await api.post(path_of(svc), json=svc)).json()["spec"]["clusterIP"]
+    other = "127.96.255.254" if ip != "127.96.255.254" else "127.96.255.253"
+    r = await api.patch(path_of(svc, "db"), json={"spec": {"clusterIP": other}},
+                        headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 422
+    # ValidateServiceUpdate -> validateUpgradeDowngradeClusterIPs
+    assert r.json()["message"] == (
+        f'Service "db" is invalid: spec.clusterIPs[0]: Invalid value: []string{{"{other}"}}: '
+        "may not change once set")
+    unchanged = (await api.get(path_of(svc, "db"))).json()["spec"]
+    assert unchanged["clusterIP"] == ip and unchanged["clusterIPs"] == [ip]
+
+
+async def test_kubectl_describe_prints_the_probe_defaults(kubectl: Kubectl) -> None:
+    """The case that started it: a probe given without timeout and success threshold."""
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probed"},
+                "spec": {"containers": [{
+                    "name": "server", "image": "example/llm:1.0",
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
+                                       "periodSeconds": 1, "failureThreshold": 1}}]}}
+    await kubectl.ok("create", "-f", "-", stdin=json.dumps(manifest))
+    out = await kubectl.ok("describe", "pod", "probed")
+    assert re.search(r"Readiness:\s+http-get http://:8000/health delay=0s timeout=1s "
+                     r"period=1s #success=1 #failure=1\n", out), out
