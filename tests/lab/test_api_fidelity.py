@@ -372,3 +372,174 @@ async def test_kubectl_describe_prints_the_probe_defaults(kubectl: Kubectl) -> N
     out = await kubectl.ok("describe", "pod", "probed")
     assert re.search(r"Readiness:\s+http-get http://:8000/health delay=0s timeout=1s "
                      r"period=1s #success=1 #failure=1\n", out), out
+
+
+# ---- field validation ---------------------------------------------------------------
+
+def with_unknown_fields() -> dict[str, Any]:
+    d = deployment()
+    d["spec"]["paused_"] = True
+    d["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    return d
+
+
+# in document order, as sigs.k8s.io/json reports them
+UNKNOWN = ['unknown field "spec.template.spec.containers[0].imagePullPolicyy"',
+           'unknown field "spec.paused_"']
+
+
+async def test_unknown_fields_follow_the_field_validation_directive(
+        api: httpx.AsyncClient) -> None:
+    url = path_of(DEPLOYMENT)
+    r = await api.post(url, params={"fieldValidation": "Strict"}, json=with_unknown_fields())
+    assert r.status_code == 400 and r.json()["reason"] == "BadRequest"
+    # handlers/create.go transformDecodeError over runtime.StrictDecodingError
+    assert r.json()["message"] == (
+        'Deployment in version "v1" cannot be handled as a Deployment: strict decoding '
+        "error: " + ", ".join(UNKNOWN))
+    assert (await api.get(path_of(DEPLOYMENT, "web"))).status_code == 404
+
+    r = await api.post(url, json=with_unknown_fields())  # no directive: Warn (v1.27+)
+    assert r.status_code == 201
+    assert r.headers.get_list("warning") == [
+        '299 - "unknown field \\"spec.template.spec.containers[0].imagePullPolicyy\\""',
+        '299 - "unknown field \\"spec.paused_\\""']
+    stored = r.json()  # decoding into the Go type dropped them
+    assert "paused_" not in stored["spec"]
+    assert "imagePullPolicyy" not in stored["spec"]["template"]["spec"]["containers"][0]
+
+    r = await api.patch(path_of(DEPLOYMENT, "web"), params={"fieldValidation": "Strict"},
+                        json={"spec": {"replicaz": 2}},
+                        headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 400  # handlers/patch.go: the bare strict decoding error
+    assert r.json()["message"] == 'strict decoding error: unknown field "spec.replicaz"'
+    r = await api.patch(path_of(DEPLOYMENT, "web"), params={"fieldValidation": "Ignore"},
+                        json={"spec": {"replicaz": 2}},
+                        headers={"content-type": "application/merge-patch+json"})
+    assert r.status_code == 200 and "warning" not in r.headers
+    assert "replicaz" not in r.json()["spec"]
+
+
+async def test_kubectl_refuses_unknown_fields_as_a_real_cluster_does(kubectl: Kubectl) -> None:
+    r = await kubectl("create", "-f", "-", stdin=json.dumps(with_unknown_fields()))
+    assert r.returncode != 0
+    assert ('Deployment in version "v1" cannot be handled as a Deployment: strict decoding '
+            'error: unknown field "spec.paused_"') in r.stderr, r.stderr
+    out = await kubectl.ok("create", "--validate=warn", "-f", "-",
+                           stdin=json.dumps(with_unknown_fields()))
+    assert "deployment.apps/web created" in out
+
+
+# ---- server-side apply ----------------------------------------------------------------
+
+APPLY = {"content-type": "application/apply-patch+yaml"}
+
+
+def applied(replicas: int, labels: dict[str, str]) -> str:
+    return json.dumps({"apiVersion": "apps/v1", "kind": "Deployment",
+                       "metadata": {"name": "web", "labels": labels},
+                       "spec": {"replicas": replicas,
+                                "selector": {"matchLabels": {"app": "web"}},
+                                "template": {"metadata": {"labels": {"app": "web"}},
+                                             "spec": {"containers": [
+                                                 {"name": "c", "image": "x:1"}]}}}})
+
+
+def owners(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["manager"]: e for e in obj["metadata"].get("managedFields") or []}
+
+
+async def test_server_side_apply_creates_merges_and_reports_conflicts(
+        api: httpx.AsyncClient, control_plane: ControlPlane) -> None:
+    url = path_of(DEPLOYMENT, "web")
+    r = await api.patch(url, params={"fieldManager": "ci"}, headers=APPLY,
+                        content=applied(2, {"app": "web", "team": "ml"}))
+    assert r.status_code == 201, r.text  # created by the apply
+    entry = owners(r.json())["ci"]
+    assert entry["operation"] == "Apply" and entry["fieldsType"] == "FieldsV1"
+    fields = entry["fieldsV1"]
+    assert fields["f:spec"]["f:replicas"] == {}
+    assert fields["f:spec"]["f:selector"] == {}  # a LabelSelector is atomic
+    assert fields["f:spec"]["f:template"]["f:spec"]["f:containers"]['k:{"name":"c"}'] == {
+        ".": {}, "f:image": {}, "f:name": {}}
+    assert r.json()["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == "25%"  # defaulted
+
+    # another manager changes replicas and adds a label (an Update operation)
+    r = await api.patch(url, params={"fieldManager": "oncall"},
+                        json={"spec": {"replicas": 5}, "metadata": {"labels": {"pager": "y"}}},
+                        headers={"content-type": "application/merge-patch+json"})
+    update = owners(r.json())["oncall"]
+    assert update["operation"] == "Update" and update["apiVersion"] == "apps/v1"
+    assert "f:replicas" in update["fieldsV1"]["f:spec"]
+    assert "f:replicas" not in owners(r.json())["ci"]["fieldsV1"]["f:spec"]
+
+    r = await api.patch(url, params={"fieldManager": "ci"}, headers=APPLY,
+                        content=applied(2, {"app": "web"}))
+    assert r.status_code == 409
+    body = r.json()
+    assert body["reason"] == "Conflict"
+    assert body["message"] == ('Apply failed with 1 conflict: conflict with "oncall" using '
+                               "apps/v1: .spec.replicas")
+    assert body["details"]["causes"] == [{"reason": "FieldManagerConflict",
+                                          "message": 'conflict with "oncall" using apps/v1',
+                                          "field": ".spec.replicas"}]
+
+    r = await api.patch(url, params={"fieldManager": "ci", "force": "true"}, headers=APPLY,
+                        content=applied(2, {"app": "web"}))
+    assert r.status_code == 200
+    got = r.json()
+    assert got["spec"]["replicas"] == 2
+    # `team` was applied by ci before and not now: removed; `pager` is oncall's: kept
+    assert got["metadata"]["labels"] == {"app": "web", "pager": "y"}
+    assert "f:spec" not in owners(got)["oncall"]["fieldsV1"]
+
+    writes: list[Any] = []  # the controllers keep writing status meanwhile: not counted
+    unlisten = control_plane.store.listen(
+        lambda ev: writes.append(ev) if ev.resource == "apps/deployments" and (
+            ev.obj.get("spec") != (ev.old or {}).get("spec")
+            or ev.obj["metadata"].get("managedFields")
+            != (ev.old or {}).get("metadata", {}).get("managedFields")) else None)
+    try:
+        r = await api.patch(url, params={"fieldManager": "ci"}, headers=APPLY,
+                            content=applied(2, {"app": "web"}))
+    finally:
+        unlisten()
+    assert r.status_code == 200 and writes == []  # the same apply again writes nothing
+
+    r = await api.patch(url, params={"fieldManager": "ci"}, headers=APPLY,
+                        content=applied(2, {"app": "web"}).replace('"spec"', '"spec_"', 1))
+    assert r.status_code == 400
+    assert r.json()["message"] == ("failed to create typed patch object (apps/v1, "
+                                   "Kind=Deployment): .spec_: field not declared in schema")
+
+
+SSA_MANIFEST = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: server, image: example/llm:1.0}]
+"""
+
+
+async def test_kubectl_apply_server_side_with_conflicts(kubectl: Kubectl) -> None:
+    out = await kubectl.ok("apply", "--server-side", "-f", "-", stdin=SSA_MANIFEST % 2)
+    assert "deployment.apps/web serverside-applied" in out
+    await kubectl.ok("patch", "deployment", "web", "-p", '{"spec":{"replicas":3}}')
+    r = await kubectl("apply", "--server-side", "-f", "-", stdin=SSA_MANIFEST % 2)
+    assert r.returncode != 0
+    assert ('Apply failed with 1 conflict: conflict with "kubectl-patch" using apps/v1: '
+            ".spec.replicas") in r.stderr, r.stderr
+    out = await kubectl.ok("apply", "--server-side", "--force-conflicts", "-f", "-",
+                           stdin=SSA_MANIFEST % 2)
+    assert "serverside-applied" in out
+    got = json.loads(await kubectl.ok("get", "deployment", "web", "-o", "json",
+                                      "--show-managed-fields"))
+    assert got["spec"]["replicas"] == 2
+    assert [e["manager"] for e in got["metadata"]["managedFields"]
+            if e["operation"] == "Apply"] == ["kubectl"]
