@@ -490,9 +490,11 @@ def apply(rt: ResourceType, live: Obj | None, applied: Obj, manager: str, *, for
             e.fields -= touched
         if previous is not None:
             owned_elsewhere = set().union(*(e.fields for e in others)) if others else set()
-            for p in sorted(previous.fields - applied_set - owned_elsewhere,
-                            key=len, reverse=True):
-                _remove(merged, p)
+            # Outermost first (an item is found by its key fields, so they go with it);
+            # kept when another manager owns something inside it.
+            for p in sorted(previous.fields - applied_set - owned_elsewhere, key=len):
+                if not any(q[:len(p)] == p for q in owned_elsewhere):
+                    _remove(merged, p)
     entries = [*others, mine]
     merged.setdefault("metadata", {})
     if live is not None and previous is not None and previous.fields == applied_set \
