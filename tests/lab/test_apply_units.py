@@ -88,3 +88,26 @@ def test_the_schema_file_is_what_the_installed_client_generates() -> None:
     if not shipped["source"].endswith(f" {kubernetes.__version__} models"):
         pytest.skip(f"schema.json comes from another client version: {shipped['source']}")
     assert schema.generate() == shipped
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d["spec"].update(replicas=3),
+    lambda d: d["metadata"].update(labels={"a": "b"}),
+    lambda d: d["spec"]["template"]["spec"]["containers"].append({"name": "z", "image": "z"}),
+    lambda d: d["spec"]["template"]["spec"]["containers"][0].update(image="x:2"),
+    lambda d: d["spec"]["template"]["spec"]["containers"][0].pop("env"),
+    lambda d: d["spec"]["template"]["spec"]["containers"][0]["env"][0].update(value="9"),
+    lambda d: d["spec"]["template"]["spec"]["containers"].pop(0),
+    lambda d: d["spec"]["selector"]["matchLabels"].update(x="y"),
+    lambda d: d["metadata"].update(finalizers=["a/b", "c/d"]),
+])
+def test_the_one_pass_diff_agrees_with_comparing_field_sets(change: object) -> None:
+    old = dep([{"name": "c", "image": "x:1", "env": [{"name": "A", "value": "1"}]}],
+              finalizers=["a/b"])
+    new = json.loads(json.dumps(old))
+    change(new)  # type: ignore[operator]
+    touched, gone = apply.diff(old, new, "V1Deployment")
+    new_set, old_set = apply.fieldset(new, "V1Deployment"), apply.fieldset(old, "V1Deployment")
+    assert touched == apply.changed(old, new, new_set)
+    assert gone == old_set - new_set
+    assert touched or gone

@@ -118,12 +118,7 @@ def _child_type(type_name: str, field: str) -> str | None:
 def fieldset(obj: Obj, type_name: str) -> set[Path]:
     """The paths `obj` sets (typed/tofieldset.go), leaves and list items as members."""
     out: set[Path] = set()
-    top = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-    meta = {k: v for k, v in (top.get("metadata") or {}).items() if k not in _SYSTEM_META}
-    top["metadata"] = meta
-    if not meta:
-        del top["metadata"]
-    _collect_struct(top, type_name, (), out)
+    _collect_struct(_strip_top(obj), type_name, (), out)
     return out
 
 
@@ -170,6 +165,100 @@ def _collect(value: Any, kind: str | None, parent: str, field: str, path: Path,
         _collect_struct(value, kind, path, out)
         return
     out.add(path)
+
+
+def _strip_top(obj: Obj) -> Obj:
+    top = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    meta = {k: v for k, v in (top.get("metadata") or {}).items() if k not in _SYSTEM_META}
+    top["metadata"] = meta
+    if not meta:
+        del top["metadata"]
+    return top
+
+
+def diff(old: Obj, new: Obj, type_name: str) -> tuple[set[Path], set[Path]]:
+    """(paths set or changed in `new`, paths of `old` gone from `new`), walking both
+    together and skipping equal subtrees (typed/compare.go, in one pass)."""
+    touched: set[Path] = set()
+    gone: set[Path] = set()
+    _diff_struct(_strip_top(old), _strip_top(new), type_name, (), touched, gone)
+    return touched, gone
+
+
+def _diff_struct(old: dict[str, Any], new: dict[str, Any], type_name: str, path: Path,
+                 touched: set[Path], gone: set[Path]) -> None:
+    for key, item in new.items():
+        if item is None:
+            continue
+        was = old.get(key)
+        if was == item:
+            continue
+        child = (*path, f"f:{key}")
+        kind = _child_type(type_name, key)
+        if was is None:
+            _collect(item, kind, type_name, key, child, touched)
+        else:
+            _diff_value(was, item, kind, type_name, key, child, touched, gone)
+    for key, was in old.items():
+        if was is not None and new.get(key) is None:
+            _collect(was, _child_type(type_name, key), type_name, key, (*path, f"f:{key}"),
+                     gone)
+
+
+def _diff_value(old: Any, new: Any, kind: str | None, parent: str, field: str, path: Path,
+                touched: set[Path], gone: set[Path]) -> None:
+    types = schema.types()
+    if kind is None or kind in ATOMIC_TYPES or type(old) is not type(new) \
+            or not isinstance(new, dict | list):
+        touched.add(path)
+        return
+    if isinstance(new, list):
+        keys = LIST_KEYS.get((parent, field)) if kind.startswith("List[") else None
+        if keys is None:
+            if (parent, field) in SET_LISTS:
+                for v in new:
+                    if v not in old:
+                        touched.add((*path, "v:" + json.dumps(v)))
+                for v in old:
+                    if v not in new:
+                        gone.add((*path, "v:" + json.dumps(v)))
+            else:
+                touched.add(path)
+            return
+        inner = kind[5:-1]
+        before = {_key_element(i, keys): i for i in old if isinstance(i, dict)}
+        after = {_key_element(i, keys): i for i in new if isinstance(i, dict)}
+        for el, item in after.items():
+            member = (*path, el)
+            if el not in before:
+                touched.add(member)
+                _collect_struct(item, inner, member, touched)
+            elif before[el] != item:
+                _diff_struct(before[el], item, inner, member, touched, gone)
+        for el, item in before.items():
+            if el not in after:
+                member = (*path, el)
+                gone.add(member)
+                _collect_struct(item, inner, member, gone)
+        return
+    if kind.startswith("Dict["):
+        inner = kind[len("Dict[str, "):-1]
+        inner_kind = inner if inner in types else None
+        for key, item in new.items():
+            if item is not None and old.get(key) != item:
+                child = (*path, f"f:{key}")
+                if old.get(key) is None:
+                    _collect(item, inner_kind, "", key, child, touched)
+                else:
+                    _diff_value(old[key], item, inner_kind, "", key, child, touched, gone)
+        for key, was in old.items():
+            if was is not None and new.get(key) is None:
+                _collect(was, inner_kind, "", key, (*path, f"f:{key}"), gone)
+        return
+    if kind in types:
+        _diff_struct(old, new, kind, path, touched, gone)
+        return
+    touched.add(path)
 
 
 _ABSENT = object()
@@ -330,17 +419,14 @@ def record_update(rt: ResourceType, obj: Obj, old: Obj | None, writer: Writer,
     if old is not None and not (obj.get("metadata") or {}).get("managedFields") \
             and old["metadata"].get("managedFields"):
         obj["metadata"]["managedFields"] = clone(old["metadata"]["managedFields"])
-    entries = _entries(obj)
-    new_set = fieldset(obj, type_name)
+    gone: set[Path] = set()
     if old is None:
-        touched = new_set
-        gone: set[Path] = set()
+        touched = fieldset(obj, type_name)
     else:
-        old_set = fieldset(old, type_name)
-        touched = changed(old, obj, new_set)
-        gone = old_set - new_set
+        touched, gone = diff(old, obj, type_name)
     if not touched and not gone:
         return
+    entries = _entries(obj)
     mine = Entry(writer.manager, "Update", rt.api_version, rfc3339(now), set(),
                  writer.subresource)
     slot = next((e for e in entries if e.same_slot(mine)), None)
