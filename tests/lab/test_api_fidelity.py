@@ -215,6 +215,20 @@ async def test_workloads_services_and_autoscalers_are_defaulted(api: httpx.Async
         "externalTrafficPolicy": "Cluster", "internalTrafficPolicy": "Cluster",
         "clusterIPs": [ip], "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}
 
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-9"},
+            "status": {"capacity": {"cpu": 8, "nvidia.com/gpu": 2, "memory": "64Gi"}}}
+    got = (await api.post(path_of(node), json=node)).json()
+    # SetDefaults_NodeStatus: allocatable = capacity; Quantities serialise as strings
+    assert got["status"]["capacity"] == got["status"]["allocatable"] == {
+        "cpu": "8", "nvidia.com/gpu": "2", "memory": "64Gi"}
+
+    eps = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+           "metadata": {"name": "web-1"}, "addressType": "IPv4", "endpoints": [],
+           "ports": [{"port": 8000}]}
+    got = (await api.post(path_of(eps), json=eps)).json()
+    # discovery/v1/defaults.go SetDefaults_EndpointPort: name "" and protocol TCP
+    assert got["ports"] == [{"port": 8000, "name": "", "protocol": "TCP"}]
+
     hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
            "metadata": {"name": "web"},
            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
