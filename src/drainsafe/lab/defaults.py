@@ -21,7 +21,7 @@ version the lab reports), then the create-time admission plugins run, then valid
   types), SetDefaults_Namespace (kubernetes.io/metadata.name label),
   SetDefaults_NodeStatus (allocatable = capacity), SetDefaults_Endpoints (protocol TCP);
   the generated defaults (zz_generated.defaults.go) for `+default` markers: container
-  and EndpointSlice port protocol TCP, grpc probe service "".
+  port protocol TCP, grpc probe service "".
 - pkg/apis/core/v1/conversion.go: the deprecated spec.serviceAccount mirrors
   serviceAccountName in every pod spec (templates too).
 - pkg/apis/apps/v1/defaults.go: Deployment (replicas 1, RollingUpdate 25%/25%,
@@ -29,7 +29,7 @@ version the lab reports), then the create-time admission plugins run, then valid
   maxUnavailable 1 / maxSurge 0, revisionHistoryLimit 10), ReplicaSet (replicas 1).
 - pkg/apis/autoscaling/v2/defaults.go: HPA minReplicas 1, a CPU 80 % utilization metric
   when none is given, scale-up/scale-down rules filled when `behavior` is set.
-- pkg/apis/discovery/v1/defaults.go: EndpointSlice port name "" and protocol TCP.
+- pkg/apis/discovery/v1/defaults.go SetDefaults_EndpointPort: name "", protocol TCP.
 - pkg/registry/core/pod/strategy.go PrepareForCreate: status.phase Pending, qosClass.
 - Admission plugins on by default (pkg/kubeapiserver/options/plugins.go):
   plugin/pkg/admission/serviceaccount (serviceAccountName "default"; the projected
