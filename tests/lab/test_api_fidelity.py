@@ -557,3 +557,24 @@ async def test_kubectl_apply_server_side_with_conflicts(kubectl: Kubectl) -> Non
     assert got["spec"]["replicas"] == 2
     assert [e["manager"] for e in got["metadata"]["managedFields"]
             if e["operation"] == "Apply"] == ["kubectl"]
+
+
+async def test_apply_reads_yaml_as_the_server_does_and_creates_record_their_manager(
+        api: httpx.AsyncClient) -> None:
+    manifest = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, annotations: {built: 2026-12-01T10:00:00Z}}
+data: {mode: fast}
+"""
+    r = await api.patch("/api/v1/namespaces/default/configmaps/cfg", content=manifest,
+                        params={"fieldManager": "kustomize"}, headers=APPLY)
+    assert r.status_code == 201, r.text
+    assert r.json()["metadata"]["annotations"] == {"built": "2026-12-01T10:00:00Z"}
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "cfg-"},
+          "data": {"a": "b"}}
+    r = await api.post("/api/v1/namespaces/default/configmaps", json=cm,
+                       headers={"user-agent": "helm/3.14.0 (linux/amd64)"})
+    [entry] = r.json()["metadata"]["managedFields"]  # the User-Agent's first part
+    assert (entry["manager"], entry["operation"]) == ("helm", "Update")
+    assert entry["fieldsV1"] == {"f:data": {".": {}, "f:a": {}}}

@@ -625,10 +625,19 @@ async def _optional_body(request: Request) -> Any:
         raise st.bad_request(f"the request body is not valid JSON: {exc}") from None
 
 
+class _ManifestLoader(yaml.SafeLoader):
+    """YAML as the API server reads it into JSON: a timestamp stays a string."""
+
+
+_ManifestLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 async def _yaml_body(request: Request) -> Any:
     raw = await request.body()
     try:
-        return yaml.safe_load(raw)
+        return yaml.load(raw, Loader=_ManifestLoader)
     except yaml.YAMLError as exc:
         raise st.bad_request(f"error decoding YAML: {exc}") from None
 

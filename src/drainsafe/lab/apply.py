@@ -197,6 +197,11 @@ def _diff_struct(old: dict[str, Any], new: dict[str, Any], type_name: str, path:
         kind = _child_type(type_name, key)
         if was is None:
             _collect(item, kind, type_name, key, child, touched)
+            if kind is not None and kind.startswith("Dict["):
+                # An added map is itself added (typed/compare.go), so an Update owns it
+                # as a member too: `f:labels: {.: {}, f:app: {}}`. Structs are not
+                # marked: most are non-pointer fields the zero object already has.
+                touched.add(child)
         else:
             _diff_value(was, item, kind, type_name, key, child, touched, gone)
     for key, was in old.items():
@@ -419,11 +424,7 @@ def record_update(rt: ResourceType, obj: Obj, old: Obj | None, writer: Writer,
     if old is not None and not (obj.get("metadata") or {}).get("managedFields") \
             and old["metadata"].get("managedFields"):
         obj["metadata"]["managedFields"] = clone(old["metadata"]["managedFields"])
-    gone: set[Path] = set()
-    if old is None:
-        touched = fieldset(obj, type_name)
-    else:
-        touched, gone = diff(old, obj, type_name)
+    touched, gone = diff(old or {}, obj, type_name)
     if not touched and not gone:
         return
     entries = _entries(obj)
@@ -447,8 +448,9 @@ def record(rt: ResourceType, obj: Obj, old: Obj | None, now: float) -> None:
     if writer is None or writer.manager == "" or writer.resource != rt.key:
         return
     m = obj.get("metadata") or {}
+    # (a create by generateName has no name yet in the request: its own object then)
     if (m.get("namespace", "") if rt.namespaced else "") != writer.namespace \
-            or m.get("name") != writer.name:
+            or (m.get("name") != writer.name and not (old is None and writer.name == "")):
         return
     record_update(rt, obj, old, writer, now)
 
