@@ -276,7 +276,8 @@ class Supervisor:
     async def _child_in_flight(self) -> int:
         """The child's in-flight work per its own metrics (0 when they cannot be read)."""
         import httpx
-        from prometheus_client.parser import text_string_to_metric_families
+
+        from drainsafe.server.childmetrics import MetricsTextError, in_flight
 
         url = self.options.child_metrics_url
         assert url is not None
@@ -288,13 +289,12 @@ class Supervisor:
             logger.warning("drainsafe run: cannot read the child's metrics at %s (%s); "
                            "forwarding SIGTERM", url, exc)
             return 0
-        wanted = set(self.options.in_flight_metrics)
-        total = 0.0
-        for family in text_string_to_metric_families(response.text):
-            for sample in family.samples:
-                if sample.name in wanted or family.name in wanted:
-                    total += sample.value
-        return int(total)
+        try:
+            return in_flight(response.text, self.options.in_flight_metrics)
+        except MetricsTextError as exc:
+            logger.warning("drainsafe run: cannot read the child's metrics at %s (%s); "
+                           "forwarding SIGTERM", url, exc)
+            return 0
 
 
 def main(options: RunOptions) -> int:

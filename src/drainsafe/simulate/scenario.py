@@ -176,11 +176,20 @@ def load_scenario(path: str | Path) -> Scenario:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError("", f"cannot read {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        line = text_line(p, exc.start)
+        raise ScenarioError("", f"{p}:{line}: not UTF-8 text") from exc
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise ScenarioError("", f"{p} is not valid YAML: {exc}") from exc
     return parse_scenario(data, base_dir=p.parent)
+
+
+def text_line(path: Path, offset: int) -> int:
+    """The 1-based line of byte `offset` in the file."""
+    with path.open("rb") as handle:
+        return handle.read(offset).count(b"\n") + 1
 
 
 def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
