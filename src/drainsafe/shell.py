@@ -17,14 +17,19 @@ logs and pipes get whole lines whatever the runner's COLUMNS; on a terminal, its
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import sys
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -81,3 +86,37 @@ def internal_error(command: str, argv: list[str], exc: BaseException) -> str:
             f"  while running: {line}\n"
             "  this is a bug in drainsafe; please report it with the command line and its "
             "input (set DRAINSAFE_DEBUG=1 for the traceback)")
+
+
+class Terminated(Exception):
+    """SIGTERM arrived (a CI job cancelled); the main task was cancelled first, so its
+    cleanup (an interrupted drain's record) ran, as for Ctrl-C."""
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, with SIGTERM handled the way asyncio handles Ctrl-C: the main task is
+    cancelled (its `except CancelledError` and `finally` blocks run), then Terminated is
+    raised. Ctrl-C still ends in KeyboardInterrupt."""
+
+    async def guarded() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        terminated = False
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            return await main
+        except asyncio.CancelledError:
+            if terminated:
+                raise Terminated from None
+            raise
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    return asyncio.run(guarded())
