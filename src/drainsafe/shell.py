@@ -7,7 +7,9 @@ tell outcomes apart (each command's --help lists its own):
 - 1: the command's own bad outcome: findings (check), failed requests (verify), a drain that
   did not finish, a forgotten cordon (audit), lost requests (simulate).
 - 2: usage or input error: a bad flag, file, scenario, manifest or kubeconfig.
-- 3: the Kubernetes API server could not be reached or answered with an error.
+- 3: the Kubernetes API server could not be reached or answered with an error (drain,
+  audit, verify -n); tune, which never calls the API, uses 3 for a propagation lag it
+  cannot bound.
 - 70: an unexpected internal error (a bug); the message names the command line.
 - 130: interrupted (Ctrl-C); 143: terminated (SIGTERM), where a command handles it.
 
