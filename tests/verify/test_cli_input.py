@@ -32,6 +32,17 @@ def test_url_without_host_or_with_a_bad_port_is_a_usage_error(
     assert words in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--concurrency", "100000000"], "--concurrency 1e+08: above the limit of 10,000"),
+    (["--duration", "1e12"], "--duration 1e+12: above the limit of 604,800"),
+    (["--rate", "1e9"], "--rate 1e+09: above the limit of 100,000"),
+])
+def test_flags_above_their_limits_are_usage_errors(
+        flags: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "http://127.0.0.1:1/", "--no-progress", *flags]) == 2
+    assert words in capsys.readouterr().err
+
+
 def test_out_that_is_a_file_is_refused_before_the_load(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     taken = tmp_path / "record"

@@ -10,6 +10,15 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_API = 3
 
+LIMITS: dict[str, float] = {
+    "duration": 7 * 86_400.0, "concurrency": 10_000, "rate": 100_000.0,
+    "max_inflight": 100_000, "timeout": 86_400.0, "linger": 86_400.0,
+}
+"""Each flag's largest value: one worker per --concurrency and one task per request in flight
+live in memory, and every request is kept for the record (docs/verify.md, Limits)."""
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""--body-file is read into memory once and sent with every request."""
+
 PREFLIGHT_SECONDS = 5.0
 """How long verify waits for the API server before the load starts (-n/-l)."""
 
@@ -145,7 +154,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from drainsafe.verify.session import ProbeSpec, WatchSpec, verify
 
     err = console(stderr=True)
-    problem = _url_problem(args.url)
+    problem = _url_problem(args.url) or _limits_problem(args)
     if problem:
         err.print(f"drainsafe verify: {problem}", markup=False)
         return EXIT_USAGE
@@ -283,15 +292,29 @@ def _runner() -> Any:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
+def _limits_problem(args: argparse.Namespace) -> str | None:
+    """The first flag above its limit (None: all within), named as the user typed it."""
+    for key, limit in LIMITS.items():
+        value = getattr(args, key, None)
+        if value is not None and value > limit:
+            flag = "--" + key.replace("_", "-")
+            return f"{flag} {value:g}: above the limit of {limit:,.0f}"
+    return None
+
+
 def _body(args: argparse.Namespace) -> bytes | None:
     if args.body is not None:
         return str(args.body).encode()
     if args.body_file:
         try:
             with open(args.body_file, "rb") as f:
-                return f.read()
+                body = f.read(MAX_BODY_BYTES + 1)
         except OSError as exc:
             raise ValueError(f"--body-file {args.body_file}: {exc.strerror}") from exc
+        if len(body) > MAX_BODY_BYTES:
+            raise ValueError(f"--body-file {args.body_file}: over the "
+                             f"{MAX_BODY_BYTES // 1024 // 1024} MiB limit")
+        return body
     return None
 
 
