@@ -193,3 +193,10 @@ def test_fix_keeps_crlf_line_endings(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert data.count(b"\r\n") == data.count(b"\n")  # every line still CRLF
     assert f.stat().st_mode & 0o777 == 0o640
     assert code in (0, 1)
+
+
+def test_text_output_in_a_pipe_does_not_follow_columns(tmp_path: Path) -> None:
+    f = _write(tmp_path / "a.yaml", to_yaml(deployment("web", replicas=1)))
+    proc = subprocess.run([sys.executable, "-m", "drainsafe", "check", f], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path, env={**os.environ, "COLUMNS": "30"})
+    assert "inputs  objects checked  errors  warnings  infos  input errors" in proc.stdout
