@@ -39,7 +39,7 @@ slept by pkg/drain/drain.go on IsTooManyRequests; see also shared research drain
 
 
 MAX_NODES = 10_000
-"""fleet.nodes: a 10,000-node upgrade simulates in ~10 s on 2 cores (docs/simulate.md)."""
+"""fleet.nodes: 10,000 nodes with 75,000 replicas simulate in ~7 s, ~100 MB (docs/simulate.md)."""
 MAX_GPUS_PER_NODE = 64
 MAX_PODS = 100_000
 """Replicas over all workloads."""
