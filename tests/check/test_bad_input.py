@@ -200,3 +200,11 @@ def test_text_output_in_a_pipe_does_not_follow_columns(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "drainsafe", "check", f], capture_output=True,
                           text=True, timeout=60, cwd=tmp_path, env={**os.environ, "COLUMNS": "30"})
     assert "inputs  objects checked  errors  warnings  infos  input errors" in proc.stdout
+
+
+def test_huge_seconds_flag_is_a_usage_error(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    f = _write(tmp_path / "a.yaml", to_yaml(deployment("web")))
+    code, _, err = _cli(capsys, "--max-request-seconds", "1e300", f)
+    assert code == 2
+    assert "--max-request-seconds: must be at most 2,147,483,647, got '1e300'" in err

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from drainsafe.check.context import MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION
+from drainsafe.check.context import MAX_REQUEST_ANNOTATION, MAX_SECONDS, SHUTDOWN_ANNOTATION
 from drainsafe.check.findings import Path
 from drainsafe.check.load import InputError
 from drainsafe.check.locate import locate
@@ -27,8 +27,6 @@ from drainsafe.check.model import SCALED_KINDS, Hpa, Index, Subject, Workload, m
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
-MAX_SECONDS = float(INT32_MAX)
-"""The largest number of seconds a drainsafe.io annotation may hold (about 68 years)."""
 
 SECONDS_ANNOTATIONS = (MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION)
 
