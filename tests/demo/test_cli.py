@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,3 +24,11 @@ def test_bad_flags_are_named(args: tuple[str, ...], message: str) -> None:
     done = demo(*args)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
+
+
+def test_an_output_directory_that_cannot_be_written_is_named(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    done = demo("--out", str(blocker / "out"))
+    assert done.returncode == 2, done.stderr
+    assert "--out" in done.stderr and str(blocker) in done.stderr

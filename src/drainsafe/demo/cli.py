@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
         "drain, 4 kubectl drain with the drainsafe controller (when the build has it). "
         "Time-scaled: 1 s of the demo is 10 s of the real thing (a 90 s generation "
         "takes 9 s, the default 30 s grace 3 s). Writes results.json, capacity.png, a "
-        "timeline per run and report.html.",
+        "timeline per run and report.html. Exit codes: 0 every run showed what it is there "
+        "to show; 1 a run did not (the demo says which and what is missing).",
     )
     p.add_argument("--out", default="drainsafe-demo", metavar="DIR",
                    help="where to write results and pictures (default ./drainsafe-demo)")
@@ -51,6 +52,12 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"drainsafe demo: --scale {args.scale:g}: must be between 1 and 30 (grace "
               "periods are whole seconds; above 30 the default grace would round to 1 s)",
               file=sys.stderr)
+        return 2
+    from drainsafe.shell import output_dir_problem
+
+    problem = output_dir_problem(args.out)
+    if problem:
+        print(f"drainsafe demo: {problem}", file=sys.stderr)
         return 2
     from drainsafe.demo.run import run
 

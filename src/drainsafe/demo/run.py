@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.text import Text
 
 from drainsafe.demo import names
+from drainsafe.shell import console as make_console
 
 if TYPE_CHECKING:
     from drainsafe.demo.report import RunReport
@@ -146,7 +147,7 @@ async def cordon_transcript(kubeconfig: Path, node: str) -> list[str]:
 
 
 async def run(args: argparse.Namespace) -> int:
-    console = Console(stderr=args.output == "json")
+    console = make_console(stderr=args.output == "json")
     scale = 1.0 if args.real_time else float(args.scale)
     wanted = [names.ALL[i - 1] for i in args.runs] if args.runs else list(names.ALL)
     board = Board(wanted, scale, log=None if console.is_terminal else console)

@@ -97,14 +97,19 @@ def _health_check() -> list[str]:
 
 def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
     lifecycle: dict[str, Any] = {}
+    ports: list[dict[str, Any]] = [{"name": "http", "containerPort": 8000}]
     if s.drain_aware:
         deadline = s.shutdown_timeout if s.shutdown_timeout is not None \
             else max(s.grace - s.drain_delay - 5, 1)
+        # Readiness is on drainsafe serve's admin port (the pod IP: lab pods share the
+        # host), which the Service does not list.
         command = [sys.executable, "-m", "drainsafe", "serve",
                    "drainsafe.workload.streaming:app", "--host", "$(POD_IP)", "--port", "8000",
+                   "--admin-host", "$(POD_IP)", "--admin-port", "8490",
                    "--no-access-log", "--drain-delay", f"{s.drain_delay:g}",
                    "--shutdown-timeout", f"{deadline:g}"]
-        probe: dict[str, Any] = {"httpGet": {"path": "/readyz", "port": "http"}}
+        probe: dict[str, Any] = {"httpGet": {"path": "/readyz", "port": "drainsafe-admin"}}
+        ports.append({"name": "drainsafe-admin", "containerPort": 8490})
     else:
         command = [sys.executable, "-m", "uvicorn", "drainsafe.workload.streaming:app",
                    "--host", "$(POD_IP)", "--port", "8000", "--no-access-log"]
@@ -128,7 +133,7 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
                 # The workload refuses generations above this; the long class may exceed 90 s.
                 {"name": "DRAINSAFE_WORKLOAD_MAX_DURATION",
                  "value": f"{max(90.0, s.long_seconds, s.stream_seconds):g}"}],
-        "ports": [{"name": "http", "containerPort": 8000}],
+        "ports": ports,
         "resources": {"requests": {"cpu": "100m", "nvidia.com/gpu": "1"},
                       "limits": {"nvidia.com/gpu": "1"}},
         # An exec probe starts a process: on a loaded machine that can take over the
