@@ -92,3 +92,5 @@ def test_lower_bounds_come_from_the_settings() -> None:
     assert lower_bounds("kubectl", runs[SEEDS].settings) == (2.0, 6.0)
     # Make before break: the stand-in's start-up and the drain delay; capacity never drops.
     assert lower_bounds("drainsafe", runs[DRAINSAFE].settings) == (8.0, 0.0)
+    # kubectl drain under the controller is held until the stand-in is Ready: the same.
+    assert lower_bounds("kubectl", runs[CONTROLLER].settings) == (8.0, 0.0)

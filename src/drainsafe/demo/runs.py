@@ -92,7 +92,7 @@ def demo_runs(scale: Scale, real: RealTimes = RealTimes()) -> list[DemoRun]:
                 "preStop + grace + readiness gating: no race, no SIGKILL; capacity drops"),
         DemoRun(DRAINSAFE, "drainsafe", ours, "nothing_lost",
                 "make before break: nothing lost, full capacity throughout"),
-        DemoRun(CONTROLLER, "kubectl", ours, "nothing_lost",
+        DemoRun(CONTROLLER, "kubectl", replace(ours, guarded=True), "nothing_lost",
                 "kubectl unchanged, the controller holds evictions until a stand-in is Ready",
                 unavailable=controller.missing(), controller=True),
     ]

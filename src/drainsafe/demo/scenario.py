@@ -71,6 +71,7 @@ class ScenarioSettings:
     long_concurrency: int = 0
     token_interval: float = 0.05
     wait_timeout: float = 120.0  # for capacity to come back and the old pods to go
+    guarded: bool = False  # a controller holds evictions until a stand-in is Ready
     strategy: Strategy = "surge"  # drainsafe drain --strategy
     min_available: int | None = None  # the PDB: minAvailable N instead of maxUnavailable 1
     hpa_min: int | None = None  # an HPA owns the scale: minReplicas N (maxReplicas +2)
@@ -325,10 +326,11 @@ def lower_bounds(tool: Tool, s: ScenarioSettings) -> tuple[float, float]:
     Evict first (kubectl): the pod cannot be gone before its preStop hook returned (the hook
     runs to its end before SIGTERM), and the replacement is created only at the eviction and
     cannot be Ready before its readiness probe's initialDelaySeconds (the model load).
-    Make before break (drainsafe): the stand-in must be Ready (initialDelaySeconds) before the
-    eviction, and drainsafe serve keeps serving for its drain delay after it; capacity never
-    has to drop, so its bound is 0."""
-    if tool == "kubectl":
+    Make before break (drainsafe drain, or any drain under drainsafe's controller): the
+    stand-in must be Ready (initialDelaySeconds) before the eviction, and drainsafe serve
+    keeps serving for its drain delay after it; capacity never has to drop, so its bound
+    is 0."""
+    if tool == "kubectl" and not s.guarded:
         return s.prestop_sleep, float(int(s.model_load))
     return float(int(s.model_load)) + (s.drain_delay if s.drain_aware else 0.0), 0.0
 
