@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from drainsafe.demo import controller
 from drainsafe.demo.measure import RACE, SIGKILL
-from drainsafe.demo.names import DRAINSAFE, NAIVE, SEEDS
+from drainsafe.demo.names import CONTROLLER, DRAINSAFE, NAIVE, SEEDS
 from drainsafe.demo.scenario import kubectl_binary
 
 pytestmark = [pytest.mark.e2e,
@@ -172,3 +173,11 @@ def test_the_report_renders_in_chromium_with_the_runs_numbers(demo: Demo) -> Non
     assert row("lowest Ready replicas") == [f"{r['min_ready']}/{r['replicas']}"
                                             for r in demo.results]
     assert dom.count("data:image/png;base64,") == 1 + len(demo.results)
+
+
+@pytest.mark.skipif(bool(controller.missing()), reason=controller.missing() or "")
+def test_kubectl_drain_under_the_controller_loses_nothing(demo: Demo) -> None:
+    guarded = demo.run(CONTROLLER)
+    assert guarded["failed"] == {} and guarded["truncated"] == 0, guarded
+    assert guarded["min_ready"] >= guarded["replicas"] == 2, guarded
+    assert guarded["seconds_below_desired"] == 0, guarded
