@@ -173,6 +173,7 @@ def test_the_report_renders_in_chromium_with_the_runs_numbers(demo: Demo) -> Non
     assert row("lowest Ready replicas") == [f"{r['min_ready']}/{r['replicas']}"
                                             for r in demo.results]
     assert dom.count("data:image/png;base64,") == 1 + len(demo.results)
+    assert dom.count("No cordoned nodes.") == len(demo.results)  # each drain's cordon lifted
 
 
 @pytest.mark.skipif(bool(controller.missing()), reason=controller.missing() or "")

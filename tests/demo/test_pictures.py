@@ -80,8 +80,12 @@ def test_timeline_and_capacity_pictures_and_the_page(tmp_path: Path) -> None:
     capacity = render_capacity([naive, ours], tmp_path / "capacity.png", scale=10)
     assert capacity.stat().st_size > 10_000
     page = render_html([naive, ours], tmp_path / "report.html", scale=10, capacity=capacity,
-                       notes=["run 4: not run"]).read_text()
+                       notes=["run 4: not run"],
+                       transcripts=[("kubectl drain (naive)", ["$ drainsafe audit",
+                                                               "No cordoned nodes."])]
+                       ).read_text()
     assert "1 s here is 10 s of the real thing" in page
     assert "<th>kubectl drain (naive)</th><th>drainsafe drain</th>" in page
     assert "<th>lowest Ready replicas</th><td>1/2</td><td>2/2</td>" in page
     assert page.count("data:image/png;base64,") == 2 and "run 4: not run" in page
+    assert "<pre>$ drainsafe audit\nNo cordoned nodes.</pre>" in page

@@ -156,8 +156,10 @@ def _img(path: Path | None, alt: str) -> str:
 
 
 def render_html(runs: Sequence[RunReport], path: Path, *, scale: float,
-                capacity: Path | None, notes: Sequence[str] = ()) -> Path:
-    """One self-contained page: the table, the capacity picture, each run's timeline."""
+                capacity: Path | None, notes: Sequence[str] = (),
+                transcripts: Sequence[tuple[str, Sequence[str]]] = ()) -> Path:
+    """One self-contained page: the table, the capacity picture, each run's timeline, and
+    the audit/uncordon transcript of the cordon each drain left."""
     head = "".join(f"<th>{html.escape(r.name)}</th>" for r in runs)
     body = "".join(
         "<tr><th>" + html.escape(name) + "</th>"
@@ -170,6 +172,8 @@ def render_html(runs: Sequence[RunReport], path: Path, *, scale: float,
                     + (f' <span class="bad">did not show: {html.escape("; ".join(r.missing))}'
                        "</span>" if r.missing else "") + "</li>" for r in runs)
     extra = "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+    cordons = "".join(f"<h3>{html.escape(name)}</h3><pre>{html.escape(chr(10).join(lines))}"
+                      "</pre>" for name, lines in transcripts)
     timelines = "".join(f"<h3>{html.escape(r.name)}</h3>{_img(r.timeline, r.name)}"
                         for r in runs if r.timeline is not None)
     page = f"""<!doctype html>
@@ -182,6 +186,7 @@ text-align:left}}img{{max-width:100%}}.bad{{color:#b00}}</style></head>
 <table id="results"><tr><th></th>{head}</tr>{body}</table>
 <h2>Capacity</h2>{_img(capacity, "Ready replicas over time")}
 <h2>Timelines</h2>{timelines}
+<h2>The cordons the drains left</h2>{cordons or "<p>-</p>"}
 </body></html>
 """
     path.write_text(page)

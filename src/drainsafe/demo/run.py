@@ -155,7 +155,7 @@ async def run(args: argparse.Namespace) -> int:
         reports, transcripts, notes = await _runs(args, board, scale)
         board.current = None
         board.status = "drawing the pictures"
-        files = _write(Path(args.out), reports, notes, scale)
+        files = _write(Path(args.out), reports, notes, transcripts, scale)
         board.status = "done"
     if not console.is_terminal:
         console.line()  # off a terminal the live view's last frame ends without a newline
@@ -194,7 +194,8 @@ async def _runs(args: argparse.Namespace, board: Board, factor: float
     return reports, transcripts, notes
 
 
-def _write(out: Path, reports: list[RunReport], notes: list[str], scale: float) -> list[Path]:
+def _write(out: Path, reports: list[RunReport], notes: list[str],
+           transcripts: list[tuple[str, list[str]]], scale: float) -> list[Path]:
     """Timelines, the capacity picture, the page and results.json; returns the last three."""
     from drainsafe.demo.report import (
         CAPACITY_FILE,
@@ -213,7 +214,7 @@ def _write(out: Path, reports: list[RunReport], notes: list[str], scale: float) 
                                          title=picture_title(report.name, report.result))
     capacity = render_capacity(reports, out / CAPACITY_FILE, scale=scale)
     page = render_html(reports, out / REPORT_FILE, scale=scale, capacity=capacity,
-                       notes=notes)
+                       notes=notes, transcripts=transcripts)
     results = out / RESULTS_FILE
     results.write_text(json.dumps([r.to_json() for r in reports], indent=2))
     return [results, capacity, page]

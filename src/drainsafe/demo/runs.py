@@ -72,7 +72,9 @@ def demo_runs(scale: Scale, real: RealTimes = RealTimes()) -> list[DemoRun]:
     base = ScenarioSettings(
         nodes=3, replicas=2, propagation=scale(real.propagation),
         stream_seconds=scale(real.short), concurrency=8,
-        long_seconds=long, long_concurrency=8, token_interval=min(0.1, scale(1.0)),
+        # 12 long generations, routed at random: all 12 missing the drained node's pod
+        # (1 in 4096) would leave run 1 without a generation for SIGKILL to cut.
+        long_seconds=long, long_concurrency=12, token_interval=min(0.1, scale(1.0)),
         model_load=scale(real.model_load), warmup=scale(real.warmup),
         wait_timeout=120 + 4 * long)
     naive = replace(base, drain_aware=False, grace=scale.grace(real.default_grace))
