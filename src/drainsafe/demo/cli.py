@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--scale", type=float, default=10.0, metavar="N",
                    help="seconds of the real thing per second of the demo (default 10)")
     p.add_argument("--real-time", action="store_true",
-                   help="run unscaled: a 90 s generation takes 90 s (about 10 minutes)")
+                   help="run unscaled: a 90 s generation takes 90 s (about 15 minutes)")
     p.add_argument("--runs", type=_run_numbers, default=None, metavar="N,N",
                    help="only these runs (default: all the build can run)")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text",
