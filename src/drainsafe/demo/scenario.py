@@ -37,10 +37,8 @@ from typing import Any, Literal
 from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.verify.load import LoadRun, LoadSpec, run_load
 from drainsafe.verify.record import (
-    POD_DELETED,
     POD_EXITED,
     POD_READY,
-    POD_TERMINATING,
     LifecycleEvent,
     Record,
 )
@@ -216,13 +214,13 @@ class ScenarioResult:
 
 
 class ReadyTracker:
-    """Watches the workload's pods; remembers when the Ready count changed (for capacity)
-    and each pod's lifecycle (for the timeline)."""
+    """Watches the workload's pods; remembers when the Ready count changed (for capacity),
+    when each pod was created, Ready and deleted. The timeline's events come from verify's
+    lifecycle watch (drainsafe.verify.watch), their one home."""
 
     def __init__(self, t0: Callable[[], float]) -> None:
         self.t0 = t0
         self.history: list[tuple[float, int]] = []
-        self.events: list[LifecycleEvent] = []
         self.created: dict[str, float] = {}
         self.ready_at: dict[str, float] = {}
         self.node_of: dict[str, str] = {}
@@ -249,15 +247,10 @@ class ReadyTracker:
         if kind == "DELETED":
             self._state.pop(name, None)
             self.deleted_at[name] = now
-            self.events.append(LifecycleEvent(t=now - self.t0(), kind=POD_DELETED, pod=name))
         else:
             self._state[name] = (ready and not terminating, terminating)
             if ready and not before[0] and not terminating:
                 self.ready_at.setdefault(name, now)
-                self.events.append(LifecycleEvent(t=now - self.t0(), kind=POD_READY, pod=name))
-            if terminating and not before[1]:
-                self.events.append(LifecycleEvent(t=now - self.t0(), kind=POD_TERMINATING,
-                                                  pod=name))
         count = sum(1 for r, _ in self._state.values() if r)
         if not self.history or self.history[-1][1] != count:
             self.history.append((now, count))
