@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drainsafe.kube import Informer, KubeClient, api_path
-from drainsafe.verify.load import LoadRun, LoadSpec, run_load
+from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult, run_load
 from drainsafe.verify.record import (
     POD_EXITED,
     POD_READY,
@@ -341,8 +341,8 @@ async def run_drain_under_load(
     from drainsafe.verify.watch import LifecycleWatch
 
     live = progress or Progress()
-    say("deploying the streaming server: 2 replicas, a Service, a PDB; loading the model")
     extra = [] if prepare is None else await prepare(lab)
+    say("deploying the streaming server: 2 replicas, a Service, a PDB; loading the model")
     await lab.apply(*extra, *llm_manifests(s))
     await lab.wait_available(NAMESPACE, APP, timeout=s.wait_timeout + s.model_load)
     await lab.wait_backends(NAMESPACE, APP, s.replicas, timeout=60)
@@ -351,7 +351,7 @@ async def run_drain_under_load(
     if s.long_concurrency and s.long_seconds > 0:
         specs.append(_load_spec(url, s.long_seconds, s.long_concurrency, s))
 
-    def counted(r: Any) -> None:
+    def counted(r: RequestResult) -> None:
         if r.outcome.ok:
             live.ok += 1
         else:
