@@ -462,10 +462,17 @@ class NodeDrainer:
                 await scale.finish(self.client, w.workload, record)
             raise DrainFailed(f"{exc}; the surge was taken back, no pod was evicted (the "
                               "node stays cordoned)") from exc
-        now = self.clock()
         fresh = sorted((p for p in serving if uid_of(p) not in old),
                        key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")),
                        reverse=True)
+        if any(self.watch.listed(selector.namespace, u) for u in old):
+            # Behind a Service: the new pods serve once they are ready endpoints, not when
+            # the kubelet calls them Ready. Evicting before that puts their share of the
+            # traffic on the old pods for one more hop of the control plane.
+            await self.watch.wait_endpoints_ready(
+                selector.namespace, [uid_of(p) for p in fresh[:len(remaining)]],
+                timeout=min(60.0, self._remaining()), stop=self._stop)
+        now = self.clock()
         for i, p in enumerate(remaining):
             rep = self._report(p.key)
             if i < len(fresh):
