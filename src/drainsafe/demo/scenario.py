@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drainsafe.kube import Informer, KubeClient, api_path
+from drainsafe.kube.objects import is_ready, is_terminating
 from drainsafe.verify.load import LoadRun, LoadSpec, run_load
 from drainsafe.verify.record import (
     POD_DELETED,
@@ -179,9 +180,8 @@ class ReadyTracker:
         if (meta.get("labels") or {}).get("app") != APP:
             return
         name = str(meta.get("name"))
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (pod.get("status") or {}).get("conditions") or [])
-        terminating = bool(meta.get("deletionTimestamp"))
+        ready = is_ready(pod)
+        terminating = is_terminating(pod)
         self.created.setdefault(name, now)
         if (pod.get("spec") or {}).get("nodeName"):
             self.node_of[name] = str(pod["spec"]["nodeName"])
