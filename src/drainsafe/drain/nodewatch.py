@@ -31,6 +31,7 @@ from drainsafe.labels import Selector
 
 Obj = dict[str, Any]
 T = TypeVar("T")
+NO_LIMIT = 1 << 30
 
 
 class Stopped(RuntimeError):
@@ -129,7 +130,7 @@ class NodeWatch:
         spec (observedGeneration), else 0: a stale status would only earn a 429."""
         pdb = self.budget(namespace, key)
         if pdb is None:
-            return 0
+            return NO_LIMIT  # deleted meanwhile: nothing to wait for (the API decides)
         status = pdb.get("status") or {}
         generation = (pdb.get("metadata") or {}).get("generation")
         observed = status.get("observedGeneration")
@@ -210,7 +211,7 @@ class NodeWatch:
                           stop: asyncio.Event | None = None) -> int:
         """Until every budget in `keys` allows a disruption; returns the smallest allowance."""
         if not keys:
-            return 1 << 30
+            return NO_LIMIT
 
         def allowed() -> int:
             return min(self.budget_allows(namespace, k) for k in keys)
