@@ -582,6 +582,12 @@ class NodeDrainer:
             # A previous run evicted it; never again. Its state decides what is left.
             rep.outcome = "evicted"
             return
+        if self.watch.gone(pod.namespace, pod.key, pod.uid):
+            # The namespace's pods were listed after the plan: a pod missing there left
+            # meanwhile (say, evicted by a killed earlier run that had not recorded it).
+            rep.outcome = "already-gone"
+            rep.detail = "gone before its turn: not evicted"
+            return
         if self.watch.terminating(pod.namespace, pod.key, pod.uid):
             # The plan saw it running, but by its turn something else is deleting it (a
             # killed earlier run whose eviction the server processed late, another tool).

@@ -74,7 +74,8 @@ class DrainOptions:
 _meta = meta
 
 
-# -- filters (kubectl pkg/drain/filters.go, in its order, plus "finished" first) ------------
+# -- filters (kubectl pkg/drain/filters.go, in its order, plus "terminating" and "finished"
+# first) --------------------------------------------------------------------------------------
 
 PodFilter = Callable[[Obj, DrainOptions], Verdict | None]
 
@@ -130,9 +131,12 @@ def unreplicated_filter(pod: Obj, _: DrainOptions) -> Verdict | None:
     return None
 
 
+# Terminating first: a pod being deleted is waited for, never sent an eviction, even when
+# its containers have already finished (an evicted pod whose process exited is Succeeded
+# and terminating at once; a second eviction of it would be one too many).
 FILTERS: tuple[PodFilter, ...] = (
-    finished_filter,
     terminating_filter,
+    finished_filter,
     daemonset_filter,
     mirror_filter,
     local_storage_filter,
