@@ -56,7 +56,7 @@ from drainsafe.kube import (
     WaitTimeout,
     api_path,
 )
-from drainsafe.kube.objects import is_active, is_terminal, key_of, uid_of
+from drainsafe.kube.objects import is_active, is_ready, is_terminal, key_of, uid_of
 from drainsafe.labels import from_label_selector
 
 log = logging.getLogger(__name__)
@@ -499,9 +499,7 @@ class NodeDrainer:
                 await scale.set_scale(self.client, workload, record, base + surged)
 
         while left:
-            budgets = sorted({b for p in left for b in p.pdbs})
-            allowed = await self.watch.wait_budget(namespace, budgets,
-                                                   timeout=self._remaining(), stop=self._stop)
+            allowed = await self._budget_allows(namespace, left)
             batch, left = left[:max(allowed, 1)], left[max(allowed, 1):]
             await asyncio.gather(*(self._evict(p, self._report(p.key), after_accept=lower)
                                    for p in batch))
@@ -511,6 +509,16 @@ class NodeDrainer:
                     await scale.set_scale(self.client, workload, record, base + surged)
             for p in batch:
                 gone_waits.append(asyncio.create_task(self._after_eviction(p)))
+
+    async def _budget_allows(self, namespace: str, pods: Sequence[PodPlan]) -> int:
+        """How many of `pods` the budgets let go now, waiting until it is at least one.
+        Only Ready pods are held by a budget's status: an unready one may be evictable
+        whatever it says (unhealthyPodEvictionPolicy), so for those the API decides."""
+        serving = [p for p in pods
+                   if is_ready(self.watch.pod(namespace, p.key) or {})]
+        budgets = sorted({b for p in serving for b in p.pdbs})
+        return await self.watch.wait_budget(namespace, budgets, timeout=self._remaining(),
+                                            stop=self._stop)
 
     async def _after_eviction(self, pod: PodPlan) -> None:
         rep = self._report(pod.key)
@@ -552,6 +560,7 @@ class NodeDrainer:
             await self._wait_workload_ready(selector)
         if self._stop.is_set():
             return
+        await self._budget_allows(pod.namespace, [pod])  # rather than a predictable 429
         await self._evict(pod, rep)
         await self._wait_gone(pod, rep)
         await self._wait_endpoints_clear(pod, rep)
