@@ -160,3 +160,14 @@ def test_workload_not_fully_ready_is_warned_about() -> None:
                       ["g1"])
     assert plan.ok
     assert any("1/2 Ready replicas now" in w for w in plan.warnings)
+
+
+def test_a_finished_pod_that_is_terminating_is_waited_for_not_evicted() -> None:
+    # An evicted pod whose process exited: Succeeded and terminating at once.
+    done = pod("w-0", "g1", owner=("ReplicaSet", "web-rs"), phase="Succeeded")
+    done["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    plan = plan_drain(ClusterState([node("g1"), node("g2")], [done],
+                                   controllers=deployment("web", 1)), ["g1"])
+    [p] = plan.pods
+    assert (p.action, p.code) == ("wait", "terminating")
+    assert plan.to_evict == ()

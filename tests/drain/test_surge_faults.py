@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from drainsafe.drain import ownership
+from drainsafe.drain.scale import audit_surged
 from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import is_ready
 from drainsafe.lab.cluster import virtual_deployment
@@ -103,6 +104,14 @@ async def run_until(argv: list[str], until: Callable[[], Awaitable[bool]], sig: 
     return proc.returncode if proc.returncode is not None else -1
 
 
+async def cli(*args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "drainsafe", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode if proc.returncode is not None else -1, out.decode()
+
+
 async def rerun(argv: list[str]) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -153,6 +162,12 @@ async def test_stopped_after_scale_up_after_an_eviction_and_before_the_restore(
                 assert proxy.evictions_accepted() == {}
                 n = await get_node(direct, node)
                 assert ownership.Progress.of(n).state == "interrupted"
+                # audit lists the workload left scaled up, and exits 1 for it.
+                [left] = await audit_surged(direct)
+                assert (left.workload, left.replicas_now, left.replicas_before, left.node) == (
+                    "Deployment/default/w", 6 + k, 6, node)
+                code, out = await cli("audit", "--kubeconfig", str(lab.kubeconfig))
+                assert code == 1 and "Deployment/default/w" in out, out
 
                 # 2. SIGKILL after the first eviction.
                 async def one_evicted() -> bool:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drainsafe.kube import Informer, KubeClient, api_path
+from drainsafe.kube.objects import is_ready, is_terminating
 from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult, run_load
 from drainsafe.verify.record import (
     POD_EXITED,
@@ -234,9 +235,8 @@ class ReadyTracker:
         if (meta.get("labels") or {}).get("app") != APP:
             return
         name = str(meta.get("name"))
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (pod.get("status") or {}).get("conditions") or [])
-        terminating = bool(meta.get("deletionTimestamp"))
+        ready = is_ready(pod)
+        terminating = is_terminating(pod)
         self.created.setdefault(name, now)
         if (pod.get("spec") or {}).get("nodeName"):
             self.node_of[name] = str(pod["spec"]["nodeName"])
@@ -473,7 +473,7 @@ async def run_drain_under_load(
     result.truncated = measure.truncated(run.results)
     # Pods that were Ready before the run get a lane too (verify's watch reports changes).
     before = [LifecycleEvent(t=0.0, kind=POD_READY, pod=p["metadata"]["name"],
-                             detail="Ready before the run") for p in pods if _ready(p)]
+                             detail="Ready before the run") for p in pods if is_ready(p)]
     result.record = Record.from_run(run, [
         *before,
         *lifecycle.events,
@@ -486,11 +486,6 @@ async def run_drain_under_load(
         else:
             result.failed[r.outcome.label] = result.failed.get(r.outcome.label, 0) + 1
     return result
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _merge(runs: list[LoadRun]) -> LoadRun:

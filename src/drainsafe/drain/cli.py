@@ -128,7 +128,8 @@ def run_drain(args: argparse.Namespace) -> int:
 async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
     import sys
 
-    from drainsafe.drain.execute import DrainSettings, drain_fleet
+    from drainsafe.drain.execute import DrainSettings
+    from drainsafe.drain.fleet import drain_fleet
     from drainsafe.drain.plan import DrainOptions
     from drainsafe.drain.report import render_plan, render_report, reports_json
     from drainsafe.kube import NotFound, api_path
@@ -156,24 +157,23 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
             surge_priority_class=args.surge_priority_class,
         )
         with console.status("draining") as status:
-            reports = await drain_fleet(
+            fleet = await drain_fleet(
                 client, nodes, settings, max_parallel=args.max_parallel_nodes,
                 dry_run=args.dry_run, on_progress=lambda m: status.update(m),
             )
     if args.output == "json":
-        print(reports_json(reports))
+        print(reports_json(fleet.reports))
     else:
-        shown: set[int] = set()  # a fleet shares one plan: print it once
-        for r in reports:
-            if r.plan is not None and (args.dry_run or r.refused) and id(r.plan) not in shown:
-                shown.add(id(r.plan))
-                render_plan(console, r.plan)
+        shown = [p for p in fleet.plans
+                 if args.dry_run or any(r.refused and r.plan is p for r in fleet.reports)]
+        for plan in shown:
+            render_plan(console, plan)
+        for r in fleet.reports:
             if not args.dry_run and not r.refused:
                 render_report(console, r)
-        skipped = [n for n in nodes if n not in {r.node for r in reports}]
-        if skipped:
-            console.print(f"not started after the failure: {', '.join(skipped)}")
-    return 0 if reports and all(r.ok for r in reports) and len(reports) == len(nodes) else 1
+        if fleet.not_started:
+            console.print(f"not started after the failure: {', '.join(fleet.not_started)}")
+    return 0 if fleet.ok else 1
 
 
 def run_uncordon(args: argparse.Namespace) -> int:

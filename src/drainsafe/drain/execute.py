@@ -56,7 +56,7 @@ from drainsafe.kube import (
     WaitTimeout,
     api_path,
 )
-from drainsafe.kube.objects import is_active, is_terminal, key_of, uid_of
+from drainsafe.kube.objects import is_active, is_ready, is_terminal, key_of, uid_of
 from drainsafe.labels import from_label_selector
 
 log = logging.getLogger(__name__)
@@ -462,10 +462,17 @@ class NodeDrainer:
                 await scale.finish(self.client, w.workload, record)
             raise DrainFailed(f"{exc}; the surge was taken back, no pod was evicted (the "
                               "node stays cordoned)") from exc
-        now = self.clock()
         fresh = sorted((p for p in serving if uid_of(p) not in old),
                        key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")),
                        reverse=True)
+        if any(self.watch.listed(selector.namespace, u) for u in old):
+            # Behind a Service: the new pods serve once they are ready endpoints, not when
+            # the kubelet calls them Ready. Evicting before that puts their share of the
+            # traffic on the old pods for one more hop of the control plane.
+            await self.watch.wait_endpoints_ready(
+                selector.namespace, [uid_of(p) for p in fresh[:len(remaining)]],
+                timeout=min(60.0, self._remaining()), stop=self._stop)
+        now = self.clock()
         for i, p in enumerate(remaining):
             rep = self._report(p.key)
             if i < len(fresh):
@@ -492,9 +499,7 @@ class NodeDrainer:
                 await scale.set_scale(self.client, workload, record, base + surged)
 
         while left:
-            budgets = sorted({b for p in left for b in p.pdbs})
-            allowed = await self.watch.wait_budget(namespace, budgets,
-                                                   timeout=self._remaining(), stop=self._stop)
+            allowed = await self._budget_allows(namespace, left)
             batch, left = left[:max(allowed, 1)], left[max(allowed, 1):]
             await asyncio.gather(*(self._evict(p, self._report(p.key), after_accept=lower)
                                    for p in batch))
@@ -504,6 +509,16 @@ class NodeDrainer:
                     await scale.set_scale(self.client, workload, record, base + surged)
             for p in batch:
                 gone_waits.append(asyncio.create_task(self._after_eviction(p)))
+
+    async def _budget_allows(self, namespace: str, pods: Sequence[PodPlan]) -> int:
+        """How many of `pods` the budgets let go now, waiting until it is at least one.
+        Only Ready pods are held by a budget's status: an unready one may be evictable
+        whatever it says (unhealthyPodEvictionPolicy), so for those the API decides."""
+        serving = [p for p in pods
+                   if is_ready(self.watch.pod(namespace, p.key) or {})]
+        budgets = sorted({b for p in serving for b in p.pdbs})
+        return await self.watch.wait_budget(namespace, budgets, timeout=self._remaining(),
+                                            stop=self._stop)
 
     async def _after_eviction(self, pod: PodPlan) -> None:
         rep = self._report(pod.key)
@@ -545,6 +560,7 @@ class NodeDrainer:
             await self._wait_workload_ready(selector)
         if self._stop.is_set():
             return
+        await self._budget_allows(pod.namespace, [pod])  # rather than a predictable 429
         await self._evict(pod, rep)
         await self._wait_gone(pod, rep)
         await self._wait_endpoints_clear(pod, rep)
@@ -574,6 +590,12 @@ class NodeDrainer:
         if self._progress.evicted.get(pod.key) == pod.uid:
             # A previous run evicted it; never again. Its state decides what is left.
             rep.outcome = "evicted"
+            return
+        if self.watch.gone(pod.namespace, pod.key, pod.uid):
+            # The namespace's pods were listed after the plan: a pod missing there left
+            # meanwhile (say, evicted by a killed earlier run that had not recorded it).
+            rep.outcome = "already-gone"
+            rep.detail = "gone before its turn: not evicted"
             return
         if self.watch.terminating(pod.namespace, pod.key, pod.uid):
             # The plan saw it running, but by its turn something else is deleting it (a
@@ -667,75 +689,6 @@ class NodeDrainer:
                               what=f"EndpointSlices in {ns} to settle")
         checks["endpoints settled"] = True
         self.report.done_checks = checks
-
-
-# -- fleet -----------------------------------------------------------------------------------
-
-
-async def drain_fleet(
-    client: KubeClient,
-    nodes: Sequence[str],
-    settings: DrainSettings,
-    *,
-    max_parallel: int = 1,
-    dry_run: bool = False,
-    on_progress: Callable[[str], None] | None = None,
-) -> list[NodeReport]:
-    """Drain nodes in sequence, or up to `max_parallel` at once; stop at the first failure.
-
-    With several nodes, the fleet is planned as one (every replacement needs room outside
-    the fleet, and no free GPU is counted twice) and refused as one; then every node is
-    cordoned first, as kubectl drain does, so no replacement lands on a node drained later.
-    Nodes not started because of a failure get their queued cordon back off.
-    """
-    if len(nodes) > 1:
-        combined, _ = await plan_nodes(client, nodes, settings)
-        surge_fixable = settings.surge and all(b.kind == "no-room" for b in combined.blockers)
-        if (not combined.ok and not surge_fixable) or dry_run:
-            now = time.time()
-            failure = "; ".join(f"{b.object}: {b.message}" for b in combined.blockers)
-            return [NodeReport(node=n, started_at=now, plan=combined, ok=combined.ok,
-                               refused=not combined.ok, failure=failure, finished_at=now)
-                    for n in nodes]
-        for name in nodes:
-            await cordon(client, name, reason=settings.reason, state="queued")
-    reports: list[NodeReport] = []
-    gate = asyncio.Semaphore(max(1, max_parallel))
-    failed = asyncio.Event()
-    started: set[str] = set()
-    locks: dict[str, asyncio.Lock] = {}  # one surge of a workload at a time
-
-    async def one(name: str) -> None:
-        async with gate:
-            if failed.is_set():
-                return
-            started.add(name)
-            # The rest of the fleet offers no room for this node's replacements.
-            others = [n for n in nodes if n != name]
-            drainer = NodeDrainer(client, name, settings, draining=others,
-                                  on_progress=on_progress, locks=locks)
-            reports.append(drainer.report)
-            report = await drainer.run(dry_run=dry_run)
-            if not report.ok:
-                failed.set()
-
-    await asyncio.gather(*(one(n) for n in nodes))
-    if len(nodes) > 1:
-        await _release_queued([n for n in nodes if n not in started], client)
-    order = {n: i for i, n in enumerate(nodes)}
-    reports.sort(key=lambda r: order[r.node])
-    return reports
-
-
-async def _release_queued(names: Sequence[str], client: KubeClient) -> None:
-    from drainsafe.drain.cordon import NotOwned, uncordon
-
-    for name in names:
-        node = await client.get(api_path("v1", "nodes", name=name))
-        if ownership.Progress.of(node).state != "queued":
-            continue
-        with contextlib.suppress(NotOwned):
-            await uncordon(client, name)
 
 
 def iso(ts: float | None) -> str:

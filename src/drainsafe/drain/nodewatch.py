@@ -31,6 +31,7 @@ from drainsafe.labels import Selector
 
 Obj = dict[str, Any]
 T = TypeVar("T")
+NO_LIMIT = 1 << 30
 
 
 class Stopped(RuntimeError):
@@ -101,6 +102,26 @@ class NodeWatch:
                 if is_active(p) and node_of(p) not in excluding
                 and is_available(p, w.min_ready_seconds, now)]
 
+    def endpoint_ready(self, namespace: str, uid: str) -> bool:
+        """Some EndpointSlice lists the pod as ready (a nil `ready` counts as ready:
+        discovery.k8s.io/v1 EndpointConditions)."""
+        for s in self.slices[namespace].cache.values():
+            for e in s.get("endpoints") or []:
+                if endpoint_uid(e) == uid and (e.get("conditions") or {}).get(
+                        "ready") is not False:
+                    return True
+        return False
+
+    def listed(self, namespace: str, uid: str) -> bool:
+        return any(slice_lists(s, uid) for s in self.slices[namespace].cache.values())
+
+    async def wait_endpoints_ready(self, namespace: str, uids: Sequence[str], *,
+                                   timeout: float, stop: asyncio.Event | None = None) -> None:
+        await self.until([self.slices[namespace]],
+                         lambda: all(self.endpoint_ready(namespace, u) for u in uids),
+                         timeout=timeout, what="the new pods to be ready in the EndpointSlices",
+                         recheck=1.0, stop=stop)
+
     def budget(self, namespace: str, key: str) -> Obj | None:
         return self.budgets[namespace].cache.get(key)
 
@@ -109,7 +130,7 @@ class NodeWatch:
         spec (observedGeneration), else 0: a stale status would only earn a 429."""
         pdb = self.budget(namespace, key)
         if pdb is None:
-            return 0
+            return NO_LIMIT  # deleted meanwhile: nothing to wait for (the API decides)
         status = pdb.get("status") or {}
         generation = (pdb.get("metadata") or {}).get("generation")
         observed = status.get("observedGeneration")
@@ -190,7 +211,7 @@ class NodeWatch:
                           stop: asyncio.Event | None = None) -> int:
         """Until every budget in `keys` allows a disruption; returns the smallest allowance."""
         if not keys:
-            return 1 << 30
+            return NO_LIMIT
 
         def allowed() -> int:
             return min(self.budget_allows(namespace, k) for k in keys)

@@ -1,10 +1,12 @@
 """Who cordoned a node, when and why, and how far a drain got: node annotations.
 
-A forgotten cordon is the seed's most expensive invisible failure ("the node reports Ready
-and takes no work"), and no drain tool but draino records why a node was cordoned
-(research drain-anchors.md, feature table). drainsafe writes these on the node together
+A forgotten cordon is an expensive invisible failure (the node reports Ready and takes no
+work), and kubectl's cordon (kubectl pkg/drain/cordon.go) records nothing but
+spec.unschedulable; among drain tools only draino annotates why. drainsafe writes these on
+the node together
 with spec.unschedulable, in one patch, and reads them back for uncordon, audit and resume.
-Pure helpers; the patches are sent by drain.execute.
+The surge record (drainsafe.io/surge) does the same for a workload scaled up by a
+surge-first drain. Pure helpers; the patches are sent by drain.cordon and drain.scale.
 """
 
 from __future__ import annotations

@@ -6,15 +6,17 @@ kubectl there is no --force and no --ignore-daemonsets: DaemonSet and mirror pod
 stay (the NVIDIA device plugin must be the last thing on a GPU node), unmanaged pods always
 block (drainsafe never deletes a pod outside the Eviction API).
 
-On top, what no drain tool checks before cordoning (research drain-anchors.md section 6):
+On top, what kubectl drain (pkg/drain/drain.go) does not check before cordoning:
 - the PDBs each pod is under: several means the eviction API answers HTTP 500 ("This pod
   has more than one PodDisruptionBudget"), so refuse now, naming the budgets;
-- whether each budget can ever allow a disruption at its workload's scale
-  (drainsafe.pdb.best_case_disruptions); zero is a wedge that would retry forever;
-- room for every replacement on the other schedulable nodes (drain.room);
-- grace periods and the longest expected wait, and the eviction order: pods of one
-  workload one at a time (the next only once the previous one's replacement is Ready),
-  independent workloads in parallel.
+- whether each budget can ever allow a disruption at the scale the drain runs it at (its
+  workload's, plus the surge while surged: drainsafe.pdb.best_case_disruptions); zero is a
+  wedge that would retry forever;
+- room for every replacement (or surge pod) on the other schedulable nodes (drain.room);
+- the strategy per workload (plan_workloads): surge (make before break) for a Deployment
+  not mid-rollout, evict (one pod at a time, each after the previous replacement is Ready)
+  for the rest, with the Ready floor and the expected time of each; independent workloads
+  in parallel.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class DrainOptions:
 _meta = meta
 
 
-# -- filters (kubectl pkg/drain/filters.go, in its order, plus "finished" first) ------------
+# -- filters (kubectl pkg/drain/filters.go, in its order, plus "terminating" and "finished"
+# first) --------------------------------------------------------------------------------------
 
 PodFilter = Callable[[Obj, DrainOptions], Verdict | None]
 
@@ -128,9 +131,12 @@ def unreplicated_filter(pod: Obj, _: DrainOptions) -> Verdict | None:
     return None
 
 
+# Terminating first: a pod being deleted is waited for, never sent an eviction, even when
+# its containers have already finished (an evicted pod whose process exited is Succeeded
+# and terminating at once; a second eviction of it would be one too many).
 FILTERS: tuple[PodFilter, ...] = (
-    finished_filter,
     terminating_filter,
+    finished_filter,
     daemonset_filter,
     mirror_filter,
     local_storage_filter,

@@ -33,6 +33,8 @@ def render_plan(console: Console, plan: DrainPlan) -> None:
             f"PDB {budget.key}: {budget.replicas} replicas, allows "
             f"{budget.best_case_disruptions} disruption(s) when all are Ready "
             f"(now: {budget.disruptions_allowed_now})"
+            + (f"; {budget.best_case_with_surge} with the surge of {budget.surge}"
+               if budget.surge else "")
         )
     if plan.workload_plans:
         wt = Table(title="Per workload (workloads run in parallel)", title_justify="left")

@@ -1,7 +1,8 @@
 """Our own list+watch loop (an informer) with a local cache callers can wait on.
 
-Why not a library's watch: every Python client gets some part of this wrong
-(research k8s-clients.md A.2). The protocol followed here
+Why not a library's watch: the Python clients' watches miss parts of the protocol below
+(relist on a 410 sent as an ERROR event, bookmarks, an idle timeout for a silent stream).
+The protocol followed here
 (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes):
 
 - LIST (paginated), remember the list's resourceVersion, then WATCH from it with
