@@ -73,8 +73,7 @@ class DrainScaleEngine:
         await self._scale.finish(self._client, workload, record)
 
 
-def load_engine(client: KubeClient) -> SurgeEngine | None:
-    """The drain's surge engine, or None when this build does not have it yet."""
+def _engine_modules() -> tuple[Any, Any] | None:
     try:
         scale = importlib.import_module("drainsafe.drain.scale")
         ownership = importlib.import_module("drainsafe.drain.ownership")
@@ -83,4 +82,17 @@ def load_engine(client: KubeClient) -> SurgeEngine | None:
     if not all(hasattr(scale, f) for f in ("begin", "set_scale", "finish")) or \
             not hasattr(ownership, "SurgeRecord"):
         return None
+    return scale, ownership
+
+
+def engine_available() -> bool:
+    return _engine_modules() is not None
+
+
+def load_engine(client: KubeClient) -> SurgeEngine | None:
+    """The drain's surge engine, or None when this build does not have it yet."""
+    modules = _engine_modules()
+    if modules is None:
+        return None
+    scale, ownership = modules
     return DrainScaleEngine(client, scale, ownership.SurgeRecord)
