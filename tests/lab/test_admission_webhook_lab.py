@@ -282,9 +282,9 @@ async def test_eviction_webhooks_as_kube_apiserver_calls_them(
     await lab.apply(peer)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 30
-    while any(ep.get("addresses") for es in cp.store.items(aw.SLICES, "hooks")
-              for ep in es.get("endpoints") or []):
-        assert loop.time() < deadline, "the peer's endpoints never went away"
+    while any((ep.get("conditions") or {}).get("ready") is not False
+              for es in cp.store.items(aw.SLICES, "hooks") for ep in es.get("endpoints") or []):
+        assert loop.time() < deadline, "the peer's endpoints never went unready"
         await asyncio.sleep(0.05)
     resp = await _evict(lab, "guarded", victim, dry_run=True)
     assert resp.status_code == 500
