@@ -27,7 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from drainsafe.lab import discovery, fields, openapi, table
+from drainsafe.lab import discovery, fields, openapi, podproxy, table
 from drainsafe.lab import status as st
 from drainsafe.lab.admission_webhook import (
     WebhookDispatcher,
@@ -110,7 +110,7 @@ class ApiServer:
         self.admission = WebhookDispatcher(store)
         self.app = Starlette(routes=[
             Route("/{path:path}", self._handle,
-                  methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]),
+                  methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
         ])
 
     # ---- edge ----------------------------------------------------------------------
@@ -191,6 +191,14 @@ class ApiServer:
                 and rt3.namespaced):
             namespace, segs = segs[1], segs[2:]
         rt = discovery.lookup(group, version, segs[0]) if segs else None
+        if rt is discovery.BY_KEY["pods"] and namespace and len(segs) >= 3 \
+                and segs[2] == "proxy" and not watch_path:
+            # The sub-path is everything after .../proxy, trailing slash kept.
+            _, _, sub_path = request.url.path.partition(f"/pods/{segs[1]}/proxy")
+            return await podproxy.proxy(self.store, request, namespace, segs[1], sub_path)
+        if request.method == "OPTIONS":
+            raise st.method_not_allowed("the server does not allow this method on the "
+                                        "requested resource")
         if rt is None or len(segs) > 3:
             raise _page_not_found()
         name = segs[1] if len(segs) > 1 else None
