@@ -63,14 +63,26 @@ def test_an_existing_record_is_reused_not_surged_again() -> None:
 
 
 def test_a_second_pod_of_the_same_workload_adds_one_stand_in() -> None:
+    # llm-b's stand-in is Available, but it is llm-b's: llm-a gets its own.
     facts = _with(workload=WorkloadFacts("llm", 3, 3, False),
-                  surge=SurgeFacts(2, frozenset({"ml/llm-b"})))
-    # available 3 - 1 >= 2: the first stand-in already covers this eviction
-    assert decide(facts, hold_limit=LIMIT) == Allow(AllowReason.CAPACITY)
-    facts = _with(workload=WorkloadFacts("llm", 3, 2, False),
                   surge=SurgeFacts(2, frozenset({"ml/llm-b"})))
     verdict = decide(facts, hold_limit=LIMIT)
     assert isinstance(verdict, Hold) and verdict.surge_to == 4
+    facts = _with(workload=WorkloadFacts("llm", 4, 4, False),
+                  surge=SurgeFacts(2, frozenset({"ml/llm-a", "ml/llm-b"})))
+    assert decide(facts, hold_limit=LIMIT) == Allow(AllowReason.STAND_IN_READY)
+
+
+def test_a_surge_by_drainsafe_drain_is_waited_for_never_added_to() -> None:
+    # drainsafe drain surged 2 -> 3 for llm-b (another node); kubectl drain evicts llm-a.
+    drain = SurgeFacts(2, frozenset({"ml/llm-b"}), owned=False)
+    facts = _with(workload=WorkloadFacts("llm", 3, 3, False), surge=drain)
+    verdict = decide(facts, hold_limit=LIMIT)
+    assert isinstance(verdict, Hold) and verdict.surge_to is None
+    assert verdict.waiting_for == "surge"
+    # The drain's own eviction of the pod it surged for is never held.
+    own = _with(facts, name="llm-b")
+    assert decide(own, hold_limit=LIMIT) == Allow(AllowReason.DRAIN_SURGED)
 
 
 @pytest.mark.parametrize(("facts", "waiting", "reason"), [

@@ -207,3 +207,42 @@ async def test_leader_killed_mid_hold_another_replica_finishes(
             await until(lambda: len(ready_pods(lab, "llm")) >= 2, timeout=30, what="2 Ready")
         await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
                     what="nothing left scaled up")
+
+
+async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (KUBECTL_DIR / "kubectl.1.33").exists():
+        pytest.skip("kubectl 1.33 is not installed")
+    monkeypatch.setenv("PATH", lab_path_env())
+    async with Lab(tmp_path / "lab", nodes=4, gpus_per_node=1, propagation_seconds=0.2,
+                   restart_backoff=0.5) as lab:
+        await _install(lab)
+        await lab.apply(guarded_deployment(replicas=2, startup=2.0), pdb())
+        await lab.wait_available(NAMESPACE, "llm", timeout=60)
+        first, second = sorted(p["spec"]["nodeName"] for p in ready_pods(lab, "llm"))
+        scales: list[int] = []
+        ready: list[int] = []
+        stop = asyncio.Event()
+
+        async def sample() -> None:
+            while not stop.is_set():
+                scales.append(_scale_and_record(lab, "llm")[0])
+                ready.append(len(ready_pods(lab, "llm")))
+                await asyncio.sleep(0.1)
+
+        sampler = asyncio.ensure_future(sample())
+        ours = await asyncio.create_subprocess_exec(
+            "drainsafe", "drain", first, "--delete-emptydir-data", "--timeout=120",
+            env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        theirs = kubectl(lab, "1.33", "drain", second, "--ignore-daemonsets",
+                         "--delete-emptydir-data", "--timeout=120s", timeout=150)
+        (code, out), (ours_out, _) = await asyncio.gather(theirs, ours.communicate())
+        await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
+                    what="the scale restored and every record removed")
+        stop.set()
+        await sampler
+        assert ours.returncode == 0, ours_out.decode()
+        assert code == 0, out
+        assert max(scales) <= 3, scales  # one stand-in at a time, never a double surge
+        assert min(ready) >= 2, ready

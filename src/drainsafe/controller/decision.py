@@ -30,6 +30,7 @@ GUARD_LABEL = "drainsafe.io/guard"
 
 
 class AllowReason(enum.StrEnum):
+    DRAIN_SURGED = "surged-by-drain"
     NOT_OPTED_IN = "not-opted-in"
     FINISHED = "finished"
     TERMINATING = "terminating"
@@ -74,7 +75,8 @@ class SurgeFacts:
     """The surge record on the workload (drainsafe.io/surge), whoever wrote it."""
 
     replicas: int  # the scale before the surge
-    pods: frozenset[str]  # "ns/name" of the pods it surges for
+    pods: frozenset[str]  # "ns/name" of the active pods it surges for (and the held ones)
+    owned: bool = True  # written by the guard; False: by `drainsafe drain`, which paces itself
 
 
 @dataclass(frozen=True)
@@ -128,24 +130,31 @@ def decide(facts: Facts, *, hold_limit: float) -> Verdict:
         return Release(ReleaseReason.NO_CONTROLLER,
                        f"pod {pod.namespace}/{pod.name} is not part of a Deployment: there is "
                        "nothing to surge, so the eviction is not held")
-    desired = facts.surge.replicas if facts.surge is not None else workload.replicas
+    surge = facts.surge
+    desired = surge.replicas if surge is not None else workload.replicas
     key = f"{pod.namespace}/{pod.name}"
-    if workload.available - 1 >= desired:
-        surged = facts.surge is not None and key in facts.surge.pods
+    if surge is not None and not surge.owned and key in surge.pods:
+        # `drainsafe drain` surged for this very pod and evicts it only once its stand-in
+        # is Ready: holding it would hold the drain against itself.
+        return Allow(AllowReason.DRAIN_SURGED)
+    # Stand-ins already promised to other pods of the record are not this pod's.
+    reserved = len(surge.pods - {key}) if surge is not None else 0
+    if workload.available - 1 >= desired + reserved:
+        surged = surge is not None and key in surge.pods
         return Allow(AllowReason.STAND_IN_READY if surged else AllowReason.CAPACITY)
     if facts.dry_run:
         return Allow(AllowReason.DRY_RUN)
     held = facts.held_for or 0.0
     over = held >= hold_limit
     where = f"deployment {pod.namespace}/{workload.name}"
-    if workload.mid_rollout and facts.surge is None:
+    if workload.mid_rollout and surge is None:
         if over:
             return Release(ReleaseReason.MID_ROLLOUT,
                            f"{where} is mid-rollout: a surge would be spread over its "
                            f"ReplicaSets; released after {held:.0f} s")
         return Hold(f"drainsafe guard: {where} is mid-rollout; holding the eviction of "
                     f"{key} until it finishes (at most {hold_limit:.0f} s)", None, "rollout")
-    if not facts.room and facts.surge is None:
+    if not facts.room and surge is None:
         if over:
             return Release(ReleaseReason.NO_ROOM,
                            f"no room for a stand-in of {where} on another schedulable node; "
@@ -155,7 +164,11 @@ def decide(facts: Facts, *, hold_limit: float) -> Verdict:
     if over:
         return Release(ReleaseReason.TIMEOUT,
                        f"the stand-in of {where} was not Available after {held:.0f} s")
-    pods = (facts.surge.pods if facts.surge is not None else frozenset()) | {key}
+    if surge is not None and not surge.owned:
+        return Hold(f"drainsafe guard: {where} is being surged by a drainsafe drain; holding "
+                    f"the eviction of {key} until that surge is done (at most "
+                    f"{hold_limit:.0f} s)", None, "surge")
+    pods = (surge.pods if surge is not None else frozenset()) | {key}
     target = desired + len(pods)
     return Hold(f"drainsafe guard: holding the eviction of {key} until a stand-in is Ready "
                 f"and Available ({where}: {workload.available} of {target} available, "

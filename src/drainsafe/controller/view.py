@@ -30,7 +30,11 @@ from drainsafe.controller.decision import (
     WorkloadFacts,
 )
 from drainsafe.controller.engine import SurgeRecordView
-from drainsafe.controller.record import HOLD_ANNOTATION, RELEASED_ANNOTATION
+from drainsafe.controller.record import (
+    GUARD_SURGE_ANNOTATION,
+    HOLD_ANNOTATION,
+    RELEASED_ANNOTATION,
+)
 
 Obj = dict[str, Any]
 RecordReader = Callable[[Mapping[str, Any]], SurgeRecordView | None]
@@ -188,6 +192,11 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
     record = record_of(deployment)
     surge = None
     if record is not None:
-        surge = SurgeFacts(record.replicas, frozenset(set(record.pods) | held_pods(members)))
+        active = {pod_key(p) for p in members if is_active(p)}
+        owned = ((_meta(deployment).get("annotations") or {}).get(GUARD_SURGE_ANNOTATION)
+                 == "true")
+        surge = SurgeFacts(record.replicas,
+                           frozenset((set(record.pods) & active) | held_pods(members)),
+                           owned=owned)
     room = room_for_stand_in(pod, nodes.values(), pods.values()) if surge is None else True
     return Facts(pfacts, workload, surge, room=room, held_for=held_for, dry_run=dry_run)
