@@ -201,12 +201,15 @@ async def test_leader_killed_mid_hold_another_replica_finishes(
                 except TooManyRequests:
                     assert time.monotonic() < deadline, "the eviction was never allowed"
                     await asyncio.sleep(1)
-            new_leader = store.get(LEASES, "drainsafe-system",
-                                   "drainsafe-controller")["spec"]["holderIdentity"]
-            assert new_leader != leader
             await until(lambda: len(ready_pods(lab, "llm")) >= 2, timeout=30, what="2 Ready")
         await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
                     what="nothing left scaled up")
+        # The restore was made by another replica, the new leader.
+        restored = [e for e in store.items(BY_KEY["events"], NAMESPACE)
+                    if e["reason"] == "SurgeRestored"]
+        assert restored and all(e["reportingInstance"] != leader for e in restored)
+        assert store.get(LEASES, "drainsafe-system",
+                         "drainsafe-controller")["spec"]["holderIdentity"] != leader
 
 
 async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
