@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import ssl
@@ -102,56 +103,82 @@ def eviction(pod: str, *, dry_run: bool) -> dict[str, Any]:
     return body
 
 
+def review_body(pod: str) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": str(uuid.uuid4()),
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "subResource": "eviction", "name": pod, "namespace": "default",
+                        "operation": "CREATE", "dryRun": True,
+                        "object": eviction(pod, dry_run=True)}}
+
+
+async def client_main(args: argparse.Namespace) -> None:
+    """The load generator, in its own process so that it does not share the lab's CPU
+    time and event loop: prints {"latencies": [...], "failed": n} as JSON."""
+    pods = args.pods.split(",")
+    verify: Any = False if args.mode == "direct" else ssl.create_default_context(
+        cafile=args.ca)
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    async with httpx.AsyncClient(verify=verify, headers=headers, timeout=60,
+                                 limits=httpx.Limits(max_connections=64)) as client:
+        async def send() -> bool:
+            pod = random.choice(pods)
+            if args.mode == "direct":
+                resp = await client.post(args.url, json=review_body(pod))
+                return resp.status_code == 200
+            resp = await client.post(
+                f"{args.url}/api/v1/namespaces/default/pods/{pod}/eviction?dryRun=All",
+                json=eviction(pod, dry_run=True))
+            return resp.status_code == 201
+
+        latencies, failed = await open_loop(args.rate, args.seconds, send)
+    print(json.dumps({"latencies": latencies, "failed": failed}))
+
+
+async def run_client(mode: str, url: str, pods: list[str], rate: float, seconds: float, *,
+                     token: str = "", ca: str = "") -> tuple[list[float], int]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, f"--client={mode}", f"--url={url}",
+        f"--pods={','.join(pods)}", f"--rate={rate}", f"--seconds={seconds}",
+        f"--token={token}", f"--ca={ca}",
+        stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"the load generator failed ({proc.returncode})")
+    data = json.loads(out)
+    return list(data["latencies"]), int(data["failed"])
+
+
 async def latency(lab: Lab, rate: float, seconds: float) -> list[tuple[str, list[float], int]]:
     cp = lab.control_plane
     assert cp is not None
     pods = [p["metadata"]["name"] for p in ready_pods(lab, "llm")]
     controller = next(p for p in cp.store.items(PODS, "drainsafe-system")
                       if p.get("status", {}).get("podIP"))
-    rows = []
     review_url = f"https://{controller['status']['podIP']}:8443/validate"
-    async with httpx.AsyncClient(verify=False, timeout=30) as direct:
-        async def review() -> bool:
-            pod = random.choice(pods)
-            body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                    "request": {"uid": str(uuid.uuid4()),
-                                "resource": {"group": "", "version": "v1",
-                                             "resource": "pods"},
-                                "subResource": "eviction", "name": pod,
-                                "namespace": "default", "operation": "CREATE",
-                                "dryRun": True,
-                                "object": eviction(pod, dry_run=True)}}
-            resp = await direct.post(review_url, json=body)
-            return resp.status_code == 200
-        rows.append(("webhook answer (direct, HTTPS)", *await open_loop(rate, seconds, review)))
-
-    async with api_client(lab) as client:
-        async def evict() -> bool:
-            pod = random.choice(pods)
-            resp = await client.post(
-                f"{cp.url}/api/v1/namespaces/default/pods/{pod}/eviction?dryRun=All",
-                json=eviction(pod, dry_run=True))
-            return resp.status_code == 201
-
-        calls = cp.api.admission.calls
-        rows.append(("eviction via API, guard installed", *await open_loop(rate, seconds,
-                                                                           evict)))
-        assert cp.api.admission.calls > calls, "the webhook was not called"
-        saved = cp.store.get(VWC, "", "drainsafe-guard")
-        cp.store.delete(VWC, "", "drainsafe-guard")
-        calls = cp.api.admission.calls
-        rows.append(("eviction via API, no webhook (peer)", *await open_loop(rate, seconds,
-                                                                             evict)))
-        assert cp.api.admission.calls == calls
-        saved["metadata"] = {"name": "drainsafe-guard"}
-        cp.store.create(VWC, saved)
+    api = {"token": cp.token, "ca": str(cp.ca_path)}
+    rows = [("webhook answer (direct, HTTPS)",
+             *await run_client("direct", review_url, pods, rate, seconds))]
+    calls = cp.api.admission.calls
+    rows.append(("eviction via API, guard installed",
+                 *await run_client("api", cp.url, pods, rate, seconds, **api)))
+    assert cp.api.admission.calls > calls, "the webhook was not called"
+    saved = cp.store.get(VWC, "", "drainsafe-guard")
+    cp.store.delete(VWC, "", "drainsafe-guard")
+    calls = cp.api.admission.calls
+    rows.append(("eviction via API, no webhook (peer)",
+                 *await run_client("api", cp.url, pods, rate, seconds, **api)))
+    assert cp.api.admission.calls == calls
+    saved["metadata"] = {"name": "drainsafe-guard"}
+    cp.store.create(VWC, saved)
     return rows
 
 
 async def hold_time(lab: Lab, startup: float) -> dict[str, float]:
     cp = lab.control_plane
     assert cp is not None
-    await lab.apply(guarded_deployment("slow", replicas=2, startup=startup), pdb("slow"))
+    await lab.apply(guarded_deployment("slow", replicas=2, startup=startup, gpus=0),
+                    pdb("slow"))
     await lab.wait_available("default", "slow", timeout=60)
     victim = ready_pods(lab, "slow")[0]["metadata"]["name"]
     before = {p["metadata"]["name"] for p in cp.store.items(PODS, "default")}
@@ -194,7 +221,16 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--startup", type=float, default=3.0)
+    parser.add_argument("--client", choices=("direct", "api"), dest="mode",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--pods", help=argparse.SUPPRESS)
+    parser.add_argument("--token", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--ca", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.mode:
+        await client_main(args)
+        return
     os.environ["PATH"] = lab_path_env()
     with tempfile.TemporaryDirectory(prefix="bench-webhook-") as tmp:
         async with Lab(Path(tmp) / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
