@@ -199,8 +199,8 @@ class Guard:
             if self.elector.is_leader:
                 try:
                     await self.reconcile()
-                except KubeError as exc:
-                    log.warning("reconcile: %s", exc)
+                except Exception:  # the loop outlives any one bad pass; the next retries
+                    log.exception("reconcile failed; retrying")
             await asyncio.sleep(self.cfg.reconcile_seconds)
 
     def _autoscaler_of(self, deployment: Mapping[str, Any]) -> str | None:
