@@ -94,6 +94,14 @@ async def test_installed_with_kubectl_apply_k_holds_a_guarded_eviction(guard_lab
                               f"drainsafe guard: holding the eviction of default/{victim}")
     held = store.get(PODS, "default", victim)
     assert "drainsafe.io/eviction-held-since" in held["metadata"]["annotations"]
+    # Prometheus metrics of the replicas: one first hold, counted by whichever answered.
+    holds = 0.0
+    async with httpx.AsyncClient(timeout=10) as client:
+        for pod in store.items(PODS, "drainsafe-system"):
+            text = (await client.get(f"http://{pod['status']['podIP']}:9090/metrics")).text
+            holds += sum(float(line.split()[-1]) for line in text.splitlines()
+                         if line.startswith("drainsafe_guard_holds_total "))
+    assert holds == 1
     # A pod that did not opt in is let through at once (its PDB allows one).
     plain = guarded_deployment("plain", replicas=2, gpus=0)
     del plain["spec"]["template"]["metadata"]["labels"]["drainsafe.io/guard"]
