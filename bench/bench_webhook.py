@@ -120,7 +120,8 @@ async def client_main(args: argparse.Namespace) -> None:
         cafile=args.ca)
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     async with httpx.AsyncClient(verify=verify, headers=headers, timeout=60,
-                                 limits=httpx.Limits(max_connections=64)) as client:
+                                 limits=httpx.Limits(max_connections=64,
+                                                     max_keepalive_connections=64)) as client:
         async def send() -> bool:
             pod = random.choice(pods)
             if args.mode == "direct":
@@ -159,18 +160,19 @@ async def latency(lab: Lab, rate: float, seconds: float) -> list[tuple[str, list
     api = {"token": cp.token, "ca": str(cp.ca_path)}
     rows = [("webhook answer (direct, HTTPS)",
              *await run_client("direct", review_url, pods, rate, seconds))]
-    calls = cp.api.admission.calls
-    rows.append(("eviction via API, guard installed",
-                 *await run_client("api", cp.url, pods, rate, seconds, **api)))
-    assert cp.api.admission.calls > calls, "the webhook was not called"
+    # The peer first (the configuration set aside), then the guard; each in a fresh client.
     saved = cp.store.get(VWC, "", "drainsafe-guard")
     cp.store.delete(VWC, "", "drainsafe-guard")
     calls = cp.api.admission.calls
-    rows.append(("eviction via API, no webhook (peer)",
-                 *await run_client("api", cp.url, pods, rate, seconds, **api)))
+    peer = ("eviction via API, no webhook (peer)",
+            *await run_client("api", cp.url, pods, rate, seconds, **api))
     assert cp.api.admission.calls == calls
     saved["metadata"] = {"name": "drainsafe-guard"}
     cp.store.create(VWC, saved)
+    rows.append(("eviction via API, guard installed",
+                 *await run_client("api", cp.url, pods, rate, seconds, **api)))
+    assert cp.api.admission.calls > calls, "the webhook was not called"
+    rows.append(peer)
     return rows
 
 

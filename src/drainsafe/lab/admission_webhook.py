@@ -326,8 +326,12 @@ class WebhookDispatcher:
         if client is None:  # a lab has a handful of webhooks: no eviction needed
             # TCP_NODELAY, as Go's net.Dial sets by default: without it the request body
             # waits for the ACK of the headers (Nagle vs delayed ACK, ~40 ms per call).
+            # Every connection kept alive: the API server multiplexes webhook calls over
+            # HTTP/2; with HTTP/1.1 a pool that closes connections beyond a keep-alive limit
+            # pays a TLS handshake per call exactly when calls pile up.
             transport = httpx.AsyncHTTPTransport(
                 verify=tls_context(ca_bundle),
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
                 socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
             client = httpx.AsyncClient(transport=transport)
             self._clients[key] = client
