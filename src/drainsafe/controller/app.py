@@ -32,11 +32,12 @@ from drainsafe.controller.engine import load_engine
 from drainsafe.controller.guard import Guard
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.serving import ensure_serving_cert, sync_ca_bundle
-from drainsafe.kube import KubeClient
+from drainsafe.kube import KubeClient, KubeError
 
 log = logging.getLogger(__name__)
 SERVICE_ACCOUNT = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount")
 CA_SYNC_SECONDS = 30.0
+CA_RETRY_SECONDS = 2.0
 
 
 def make_client() -> KubeClient:
@@ -120,9 +121,15 @@ async def run(cfg: ControllerConfig) -> int:
     tasks = [asyncio.ensure_future(s._serve()) for s in servers]  # no signal capture
 
     async def keep_ca() -> None:
+        # Often until the configuration exists and carries our CA, then now and then (in
+        # case it is re-created from its manifest, which has no caBundle).
         while True:
-            await sync_ca_bundle(client, cfg, cert.ca_pem)
-            await asyncio.sleep(CA_SYNC_SECONDS)
+            try:
+                done = await sync_ca_bundle(client, cfg, cert.ca_pem)
+            except KubeError as exc:
+                log.warning("could not write the caBundle: %s", exc)
+                done = False
+            await asyncio.sleep(CA_SYNC_SECONDS if done else CA_RETRY_SECONDS)
 
     tasks += [asyncio.ensure_future(elector.run()), asyncio.ensure_future(guard.run_reconciler()),
               asyncio.ensure_future(keep_ca())]
