@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from drainsafe.controller.config import ControllerConfig
-from drainsafe.controller.decision import Allow, AllowReason, Hold, Release, decide
+from drainsafe.controller.decision import Allow, AllowReason, Facts, Hold, Release, decide
 from drainsafe.controller.engine import SurgeEngine, SurgeRecordView
 from drainsafe.controller.events import record_event
 from drainsafe.controller.leader import LeaderElector
@@ -100,7 +100,7 @@ class Guard:
 
     # ---- answering (every replica) ------------------------------------------------
 
-    def _facts(self, pod: Obj, *, dry_run: bool, now: dt.datetime) -> Any:
+    def _facts(self, pod: Obj, *, dry_run: bool, now: dt.datetime) -> Facts:
         ns = (pod.get("metadata") or {}).get("namespace")
         mono = time.monotonic()
         self._let_go = {k: t for k, t in self._let_go.items() if mono - t < LET_GO_SECONDS}
