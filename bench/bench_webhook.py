@@ -163,15 +163,15 @@ async def latency(lab: Lab, rate: float, seconds: float) -> list[tuple[str, list
     # The peer first (the configuration set aside), then the guard; each in a fresh client.
     saved = cp.store.get(VWC, "", "drainsafe-guard")
     cp.store.delete(VWC, "", "drainsafe-guard")
-    calls = cp.api.admission.calls
+    calls = cp.api.webhooks.calls
     peer = ("eviction via API, no webhook (peer)",
             *await run_client("api", cp.url, pods, rate, seconds, **api))
-    assert cp.api.admission.calls == calls
+    assert cp.api.webhooks.calls == calls
     saved["metadata"] = {"name": "drainsafe-guard"}
     cp.store.create(VWC, saved)
     rows.append(("eviction via API, guard installed",
                  *await run_client("api", cp.url, pods, rate, seconds, **api)))
-    assert cp.api.admission.calls > calls, "the webhook was not called"
+    assert cp.api.webhooks.calls > calls, "the webhook was not called"
     rows.append(peer)
     return rows
 
