@@ -51,6 +51,7 @@ from drainsafe.lab.discovery import BY_KEY  # noqa: E402
 
 VWC = BY_KEY["admissionregistration.k8s.io/validatingwebhookconfigurations"]
 PODS = BY_KEY["pods"]
+CONNECTIONS = 32
 
 
 def pct(values: list[float], q: float) -> float:
@@ -119,9 +120,18 @@ async def client_main(args: argparse.Namespace) -> None:
     verify: Any = False if args.mode == "direct" else ssl.create_default_context(
         cafile=args.ca)
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    # Long-lived connections, opened before the clock starts, as a drainer's client-go keeps
+    # its (HTTP/2) connection: a pool that opens a new TLS connection whenever all are busy
+    # turns a slow moment into a storm of handshakes in the lab's one Python process.
     async with httpx.AsyncClient(verify=verify, headers=headers, timeout=60,
-                                 limits=httpx.Limits(max_connections=64,
-                                                     max_keepalive_connections=64)) as client:
+                                 limits=httpx.Limits(max_connections=CONNECTIONS,
+                                                     max_keepalive_connections=CONNECTIONS)
+                                 ) as client:
+        warm = args.url if args.mode == "direct" else f"{args.url}/version"
+        await asyncio.gather(*(client.request("GET" if args.mode == "api" else "POST", warm,
+                                              json=None if args.mode == "api"
+                                              else review_body(pods[0]))
+                               for _ in range(CONNECTIONS)))
         async def send() -> bool:
             pod = random.choice(pods)
             if args.mode == "direct":
