@@ -261,3 +261,45 @@ async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
         await sampler
         assert max(scales) <= 3, scales  # one stand-in at a time, never a double surge
         assert min(ready) >= 2, ready
+
+
+async def test_an_hpa_managed_workload_is_surged_through_min_replicas_and_restored(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (KUBECTL_DIR / "kubectl.1.33").exists():
+        pytest.skip("kubectl 1.33 is not installed")
+    monkeypatch.setenv("PATH", lab_path_env())
+    hpas = BY_KEY["autoscaling/horizontalpodautoscalers"]
+    async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
+                   restart_backoff=0.5) as lab:
+        await _install(lab)
+        await lab.apply(guarded_deployment(replicas=2, startup=2.0), pdb(), {
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "llm", "namespace": NAMESPACE},
+            "spec": {"minReplicas": 2, "maxReplicas": 2, "scaleTargetRef": {
+                "apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"}}})
+        await lab.wait_available(NAMESPACE, "llm", timeout=60)
+        assert lab.control_plane is not None
+        store = lab.control_plane.store
+        victim = ready_pods(lab, "llm")[0]["metadata"]["name"]
+        bounds: list[tuple[int, int]] = []
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            from drainsafe.kube import TooManyRequests
+
+            deadline = time.monotonic() + 60
+            while True:
+                spec = store.get(hpas, NAMESPACE, "llm")["spec"]
+                bounds.append((int(spec["minReplicas"]), int(spec["maxReplicas"])))
+                try:
+                    await client.evict(NAMESPACE, victim, uid=None)
+                    break
+                except TooManyRequests:
+                    assert time.monotonic() < deadline, "the eviction was never allowed"
+                    await asyncio.sleep(0.5)
+        # The HPA's bounds were raised for the stand-in (an HPA takes a plain scale back)...
+        assert max(b[0] for b in bounds) == 3, bounds
+        # ... and come back exactly, with the scale, once the eviction is done.
+        await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
+                    what="the scale restored")
+        spec = store.get(hpas, NAMESPACE, "llm")["spec"]
+        assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 2)
+        assert len(ready_pods(lab, "llm")) >= 2
