@@ -85,13 +85,17 @@ async def test_installed_with_kubectl_apply_k_holds_a_guarded_eviction(guard_lab
     await until(lambda: bool((store.peek(LEASES, "drainsafe-system", "drainsafe-controller")
                               or {}).get("spec", {}).get("holderIdentity")),
                 timeout=30, what="a leader")
-    await lab.apply(guarded_deployment(replicas=2), pdb())
+    # Three GPU pods on three one-GPU nodes: no room for a stand-in, so the guard holds
+    # (until --hold-limit) whether or not this build can surge.
+    await lab.apply(guarded_deployment(replicas=3), pdb())
     await lab.wait_available("default", "llm", timeout=60)
     victim = ready_pods(lab, "llm")[0]["metadata"]["name"]
     code, message = await evict(lab, victim)
     assert code == 429, message
     assert message.startswith('admission webhook "guard.drainsafe.io" denied the request: '
-                              f"drainsafe guard: holding the eviction of default/{victim}")
+                              "drainsafe guard: no room for a stand-in of deployment "
+                              f"default/llm on another node; holding the eviction of "
+                              f"default/{victim}")
     held = store.get(PODS, "default", victim)
     assert "drainsafe.io/eviction-held-since" in held["metadata"]["annotations"]
     # Prometheus metrics of the replicas: one first hold, counted by whichever answered.

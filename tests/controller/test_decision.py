@@ -109,3 +109,12 @@ def test_pods_a_stand_in_cannot_replace_are_released_at_once(
         owner: str | None, reason: ReleaseReason) -> None:
     verdict = decide(_with(owner_kind=owner, workload=None), hold_limit=LIMIT)
     assert isinstance(verdict, Release) and verdict.reason == reason
+
+
+def test_a_build_without_a_surge_engine_never_holds_for_a_stand_in() -> None:
+    verdict = decide(_with(can_surge=False), hold_limit=LIMIT)
+    assert isinstance(verdict, Release) and verdict.reason == ReleaseReason.NO_ENGINE
+    # Waiting for a surge drainsafe drain recorded still makes sense.
+    drain = SurgeFacts(2, frozenset({"ml/llm-b"}), owned=False)
+    facts = _with(workload=WorkloadFacts("llm", 3, 2, False), surge=drain, can_surge=False)
+    assert isinstance(decide(facts, hold_limit=LIMIT), Hold)

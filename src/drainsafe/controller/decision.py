@@ -46,6 +46,7 @@ class ReleaseReason(enum.StrEnum):
     NO_ROOM = "no-room"
     MID_ROLLOUT = "mid-rollout"
     TIMEOUT = "stand-in-not-available"
+    NO_ENGINE = "no-surge-engine"
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Facts:
     room: bool  # a stand-in fits on a schedulable node other than the pod's
     held_for: float | None  # seconds since the first hold of this pod, None if never held
     dry_run: bool = False
+    can_surge: bool = True  # False: this build has no surge engine, so no stand-in will come
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,10 @@ def decide(facts: Facts, *, hold_limit: float) -> Verdict:
         return Hold(f"drainsafe guard: {where} is being surged by a drainsafe drain; holding "
                     f"the eviction of {key} until that surge is done (at most "
                     f"{hold_limit:.0f} s)", None, "surge")
+    if surge is None and not facts.can_surge:
+        return Release(ReleaseReason.NO_ENGINE,
+                       f"this drainsafe build cannot surge {where}, so no stand-in will come; "
+                       "the eviction is not held")
     pods = (surge.pods if surge is not None else frozenset()) | {key}
     target = desired + len(pods)
     return Hold(f"drainsafe guard: holding the eviction of {key} until a stand-in is Ready "

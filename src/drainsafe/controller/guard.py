@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -104,11 +105,12 @@ class Guard:
         ns = (pod.get("metadata") or {}).get("namespace")
         mono = time.monotonic()
         self._let_go = {k: t for k, t in self._let_go.items() if mono - t < LET_GO_SECONDS}
-        return gather(pod, namespace=self.namespaces.get(str(ns)),
-                      deployments=self.deployments.cache, replicasets=self.replicasets.cache,
-                      pods=self.pods.cache, nodes=self.nodes.cache,
-                      record_of=self._record_of, let_go=self._let_go, now=now,
-                      dry_run=dry_run)
+        facts = gather(pod, namespace=self.namespaces.get(str(ns)),
+                       deployments=self.deployments.cache, replicasets=self.replicasets.cache,
+                       pods=self.pods.cache, nodes=self.nodes.cache,
+                       record_of=self._record_of, let_go=self._let_go, now=now,
+                       dry_run=dry_run)
+        return dataclasses.replace(facts, can_surge=self.engine is not None)
 
     def _record_of(self, deployment: Mapping[str, Any]) -> SurgeRecordView | None:
         return self.engine.record_of(deployment) if self.engine is not None else None
