@@ -149,6 +149,8 @@ async def test_kubectl_drain_keeps_two_ready_with_the_guard_and_drops_without(
         await until(lambda: _scale_and_record(lab) == (2, False), timeout=30,
                     what="the scale restored and the record removed")
 
+        if version != "1.33":
+            return  # the comparison without the guard runs once, with the newest kubectl
         # The same drain without the guard (the namespace opted out) drops to 1 Ready.
         code, out = await kubectl(lab, "1.33", "uncordon", node)
         assert code == 0, out
