@@ -11,6 +11,7 @@ from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import Index, integer, mapping, number
 from drainsafe.check.rules import rule
 from drainsafe.check.rules.termination import serves_traffic, serving
+from drainsafe.check.serverfix import pre_stop, probe
 from drainsafe.check.snippets import container_fix
 
 # Probe defaults (kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#Probe).
@@ -18,11 +19,12 @@ DEFAULT_PERIOD = 10
 DEFAULT_FAILURE_THRESHOLD = 3
 DEFAULT_TIMEOUT = 1
 
-# Endpoints that a server fails on purpose while it drains (vLLM /health returns 503 during
-# drain and documents /live for liveness; SGLang /health and /health_generate return 503 once
-# shutdown starts): server-shutdown.md, lint-anchors.md 3(e).
+# Endpoints that a server fails on purpose while it drains: SGLang's /health and
+# /health_generate answer 503 once SIGTERM set gracefully_exit (sgl-project/sglang 0.5.23
+# python/sglang/srt/entrypoints/http_server.py). vLLM's /health stays 200 while
+# --shutdown-timeout drains; it answers 503 only for a dead engine (vllm 0.18.0 and 0.32.0
+# vllm/entrypoints/serve/instrumentator/health.py).
 DRAIN_FAILING_PATHS = {
-    "vllm": ("/health",),
     "sglang": ("/health", "/health_generate"),
 }
 
@@ -126,8 +128,8 @@ def _readiness_slow(index: Index, context: Context) -> Iterator[Finding]:
                 container_fix(w.pod_path, s.container.name, {
                     "readinessProbe": {"periodSeconds": 2, "failureThreshold": 1,
                                        "timeoutSeconds": 1},
-                    "lifecycle": {"preStop": {"sleep": {
-                        "seconds": max(math.ceil(context.propagation_seconds), 3)}}}}),
+                    "lifecycle": pre_stop(s.container, "sleep", {
+                        "seconds": max(math.ceil(context.propagation_seconds), 3)})}),
                 path=(*s.container.path, "readinessProbe"),
             )
 
@@ -151,13 +153,17 @@ LIVENESS_ON_READINESS = rule(
     """
 Readiness should fail while a server drains (so traffic moves away); liveness must not, or
 the kubelet restarts the container in the middle of its drain and the in-flight requests die
-with it. vLLM's /health returns 503 during drain and vLLM documents /live for liveness;
-SGLang's /health returns 503 once shutdown starts. A liveness probe identical to the
-readiness probe has the same problem, and also restarts a server that is merely overloaded.
+with it. SGLang's /health and /health_generate return 503 once SIGTERM starts its shutdown.
+A liveness probe identical to the readiness probe restarts a server that is merely
+overloaded, and one that fails readiness on purpose while it drains. The fix is a TCP
+liveness check on the serving port: it needs no endpoint the server may not have (vLLM has
+/health and /ping, no /live or /livez), and it passes while the process drains.
 
-Sources: vLLM docs "Using Kubernetes" (readiness /health, liveness /live);
-sgl-project/sglang http_server.py (503 once gracefully_exit is set); kube-score
-pod-probes-identical.
+Sources: sgl-project/sglang 0.5.23 python/sglang/srt/entrypoints/http_server.py (503 "during
+shutdown" once gracefully_exit is set); vllm 0.18.0 and 0.32.0
+vllm/entrypoints/serve/instrumentator/health.py (/health is 503 only for a dead engine);
+kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/ (a failed
+liveness probe restarts the container); kube-score pod-probes-identical.
 """)
 
 
@@ -179,12 +185,13 @@ def _liveness(index: Index, context: Context) -> Iterator[Finding]:
                 reason = f"it probes the readiness endpoint {live[0]}"
             else:
                 continue
-            fix_path = "/live" if s.server and s.server.server == "vllm" else "/livez"
+            # A TCP check: the process is up and listening. It needs no endpoint the
+            # server may lack, and it passes while the server drains or is overloaded.
             port = mapping(liveness.get("httpGet")).get("port") or _first_port(c.spec)
             yield LIVENESS_ON_READINESS.finding(
                 w,
                 f"container {c.name}: liveness restarts a draining server: {reason}",
-                container_fix(w.pod_path, c.name, {"livenessProbe": {"httpGet": {
-                    "path": fix_path, "port": port}}}),
+                container_fix(w.pod_path, c.name, {"livenessProbe": probe(
+                    liveness, "tcpSocket", {"port": port})}),
                 path=(*c.path, "livenessProbe"),
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from drainsafe.check.findings import Edit, Finding, Severity
 from drainsafe.check.hooks import DrainDelay, drain_delay, needs_shell
 from drainsafe.check.model import Container, Index, Workload, number
 from drainsafe.check.rules import rule
+from drainsafe.check.serverfix import WRAPPER_NOTE, pre_stop, with_flag, wrapped
 from drainsafe.check.servers import (
     CommandLine,
     ServerShutdown,
@@ -204,25 +206,38 @@ def _shutdown_short(index: Index, context: Context) -> Iterator[Finding]:
                 continue
             if s.server.deadline >= longest:
                 continue
-            flag = _deadline_flag(s.server)
             want = math.ceil(longest)
             yield SHUTDOWN_SHORT.finding(
                 w,
                 f"container {s.container.name}: {s.server.server} shutdown deadline "
                 f"{s.server.deadline:g}s ({s.server.source}) < longest request {longest:g}s "
                 f"({source})",
-                container_fix(w.pod_path, s.container.name, {"args": [f"{flag}={want}"]}),
+                deadline_fix(w, s, context, want),
                 path=(*s.container.path, "args") if "args" in s.container.spec
                 else s.container.path,
             )
 
 
-def _deadline_flag(server: ServerShutdown) -> str:
-    return {
-        "uvicorn": "--timeout-graceful-shutdown", "gunicorn": "--graceful-timeout",
-        "hypercorn": "--graceful-timeout", "vllm": "--shutdown-timeout",
-        "triton": "--exit-timeout-secs", "drainsafe": "--shutdown-timeout",
-    }.get(server.server, "--shutdown-timeout")
+def deadline_fix(w: Workload, s: Serving, context: Context, deadline: int) -> str:
+    """The snippet that gives the server `deadline` seconds to drain: its own flag where
+    its release has one, else `drainsafe run`; the grace period grows to fit."""
+    assert s.server is not None
+    flag = s.server.deadline_flag
+    if flag is not None:
+        fields = with_flag(s.container, s.line, flag, str(deadline))
+        delay = s.delay.known
+        note = ""
+        if s.server.release is None and s.server.deadline_flag_since:
+            note = (f"\n# {flag} needs {s.server.deadline_flag_since}; on older releases "
+                    "run the server under drainsafe run")
+    else:
+        delay = 0 if s.delay.present else math.ceil(context.propagation_seconds)
+        fields = wrapped(s.container, s.line, s.server, drain_delay=delay, deadline=deadline)
+        delay = max(delay, s.delay.known)
+        note = "\n" + WRAPPER_NOTE
+    need = math.ceil(delay + deadline + context.buffer_seconds)
+    pod = {"terminationGracePeriodSeconds": need} if need > w.grace else None
+    return container_fix(w.pod_path, s.container.name, fields, pod) + note
 
 
 GRACE_DEFAULT = rule(
@@ -385,8 +400,8 @@ def _sleep_unsupported(index: Index, context: Context) -> Iterator[Finding]:
             if delay.kind != "sleep-action":
                 continue
             seconds = delay.known
-            exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": {"preStop": {
-                "exec": {"command": ["sleep", f"{seconds:g}"]}}}})
+            exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": pre_stop(
+                c, "exec", {"command": ["sleep", f"{seconds:g}"]})})
             if not context.at_least(1, 30):
                 yield SLEEP_UNSUPPORTED.finding(
                     w,
@@ -432,7 +447,7 @@ def _exec_no_shell(index: Index, context: Context) -> Iterator[Finding]:
                 f"container {c.name}: preStop runs {delay.command[0]!r} but image {c.image} "
                 "has no shell; the hook fails and SIGTERM comes at once",
                 container_fix(w.pod_path, c.name,
-                              {"lifecycle": {"preStop": {"sleep": {"seconds": seconds}}}}),
+                              {"lifecycle": pre_stop(c, "sleep", {"seconds": seconds})}),
                 path=delay.path,
             )
 
@@ -462,17 +477,30 @@ def _signal(index: Index, context: Context) -> Iterator[Finding]:
             line = c.command_line
             if line is None or line.shell_script is None or signal_forwarded(line):
                 continue
-            last = [part.strip() for part in line.shell_script.strip().splitlines()
-                    if part.strip()][-1:]
-            tail = last[0] if last else ""
+            tail, script = _exec_last(line.shell_script)
+            field = "args" if line.shell_script in (c.spec.get("args") or ()) else "command"
+            words = [str(word) for word in c.spec.get(field) or ()]
             yield SIGNAL_NOT_FORWARDED.finding(
                 w,
                 f"container {c.name}: {line.argv[0]} -c runs several commands and does not "
                 f"exec the last one ({tail[:60]!r}); SIGTERM stops at the shell",
-                container_fix(w.pod_path, c.name, {"args": [
-                    "setup-steps && exec " + (tail.removeprefix("exec ") or "server ...")]}),
-                path=(*c.path, "args") if "args" in c.spec else (*c.path, "command"),
+                container_fix(w.pod_path, c.name, {
+                    field: [script if word == line.shell_script else word for word in words]}),
+                path=(*c.path, field),
             )
+
+
+def _exec_last(script: str) -> tuple[str, str]:
+    """The script's last command, and the script with that command started by `exec`."""
+    statements = [part for part in re.split(r";|&&|\|\||\n", script)
+                  if part.strip() and not part.strip().startswith("#")]
+    if not statements:
+        return "", script
+    tail = statements[-1].strip()
+    at = script.rfind(tail)
+    if tail.startswith("exec "):
+        return tail, script
+    return tail, script[:at] + "exec " + script[at:]
 
 
 SERVER_ABORTS = rule(
@@ -505,8 +533,7 @@ def _server_aborts(index: Index, context: Context) -> Iterator[Finding]:
                 w,
                 f"container {s.container.name}: {s.server.server} runs without a drain setting "
                 f"({s.server.source}): SIGTERM aborts every in-flight request",
-                container_fix(w.pod_path, s.container.name,
-                              {"args": [f"--shutdown-timeout={fix_deadline}"]}),
+                deadline_fix(w, s, context, fix_deadline),
                 path=(*s.container.path, "args") if "args" in s.container.spec
                 else s.container.path,
             )
