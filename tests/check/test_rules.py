@@ -505,3 +505,31 @@ def test_lines_point_at_the_field() -> None:
     assert lines[exceeds.line - 1].strip() == "seconds: 30"
     wedge = of(found, "pdb-wedge")[0]
     assert lines[wedge.line - 1].strip() == "maxUnavailable: 0"
+
+
+# pdb-upgrade-slow -----------------------------------------------------------------------
+
+def _fleet(replicas: int, startup: str | None, **pdb_kw: object) -> list[dict[str, object]]:
+    annotations = {"drainsafe.io/startup-seconds": startup} if startup else None
+    return [deployment(grace=60, replicas=replicas, annotations=annotations), service(),
+            pdb(**pdb_kw)]  # type: ignore[arg-type]
+
+
+def test_pdb_upgrade_slow() -> None:
+    found = of(check(*_fleet(300, "600")), "pdb-upgrade-slow")
+    # 300 pods, one at a time, 600 s each: 300 x 600 s = 50 h; 25 at a time: 12 x 600 s = 2 h.
+    assert found and "300 x 600s = 50.0 h" in found[0].message
+    assert "maxUnavailable: 25" in found[0].fix
+    assert not of(check(*_fleet(300, "600", max_unavailable="10%")), "pdb-upgrade-slow")
+    assert not of(check(*_fleet(20, "600")), "pdb-upgrade-slow")      # 20 x 600 s = 3.3 h
+    assert not of(check(*_fleet(300, None)), "pdb-upgrade-slow")      # start-up unknown
+    found = of(check(*_fleet(300, "600", min_available=299)), "pdb-upgrade-slow")
+    assert found and "minAvailable: null" in found[0].fix
+
+
+def test_pdb_upgrade_slow_reads_probe_delays() -> None:
+    c = container(pre_stop=SLEEP10, readiness={"httpGet": {"path": "/ready", "port": 8000},
+                                               "initialDelaySeconds": 300})
+    objs = [deployment(grace=60, replicas=100, containers=[c]), service(), pdb()]
+    found = of(check(*objs), "pdb-upgrade-slow")
+    assert found and "100 x 300s = 8.3 h" in found[0].message

@@ -11,7 +11,8 @@ from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import Index, integer, mapping, number
 from drainsafe.check.rules import rule
 from drainsafe.check.rules.termination import serves_traffic, serving
-from drainsafe.check.serverfix import pre_stop, probe
+from drainsafe.check.serverfix import ADMIN_PORT, ADMIN_PORT_NAME, pre_stop, probe
+from drainsafe.check.servers import ServerShutdown
 from drainsafe.check.snippets import container_fix
 
 # Probe defaults (kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#Probe).
@@ -54,16 +55,36 @@ def _readiness_missing(index: Index, context: Context) -> Iterator[Finding]:
             c = s.container
             if c.spec.get("readinessProbe") or not (c.spec.get("ports") or behind_service):
                 continue
-            port = _first_port(c.spec)
             yield READINESS_MISSING.finding(
                 w,
                 f"container {c.name}: no readinessProbe; traffic reaches it before it can "
                 "serve and a rollout cannot tell when a replacement is ready",
-                container_fix(w.pod_path, c.name, {"readinessProbe": {
-                    "httpGet": {"path": "/ready", "port": port},
-                    "periodSeconds": 2, "failureThreshold": 1}}),
+                container_fix(w.pod_path, c.name, _readiness(c.spec, s.server)),
                 path=c.path,
             )
+
+
+# Readiness endpoints each server has at a release: vLLM /health (vllm 0.18.0 and 0.32.0
+# vllm/entrypoints/serve/instrumentator/health.py), TGI /health
+# (huggingface/text-generation-inference v3.3.6 router/src/server.rs), SGLang /health (sglang
+# 0.5.23 srt/entrypoints/http_server.py), Triton /v2/health/ready
+# (triton-inference-server/server v2.71.0 src/http_server.cc server_regex_).
+READY_PATHS = {"vllm": "/health", "tgi": "/health", "sglang": "/health",
+               "triton": "/v2/health/ready"}
+
+
+def _readiness(spec: dict[str, Any], server: ServerShutdown | None) -> dict[str, Any]:
+    timing = {"periodSeconds": 2, "failureThreshold": 1}
+    name = server.server if server is not None else ""
+    if name == "drainsafe":
+        return {"ports": [{"name": ADMIN_PORT_NAME, "containerPort": ADMIN_PORT}],
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": ADMIN_PORT_NAME},
+                                   **timing}}
+    if name in READY_PATHS:
+        return {"readinessProbe": {"httpGet": {"path": READY_PATHS[name],
+                                               "port": _first_port(spec)}, **timing}}
+    # An unknown server's endpoints are unknown: a TCP check needs none.
+    return {"readinessProbe": {"tcpSocket": {"port": _first_port(spec)}, **timing}}
 
 
 def _first_port(container: dict[str, Any]) -> int | str:

@@ -20,7 +20,7 @@ from drainsafe.check.servers import (
     identify,
     signal_forwarded,
 )
-from drainsafe.check.snippets import container_fix, pod_fix
+from drainsafe.check.snippets import container_fix, dump, pod_fix
 
 SIDECAR_MARKERS = ("istio-proxy", "proxyv2", "envoy", "linkerd-proxy", "linkerd2-proxy",
                    "cloud-sql-proxy", "cloudsql-proxy", "oauth2-proxy", "sidecar",
@@ -267,12 +267,17 @@ def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
         if source != MAX_REQUEST_ANNOTATION and not serves_traffic(index, w):
             continue  # nothing says this workload serves requests
         if longest is None:
+            assumed = 90  # an LLM generation's usual upper end; the user states their own
+            delay = max((s.delay.known for s in servers), default=0.0)
             yield GRACE_DEFAULT.finding(
                 w,
                 f"grace unset (default {w.grace:g}s) and the longest request is unknown: "
                 f"declare it with --max-request-seconds or the {MAX_REQUEST_ANNOTATION} "
                 "annotation to check the budget",
-                "metadata:\n  annotations:\n    drainsafe.io/max-request-seconds: \"90\"",
+                f"# {assumed} s is an example: declare your longest request\n" + dump(
+                    {"metadata": {"annotations": {MAX_REQUEST_ANNOTATION: str(assumed)}}})
+                + "\n" + pod_fix(w.pod_path, {"terminationGracePeriodSeconds": math.ceil(
+                    delay + assumed + context.buffer_seconds)}),
                 path=w.pod_path, severity=Severity.INFO,
             )
             continue
