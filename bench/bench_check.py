@@ -34,6 +34,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CORPUS = HERE / "out" / "check-corpus"
+MIXED = HERE / "out" / "check-corpus-mixed"
 CHECKOV_VENV = HERE / ".venv-checkov"
 CHECKOV_VERSION = "3.3.30"
 OBJECTS_PER_FILE = 200
@@ -82,6 +83,146 @@ def app_objects(i: int) -> list[dict[str, object]]:
                                        "name": name},
                     "minReplicas": 3, "maxReplicas": 8}}
     return [deployment, service, pdb, hpa]
+
+
+# The mixed corpus: YAML as people and `helm template` write it, in the usual mix of styles.
+# Block style with flow collections inside (`selector: {matchLabels: {app: x}}`, `args:
+# ["--port", "8000"]`), comments on their own lines and after values, quoted and plain
+# scalars, literal and folded block scalars (scripts, descriptions), `# Source:` headers and
+# `---` between documents as helm template prints them, sequences indented under their key
+# or not.
+
+_MIXED_DEPLOYMENT = """\
+# Source: {chart}/templates/deployment.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels: {{app: {name}, app.kubernetes.io/managed-by: Helm, tier: "gpu"}}
+  annotations:
+    drainsafe.io/max-request-seconds: "90"  # longest generation
+    description: >-
+      {name} serves model-{model}
+      behind the team gateway.
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  strategy:
+    type: RollingUpdate
+    rollingUpdate: {{maxSurge: {surge}, maxUnavailable: 1}}
+  template:
+    metadata:
+      labels:
+        app: {name}
+    spec:
+{grace}      containers:
+        - name: vllm
+          image: "vllm/vllm-openai:v0.18.0"
+{command}
+          ports:
+            - {{containerPort: 8000, name: http, protocol: TCP}}
+          readinessProbe:
+            httpGet: {{path: /health, port: http}}
+            periodSeconds: 2
+            failureThreshold: 1
+{lifecycle}          resources:
+            limits: {{nvidia.com/gpu: 1, memory: 64Gi}}
+          volumeMounts:
+          - name: dshm
+            mountPath: /dev/shm
+      volumes:
+      - name: dshm
+        emptyDir: {{medium: Memory}}
+"""
+
+_MIXED_SERVICE = """\
+# Source: {chart}/templates/service.yaml
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  type: ClusterIP
+  selector:
+    app: {name}
+  ports: [{{port: 80, targetPort: 8000, name: http}}]
+"""
+
+_MIXED_PDB = """\
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  {budget}
+  selector:
+    matchLabels: {{app: {name}}}
+"""
+
+_MIXED_HPA = """\
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
+  minReplicas: 3
+  maxReplicas: 8
+  metrics:
+  - type: Resource
+    resource:
+      name: cpu
+      target: {{type: Utilization, averageUtilization: 80}}
+"""
+
+
+def mixed_app(i: int) -> list[str]:
+    """Four documents for one app, as text; every fourth app has the usual problems."""
+    naive = i % 4 == 0
+    if i % 3 == 0:  # a script, as a literal block scalar
+        command = ('          command: ["/bin/sh", "-c"]\n          args:\n            - |\n'
+                   '              echo "starting model-{model}"\n'
+                   '              exec vllm serve model-{model} --port 8000{flag}')
+    else:
+        command = '          args: ["--model", "model-{model}", "--port", "8000"{flag}]'
+    fields = {
+        "chart": f"llm-{i % 13}", "name": f"llm-{i}", "ns": f"team-{i % 50}",
+        "replicas": 3, "surge": 1 if naive else 0, "model": i % 7,
+        "grace": "" if naive else "      terminationGracePeriodSeconds: 120\n",
+        "flag": "" if naive else (" --shutdown-timeout=100" if i % 3 == 0
+                                  else ', "--shutdown-timeout=100"'),
+        "lifecycle": "" if naive else
+        "          lifecycle:\n            preStop: {sleep: {seconds: 10}}  # propagation\n",
+        "budget": "minAvailable: 3" if naive else "maxUnavailable: 1",
+    }
+    fields["command"] = command.format(**fields)
+    return [t.format(**fields) for t in (_MIXED_DEPLOYMENT, _MIXED_SERVICE, _MIXED_PDB,
+                                         _MIXED_HPA)]
+
+
+def generate_mixed(objects: int, directory: Path) -> int:
+    """The mixed corpus: files of several apps, documents separated by `---` (with a
+    comment after it, or a blank line before it, in some files)."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    docs: list[str] = []
+    i = 0
+    while len(docs) < objects:
+        docs.extend(mixed_app(i))
+        i += 1
+    docs = docs[:objects]
+    for n in range(0, len(docs), OBJECTS_PER_FILE):
+        part = docs[n:n + OBJECTS_PER_FILE]
+        file = n // OBJECTS_PER_FILE
+        separator = ("---\n", "--- # next\n", "\n---\n")[file % 3]
+        text = separator.join(part)
+        if file % 5 == 0:
+            text = "---\n" + text
+        (directory / f"mixed-{file:04d}.yaml").write_text(text)
+    return len(docs)
 
 
 def generate(objects: int, directory: Path) -> int:

@@ -202,13 +202,22 @@ def _base(word: str) -> str:
     return word.rsplit("/", 1)[-1]
 
 
+_SCRIPT_WORDS: dict[str, tuple[str, ...]] = {}
+
+
 def _words(line: CommandLine) -> list[str]:
     if line.shell_script is None:
         return list(line.argv)
-    try:
-        return shlex.split(line.shell_script, comments=True)
-    except ValueError:
-        return line.shell_script.split()
+    # Many replicas of a chart share one script: shlex (pure Python) splits each once.
+    words = _SCRIPT_WORDS.get(line.shell_script)
+    if words is None:
+        try:
+            words = tuple(shlex.split(line.shell_script, comments=True))
+        except ValueError:
+            words = tuple(line.shell_script.split())
+        if len(_SCRIPT_WORDS) < 10_000:
+            _SCRIPT_WORDS[line.shell_script] = words
+    return list(words)
 
 
 def _flag(words: Sequence[str], *names: str) -> str | None:
