@@ -199,7 +199,7 @@ def test_block_scalars_are_taken(text: str) -> None:
     ("a:\n  k: |\n      x\n    y\n", "block scalar ends at an odd indentation"),
     ("k: a |\n", "block scalar in an unusual form"),
     ("k: &a |\n  x\n", "block scalar in an unusual form"),
-    ("k: |2\n   x\n", "block scalar in an unusual form"),
+    ("k: |2\n   x\n", "token '|2' reads differently in YAML 1.1"),
 ])
 def test_block_scalars_refused(text: str, why: str) -> None:
     assert rsyaml.gate(text) == why

@@ -218,8 +218,9 @@ def _block_scalars(text: str) -> str | list[str] | None:
     indented at least as much as its first line; it must end at a line indented no more
     than the header's node.
     """
+    # An indicator anywhere else (`|2`, `|x`) is a token the token check refuses.
     if _TAIL.search(text) is None:
-        return None if not _LOOSE_INDICATOR.search(text) else "block scalar in an unusual form"
+        return None
     kept: list[str] = []
     at = 0
     for tail in _TAIL.finditer(text):
@@ -269,10 +270,6 @@ def _body_end(content: int) -> re.Pattern[str]:
     if pattern is None:
         pattern = _BODY_ENDS[content] = re.compile(f"\n[ ]{{0,{content - 1}}}[^ \n]")
     return pattern
-
-
-_LOOSE_INDICATOR = re.compile(r"(?:^|[ ])[|>][-+0-9]*[ ]*(?:#[^\n]*)?$", re.M)
-"""An indicator at a line's end that _HEADER does not take (e.g. `|2`)."""
 
 
 MAX_REPLAYED_EVENTS = 1_000_000
