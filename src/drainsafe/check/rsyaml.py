@@ -138,7 +138,8 @@ def _token_ok(token: str) -> bool:
     else:
         # Split at flow indicators (flow context), and also take the whole token as one
         # scalar (block context, where `1,000` is a single plain scalar).
-        verdict = all(_piece_ok(p) for p in _FLOW.split(token)) and _piece_ok(
+        verdict = all(_piece_ok(p) and p[:1] not in ("|", ">")
+                      for p in _FLOW.split(token)) and _piece_ok(
             token.lstrip("[{").rstrip("]},:") + (":" if token.endswith(":") else ""))
     if len(_VERDICTS) < _VERDICT_LIMIT and len(token) <= 64:  # names, numbers: not blobs
         _VERDICTS[token] = verdict
@@ -218,7 +219,11 @@ def _block_scalars(text: str) -> str | list[str] | None:
     indented at least as much as its first line; it must end at a line indented no more
     than the header's node.
     """
-    # An indicator anywhere else (`|2`, `|x`) is a token the token check refuses.
+    # An indicator anywhere else (`|2`, `|x`) is a token the token check refuses; one at a
+    # line's start (a document's root, `--- |`) is not a form taken here.
+    if text[:1] in ("|", ">") or "\n|" in text or "\n>" in text or "-- |" in text \
+            or "-- >" in text:
+        return "block scalar in an unusual form"
     if _TAIL.search(text) is None:
         return None
     kept: list[str] = []
@@ -251,6 +256,9 @@ def _block_scalars(text: str) -> str | list[str] | None:
             return "empty block scalar, or one starting with a blank line"
         found = _body_end(content).search(text, body)
         end = len(text) if found is None else found.start() + 1
+        if found is None and not text.endswith("\n"):
+            # PyYAML ends such a scalar without a line break, yaml-rs with one.
+            return "block scalar at the end of the text, without a line break"
         if found is not None and len(found.group()) - 2 > parent:
             return "block scalar ends at an odd indentation"
         kept.append(text[at:body])

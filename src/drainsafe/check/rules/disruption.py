@@ -109,8 +109,7 @@ as minReplicas, so that is the scale checked here.
 
 Sources: kubernetes/kubernetes pkg/controller/disruption/disruption.go (getExpectedPodCount,
 updatePdbStatus); apimachinery intstr.GetScaledValueFromIntOrPercent;
-kubernetes.io/docs/tasks/run-application/configure-pdb/; seed "Draining a GPU node"
-("minAvailable: 2 on a Deployment with two replicas means no pod may ever be evicted").
+kubernetes.io/docs/tasks/run-application/configure-pdb/.
 """)
 
 
@@ -151,7 +150,7 @@ which the eviction subresource does not support", whatever the budgets allow, so
 Charts that hard-code selectors (two releases in one namespace) produce this.
 
 Sources: kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go (getPodDisruptionBudgets,
-the "more than one PodDisruptionBudget" error); lint-anchors.md section 3(d).
+the "more than one PodDisruptionBudget" error).
 """)
 
 
@@ -226,9 +225,10 @@ An integer minAvailable is fixed while the replica count moves: minAvailable 2 o
 allows one eviction today and none after a scale-down to 2 (a wedged drain). maxUnavailable: 1
 keeps one eviction possible at any scale and still protects the rest.
 
-Sources: seed "Draining a GPU node" ("Express the budget as maxUnavailable: 1 instead when the
-replica count is small, so it scales with the deployment"); kubernetes.io/docs/tasks/
-run-application/configure-pdb/#think-about-how-your-application-reacts-to-disruptions.
+Sources: kubernetes.io/docs/tasks/run-application/configure-pdb/
+#think-about-how-your-application-reacts-to-disruptions; kubernetes/kubernetes
+pkg/controller/disruption/disruption.go (desiredHealthy for an int minAvailable does not
+follow the scale).
 """)
 
 

@@ -85,7 +85,7 @@ given, because their data is deleted with the pod. GPU inference pods usually ha
 caches, /dev/shm), so plan the flag, and expect the replacement to download the model again.
 
 Sources: kubernetes/kubectl pkg/drain/filters.go (localStorageFilter);
-kubernetes.io/docs/reference/kubectl/generated/kubectl_drain/; seed "Draining a GPU node".
+kubernetes.io/docs/reference/kubectl/generated/kubectl_drain/.
 """)
 
 

@@ -144,17 +144,22 @@ grace period must hold the drain delay (preStop sleep), then the server's shutdo
 lands in the middle of the drain and cuts the responses the server was still finishing.
 
 The deadline comes from the annotation drainsafe.io/shutdown-seconds, or from the server's
-own flags on the command line: uvicorn --timeout-graceful-shutdown, gunicorn/hypercorn
---graceful-timeout (defaults 30 s / 3 s), vLLM --shutdown-timeout or --shutdown-mode drain
---shutdown-drain-timeout (default 120 s), Triton --exit-timeout-secs (default 30 s),
-drainsafe serve/run --shutdown-timeout. A server that waits without limit is budgeted for
-the declared longest request.
+own flags on the command line (or a known image's entrypoint and tag): uvicorn
+--timeout-graceful-shutdown, gunicorn/hypercorn --graceful-timeout (defaults 30 s / 3 s),
+vLLM --shutdown-timeout (v0.18.0 on), TGI --graceful-termination-timeout (default 90 s),
+Triton --exit-timeout-secs (default 30 s), drainsafe serve/run --shutdown-timeout. A server
+that waits without limit (uvicorn's default, SGLang) is budgeted for the declared longest
+request.
 
 Sources: kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ ("the grace period
 applies to the total time it takes for both the PreStop hook to execute and for the Container
 to stop normally"); kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination
-(the one-off 2 s extension for an overrunning hook); vLLM docs "Using Kubernetes" (grace "at
-least drain-timeout plus a buffer").
+(the one-off 2 s extension for an overrunning hook); the servers' flags and defaults, each
+read at a release: vllm 0.18.0 vllm/engine/arg_utils.py (--shutdown-timeout, default 0);
+huggingface/text-generation-inference v3.3.6 launcher/src/main.rs
+(graceful_termination_timeout, default 90); triton-inference-server/server v2.71.0
+src/command_line_parser.h (exit_timeout_secs_ 30); encode/uvicorn 0.55.0 config.py;
+gunicorn 27.0.1 gunicorn/config.py; hypercorn 0.18.0 src/hypercorn/config.py.
 """)
 
 
@@ -189,9 +194,17 @@ what is still running then is cancelled, however long the grace period is. Defau
 for LLM generations that run up to 90 s: hypercorn's graceful_timeout is 3 s, gunicorn's 30 s,
 Triton's --exit-timeout-secs 30 s. Set the deadline to at least the longest request.
 
-Sources: pgjones/hypercorn src/hypercorn/config.py (graceful_timeout = 3); gunicorn settings
-docs (graceful_timeout 30); triton-inference-server/server src/command_line_parser.cc
-(--exit-timeout-secs); ../shared/research/server-shutdown.md.
+The fix sets the server's own flag, in the container's args shown whole (a strategic merge
+patch replaces the list); on a release that has no such flag (TGI before v3.2.2, which waits
+a fixed 90 s) it runs the server under drainsafe run, which holds SIGTERM until nothing is
+in flight.
+
+Sources: hypercorn 0.18.0 src/hypercorn/config.py (graceful_timeout: float = 3 * SECONDS);
+gunicorn 27.0.1 gunicorn/config.py (GracefulTimeout, default 30); triton-inference-server/
+server v2.71.0 src/command_line_parser.cc ("Timeout (in seconds) when exiting to wait for
+in-flight inferences to finish") and command_line_parser.h (default 30);
+huggingface/text-generation-inference v3.3.6 launcher/src/main.rs (--graceful-termination-
+timeout, default 90; added in #3126, first released in v3.2.2).
 """)
 
 
@@ -250,8 +263,7 @@ request is not declared (--max-request-seconds or the annotation
 drainsafe.io/max-request-seconds) this rule says so instead of guessing.
 
 Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/ ("The default
-terminationGracePeriodSeconds setting is 30 seconds"); seed "Draining a GPU node" ("A
-generation request can take ninety seconds. The default termination grace period is thirty").
+terminationGracePeriodSeconds setting is 30 seconds").
 """)
 
 
@@ -312,7 +324,8 @@ is over; SIGTERM waits for the hook. A longer grace period alone does not help.
 
 Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination;
 kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ (the hook must complete
-before TERM is sent); seed "Drain connections before pod termination".
+before TERM is sent); kubernetes.io/docs/concepts/services-networking/endpoint-slices/
+#conditions (a terminating endpoint is not ready; proxies follow on their own schedule).
 """)
 
 
@@ -468,8 +481,7 @@ execs it, which is fine). Start the server with `exec` as the script's last comm
 init such as tini, or put the server in command/args directly.
 
 Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination (TERM to
-the main process); seed "Draining a GPU node" ("the kubelet sends SIGTERM to the container's
-process 1"); POSIX sh, which leaves signal handling of children to them.
+the main process); POSIX sh, which leaves signal handling of children to them.
 """)
 
 
@@ -513,14 +525,22 @@ SERVER_ABORTS = rule(
     "A known server whose default shutdown aborts in-flight requests.",
     """
 Some servers drop in-flight work on SIGTERM unless told to drain. vLLM's default shutdown
-aborts every running generation (--shutdown-timeout defaults to 0; the documented drain mode
-is --shutdown-mode drain with --shutdown-drain-timeout); no preStop hook or grace period can
-save those requests. Turn draining on with a deadline that fits the grace period.
+aborts every running generation: --shutdown-timeout defaults to 0 ("0 = abort, >0 = wait"),
+and it is vLLM's only shutdown setting (there is no --shutdown-mode or
+--shutdown-drain-timeout; an unknown flag stops the server at start). No preStop hook or
+grace period can save those requests. The server is found from the command line, or from
+the image when only args are given (vllm/vllm-openai runs `vllm serve`), and its tag decides
+the fix: from v0.18.0, --shutdown-timeout with a deadline that fits the grace period, in the
+args shown whole; before v0.18.0 the flag does not exist, so the fix runs vLLM under
+drainsafe run --mode signal, which holds SIGTERM until no request is in flight (its
+endpoints on the admin port drainsafe-admin, 8490). An image without a release in its tag
+gets the flag with a note on the release it needs.
 
-Sources: vllm-project/vllm PR #36666 (--shutdown-timeout, default 0 = abort); vLLM docs
-"Using Kubernetes" (--shutdown-mode drain, --shutdown-drain-timeout default 120, grace "at
-least drain-timeout plus a buffer"); KServe PR #5496 ("Without this, SIGTERM caused vLLM to
-abort in-flight requests immediately").
+Sources: vllm 0.18.0 and 0.32.0 vllm/engine/arg_utils.py (--shutdown-timeout, int, default
+0), absent from vllm 0.17.1; vllm-project/vllm PR #36666 (the flag; "Default, no timeout -
+abort all in-flight requests immediately"); vllm-project/vllm docker/Dockerfile, stage
+vllm-openai (ENTRYPOINT ["vllm", "serve"]); KServe PR #5496 ("Without this, SIGTERM caused
+vLLM to abort in-flight requests immediately").
 """)
 
 
