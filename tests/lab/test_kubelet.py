@@ -71,6 +71,28 @@ async def test_liveness_failure_restarts_the_container(lab: Lab, tmp_path: Any) 
                 container(s)["state"])
 
 
+async def test_liveness_kill_with_grace_zero_skips_prestop(lab: Lab, tmp_path: Any) -> None:
+    """terminationGracePeriodSeconds: 0 is an explicit 0 (setTerminationGracePeriod): the
+    preStop hook does not run and SIGKILL follows SIGTERM after the 2 s floor. A kubelet
+    that read 0 as "unset, 30" would run the 30 s hook first."""
+    flag = tmp_path / "sick"
+    await lab.apply(pod("zero", {
+        "command": SLEEPER,
+        "lifecycle": {"preStop": {"sleep": {"seconds": 30}}},
+        "livenessProbe": {"exec": {"command": ["test", "!", "-e", str(flag)]},
+                          "periodSeconds": 1, "failureThreshold": 2},
+    }, grace=0))
+    await until(lab, "zero", lambda s: container(s).get("ready"))
+    await asyncio.sleep(1)  # no readiness probe: let the child install its SIGTERM handler
+    loop = asyncio.get_running_loop()
+    flag.write_text("x")
+    sick_at = loop.time()
+    status = await until(lab, "zero", lambda s: container(s).get("restartCount", 0) >= 1)
+    flag.unlink()
+    assert container(status)["lastState"]["terminated"]["exitCode"] == 137
+    assert loop.time() - sick_at < 15  # probe period + 2 s floor, far below the 30 s hook
+
+
 async def test_startup_probe_gates_readiness(lab: Lab, tmp_path: Any) -> None:
     flag = tmp_path / "started"
     await lab.apply(pod("slowstart", {

@@ -9,9 +9,17 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from drainsafe.lab.handlers import Target, run_action
 from drainsafe.lab.process import ProcessContainer, VirtualContainer
-from drainsafe.lab.termination import MINIMUM_GRACE_SECONDS, kill_container, stop_timeout
+from drainsafe.lab.termination import (
+    MINIMUM_GRACE_SECONDS,
+    effective_grace,
+    kill_container,
+    kill_grace,
+    stop_timeout,
+)
 
 # A child that logs each signal it gets, and either exits on SIGTERM or ignores it.
 CHILD = r"""
@@ -40,6 +48,55 @@ def test_stop_timeout_follows_the_kubelet() -> None:
     assert stop_timeout(30, 29.5) == MINIMUM_GRACE_SECONDS  # 30 - 29 = 1 -> floor of 2
     assert stop_timeout(3, 3.0) == MINIMUM_GRACE_SECONDS    # hook overran: one-off 2 s
     assert stop_timeout(0, None) == MINIMUM_GRACE_SECONDS
+
+
+def _pod(spec_grace: int | None, deletion_grace: int | None) -> dict[str, object]:
+    meta: dict[str, object] = {"name": "p"}
+    spec: dict[str, object] = {}
+    if deletion_grace is not None:
+        meta["deletionGracePeriodSeconds"] = deletion_grace
+    if spec_grace is not None:
+        spec["terminationGracePeriodSeconds"] = spec_grace
+    return {"metadata": meta, "spec": spec}
+
+
+# (spec terminationGracePeriodSeconds, deletionGracePeriodSeconds, grace already in force,
+#  expected): pod_workers.go calculateEffectiveGracePeriod at v1.31.0.
+@pytest.mark.parametrize(("spec_grace", "deletion_grace", "current", "expected"), [
+    (30, 30, 0, 30),     # an ordinary graceful delete
+    (30, 5, 0, 5),       # delete --grace-period=5 shortens the spec's value
+    (0, 1, 0, 1),        # spec 0: the API server's minimum graceful delete is 1 s
+    (0, None, 0, 1),     # force-deleted, spec 0: at least 1 s, never 30
+    (120, None, 0, 120),  # force-deleted (no grace on the DELETED pod): the spec's value
+    (None, None, 0, 1),  # nothing at all: 1 s
+    (30, 10, 5, 5),      # a grace in force only shrinks
+    (30, 3, 10, 3),
+])
+def test_effective_grace_follows_the_pod_worker(spec_grace: int | None,
+                                                deletion_grace: int | None, current: int,
+                                                expected: int) -> None:
+    assert effective_grace(_pod(spec_grace, deletion_grace), current) == expected
+
+
+# setTerminationGracePeriod at v1.31.0: a kill the kubelet starts after a failed probe.
+@pytest.mark.parametrize(("spec_grace", "deletion_grace", "probe_grace", "reason", "expected"), [
+    (0, None, None, "liveness", 0),    # explicit 0 stays 0: no preStop, SIGKILL after 2 s
+    (30, None, None, "liveness", 30),
+    (30, None, 5, "liveness", 5),      # the probe's own terminationGracePeriodSeconds
+    (30, None, 5, "startup", 30),      # ... only for the probe that failed
+    (0, None, 7, "liveness", 7),
+    (30, 4, 5, "liveness", 4),         # already being deleted: the deletion's grace
+    (None, None, 5, "liveness", MINIMUM_GRACE_SECONDS),  # no spec value at all
+])
+def test_kill_grace_follows_set_termination_grace_period(
+        spec_grace: int | None, deletion_grace: int | None, probe_grace: int | None,
+        reason: str, expected: int) -> None:
+    container: dict[str, object] = {"name": "c"}
+    if probe_grace is not None:
+        container["livenessProbe"] = {"terminationGracePeriodSeconds": probe_grace}
+    assert kill_grace(_pod(spec_grace, deletion_grace), container, reason) == expected
+    # and the SIGTERM-to-SIGKILL window that follows never drops below the 2 s floor
+    assert stop_timeout(expected, None) >= MINIMUM_GRACE_SECONDS
 
 
 async def _start(tmp_path: Path, mode: str, *extra: str) -> tuple[ProcessContainer, Path]:

@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from drainsafe.verify.load import LoadSpec, run_load
 from drainsafe.verify.record import Record
-from drainsafe.verify.tune import from_log_lines, from_record, tune
+from drainsafe.verify.tune import CannotBound, from_log_lines, from_record, tune
 from verify.conftest import stop_process
 
 
@@ -86,7 +87,9 @@ async def test_drainsafe_serve_drain_seen_by_verify_and_tune(tmp_path: Path) -> 
     found = from_log_lines(log.read_text().splitlines(), "serve.log")
     found.merge(from_record(record, "record"))
     assert found.propagation[0].censored  # requests kept arriving until the listener closed
-    tuning = tune(found, drain_via="server")
+    with pytest.raises(CannotBound):  # a server's last request is a sample, not a bound
+        tune(found, drain_via="server")
+    tuning = tune(found, drain_via="server", min_propagation=0.5)
     assert any("still received traffic" in w for w in tuning.warnings)
     assert tuning.drain_delay_seconds > 1.0
     assert tuning.max_request.value >= 1.5  # the 1.5 s streams that completed

@@ -13,10 +13,12 @@ from drainsafe.budget import recommend
 from drainsafe.cli import main
 from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult
 from drainsafe.verify.outcome import Kind, Outcome
+from drainsafe.verify.propagation import Gap, PodBound, PropagationBound
 from drainsafe.verify.record import LifecycleEvent, Record
 from drainsafe.verify.tune import (
     MAX_REQUEST_ANNOTATION,
     SHUTDOWN_ANNOTATION,
+    CannotBound,
     Measurements,
     NotEnoughData,
     Sample,
@@ -54,8 +56,14 @@ def record(durations: list[float], pod_lags: dict[str, float] | None = None) -> 
     return Record.from_run(run, events)
 
 
+def routed(*values: float) -> PropagationBound:
+    """Bounds of pods whose last fresh arrival plus resolution make `values`."""
+    return PropagationBound(tuple(PodBound(f"pod{v}", 10.0, v - 0.1, 46.0, 2, 0.1, 0.99)
+                                  for v in values), 0.99, 0.5)
+
+
 def test_settings_follow_the_budget_model() -> None:
-    m = Measurements(propagation=[Sample(v, f"pod{v}") for v in (0.4, 0.7, 1.3)],
+    m = Measurements(routing=[routed(0.4, 0.7), routed(1.3)],
                      durations=[float(d) for d in range(1, 101)])
     t = tune(m, margin=0.2)
     expected = recommend(propagation=1.3, max_request=99.0, margin=0.2)
@@ -64,7 +72,8 @@ def test_settings_follow_the_budget_model() -> None:
     assert t.shutdown_seconds == expected.budget.shutdown_deadline == 118.8
     assert t.applied.fits and t.grace_seconds == math.ceil(2 + 118.8 + 5)
     assert t.grace_seconds >= t.drain_delay_seconds + t.shutdown_seconds + 5
-    assert "p99 of 3 pod(s)" in t.propagation.basis
+    assert t.propagation.value == pytest.approx(1.3)
+    assert "bound at 99% per pod, the largest of 3 pod(s); pod pod1.3" in t.propagation.basis
     assert "p99 of 100 completed requests" in t.max_request.basis
     assert t.probe_period * t.probe_failure_threshold <= t.drain_delay_seconds
     assert t.probe_timeout < t.probe_period or t.probe_period == 1
@@ -81,7 +90,9 @@ def test_missing_measurements_are_named() -> None:
     with pytest.raises(NotEnoughData, match="no propagation measurement"):
         tune(Measurements(durations=[1.0]))
     with pytest.raises(NotEnoughData, match="no request durations"):
-        tune(Measurements(propagation=[Sample(1.0, "x")]))
+        tune(Measurements(routing=[routed(1.0)]))
+    with pytest.raises(CannotBound, match="samples of the last request"):
+        tune(Measurements(propagation=[Sample(1.0, "x")], durations=[1.0]))
 
 
 def test_metrics_dump_and_censoring() -> None:
@@ -94,9 +105,14 @@ def test_metrics_dump_and_censoring() -> None:
     m = Measurements(durations=[1.0])
     m.merge(clear)
     m.merge(cut)
-    t = tune(m)
-    assert "lower bound" in t.propagation.basis
+    t = tune(m, min_propagation=1.0)
+    assert t.propagation.value == 4.9 and "not a bound" in t.propagation.basis
     assert any("still received traffic" in w for w in t.warnings)
+    # A bound below a server's own figure is raised to it.
+    m.routing.append(routed(2.0))
+    t = tune(m)
+    assert t.propagation.value == 4.9 and "raised to a server's own figure" in \
+        t.propagation.basis
 
 
 def test_histogram_quantile_bounds() -> None:
@@ -119,11 +135,14 @@ def test_phase_log_lines() -> None:
     assert [s.value for s in found.propagation] == [1.25]
 
 
-def test_record_gives_durations_and_per_pod_lag() -> None:
+def test_record_gives_durations_and_per_pod_bounds() -> None:
     from drainsafe.verify.tune import from_record
 
     found = from_record(record([1.0, 2.0], {"web-a": 0.6, "web-b": 1.1}), "rec")
-    assert sorted(round(s.value, 3) for s in found.propagation) == [0.6, 1.1]
+    # Requests on reused connections: the pods are known, their lag is not bounded.
+    (routing,) = found.routing
+    assert [(p.pod, p.gap) for p in routing.pods] == [("web-a", Gap.NO_FRESH_ARRIVALS),
+                                                      ("web-b", Gap.NO_FRESH_ARRIVALS)]
     assert len(found.durations) == 4
 
 
@@ -132,7 +151,7 @@ def test_patch_carries_the_annotations_check_reads() -> None:
     from drainsafe.check.context import SHUTDOWN_ANNOTATION as CHECK_SHUTDOWN
 
     assert (MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION) == (CHECK_MAX, CHECK_SHUTDOWN)
-    t = tune(Measurements(propagation=[Sample(2.0, "x")], durations=[80.0]))
+    t = tune(Measurements(routing=[routed(2.0)], durations=[80.0]))
     body = patch_body(t, "server")
     template = body["spec"]["template"]
     assert template["metadata"]["annotations"] == {MAX_REQUEST_ANNOTATION: "80",
@@ -157,7 +176,8 @@ def test_cli_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch.setenv("COLUMNS", "250")
     record([1.0, 1.5, 2.0]).write(tmp_path)
     (tmp_path / "pod-a.prom").write_text(metrics(0.9))
-    argv = ["tune", "--from", str(tmp_path), "--workload", "deployment/web", "-n", "prod"]
+    argv = ["tune", "--from", str(tmp_path), "--workload", "deployment/web", "-n", "prod",
+            "--min-propagation", "1"]
     assert main([*argv, "-o", "yaml"]) == 0
     body = yaml.safe_load(capsys.readouterr().out)
     assert body["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 2 + 3 + 5
@@ -169,7 +189,7 @@ def test_cli_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert out.startswith("kubectl patch deployment/web -n prod --type strategic -p '{")
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "drain delay" in text and "p99 of 1 pod(s)" in text
+    assert "drain delay" in text and "--min-propagation 1s" in text
     assert "2s + 2.4s + 5s = 9.4s <= 10s" in text
 
 

@@ -27,7 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from drainsafe.lab import discovery, fields, openapi, table
+from drainsafe.lab import discovery, fields, openapi, podproxy, table
 from drainsafe.lab import status as st
 from drainsafe.lab.discovery import ResourceType
 from drainsafe.lab.eviction import evict
@@ -104,7 +104,7 @@ class ApiServer:
         self.request_log: list[tuple[str, str]] | None = None
         self.app = Starlette(routes=[
             Route("/{path:path}", self._handle,
-                  methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]),
+                  methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
         ])
 
     # ---- edge ----------------------------------------------------------------------
@@ -185,6 +185,14 @@ class ApiServer:
                 and rt3.namespaced):
             namespace, segs = segs[1], segs[2:]
         rt = discovery.lookup(group, version, segs[0]) if segs else None
+        if rt is discovery.BY_KEY["pods"] and namespace and len(segs) >= 3 \
+                and segs[2] == "proxy" and not watch_path:
+            # The sub-path is everything after .../proxy, trailing slash kept.
+            _, _, sub_path = request.url.path.partition(f"/pods/{segs[1]}/proxy")
+            return await podproxy.proxy(self.store, request, namespace, segs[1], sub_path)
+        if request.method == "OPTIONS":
+            raise st.method_not_allowed("the server does not allow this method on the "
+                                        "requested resource")
         if rt is None or len(segs) > 3:
             raise _page_not_found()
         name = segs[1] if len(segs) > 1 else None

@@ -32,6 +32,7 @@ from drainsafe.lab.controllers.daemonset import DaemonSetController
 from drainsafe.lab.controllers.deployment import DeploymentController
 from drainsafe.lab.controllers.disruption import DisruptionController
 from drainsafe.lab.controllers.endpoints import EndpointSliceController
+from drainsafe.lab.controllers.hpa import HorizontalPodAutoscalerController
 from drainsafe.lab.controllers.nodelifecycle import NodeLifecycleController
 from drainsafe.lab.controllers.replicaset import ReplicaSetController
 from drainsafe.lab.controllers.scheduler import Scheduler
@@ -67,6 +68,7 @@ class ControlPlane:
             DaemonSetController(self.store),
             EndpointSliceController(self.store),
             DisruptionController(self.store),
+            HorizontalPodAutoscalerController(self.store),
         ]
         self.ca_path = self.state_dir / "pki" / "ca.crt"
         self.url = ""

@@ -84,6 +84,8 @@ RESOURCES: tuple[ResourceType, ...] = (
             Subresource("eviction", "Eviction", ("create",), "policy", "v1"),
             Subresource("binding", "Binding", ("create",)),
             Subresource("log", "Pod", ("get",)),
+            Subresource("proxy", "PodProxyOptions",
+                        ("create", "delete", "get", "patch", "update")),
         ),
         has_status=True,
     ),

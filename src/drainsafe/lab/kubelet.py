@@ -51,7 +51,12 @@ from drainsafe.lab.process import (
     process_environment,
     virtual_settings,
 )
-from drainsafe.lab.termination import TerminationRecord, grace_period, kill_container
+from drainsafe.lab.termination import (
+    TerminationRecord,
+    effective_grace,
+    kill_container,
+    kill_grace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -403,7 +408,7 @@ class PodWorker:
                     c.ready = True
                 self.mark_dirty()
         elif kind is ProbeType.STARTUP and result is False:
-            self._spawn(self._restart(c, f"Startup probe failed: {outcome.message}"))
+            self._spawn(self._restart(c, "startup", f"Startup probe failed: {outcome.message}"))
         elif kind is ProbeType.READINESS:
             ready = bool(result) and c.started and c.process is not None \
                 and c.process.returncode is None
@@ -411,13 +416,14 @@ class PodWorker:
                 c.ready = ready
                 self.mark_dirty()
         elif kind is ProbeType.LIVENESS and result is False:
-            self._spawn(self._restart(c, f"Liveness probe failed: {outcome.message}"))
+            self._spawn(self._restart(c, "liveness",
+                                      f"Liveness probe failed: {outcome.message}"))
 
     async def _stop_probes(self, c: ContainerState) -> None:
         workers, c.probes = c.probes, []
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
 
-    async def _restart(self, c: ContainerState, why: str) -> None:
+    async def _restart(self, c: ContainerState, probe: str, why: str) -> None:
         """Kill a container that failed its liveness or startup probe; _supervise restarts it."""
         if self.terminating or c.process is None or c.process.returncode is not None:
             return
@@ -425,7 +431,7 @@ class PodWorker:
         self.kubelet.record_event(self.pod, "Warning", "Unhealthy", why)
         self.kubelet.record_event(self.pod, "Normal", "Killing",
                                   f"Container {c.name} failed probe, will be restarted")
-        grace = int(self.pod["spec"].get("terminationGracePeriodSeconds") or 30)
+        grace = kill_grace(self.pod, c.spec, probe)  # an explicit 0 stays 0
         await kill_container(c.process, grace=grace, prestop=self._prestop(c))
 
     async def _supervise(self, c: ContainerState, proc: Container) -> None:
@@ -492,7 +498,7 @@ class PodWorker:
         if self._main is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._main)
-        grace = grace_period(self.pod) if grace is None else grace
+        grace = effective_grace(self.pod) if grace is None else grace
         for c in self.containers:
             if c.process is not None and c.process.returncode is None:
                 self.kubelet.record_event(self.pod, "Normal", "Killing",
@@ -629,8 +635,10 @@ class Kubelet:
         worker = self.pods.get(uid)
         if kind == "DELETED":
             if worker is not None and not worker.terminating:
-                # Force-deleted from the API: stop the containers without further API calls.
-                worker.begin_termination(grace=0, delete=False)
+                # Force-deleted from the API: stop the containers without further API calls,
+                # with the grace a v1.31 kubelet gives them (the spec's; see effective_grace).
+                worker.pod = pod
+                worker.begin_termination(grace=effective_grace(pod), delete=False)
             return
         if worker is None:
             phase = (pod.get("status") or {}).get("phase")

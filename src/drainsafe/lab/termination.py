@@ -12,6 +12,15 @@ kubernetes/kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go:
 - The hook is not cancelled when the grace period runs out (the kubelet stops waiting, and
   the hook dies with the container); here a hook still running is cancelled once the
   container is stopped.
+
+Which grace period, at kubernetes v1.31.0 (an explicit 0 stays 0 and is never a default):
+- a pod the API deleted: pkg/kubelet/pod_workers.go `calculateEffectiveGracePeriod`, passed
+  to killContainer as `gracePeriodOverride` (`effective_grace` below);
+- a container the kubelet kills itself (failed liveness or startup probe): kuberuntime
+  `setTerminationGracePeriod`, with no override (`kill_grace` below).
+On the API side a DELETE with gracePeriodSeconds=0 removes the pod at once (pkg/registry/
+core/pod/strategy.go `CheckGracefulDelete`, as the lab store does); it is kubectl that turns
+`delete --grace-period=0` without `--force` into 1 s (kubectl pkg/cmd/delete/delete.go).
 """
 
 from __future__ import annotations
@@ -36,16 +45,51 @@ def stop_timeout(grace: int, prestop_elapsed: float | None) -> int:
     return max(remaining, MINIMUM_GRACE_SECONDS)
 
 
-def grace_period(pod: dict[str, object]) -> int:
-    """The grace period the kubelet applies: deletionGracePeriodSeconds, else the spec's."""
+def effective_grace(pod: dict[str, object], current: int = 0) -> int:
+    """The grace period the kubelet gives a pod the API deleted (calculateEffectiveGracePeriod,
+    pkg/kubelet/pod_workers.go at v1.31.0).
+
+    `current` is the grace already in force for this pod (0: none yet); it can only shrink.
+    deletionGracePeriodSeconds is "bedrock truth" from the API server. Only when nothing
+    asked for a grace period (0) does the kubelet fall back to the spec's
+    terminationGracePeriodSeconds, and it always supplies at least 1 s. So an API deletion
+    of a pod whose spec says 0 gets 1 s, and a force deletion (the DELETED pod carries no
+    grace) gets the spec's value: the v1.31 kubelet still terminates it gracefully
+    (kubernetes/kubernetes#113717).
+    """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     assert isinstance(meta, dict) and isinstance(spec, dict)
-    for value in (meta.get("deletionGracePeriodSeconds"),
-                  spec.get("terminationGracePeriodSeconds")):
-        if value is not None:
-            return int(value)
-    return 30
+    grace = current
+    deletion = meta.get("deletionGracePeriodSeconds")
+    if deletion is not None and (grace == 0 or int(deletion) < grace):
+        grace = int(deletion)
+    if grace == 0 and spec.get("terminationGracePeriodSeconds") is not None:
+        grace = int(spec["terminationGracePeriodSeconds"])
+    return max(grace, 1)
+
+
+PROBE_FIELDS = {"liveness": "livenessProbe", "startup": "startupProbe"}
+
+
+def kill_grace(pod: dict[str, object], container: dict[str, object], reason: str) -> int:
+    """The grace period of a kill the kubelet starts itself (setTerminationGracePeriod in
+    pkg/kubelet/kuberuntime/kuberuntime_container.go at v1.31.0): the pod's
+    deletionGracePeriodSeconds if set; else, if the spec has terminationGracePeriodSeconds,
+    the failing probe's own terminationGracePeriodSeconds (reason "liveness"/"startup")
+    or the spec's value; else minimumGracePeriodInSeconds. 0 stays 0 (no preStop hook, and
+    SIGKILL 2 s after SIGTERM)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    assert isinstance(meta, dict) and isinstance(spec, dict)
+    if meta.get("deletionGracePeriodSeconds") is not None:
+        return int(meta["deletionGracePeriodSeconds"])
+    if spec.get("terminationGracePeriodSeconds") is None:
+        return MINIMUM_GRACE_SECONDS
+    probe = container.get(PROBE_FIELDS.get(reason, ""))
+    if isinstance(probe, dict) and probe.get("terminationGracePeriodSeconds") is not None:
+        return int(probe["terminationGracePeriodSeconds"])
+    return int(spec["terminationGracePeriodSeconds"])
 
 
 @dataclass

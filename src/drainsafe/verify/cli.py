@@ -57,6 +57,20 @@ def _register_verify(subparsers: Any) -> None:
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--linger", type=float, default=0.0, metavar="S",
                    help="keep watching pods S seconds after the load ends")
+    probe = p.add_argument_group(
+        "probe (while watching pods)",
+        "a small load of fresh connections, recorded apart from yours, from which tune "
+        "bounds the propagation lag")
+    probe.add_argument("--probe-rate", type=float, default=20.0, metavar="R",
+                       help="fresh connections per second (default 20)")
+    probe.add_argument("--probe-path", default="/", metavar="PATH",
+                       help="GET this path on the URL's host (default /); any answer below "
+                       "500 counts as answered")
+    probe.add_argument("--no-probe", action="store_true", help="send no probe load")
+    probe.add_argument("--metrics-port", metavar="PORT",
+                       help="read terminating pods' drainsafe /metrics through the API "
+                       "server's pod proxy on this port (number or port name) when they "
+                       "declare no 'drainsafe-admin' port")
     p.add_argument("--out", metavar="DIR",
                    help="write record.json, timeline.png and timeline.html here")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text",
@@ -70,9 +84,11 @@ def _register_tune(subparsers: Any) -> None:
         "tune",
         help="recommend drain delay, shutdown deadline and grace period from measurements",
         description="Read verify's record and/or drainsafe serve/run metrics and recommend "
-        "drain delay (propagation p99 + margin), shutdown deadline (request duration p99 or "
+        "drain delay (propagation bound + margin), shutdown deadline (request duration p99 or "
         "declared maximum), terminationGracePeriodSeconds and readiness probe timing, "
-        "stating the measurement behind each number.",
+        "stating the measurement behind each number. Exit codes: 0 settings printed, 1 "
+        "nothing measured, 2 usage or input error, 3 the record cannot bound the "
+        "propagation lag (tune names the run that would).",
     )
     p.add_argument("--from", dest="source", action="append", default=[], metavar="PATH",
                    help="verify --out directory or record.json, or a metrics dump or pod log "
@@ -92,7 +108,13 @@ def _register_tune(subparsers: Any) -> None:
     p.add_argument("--max-request", type=float, metavar="S",
                    help="declared longest request; overrides the measured p99")
     p.add_argument("--min-propagation", type=float, default=None, metavar="S",
-                   help="floor for the propagation figure when little was measured")
+                   help="declared floor for the propagation figure; also gives settings "
+                   "when the record cannot bound the lag")
+    p.add_argument("--confidence", type=float, default=0.99, metavar="C",
+                   help="confidence of the propagation bound, per pod (default 0.99)")
+    p.add_argument("--max-resolution", type=float, default=0.5, metavar="F",
+                   help="largest resolution accepted, as a fraction of the propagation "
+                   "bound (default 0.5; 0.5 s is always accepted); beyond it tune exits 3")
     p.add_argument("--drain-via", choices=("prestop", "server"), default="prestop",
                    help="hold traffic with a preStop sleep (default) or with drainsafe "
                    "serve/run's own --drain-delay")
@@ -113,7 +135,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
     from drainsafe.verify.load import LoadSpec
     from drainsafe.verify.report import LiveView, print_summary
-    from drainsafe.verify.session import WatchSpec, verify
+    from drainsafe.verify.session import ProbeSpec, WatchSpec, verify
 
     err = Console(stderr=True)
     try:
@@ -130,7 +152,13 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.selector and not args.namespace:
         err.print("[red]drainsafe verify: --selector needs --namespace[/]")
         return EXIT_USAGE
-    watch = (WatchSpec(args.namespace, args.selector, args.kubeconfig, args.context, args.linger)
+    try:
+        probe = ProbeSpec(0.0 if args.no_probe else args.probe_rate, args.probe_path)
+    except ValueError as exc:
+        err.print(f"[red]drainsafe verify: --probe-rate/--probe-path: {exc}[/]")
+        return EXIT_USAGE
+    watch = (WatchSpec(args.namespace, args.selector, args.kubeconfig, args.context,
+                       args.linger, probe, args.metrics_port)
              if args.namespace else None)
 
     view = LiveView(spec.duration)
@@ -157,7 +185,6 @@ def run_verify(args: argparse.Namespace) -> int:
             err.print(f"[red]drainsafe verify: watching pods failed: {exc}[/]")
             return EXIT_USAGE
         raise
-    summary = record.summary()
     if args.out:
         from drainsafe.verify.timeline import HTML_FILE, PNG_FILE, render_html, render_png
 
@@ -167,11 +194,12 @@ def run_verify(args: argparse.Namespace) -> int:
         render_html(record, png, out / HTML_FILE)
         err.print(f"record and timeline written to {out}/")
     if args.output == "json":
-        json.dump(record.to_json()["summary"], sys.stdout, indent=2)
+        data = record.to_json()
+        json.dump({**data["summary"], "probe": data["probe_summary"]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print_summary(record, Console())
-    return EXIT_FAILED if summary.failed else EXIT_OK
+    return EXIT_FAILED if record.failed else EXIT_OK
 
 
 def _runner() -> Any:

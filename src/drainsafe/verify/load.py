@@ -55,6 +55,8 @@ class LoadSpec:
     keepalive: bool = True
     """False: a new connection per request, like many separate clients (hey
     -disable-keepalive); each request is then routed afresh by an L4 proxy."""
+    error_status: int = 400
+    """Answers with this status or above are failures (verify's probe passes 500)."""
 
     def __post_init__(self) -> None:
         if self.duration <= 0:
@@ -84,6 +86,9 @@ class RequestResult:
     first_byte: float | None = None
     bytes: int = 0
     pod: str | None = None
+    fresh: bool | None = None
+    """The request opened a new connection (so a proxy routed it afresh); None: unknown
+    (records written before this was kept)."""
 
     @property
     def total(self) -> float:
@@ -106,6 +111,7 @@ class LoadRun:
 
 
 ResultCallback = Callable[[RequestResult], None]
+_CONNECT_EVENT = "connection.connect_tcp.started"
 
 
 async def run_load(
@@ -218,7 +224,18 @@ async def _open_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio.E
 
 
 async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> RequestResult:
-    """One request, read to the end; never raises for a failed exchange, it records it."""
+    """One request, read to the end; never raises for a failed exchange, it records it.
+
+    Whether it opened a new connection comes from httpcore's `trace` request extension
+    (the `connection.connect_tcp.started` event is sent only when a connection is opened):
+    a proxy routes only new connections, so only those are routing evidence."""
+    fresh = False
+
+    async def trace(event: str, _info: object) -> None:
+        nonlocal fresh
+        if event == _CONNECT_EVENT:
+            fresh = True
+
     start = now() - t0
     scanner = MarkerScanner(spec.end_marker)
     status: int | None = None
@@ -229,7 +246,8 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> Requ
     facts: tuple[tuple[str, ...], int | None, str] = ((), None, "")
     try:
         async with asyncio.timeout(spec.timeout):
-            request = client.build_request(spec.method, spec.url, content=spec.body)
+            request = client.build_request(spec.method, spec.url, content=spec.body,
+                                           extensions={"trace": trace})
             response = await client.send(request, stream=True)
             try:
                 headers_at = now() - t0
@@ -252,6 +270,8 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> Requ
     )
     return RequestResult(
         start=start, end=now() - t0,
-        outcome=classify(observation, end_marker=spec.end_marker),
+        outcome=classify(observation, end_marker=spec.end_marker,
+                         error_status=spec.error_status),
         headers_at=headers_at, first_byte=first_byte, bytes=scanner.bytes, pod=pod,
+        fresh=fresh,
     )

@@ -93,17 +93,19 @@ def expects_end_marker(content_type: str, end_marker: str | None) -> bool:
     return bool(end_marker) and media == SSE_CONTENT_TYPE
 
 
-def classify(obs: Observation, *, end_marker: str | None = DEFAULT_END_MARKER) -> Outcome:
+def classify(obs: Observation, *, end_marker: str | None = DEFAULT_END_MARKER,
+             error_status: int = 400) -> Outcome:
     """The one outcome of a request. Order matters: the most specific evidence wins.
 
     1. The drain marker: the server said on purpose why the stream ended.
-    2. An HTTP error status: the server answered, with an error.
+    2. An HTTP error status (>= error_status): the server answered, with an error. verify's
+       probe passes 500: a 404 from the probe path still shows a live pod answered.
     3. A transport failure, named by errno or exception type (refused, reset, timeout...).
     4. A body that ended without its end marker (SSE), though the transport was clean.
     """
     if obs.drain_marker_seen:
         return Outcome(Kind.DRAIN_MARKER, obs.status, "stream ended by the shutdown deadline")
-    if obs.status is not None and obs.status >= 400:
+    if obs.status is not None and obs.status >= error_status:
         return Outcome(Kind.HTTP, obs.status, _first_line(obs.error_message))
     if obs.error_types:
         return _classify_error(obs)

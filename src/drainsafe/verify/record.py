@@ -39,6 +39,20 @@ class LifecycleEvent:
 
 EventCallback = Callable[[LifecycleEvent], None]
 
+
+@dataclass(frozen=True)
+class PodMetrics:
+    """A terminating pod's drainsafe figures, read through the API server's pod proxy: the
+    last scrape that answered before the pod went (drainsafe_* lines of /metrics)."""
+
+    pod: str
+    t: float
+    """When the scrape answered (seconds since the run started)."""
+    port: int
+    text: str
+    scrapes: int = 1
+    """Scrapes that answered while the pod terminated."""
+
 # Event kinds, in the order a pod goes through them during a rollout or drain.
 POD_ADDED = "pod_added"
 POD_READY = "ready"
@@ -86,9 +100,16 @@ class Record:
     requests: list[RequestResult]
     events: list[LifecycleEvent] = field(default_factory=list)
     not_started: int = 0
+    probes: list[RequestResult] = field(default_factory=list)
+    """verify's probe load: one fresh connection per request, kept apart from the user's."""
+    probe: dict[str, Any] | None = None
+    """The probe's settings (URL, rate), None when no probe ran."""
+    pod_metrics: list[PodMetrics] = field(default_factory=list)
 
     @classmethod
-    def from_run(cls, run: LoadRun, events: Iterable[LifecycleEvent] = ()) -> Record:
+    def from_run(cls, run: LoadRun, events: Iterable[LifecycleEvent] = (), *,
+                 probe: LoadRun | None = None,
+                 pod_metrics: Iterable[PodMetrics] = ()) -> Record:
         spec = run.spec
         settings = {
             "duration": spec.duration, "concurrency": spec.concurrency, "rate": spec.rate,
@@ -96,12 +117,29 @@ class Record:
             "pod_header": spec.pod_header, "max_inflight": spec.max_inflight,
             "keepalive": spec.keepalive,
         }
+        probe_settings = None if probe is None else {
+            "url": probe.spec.url, "rate": probe.spec.rate, "method": probe.spec.method,
+            "error_status": probe.spec.error_status}
         return cls(url=spec.url, mode=spec.mode, settings=settings, started_at=run.started_at,
                    elapsed=run.elapsed, requests=sorted(run.results, key=lambda r: r.start),
-                   events=sorted(events, key=lambda e: e.t), not_started=run.not_started)
+                   events=sorted(events, key=lambda e: e.t), not_started=run.not_started,
+                   probes=sorted(probe.results if probe else [], key=lambda r: r.start),
+                   probe=probe_settings,
+                   pod_metrics=sorted(pod_metrics, key=lambda m: m.pod))
 
     def summary(self) -> Summary:
+        """The user's load only; the probe has its own (probe_summary)."""
         return summarize(self.requests, self.elapsed)
+
+    def probe_summary(self) -> Summary | None:
+        return None if self.probe is None else summarize(self.probes, self.elapsed)
+
+    @property
+    def failed(self) -> int:
+        """Failed requests of the user's load and of the probe: either is a client that a
+        rollout failed."""
+        probe = self.probe_summary()
+        return self.summary().failed + (probe.failed if probe else 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +153,11 @@ class Record:
             "summary": _summary_json(self.summary()),
             "requests": [_request_json(r) for r in self.requests],
             "events": [asdict(e) for e in self.events],
+            "probe": self.probe,
+            "probe_summary": (None if (p := self.probe_summary()) is None
+                              else _summary_json(p)),
+            "probes": [_request_json(r) for r in self.probes],
+            "pod_metrics": [asdict(m) for m in self.pod_metrics],
         }
 
     @classmethod
@@ -127,7 +170,10 @@ class Record:
             return cls(url=data["url"], mode=data["mode"], settings=data.get("settings", {}),
                        started_at=float(data["started_at"]), elapsed=float(data["elapsed"]),
                        requests=requests, events=events,
-                       not_started=int(data.get("not_started", 0)))
+                       not_started=int(data.get("not_started", 0)),
+                       probes=[_request_from_json(r) for r in data.get("probes") or []],
+                       probe=data.get("probe"),
+                       pod_metrics=[PodMetrics(**m) for m in data.get("pod_metrics") or []])
         except KeyError as exc:
             raise ValueError(f"{source}: not a drainsafe verify record (missing field {exc})"
                              ) from exc
@@ -194,7 +240,7 @@ def _request_json(r: RequestResult) -> dict[str, Any]:
         "headers": None if r.headers_at is None else round(r.headers_at, 6),
         "first_byte": None if r.first_byte is None else round(r.first_byte, 6),
         "outcome": r.outcome.label, "kind": r.outcome.kind.value, "status": r.outcome.status,
-        "detail": r.outcome.detail, "bytes": r.bytes, "pod": r.pod,
+        "detail": r.outcome.detail, "bytes": r.bytes, "pod": r.pod, "fresh": r.fresh,
     }
 
 
@@ -202,4 +248,5 @@ def _request_from_json(d: dict[str, Any]) -> RequestResult:
     outcome = Outcome(Kind(d["kind"]), d.get("status"), d.get("detail", ""))
     return RequestResult(start=float(d["start"]), end=float(d["end"]), outcome=outcome,
                          headers_at=d.get("headers"), first_byte=d.get("first_byte"),
-                         bytes=int(d.get("bytes", 0)), pod=d.get("pod"))
+                         bytes=int(d.get("bytes", 0)), pod=d.get("pod"),
+                         fresh=d.get("fresh"))

@@ -93,8 +93,18 @@ def print_summary(record: Record, console: Console) -> None:
         for e in record.events:
             events.add_row(f"{e.t:.2f}", e.pod, e.kind, e.detail)
         console.print(events)
-    verdict = ("[green]no failed requests[/]" if summary.failed == 0
-               else f"[bold red]{summary.failed} of {summary.total} requests failed[/]")
+    probe = record.probe_summary()
+    if probe is not None and record.probe is not None:
+        console.print(f"[bold]probe[/]: fresh connections to {record.probe.get('url')} at "
+                      f"{record.probe.get('rate'):g}/s, apart from your load", highlight=False)
+        console.print(summary_table(record, probe))
+    for m in record.pod_metrics:
+        console.print(f"pod {m.pod}: drainsafe figures read {m.scrapes} time(s) through the "
+                      f"pod proxy (port {m.port}), last at {m.t:.2f}s", highlight=False)
+    failed = record.failed
+    total = summary.total + (probe.total if probe else 0)
+    verdict = ("[green]no failed requests[/]" if failed == 0
+               else f"[bold red]{failed} of {total} requests failed[/]")
     console.print(verdict)
 
 

@@ -163,6 +163,17 @@ def render_png(record: Record, path: Path, *, title: str = DEFAULT_TITLE) -> Pat
             top.bar(bins.edges, row, width=bins.width, bottom=stack, align="edge",
                     color=_colour(label), label=f"{label} ({count})", linewidth=0)
             stack = [a + b for a, b in zip(stack, row, strict=True)]
+        if record.probes:
+            # The probe apart from the user's load: lines, not stacked bars.
+            probe = bin_outcomes(record.probes, end, width=bins.width)
+            answered = probe.rates.get(Kind.OK.value, [])
+            failed = [sum(row[i] for label, row in probe.rates.items()
+                          if label != Kind.OK.value) for i in range(len(probe.edges))]
+            top.step(probe.edges, answered, where="post", color="#1565c0", linestyle="--",
+                     linewidth=1.2, label=f"probe answered ({len(record.probes)} fresh)")
+            if any(failed):
+                top.step(probe.edges, failed, where="post", color="#b71c1c", linestyle="--",
+                         linewidth=1.2, label="probe failed")
         top.set_ylabel("requests/s (by end time)")
         verdict = "no failed requests" if summary.failed == 0 else f"{summary.failed} failed"
         # A long title (the demo's) gets the URL on a line of its own, so nothing is clipped.
@@ -200,6 +211,13 @@ def render_png(record: Record, path: Path, *, title: str = DEFAULT_TITLE) -> Pat
                     ax.axvline(lane.terminating, color="#d62728", linewidth=1, alpha=0.7)
         if lanes:
             _draw_lanes(middle, lanes, end)
+            # Fresh connections each pod answered: the routing evidence tune bounds from.
+            rows = {lane.pod: y for y, lane in enumerate(lanes)}
+            fresh = [(r.start, rows[r.pod]) for r in (*record.requests, *record.probes)
+                     if r.fresh and r.pod in rows]
+            if fresh:
+                middle.plot([t for t, _ in fresh], [y - 0.38 for _, y in fresh], "|",
+                            color="#1565c0", markersize=4, alpha=0.6)
         ymax = top.get_ylim()[1]
         for event in record.events:
             if event.kind in POD_KINDS:
@@ -255,6 +273,27 @@ def short_pod(name: str) -> str:
     return name.rsplit("-", 1)[-1] if name.count("-") >= 2 else name
 
 
+def _probe_html(record: Record) -> str:
+    """The probe's outcomes and the pods' own figures, apart from the user's load."""
+    probe = record.probe_summary()
+    parts = []
+    if probe is not None and record.probe is not None:
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>"
+                       for k, v in probe.counts.items())
+        parts.append(f"<h2>Probe</h2><p>fresh connections to "
+                     f"{html.escape(str(record.probe.get('url')))} at "
+                     f"{record.probe.get('rate'):g}/s, apart from the load above</p>"
+                     f"<table><tr><th>outcome</th><th>requests</th></tr>{rows}</table>")
+    if record.pod_metrics:
+        rows = "".join(f"<tr><td>{html.escape(m.pod)}</td><td>{m.t:.2f}</td><td>{m.port}</td>"
+                       f"<td>{m.scrapes}</td><td><pre>{html.escape(m.text)}</pre></td></tr>"
+                       for m in record.pod_metrics)
+        parts.append("<h2>Pods' drainsafe figures (through the pod proxy)</h2><table><tr>"
+                     "<th>pod</th><th>last read (s)</th><th>port</th><th>reads</th>"
+                     f"<th>figures</th></tr>{rows}</table>")
+    return "\n".join(parts)
+
+
 def render_html(record: Record, png: Path, path: Path, *, title: str = DEFAULT_TITLE) -> Path:
     """A single self-contained page: the picture inline, the summary, events and failures."""
     heading = html.escape(title)
@@ -290,6 +329,7 @@ text-align:left}}img{{max-width:100%}}.bad{{color:#b00}}.good{{color:#070}}</sty
 <h2>Outcomes</h2><table><tr><th>outcome</th><th>requests</th></tr>{counts}</table>
 <p>ok requests: time to first byte p50 {ms(summary.ttfb_p50)}, p99 {ms(summary.ttfb_p99)};
 total p50 {ms(summary.total_p50)}, p99 {ms(summary.total_p99)}</p>
+{_probe_html(record)}
 <h2>Pod lifecycle</h2><table><tr><th>t (s)</th><th>pod</th><th>event</th><th>detail</th></tr>
 {events or '<tr><td colspan="4">not watched (use --namespace/--selector)</td></tr>'}</table>
 <h2>Failed requests</h2><table><tr><th>start (s)</th><th>end (s)</th><th>outcome</th>

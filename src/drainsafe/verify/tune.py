@@ -11,8 +11,15 @@ Measurements come from:
   exit; `drainsafe_drain_delay_seconds` tells whether that figure was cut off by the listener
   closing (then it is only a lower bound), and a `*_request_duration_seconds` histogram, if
   exported, gives request durations;
-- verify's record: request durations of successful requests, and, when responses name their
-  pod (x-drainsafe-pod), the last request each terminating pod received.
+- verify's record: request durations of successful requests; when responses name their pod
+  (x-drainsafe-pod), the propagation bound of drainsafe.verify.propagation (from fresh
+  connections only: verify's probe load and the user's new connections); and the
+  terminating pods' drainsafe figures that verify read through the API server's pod proxy.
+
+The propagation figure is an upper bound at a stated confidence. The servers' "last request
+after the drain began" is a sample (it may be cut short by the listener closing, and requests
+on reused connections are not routing evidence), so it only raises a bound, never makes one.
+When no bound can be made tune raises CannotBound, naming the run that would make one.
 
 Pure functions over plain data; reading files is in tune_cli.
 """
@@ -26,6 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS, Budget, Recommendation, recommend
+from drainsafe.verify.propagation import (
+    CONFIDENCE,
+    MAX_RESOLUTION,
+    PropagationBound,
+    bound,
+    evidence,
+)
 from drainsafe.verify.record import ENDPOINT_NOT_READY, POD_TERMINATING, Record, percentile
 
 LAST_REQUEST_METRIC = "drainsafe_last_request_after_drain_seconds"
@@ -53,7 +67,10 @@ class Sample:
 @dataclass
 class Measurements:
     propagation: list[Sample] = field(default_factory=list)
-    """Seconds from termination/drain start to the last request reaching a pod."""
+    """The servers' own figures: seconds from drain start to the last request received
+    (samples, lower bounds of the lag)."""
+    routing: list[PropagationBound] = field(default_factory=list)
+    """The bounds from verify's records (drainsafe.verify.propagation)."""
     durations: list[float] = field(default_factory=list)
     """Request durations (seconds) of requests that completed."""
     duration_sources: list[str] = field(default_factory=list)
@@ -64,6 +81,7 @@ class Measurements:
 
     def merge(self, other: Measurements) -> None:
         self.propagation += other.propagation
+        self.routing += other.routing
         self.durations += other.durations
         self.duration_sources += other.duration_sources
         self.histogram_p99 += other.histogram_p99
@@ -134,27 +152,24 @@ def _server_sample(last: float, delay: float | None, source: str) -> Sample:
     return Sample(last, f"{source}: last request {last:g}s after drain start", censored)
 
 
-def from_record(record: Record, source: str) -> Measurements:
+def from_record(record: Record, source: str, *, confidence: float = CONFIDENCE,
+                max_resolution: float = MAX_RESOLUTION) -> Measurements:
     found = Measurements()
     ok = [r.total for r in record.requests if r.outcome.ok]
     found.durations += ok
     if ok:
         found.duration_sources.append(f"{source}: {len(ok)} completed requests")
     terminating = {e.pod: e.t for e in record.events if e.kind == POD_TERMINATING}
-    # The last request each terminating pod received, when responses name their pod.
-    last_start: dict[str, float] = {}
-    for r in record.requests:
-        if r.pod in terminating:
-            last_start[r.pod] = max(last_start.get(r.pod, -math.inf), r.start)
-    for pod, start in sorted(last_start.items()):
-        lag = max(start - terminating[pod], 0.0)
-        found.propagation.append(Sample(lag, f"{source}: pod {pod} got its last request "
-                                        f"{lag:.3f}s after it began terminating"))
+    if terminating:
+        found.routing.append(bound(evidence(record), confidence=confidence,
+                                   max_resolution=max_resolution))
+    for m in record.pod_metrics:
+        found.merge(from_metrics_text(m.text, f"{source}: pod {m.pod} /metrics at {m.t:.1f}s"))
     # The control-plane part of propagation: termination -> endpoint no longer ready.
     for event in record.events:
         if event.kind == ENDPOINT_NOT_READY and event.pod in terminating:
             found.endpoint_lag.append(event.t - terminating[event.pod])
-    failed = record.summary().failed
+    failed = record.failed
     if failed:
         found.notes.append(f"{source}: {failed} requests failed in this run; settings tuned "
                            "from it must be verified again")
@@ -222,6 +237,15 @@ class NotEnoughData(ValueError):
     pass
 
 
+class CannotBound(ValueError):
+    """The inputs cannot bound the propagation lag within the stated resolution."""
+
+    def __init__(self, why: str, what_to_run: str) -> None:
+        super().__init__(f"the propagation lag is not bounded: {why}")
+        self.why = why
+        self.what_to_run = what_to_run
+
+
 def tune(m: Measurements, *, margin: float = 0.2, buffer: float | None = None,
          max_request: float | None = None, min_propagation: float | None = None,
          drain_via: str = "prestop") -> Tuning:
@@ -237,27 +261,53 @@ def tune(m: Measurements, *, margin: float = 0.2, buffer: float | None = None,
 
 def _propagation_figure(m: Measurements, floor: float | None, warnings: list[str]) -> Figure:
     samples = sorted(m.propagation, key=lambda s: s.value)
-    if not samples:
-        if floor is None:
-            raise NotEnoughData(
-                "no propagation measurement: give the metrics or phase log of drainsafe "
-                "serve/run from a rollout (--metrics), a verify record whose responses name "
-                "their pod, or a floor with --min-propagation")
-        return Figure(floor, f"--min-propagation {floor:g}s (nothing measured)")
-    p99 = percentile([s.value for s in samples], 99) or 0.0
-    basis = f"p99 of {len(samples)} pod(s): {p99:.3f}s (max {samples[-1].value:.3f}s)"
     censored = [s for s in samples if s.censored]
     if censored:
         warnings.append(
             f"{len(censored)} pod(s) still received traffic when their listener closed "
             "(last request within 10% of the drain delay): the real propagation lag is longer "
-            "than measured. Apply these settings and measure again.")
-        basis += ", a lower bound"
-    if m.endpoint_lag:
-        basis += f"; endpoints turned not-ready up to {max(m.endpoint_lag):.3f}s after"
-    if floor is not None and floor > p99:
-        return Figure(floor, f"--min-propagation {floor:g}s (measured {basis})")
-    return Figure(p99, basis)
+            "than they measured.")
+    bounded = [b for b in m.routing if b.bounded]
+    if m.routing and len(bounded) == len(m.routing):
+        widest = max((b.widest for b in bounded if b.widest is not None),
+                     key=lambda p: p.value)
+        value = widest.value
+        pods = sum(len(b.pods) for b in bounded)
+        basis = (f"bound at {widest.confidence:.0%} per pod, the largest of {pods} pod(s); "
+                 f"{widest.basis}")
+        if samples and samples[-1].value > value:
+            value = samples[-1].value
+            basis += f"; raised to a server's own figure ({samples[-1].source})"
+        if m.endpoint_lag:
+            basis += f"; endpoints turned not-ready up to {max(m.endpoint_lag):.3f}s after"
+        if floor is not None and floor > value:
+            return Figure(floor, f"--min-propagation {floor:g}s (measured {basis})")
+        return Figure(value, basis)
+    if m.routing:
+        unbounded = [b for b in m.routing if not b.bounded]
+        why = "; ".join(b.explain() for b in unbounded)
+        what = "; ".join(dict.fromkeys(b.what_to_run() for b in unbounded))
+    elif samples:
+        why = ("the servers' figures are samples of the last request after the drain "
+               "began, not bounds")
+        what = ("give the verify record of a rollout (verify --namespace --selector --out "
+                "DIR, with its probe load)")
+    else:
+        why = what = ""
+    if floor is not None:
+        if why:
+            warnings.append(f"the propagation lag is not bounded ({why}); the figure is the "
+                            f"declared --min-propagation. To bound it: {what}.")
+        top = samples[-1].value if samples else 0.0
+        if top > floor:
+            return Figure(top, f"a server's own figure above --min-propagation "
+                               f"({samples[-1].source}); not a bound")
+        return Figure(floor, f"--min-propagation {floor:g}s (not measured as a bound)")
+    if not why:
+        raise NotEnoughData(
+            "no propagation measurement: give the verify record of a rollout "
+            "(verify --namespace --selector --out DIR), or a floor with --min-propagation")
+    raise CannotBound(why, what)
 
 
 def _request_figure(m: Measurements, declared: float | None) -> Figure:

@@ -12,8 +12,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from drainsafe.verify.propagation import CONFIDENCE, MAX_RESOLUTION
 from drainsafe.verify.record import RECORD_FILE, Record
 from drainsafe.verify.tune import (
+    CannotBound,
     Measurements,
     NotEnoughData,
     Tuning,
@@ -27,11 +29,15 @@ from drainsafe.verify.tune import (
     tune,
 )
 
+EXIT_NOT_ENOUGH_DATA = 1
 EXIT_USAGE = 2
+EXIT_NOT_BOUNDED = 3
+"""The inputs cannot bound the propagation lag: tune names the run that would."""
 _METRIC_SUFFIXES = (".prom", ".metrics", ".txt", ".log", ".jsonl")
 
 
-def read_inputs(sources: list[str], metrics: list[str]) -> Measurements:
+def read_inputs(sources: list[str], metrics: list[str], *, confidence: float = CONFIDENCE,
+                max_resolution: float = MAX_RESOLUTION) -> Measurements:
     found = Measurements()
     for raw in sources:
         path = Path(raw)
@@ -41,21 +47,24 @@ def read_inputs(sources: list[str], metrics: list[str]) -> Measurements:
             if not files:
                 raise ValueError(f"--from {raw}: no {RECORD_FILE} or metrics files in it")
             for p in files:
-                found.merge(read_file(p))
+                found.merge(read_file(p, confidence=confidence,
+                                      max_resolution=max_resolution))
         else:
-            found.merge(read_file(path))
+            found.merge(read_file(path, confidence=confidence, max_resolution=max_resolution))
     for raw in metrics:
         found.merge(read_file(Path(raw), metrics_only=True))
     return found
 
 
-def read_file(path: Path, *, metrics_only: bool = False) -> Measurements:
+def read_file(path: Path, *, metrics_only: bool = False, confidence: float = CONFIDENCE,
+              max_resolution: float = MAX_RESOLUTION) -> Measurements:
     try:
         text = path.read_text()
     except OSError as exc:
         raise ValueError(f"{path}: cannot read ({exc.strerror})") from exc
     if not metrics_only and text.lstrip().startswith("{") and '"requests"' in text[:4096]:
-        return from_record(Record.read(path), str(path))
+        return from_record(Record.read(path), str(path), confidence=confidence,
+                           max_resolution=max_resolution)
     if "drainsafe.phase" in text:
         return from_log_lines(text.splitlines(), str(path))
     return from_metrics_text(text, str(path))
@@ -68,13 +77,25 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         kind, name = parse_workload(args.workload)
-        found = read_inputs(args.source, args.metrics)
+        if not 0 < args.confidence < 1:
+            raise ValueError(f"--confidence {args.confidence:g}: must be between 0 and 1")
+        if not 0 < args.max_resolution < 1:
+            raise ValueError(f"--max-resolution {args.max_resolution:g}: must be between "
+                             "0 and 1")
+        found = read_inputs(args.source, args.metrics, confidence=args.confidence,
+                            max_resolution=args.max_resolution)
         tuning = tune(found, margin=args.margin, buffer=args.buffer,
                       max_request=args.max_request, min_propagation=args.min_propagation,
                       drain_via=args.drain_via)
+    except CannotBound as exc:
+        err.print(f"[red]drainsafe tune: {exc}[/]", highlight=False)
+        err.print(f"to bound it: {exc.what_to_run}", markup=False, highlight=False)
+        err.print("no settings recommended (exit 3); --min-propagation S gives settings "
+                  "from a declared floor instead", markup=False, highlight=False)
+        return EXIT_NOT_BOUNDED
     except NotEnoughData as exc:
         err.print(f"[red]drainsafe tune: {exc}[/]")
-        return 1
+        return EXIT_NOT_ENOUGH_DATA
     except ValueError as exc:
         err.print(f"[red]drainsafe tune: {exc}[/]")
         return EXIT_USAGE

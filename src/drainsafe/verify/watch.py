@@ -12,13 +12,16 @@ import time
 from drainsafe.kube.client import KubeClient, Obj, api_path
 from drainsafe.kube.watch import Informer
 from drainsafe.verify.lifecycle import LifecycleTracker
+from drainsafe.verify.podmetrics import PodMetricsReader
 from drainsafe.verify.record import EventCallback, LifecycleEvent
 
 
 class LifecycleWatch:
     def __init__(self, client: KubeClient, namespace: str, selector: str | None,
-                 clock_zero: tuple[float, float], on_event: EventCallback | None = None) -> None:
+                 clock_zero: tuple[float, float], on_event: EventCallback | None = None,
+                 metrics: PodMetricsReader | None = None) -> None:
         self._loop_zero, wall_zero = clock_zero
+        self._metrics = metrics
         self._tracker = LifecycleTracker(started_at=wall_zero)
         self._on_event = on_event
         self._initial = True
@@ -46,8 +49,12 @@ class LifecycleWatch:
             # A deletion can be the first time the final state is seen (fast exits).
             self._emit(self._tracker.pod_seen(self._now(), pod, initial=self._initial))
             self._emit(self._tracker.pod_gone(self._now(), name))
+            if self._metrics is not None:
+                self._metrics.pod_gone(name)
         else:
             self._emit(self._tracker.pod_seen(self._now(), pod, initial=self._initial))
+            if self._metrics is not None:
+                self._metrics.pod_seen(pod)
 
     def _slice_event(self, kind: str, endpoint_slice: Obj) -> None:
         if kind == "DELETED":

@@ -1,11 +1,13 @@
 """ReplicaSet controller: keep spec.replicas active pods; report status.
 
-After kubernetes/kubernetes pkg/controller/replicaset/replica_set.go: active pods are
-those neither finished nor terminating (so a terminating pod is already replaced while
-it drains); surplus pods are deleted in the order of controller.ActivePods (unassigned,
-then Pending, then not Ready, then the most recently Ready, then the newest);
-availableReplicas counts pods Ready for minReadySeconds. Adoption of orphans by selector
-is not emulated: pods belong to the ReplicaSet that created them.
+After kubernetes/kubernetes pkg/controller/replicaset/replica_set.go (v1.31.0): active pods
+are those neither finished nor terminating (so a terminating pod is already replaced while
+it drains); at most burstReplicas (500) pods are created or deleted per pass; surplus pods
+are chosen by `getPodsToDelete` (drainsafe.lab.controllers.ranking: ActivePodsWithRanks,
+with the pod-deletion-cost annotation and the related pods of sibling ReplicaSets on the
+same node) and deleted with a plain graceful DELETE (no PDB); availableReplicas counts pods
+Ready for minReadySeconds. Adoption of orphans by selector is not emulated: pods belong to
+the ReplicaSet that created them.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from drainsafe.lab import status as st
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import (
     available_at,
+    controller_ref,
     is_active,
     is_ready,
     owned_by,
     owner_reference,
-    ready_condition,
 )
+from drainsafe.lab.controllers.ranking import pods_to_delete
 from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone, parse_time
-from drainsafe.labels import from_label_selector
+from drainsafe.lab.store import Obj, Store, clone
+from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]
 REPLICASETS = BY_KEY["apps/replicasets"]
@@ -58,24 +61,26 @@ def pod_from_template(owner: Obj, template: dict[str, Any], *,
             "spec": clone(template.get("spec") or {})}
 
 
-def deletion_rank(pod: Obj) -> tuple[Any, ...]:
-    """Sort key: pods to delete first sort first (controller.ActivePods ordering)."""
-    phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(
-        pod.get("status", {}).get("phase", "Pending"), 0)
-    ready = is_ready(pod)
-    cond = ready_condition(pod)
-    ready_since = parse_time(cond.get("lastTransitionTime")) if cond and ready else None
-    restarts = sum(int(c.get("restartCount", 0))
-                   for c in pod.get("status", {}).get("containerStatuses") or [])
-    created = parse_time(pod["metadata"].get("creationTimestamp")) or 0.0
-    return (
-        1 if pod.get("spec", {}).get("nodeName") else 0,
-        phase_rank,
-        1 if ready else 0,
-        -(ready_since or 0.0),  # ready more recently first
-        -restarts,
-        -created,  # newer first
-    )
+def related_pods(store: Store, rs: Obj) -> list[Obj]:
+    """getIndirectlyRelatedPods: the pods selected by every ReplicaSet with the same
+    controller as `rs` (none if `rs` has no controller), each pod once."""
+    ref = controller_ref(rs)
+    if ref is None:
+        return []
+    ns = rs["metadata"].get("namespace", "")
+    seen: dict[str, Obj] = {}
+    siblings = [o for o in store.items(REPLICASETS, ns)
+                if (controller_ref(o) or {}).get("uid") == ref.get("uid")]
+    pods = list(store.items(PODS, ns))
+    for sibling in siblings:
+        try:
+            selector = from_label_selector((sibling.get("spec") or {}).get("selector"))
+        except SelectorError:
+            continue  # an invalid selector matches no pods
+        for pod in pods:
+            if selector.matches(pod["metadata"].get("labels")):
+                seen.setdefault(pod["metadata"]["uid"], pod)
+    return list(seen.values())
 
 
 class ReplicaSetController(Controller):
@@ -109,7 +114,9 @@ class ReplicaSetController(Controller):
                 except st.StatusError:
                     break  # e.g. the namespace is going away
         elif diff > 0:
-            for pod in sorted(active, key=deletion_rank)[:diff]:
+            doomed = pods_to_delete(active, related_pods(self.store, rs), min(diff, BURST),
+                                    now)
+            for pod in doomed:
                 try:
                     self.store.delete(PODS, ns, pod["metadata"]["name"])
                 except st.StatusError:
