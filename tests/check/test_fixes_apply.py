@@ -85,6 +85,13 @@ def scenarios() -> list[tuple[str, list[Obj], dict[str, Any]]]:
         ("server-aborts-on-sigterm", [deployment(grace=120, containers=[container(
             command=["vllm", "serve"], args=VLLM_ARGS, pre_stop=SLEEP10)]),
             service(), pdb()], {}),
+        ("server-aborts-on-sigterm", [deployment(grace=120, containers=[container(
+            image="vllm/vllm-openai:v0.18.0", command=["/bin/sh", "-c"],
+            args=["exec vllm serve m --port 8000"], pre_stop=SLEEP10)]), service(), pdb()],
+         {}),
+        ("shutdown-deadline-short", [deployment(grace=200, containers=[container(
+            command=["vllm", "serve", "m", "--shutdown-timeout=30"], args=["--port", "8000"],
+            pre_stop=SLEEP10)]), service(), pdb()], {"max_request_seconds": 90}),
         ("grace-exceeds-cap", [deployment(grace=900), service(), pdb()],
          {"max_grace_seconds": 600}),
         ("pdb-invalid", [deployment(grace=60), service(), {
