@@ -153,7 +153,8 @@ def gate(text: str) -> str | None:
 
 def _gate(text: str) -> tuple[str | None, str]:
     """gate's answer, and the text with block scalars' bodies blanked (spaces, line breaks
-    kept, so offsets and lines stay), for the checks that look at structure."""
+    kept, so offsets and lines stay) for the checks that look at structure (aliases, flow
+    keys); when those find nothing outside the bodies, just the text outside them."""
     why = _refusal(text)
     if why is not None:
         return why, text
@@ -164,12 +165,15 @@ def _gate(text: str) -> tuple[str | None, str]:
         return found, text
     if found is None:
         return _tokens(text), text
-    blanked = "".join(piece if n % 2 == 0 else _BLANK.sub(" ", piece)
+    outside = "".join(found[::2])
+    if "*" not in outside and not _maybe_collection_key(outside):
+        # Nothing for the structure checks to find: they need no offsets into the text.
+        return _tokens(outside), outside
+    blanked = "".join(piece if n % 2 == 0 else
+                      "\n".join(" " * len(line) for line in piece.split("\n"))
                       for n, piece in enumerate(found))
-    return _tokens("".join(found[::2])), blanked
+    return _tokens(outside), blanked
 
-
-_BLANK = re.compile(r"[^\n]")
 
 
 def _refusal(text: str) -> str | None:
@@ -296,9 +300,15 @@ def _load(chunk: str) -> Any:
         raise Unsupported(f"yaml-rs: {str(exc).splitlines()[0] if str(exc) else exc}") from None
 
 
-_MAYBE_COLLECTION_KEY = re.compile(r"[{,][ \n]*[{\[]|[}\]][ ]*:")
+_MAYBE_COLLECTION_KEY = tuple(re.compile(p) for p in (
+    r"\{[ \n]*[{\[]", r",[ \n]*[{\[]", r"\}[ ]*:", r"\][ ]*:"))
 """Where a flow collection might be a mapping key: one right after `{` or `,`, or a `}` or
-`]` followed by `:`. Text without either needs no walk over its objects."""
+`]` followed by `:`. Text without any needs no walk over its objects. (Four patterns that
+each start with a literal are searched quicker than one alternation.)"""
+
+
+def _maybe_collection_key(text: str) -> bool:
+    return any(pattern.search(text) is not None for pattern in _MAYBE_COLLECTION_KEY)
 
 
 def _collection_key(data: object) -> bool:
@@ -444,7 +454,7 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     docs = data if len(found) > 1 else [data]
     if not isinstance(docs, list) or len(docs) != len(found):
         raise Unsupported("yaml-rs saw other documents")
-    if _MAYBE_COLLECTION_KEY.search(structure) is not None and _collection_key(docs):
+    if _maybe_collection_key(structure) and _collection_key(docs):
         # `{{ x }}` (a Helm template) is a mapping with a mapping as its key: PyYAML refuses
         # it, yaml-rs makes a frozenset. Only a flow mapping can hide such a key.
         raise Unsupported("collection as a mapping key")
