@@ -96,10 +96,23 @@ DEADLINE_FLAGS: dict[str, tuple[str, tuple[int, ...] | None]] = {
 _RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?![\d.])")
 
 
+_IMAGE_CACHE: dict[str, ServerImage | None] = {}
+
+
 def server_image(image: str) -> ServerImage | None:
     """The known server image `image` names, with the release its tag gives."""
     if not image:
         return None
+    # A fleet runs few distinct images: each is parsed once.
+    if image in _IMAGE_CACHE:
+        return _IMAGE_CACHE[image]
+    found = _server_image(image)
+    if len(_IMAGE_CACHE) < 10_000:
+        _IMAGE_CACHE[image] = found
+    return found
+
+
+def _server_image(image: str) -> ServerImage | None:
     name = image.split("@", 1)[0]
     tag = ""
     colon = name.rfind(":")
