@@ -19,9 +19,10 @@ from typing import Any
 from drainsafe.check.model import Container, mapping, sequence
 from drainsafe.check.servers import CommandLine, ServerShutdown
 
-ADMIN_PORT_NAME = "drainsafe-admin"
-ADMIN_PORT = 8490
-"""drainsafe run's admin port: /readyz, /livez, /drainsafe/drain, /metrics."""
+# drainsafe run's admin port: /readyz, /livez, /drainsafe/drain, /metrics.
+from drainsafe.server.cli import ADMIN_PORT_NAME
+from drainsafe.server.cli import DEFAULT_ADMIN_PORT as ADMIN_PORT
+
 PROBE_HANDLERS = ("httpGet", "tcpSocket", "exec", "grpc")
 HOOK_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")
 WRAPPED_PRESETS = frozenset({"vllm", "tgi", "triton", "sglang"})

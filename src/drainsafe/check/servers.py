@@ -38,8 +38,8 @@ between releases. Facts, each read at the source at the release named:
   GracefulTimeout at 27.0.1; docs/source/signals.rst: TERM waits up to the graceful timeout).
 - hypercorn: `--graceful-timeout N`, default 3 s (pgjones/hypercorn src/hypercorn/config.py
   `graceful_timeout: float = 3 * SECONDS` at 0.18.0).
-- drainsafe serve/run: --drain-delay N, --shutdown-timeout N (defaults from
-  drainsafe.server.cli).
+- drainsafe serve/run: --drain-delay N, --shutdown-timeout N; probes and the drain trigger on
+  the admin port --admin-port N, --drain-path P (defaults from drainsafe.server.cli).
 
 Not relied on (not found at a release): vLLM `--shutdown-mode drain` and
 `--shutdown-drain-timeout` (only proposed, in the closed vLLM PR #32420), and vLLM `/live`.
@@ -53,7 +53,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # drainsafe serve/run's own defaults (its cli module imports only argparse).
-from drainsafe.server.cli import DEFAULT_DRAIN_DELAY, DEFAULT_SHUTDOWN_TIMEOUT
+from drainsafe.server.cli import (
+    DEFAULT_ADMIN_PORT,
+    DEFAULT_DRAIN_DELAY,
+    DEFAULT_DRAIN_PATH,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+)
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 SHELL_WRAPPERS = frozenset({"tini", "dumb-init", "catatonit", "s6-svscan", "gosu", "su-exec"})
@@ -140,6 +145,10 @@ class ServerShutdown:
     """Where the deadline comes from: the flag as written, or 'default'."""
     drain_delay: float | None = None
     """A built-in drain delay (drainsafe serve/run), which replaces a preStop sleep."""
+    admin_port: int | None = None
+    """drainsafe serve/run: the port of readiness, liveness and the drain trigger."""
+    drain_path: str | None = None
+    """drainsafe serve/run: the drain trigger's path on the admin port."""
     release: tuple[int, ...] | None = None
     """The server's release, when its image's tag names one."""
 
@@ -270,10 +279,14 @@ def identify(line: CommandLine | None) -> ServerShutdown | None:
     if _has(words, "drainsafe", "kubectl-drainsafe") and (" serve" in joined or " run" in joined):
         deadline = _seconds(_flag(words, "--shutdown-timeout"))
         delay = _seconds(_flag(words, "--drain-delay"))
+        admin = _flag(words, "--admin-port")
         return ServerShutdown(
             "drainsafe", DEFAULT_SHUTDOWN_TIMEOUT if deadline is None else deadline, True,
             _source(words, "--shutdown-timeout"),
-            drain_delay=DEFAULT_DRAIN_DELAY if delay is None else delay)
+            drain_delay=DEFAULT_DRAIN_DELAY if delay is None else delay,
+            admin_port=int(admin) if admin is not None and admin.isdigit()
+            else DEFAULT_ADMIN_PORT,
+            drain_path=_flag(words, "--drain-path") or DEFAULT_DRAIN_PATH)
     release = line.image.release if line.image is not None else None
     if "vllm" in joined and ("serve" in words or "vllm.entrypoints" in joined):
         return _vllm(words, release if _image_is(line, "vllm") else None)

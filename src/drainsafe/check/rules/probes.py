@@ -8,10 +8,11 @@ from typing import Any
 
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.hooks import on_admin_port
 from drainsafe.check.model import Index, integer, mapping, number
 from drainsafe.check.rules import rule
 from drainsafe.check.rules.termination import serves_traffic, serving
-from drainsafe.check.serverfix import ADMIN_PORT, ADMIN_PORT_NAME, pre_stop, probe
+from drainsafe.check.serverfix import pre_stop, probe
 from drainsafe.check.servers import ServerShutdown
 from drainsafe.check.snippets import container_fix
 
@@ -76,9 +77,9 @@ READY_PATHS = {"vllm": "/health", "tgi": "/health", "sglang": "/health",
 def _readiness(spec: dict[str, Any], server: ServerShutdown | None) -> dict[str, Any]:
     timing = {"periodSeconds": 2, "failureThreshold": 1}
     name = server.server if server is not None else ""
-    if name == "drainsafe":
-        return {"ports": [{"name": ADMIN_PORT_NAME, "containerPort": ADMIN_PORT}],
-                "readinessProbe": {"httpGet": {"path": "/readyz", "port": ADMIN_PORT_NAME},
+    if server is not None and server.admin_port is not None:
+        # drainsafe serve/run: readiness is on the admin port only.
+        return {"readinessProbe": {"httpGet": {"path": "/readyz", "port": server.admin_port},
                                    **timing}}
     if name in READY_PATHS:
         return {"readinessProbe": {"httpGet": {"path": READY_PATHS[name],
@@ -206,13 +207,19 @@ def _liveness(index: Index, context: Context) -> Iterator[Finding]:
                 reason = f"it probes the readiness endpoint {live[0]}"
             else:
                 continue
-            # A TCP check: the process is up and listening. It needs no endpoint the
-            # server may lack, and it passes while the server drains or is overloaded.
             port = mapping(liveness.get("httpGet")).get("port") or _first_port(c.spec)
+            if s.server is not None and s.server.admin_port is not None:
+                # drainsafe serve/run: /livez on the admin port (and only there).
+                if not on_admin_port(c, s.server, port):
+                    port = s.server.admin_port
+                fixed = probe(liveness, "httpGet", {"path": "/livez", "port": port})
+            else:
+                # A TCP check: the process is up and listening. It needs no endpoint the
+                # server may lack, and it passes while the server drains or is overloaded.
+                fixed = probe(liveness, "tcpSocket", {"port": port})
             yield LIVENESS_ON_READINESS.finding(
                 w,
                 f"container {c.name}: liveness restarts a draining server: {reason}",
-                container_fix(w.pod_path, c.name, {"livenessProbe": probe(
-                    liveness, "tcpSocket", {"port": port})}),
+                container_fix(w.pod_path, c.name, {"livenessProbe": fixed}),
                 path=(*c.path, "livenessProbe"),
             )
