@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from drainsafe.controller.engine import engine_available
 from drainsafe.demo.scenario import APP, NAMESPACE, ScenarioSettings, llm_manifests
 from drainsafe.kube import KubeClient, api_path
 from drainsafe.lab.cluster import Lab
@@ -38,11 +37,7 @@ from .guardlab import (
     until,
 )
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not engine_available(),
-                       reason="the surge engine (drainsafe.drain.scale) is not in this build"),
-]
+pytestmark = [pytest.mark.e2e]
 SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=4, warmup=1.5)
 DEPLOYMENTS = BY_KEY["apps/deployments"]
 LEASES = BY_KEY["coordination.k8s.io/leases"]

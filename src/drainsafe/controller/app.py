@@ -96,10 +96,6 @@ async def run(cfg: ControllerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     engine = load_engine(client)
-    if engine is None:
-        log.warning("this build has no surge engine (drainsafe.drain.scale): evictions are "
-                    "held but no stand-in is surged; holds are released after %.0f s",
-                    cfg.hold_limit)
     elector = LeaderElector(client, cfg.namespace, cfg.lease, cfg.identity,
                             lease_seconds=cfg.lease_seconds, retry_seconds=cfg.retry_seconds)
     guard = Guard(client, cfg, engine=engine, elector=elector)

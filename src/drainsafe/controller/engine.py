@@ -6,17 +6,16 @@ any change, scale up or raise the HPA's minReplicas, restore exactly the recorde
 also after a crash) through this Protocol, so both tools share one record format and never
 surge the same workload twice.
 
-`load_engine` binds the Protocol to drainsafe.drain.scale when that module is present
-(it is being built alongside the guard); without it the guard still answers reviews but
-cannot surge, and says so in its hold messages' Events and at start-up.
+`load_engine` binds the Protocol to drainsafe.drain.scale by plain imports, so a rename on
+the engine's side fails at import and in mypy, never silently at run time.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from drainsafe.drain import ownership, scale
 from drainsafe.kube import KubeClient
 
 
@@ -73,26 +72,6 @@ class DrainScaleEngine:
         await self._scale.finish(self._client, workload, record)
 
 
-def _engine_modules() -> tuple[Any, Any] | None:
-    try:
-        scale = importlib.import_module("drainsafe.drain.scale")
-        ownership = importlib.import_module("drainsafe.drain.ownership")
-    except ImportError:
-        return None
-    if not all(hasattr(scale, f) for f in ("begin", "set_scale", "finish")) or \
-            not hasattr(ownership, "SurgeRecord"):
-        return None
-    return scale, ownership
-
-
-def engine_available() -> bool:
-    return _engine_modules() is not None
-
-
-def load_engine(client: KubeClient) -> SurgeEngine | None:
-    """The drain's surge engine, or None when this build does not have it yet."""
-    modules = _engine_modules()
-    if modules is None:
-        return None
-    scale, ownership = modules
+def load_engine(client: KubeClient) -> SurgeEngine:
+    """The drain's surge engine, bound to `client`."""
     return DrainScaleEngine(client, scale, ownership.SurgeRecord)
