@@ -179,4 +179,4 @@ patches:
                    for e in store.items(EVENTS, "default")
                    if e["reason"] == "EvictionHoldReleased"]
         assert {k for k, _ in reasons} == {"Pod", "Deployment"}
-        assert all("no room for a stand-in" in m for _, m in reasons)
+        assert all("no room for a stand-in" in m for _, m in reasons), reasons
