@@ -15,7 +15,11 @@ import pytest
 
 from drainsafe.cli import main
 
-REAL = Path(os.environ.get("DRAINSAFE_REAL_MANIFESTS", "/work/shared/research/real-manifests"))
+# shared/ lies beside the checkout (CI's clone and the main work tree alike); a worktree
+# elsewhere names it with DRAINSAFE_REAL_MANIFESTS.
+REAL = Path(os.environ.get(
+    "DRAINSAFE_REAL_MANIFESTS",
+    Path(__file__).resolve().parents[3] / "shared" / "research" / "real-manifests"))
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="research manifests not present")
 
 TEMPLATES = {  # unrendered Helm: reported, not parsed
