@@ -6,7 +6,8 @@ writes `drainsafe.io/eviction-held-since` on the pod (once), which is how the le
 that a stand-in is wanted and how every replica agrees on when the hold began.
 
 Only the leader (drainsafe.controller.leader) changes scales (`reconcile`): for each
-Deployment with held pods it records and starts a surge through the drain's surge engine
+Deployment with a pod the decision holds for a stand-in (a Hold with a surge, never one
+waiting for room or a rollout) it records and starts a surge through the drain's surge engine
 (drainsafe.controller.engine) to the recorded scale plus one per held pod, and restores the
 recorded scale once no held pod is left (evicted, gone, or released). It works from the
 record on the Deployment and the annotations on the pods, so a new leader finishes or
@@ -41,7 +42,6 @@ from drainsafe.controller.view import (
     gather,
     held_pods,
     is_active,
-    mid_rollout,
     pod_key,
     workload_pods,
 )
@@ -223,7 +223,11 @@ class Guard:
         for dep in list(self.deployments.cache.values()):
             meta = dep.get("metadata") or {}
             members = workload_pods(dep, self.pods.cache.values(), self.replicasets.cache)
-            # Holds the drainer stopped asking about are released here, with the same rule.
+            # Holds the drainer stopped asking about are released here, with the same rule;
+            # and only a hold the decision answers with a surge asks for one: a pod held for
+            # room or for a rollout must not be surged for (a stand-in with no room is an
+            # unschedulable pod, and its record would hide why the hold is released).
+            wanting: set[str] = set()
             for p in members:
                 annotations = (p.get("metadata") or {}).get("annotations") or {}
                 if is_active(p) and HOLD_ANNOTATION in annotations \
@@ -234,6 +238,8 @@ class Guard:
                         await self._release(p, verdict, str(meta.get("name")))
                         p.setdefault("metadata", {}).setdefault(
                             "annotations", {})[RELEASED_ANNOTATION] = str(verdict.reason)
+                    elif isinstance(verdict, Hold) and verdict.surge_to is not None:
+                        wanting.add(pod_key(p))
             held = held_pods(members)
             record = self.engine.record_of(dep)
             owned = (meta.get("annotations") or {}).get(GUARD_SURGE_ANNOTATION) == "true"
@@ -241,17 +247,17 @@ class Guard:
             if record is not None and not owned:
                 continue  # a `drainsafe drain` surge: it restores its own
             if record is None:
-                if not held or mid_rollout(dep, self.replicasets.cache):
+                if not wanting:
                     if owned:
                         await self._disown(dep)
                     continue
-                first = next(p for p in members if pod_key(p) in held)
+                first = next(p for p in members if pod_key(p) in wanting)
                 await self._own(dep)
                 record = await self.engine.begin(
                     workload, node=str((first.get("spec") or {}).get("nodeName") or ""),
                     autoscaler=self._autoscaler_of(dep),
                     pods={pod_key(p): str(p["metadata"].get("uid")) for p in members
-                          if pod_key(p) in held})
+                          if pod_key(p) in wanting})
                 self.metrics.surges.inc()
                 self._background(record_event(
                     self.client, dep, reason="SurgeForEviction",
