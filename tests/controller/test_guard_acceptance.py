@@ -201,7 +201,11 @@ async def test_leader_killed_mid_hold_another_replica_finishes(
             await until(lambda: len(ready_pods(lab, "llm")) >= 2, timeout=30, what="2 Ready")
         await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
                     what="nothing left scaled up")
-        # The restore was made by another replica, the new leader.
+        # The restore was made by another replica, the new leader. Its Event is written after
+        # the record is removed, so it is waited for, not read at once.
+        await until(lambda: any(e["reason"] == "SurgeRestored"
+                                for e in store.items(BY_KEY["events"], NAMESPACE)),
+                    timeout=10, what="the SurgeRestored event")
         restored = [e for e in store.items(BY_KEY["events"], NAMESPACE)
                     if e["reason"] == "SurgeRestored"]
         assert restored and all(e["reportingInstance"] != leader for e in restored)
