@@ -8,7 +8,7 @@ Figures:
 3. SSE chunks/s of one stream with no pause between tokens, read by curl, direct from
    uvicorn and through the proxy.
 
-Goals (issue 3): serve >= 0.97x bare uvicorn (the median of the ratios taken within each
+Goals (issues 3 and 12): serve >= 0.97x bare uvicorn (the median of the ratios taken within each
 round, each server going first in turn); the proxy adds <= 1 ms at p99 and carries
 >= 20,000 SSE chunks/s on one core. Every server runs with uvloop + httptools and no access
 log. On a shared machine, figures are indicative; --pin puts servers on CPU 0 and the load
@@ -72,23 +72,27 @@ def pinned(argv: list[str], cpu: int | None) -> list[str]:
 @contextlib.contextmanager
 def server(kind: str, cpu: int | None) -> Iterator[tuple[int, int]]:
     port = free_port()
+    # drainsafe's readiness is on its admin port (a free one: benches may overlap).
+    admin = free_port()
+    admin_flags = ["--admin-host", "127.0.0.1", "--admin-port", str(admin)]
     if kind in ("uvicorn", CONTROL):
         argv = [str(BIN / "uvicorn"), APP, "--port", str(port), *UVICORN_FLAGS]
     elif kind == "serve":
         argv = [str(BIN / "drainsafe"), "serve", APP, "--port", str(port), "--no-access-log",
-                "--log-level", "warning", "--drain-delay", "0", "--shutdown-timeout", "1"]
+                "--log-level", "warning", "--drain-delay", "0", "--shutdown-timeout", "1",
+                *admin_flags]
     else:
         upstream = free_port()
         argv = [str(BIN / "drainsafe"), "run", "--listen", f"127.0.0.1:{port}",
                 "--upstream", f"127.0.0.1:{upstream}", "--log-level", "warning",
-                "--drain-delay", "0", "--shutdown-timeout", "1", "--",
+                "--drain-delay", "0", "--shutdown-timeout", "1", *admin_flags, "--",
                 str(BIN / "uvicorn"), APP, "--port", str(upstream), *UVICORN_FLAGS]
     proc = subprocess.Popen(pinned(argv, cpu), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         wait_port(port, proc)
-        if kind == "run":
-            _wait_ready(port)  # the child binds after the proxy
+        if kind in ("serve", "run"):
+            _wait_ready(admin)  # run's child binds after the proxy
         yield port, proc.pid
     finally:
         proc.send_signal(signal.SIGINT)
@@ -99,16 +103,17 @@ def server(kind: str, cpu: int | None) -> Iterator[tuple[int, int]]:
             proc.wait(5)
 
 
-def _wait_ready(port: int, timeout: float = 20) -> None:
+def _wait_ready(admin_port: int, timeout: float = 20) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+            url = f"http://127.0.0.1:{admin_port}/readyz"
+            if httpx.get(url, timeout=1).status_code == 200:
                 return
         time.sleep(0.05)
-    raise TimeoutError(f"port {port}: /readyz not ready")
+    raise TimeoutError(f"admin port {admin_port}: /readyz not ready")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -4,10 +4,12 @@
     app = DrainMiddleware(app, drain_delay=5, shutdown_timeout=60)   # then: uvicorn mod:app
 
 What it adds to any ASGI app (FastAPI, Starlette, raw):
-- readiness (default /readyz) answers 503 as soon as the drain begins, liveness (/livez)
-  stays 200; a drain endpoint (/drainsafe/drain) for a preStop httpGet; Prometheus metrics
-  (/metrics). The app's own routes always win: these paths answer only where the app says
-  404.
+- an admin port (drainsafe.server.admin; default 0.0.0.0:8490, or env
+  DRAINSAFE_ADMIN_HOST / DRAINSAFE_ADMIN_PORT / DRAINSAFE_ADMIN_TOKEN_FILE, or the
+  arguments) with readiness (/readyz: 503 as soon as the drain begins), liveness (/livez),
+  the drain trigger for a preStop httpGet (/drainsafe/drain) and Prometheus metrics
+  (/metrics). It opens at lifespan start-up (uvicorn's default `--lifespan auto` sends it).
+  Nothing is added to the app's own port or paths.
 - while draining, every response carries `Connection: close`, which uvicorn honours by
   closing the connection after the response (uvicorn protocols/http/httptools_impl.py and
   h11_impl.py, "connection: close" handling in send), so pooled keep-alive connections
@@ -24,23 +26,32 @@ lifespan start-up and hands uvicorn its own signal only when the drain delay is 
 uvicorn closes its listener then rather than at once (uvicorn 0.29+ installs its handlers
 before lifespan start-up: uvicorn/server.py `serve` -> `capture_signals` -> `_serve`).
 A second signal is handed to uvicorn as SIGINT, which uvicorn treats as force exit.
-Under `drainsafe serve` only the endpoints come from here: the server owns the signals and
-reads in-flight work from uvicorn's own request cycles (drainsafe.server.serve), which costs
-nothing per request.
+A drain started on the admin port (the preStop hook) ends the same way: when the drain
+delay is over uvicorn gets its SIGTERM and stops, as it would after the kubelet's signal;
+where the middleware could not take uvicorn's handlers (not on the main thread), liveness
+answers 503 once the drain delay and the deadline are over, so the kubelet restarts the
+container instead of keeping a pod that never serves again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+import os
 import signal
 import threading
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from types import FrameType
 from typing import Any
 
 from drainsafe.marker import sse_error_event
+from drainsafe.server.admin import (
+    DEFAULT_ADMIN_HOST,
+    DEFAULT_ADMIN_PORT,
+    AdminServer,
+    AdminSettings,
+    read_token,
+)
 from drainsafe.server.lifecycle import Phase, Settings
 from drainsafe.server.runtime import DrainRuntime, Paths, Tracked
 
@@ -124,24 +135,25 @@ class DrainMiddleware:
         runtime: DrainRuntime | None = None,
         paths: Paths | None = None,
         hook_signals: bool = True,
+        admin: AdminSettings | None = None,
     ) -> None:
         self.app = app
         self.runtime = runtime or DrainRuntime(
             Settings(drain_delay=drain_delay, shutdown_timeout=shutdown_timeout), paths=paths)
         self.hook_signals = hook_signals
+        self.admin_settings = admin
+        self.admin: AdminServer | None = None
         self._hooks: _UvicornSignalHooks | None = None
-        self._warned_shadow: set[str] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        self.runtime.on_phase(self._phase_changed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            if scope["type"] == "lifespan" and self.hook_signals and self._hooks is None:
-                self._hooks = _UvicornSignalHooks.install(self.runtime)
+            if scope["type"] == "lifespan" and self.admin is None:
+                await self._start(scope)
             await self.app(scope, receive, send)
             return
         rt = self.runtime
-        if scope["path"] in rt.own_paths:
-            await self._own_or_app(scope, receive, send)
-            return
         req = AsgiRequest(_current_task(), send, rt)
         rt.track(req)
         try:
@@ -155,25 +167,51 @@ class DrainMiddleware:
         finally:
             rt.open.discard(req)
 
-    async def _own_or_app(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Let the app answer first; answer the runtime's endpoint only where it says 404."""
-        app_said_404 = False
+    async def _start(self, scope: Scope) -> None:
+        """At lifespan start-up: the admin port, and uvicorn's signals."""
+        settings = self.admin_settings or admin_settings_from_env(os.environ)
+        self.admin = AdminServer(self.runtime, settings)
+        try:
+            await self.admin.start()
+        except OSError as exc:
+            # uvicorn's `--lifespan auto` only logs a failed start-up at INFO and serves
+            # on: say it loudly (the probes then fail, so the pod never turns ready).
+            logger.error("drainsafe: cannot listen on the admin port %s:%d: %s",
+                         settings.host, settings.port, exc)
+            raise
+        if self.hook_signals and self._hooks is None:
+            self._hooks = _UvicornSignalHooks.install(self.runtime)
 
-        async def probe_send(message: Message) -> None:
-            nonlocal app_said_404
-            if message["type"] == "http.response.start" and message["status"] == 404:
-                app_said_404 = True
-            if not app_said_404:
-                await send(message)
+    def _phase_changed(self, phase: Phase) -> None:
+        # The drain may start from a signal or from the admin port: either way the
+        # lifecycle must move on (and uvicorn get its SIGTERM) when the delay is over.
+        if phase is not Phase.SERVING and self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
-        await self.app(scope, receive, probe_send)
-        if app_said_404:
-            await answer_own_endpoint(self.runtime, scope["path"], scope.get("query_string", b""),
-                                      send)
-        elif scope["path"] not in self._warned_shadow:
-            self._warned_shadow.add(scope["path"])
-            logger.warning("drainsafe: the app serves %s itself; drainsafe's endpoint there is "
-                           "not used (choose another path)", scope["path"])
+    async def _tick(self) -> None:
+        rt = self.runtime
+        while rt.phase is not Phase.EXIT:
+            rt.tick()
+            if rt.phase is not Phase.SERVING and rt.phase is not Phase.DRAINING \
+                    and self._hooks is not None:
+                self._hooks.forward(signal.SIGTERM)
+            await asyncio.sleep(0.05)
+
+
+def admin_settings_from_env(environ: Mapping[str, str]) -> AdminSettings:
+    """The middleware's admin port from DRAINSAFE_ADMIN_HOST, DRAINSAFE_ADMIN_PORT and
+    DRAINSAFE_ADMIN_TOKEN_FILE (a uvicorn command line has no room for drainsafe's flags);
+    ValueError naming the variable when one is wrong."""
+    host = environ.get("DRAINSAFE_ADMIN_HOST", "").strip() or DEFAULT_ADMIN_HOST
+    text = environ.get("DRAINSAFE_ADMIN_PORT", "").strip()
+    port = DEFAULT_ADMIN_PORT
+    if text:
+        if not text.isdigit() or not 0 <= int(text) <= 65535:
+            raise ValueError(f"DRAINSAFE_ADMIN_PORT={text!r} is not a port number")
+        port = int(text)
+    token_file = environ.get("DRAINSAFE_ADMIN_TOKEN_FILE", "").strip()
+    token = read_token(token_file) if token_file else None
+    return AdminSettings(host=host, port=port, token=token)
 
 
 async def _end_cut(req: AsgiRequest, send: Send) -> None:
@@ -191,47 +229,6 @@ async def _end_cut(req: AsgiRequest, send: Send) -> None:
         raise StreamCut("response body ended by the shutdown deadline")
 
 
-async def answer_own_endpoint(rt: DrainRuntime, path: str, query: bytes, send: Send) -> None:
-    """Readiness, liveness, drain and metrics answers (shared by the middleware and run)."""
-    status, ctype, body = await own_endpoint_response(rt, path, query)
-    headers = [(b"content-type", ctype), (b"content-length", str(len(body)).encode()),
-               (b"cache-control", b"no-store")]
-    if not rt.serving:
-        headers.append(_CLOSE)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def own_endpoint_response(
-    rt: DrainRuntime, path: str, query: bytes, *,
-    ready_check: Callable[[], Awaitable[bool]] | None = None,
-) -> tuple[int, bytes, bytes]:
-    """(status, content type, body) of a runtime endpoint; `ready_check` adds a condition
-    to readiness (drainsafe run: the child's own readiness)."""
-    paths = rt.paths
-    if path == paths.ready:
-        ok = rt.serving and (ready_check is None or await ready_check())
-        return (200 if ok else 503, b"application/json",
-                json.dumps({"ready": ok, "phase": rt.phase.value}).encode())
-    if path == paths.live:
-        return 200, b"application/json", json.dumps({"live": True,
-                                                     "phase": rt.phase.value}).encode()
-    if path == paths.drain:
-        rt.request_drain("drain endpoint")
-        # Like a preStop sleep: answer when the drain delay is over, so the kubelet's
-        # SIGTERM arrives when closing is due anyway (?wait=0 answers at once).
-        if b"wait=0" not in query:
-            await rt.wait_phase(Phase.CLOSING, Phase.EXIT,
-                                timeout=rt.settings.drain_delay + 1.0)
-        return 200, b"application/json", json.dumps({"phase": rt.phase.value,
-                                                     **rt.figures()}).encode()
-    if path == paths.metrics:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        return 200, CONTENT_TYPE_LATEST.encode(), generate_latest(rt.registry())
-    return 404, b"application/json", b'{"error":"not found"}'
-
-
 class _UvicornSignalHooks:
     """Hold uvicorn's own SIGTERM/SIGINT handler until the drain delay is over."""
 
@@ -241,7 +238,6 @@ class _UvicornSignalHooks:
         self.loop = loop
         self.previous = previous
         self.forwarded = False
-        self.ticker: asyncio.Task[None] | None = None
 
     @classmethod
     def install(cls, runtime: DrainRuntime) -> _UvicornSignalHooks | None:
@@ -260,22 +256,11 @@ class _UvicornSignalHooks:
     def _on_signal(self, signum: int) -> None:
         self.runtime.signal(signal.Signals(signum).name)
         if self.runtime.state.forced:
-            self._forward(signal.SIGTERM)
-            self._forward(signal.SIGINT)  # uvicorn: SIGINT while exiting = force exit
+            self.forward(signal.SIGTERM)
+            self.forward(signal.SIGINT)  # uvicorn: SIGINT while exiting = force exit
             self.runtime.cut_all()
-        elif self.ticker is None:
-            self.ticker = self.loop.create_task(self._tick())
 
-    async def _tick(self) -> None:
-        rt = self.runtime
-        while rt.phase is not Phase.EXIT:
-            rt.tick()
-            if rt.phase is not Phase.SERVING and rt.phase is not Phase.DRAINING \
-                    and not self.forwarded:
-                self._forward(signal.SIGTERM)
-            await asyncio.sleep(0.05)
-
-    def _forward(self, sig: int) -> None:
+    def forward(self, sig: int) -> None:
         if sig == signal.SIGTERM:
             if self.forwarded:
                 return

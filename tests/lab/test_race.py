@@ -33,14 +33,19 @@ pytestmark = pytest.mark.e2e
 
 
 def workload(name: str, command: list[str], *, ready_path: str, grace: int = 15,
-             prestop: dict[str, Any] | None = None) -> dict[str, Any]:
+             prestop: dict[str, Any] | None = None, ready_port: str = "http"
+             ) -> dict[str, Any]:
+    ports = [{"name": "http", "containerPort": 8000}]
+    if ready_port == "drainsafe-admin":
+        # drainsafe serve answers readiness on its admin port only, listed in no Service.
+        ports.append({"name": "drainsafe-admin", "containerPort": 8490})
     container: dict[str, Any] = {
         "name": "server", "image": "vllm/vllm-openai",
         "command": command,
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "DRAINSAFE_GRACE_SECONDS", "value": str(grace)}],
-        "ports": [{"name": "http", "containerPort": 8000}],
-        "readinessProbe": {"httpGet": {"path": ready_path, "port": "http"},
+        "ports": ports,
+        "readinessProbe": {"httpGet": {"path": ready_path, "port": ready_port},
                            "periodSeconds": 1, "failureThreshold": 1},
     }
     if prestop is not None:
@@ -67,6 +72,7 @@ UVICORN = [sys.executable, "-m", "uvicorn", "drainsafe.workload.streaming:app",
            "--host", "$(POD_IP)", "--port", "8000", "--no-access-log"]
 SERVE = [sys.executable, "-m", "drainsafe", "serve", "drainsafe.workload.streaming:app",
          "--host", "$(POD_IP)", "--port", "8000", "--no-access-log",
+         "--admin-host", "$(POD_IP)", "--admin-port", "8490",
          "--drain-delay", str(DRAIN_DELAY), "--shutdown-timeout", "5"]
 
 
@@ -134,7 +140,7 @@ async def test_rollout_restart_race_loses_requests_only_without_a_drain_delay(
         "plain": workload("plain", UVICORN, ready_path="/health"),
         "prestop": workload("prestop", UVICORN, ready_path="/health",
                             prestop={"sleep": {"seconds": int(DRAIN_DELAY)}}),
-        "serve": workload("serve", SERVE, ready_path="/readyz"),
+        "serve": workload("serve", SERVE, ready_path="/readyz", ready_port="drainsafe-admin"),
     }
     started: set[int] = set()
     async with Lab(tmp_path / "lab", nodes=2, propagation_seconds=PROPAGATION,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -55,3 +56,44 @@ async def ndjson(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.body", "body": b""})
     finally:
         watcher.cancel()
+
+
+_seen = {"requests": 0}
+
+
+async def catch_all(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers every path and method itself (a catch-all route, an SPA fallback, a proxying
+    app): `app: METHOD PATH #N`, N counting the requests it has received. `GET /count`
+    answers the count so far without counting itself."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    if scope["path"] == "/count":
+        body = b"%d" % _seen["requests"]
+    else:
+        _seen["requests"] += 1
+        body = b"app: %s %s #%d" % (scope["method"].encode(), scope["path"].encode(),
+                                    _seen["requests"])
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain"),
+                            (b"content-length", b"%d" % len(body))]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _metrics_app(page: bytes, ctype: bytes) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        body = page if scope["path"] == "/metrics" else b"ok"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", ctype)]})
+        await send({"type": "http.response.body", "body": body})
+    return app
+
+
+html_metrics = _metrics_app(b"<html><body>metrics are elsewhere</body></html>", b"text/html")
+json_metrics = _metrics_app(b'{"num_requests_running": 0}', b"application/json")
+nan_metrics = _metrics_app(b"# TYPE in_flight gauge\nin_flight NaN\n", b"text/plain")
+inf_metrics = _metrics_app(b"# TYPE in_flight gauge\nin_flight +Inf\n", b"text/plain")
+"""Children whose metrics page does not give signal mode a usable in-flight figure."""

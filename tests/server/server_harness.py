@@ -54,10 +54,17 @@ class Replica:
     port: int
     proc: subprocess.Popen[bytes]
     log: Path
+    admin_port: int = 0
+    """drainsafe's admin port (readiness, liveness, drain trigger, metrics); 0: none."""
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def admin(self) -> str:
+        """Base URL of the admin port."""
+        return f"http://127.0.0.1:{self.admin_port}"
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
         self.proc.send_signal(sig)
@@ -75,9 +82,11 @@ class Replica:
 
 
 def replica_argv(kind: str, port: int, *, drain_delay: float, shutdown_timeout: float,
-                 app: str = WORKLOAD) -> list[str]:
+                 app: str = WORKLOAD, admin_port: int = 0,
+                 extra: tuple[str, ...] = ()) -> list[str]:
     uvicorn_flags = ["--no-access-log", "--log-level", "warning"]
-    timing = ["--drain-delay", str(drain_delay), "--shutdown-timeout", str(shutdown_timeout)]
+    timing = ["--drain-delay", str(drain_delay), "--shutdown-timeout", str(shutdown_timeout),
+              "--admin-host", "127.0.0.1", "--admin-port", str(admin_port), *extra]
     if kind == "plain":
         return [PY, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
                 "--app-dir", APPS_DIR, *uvicorn_flags]
@@ -95,19 +104,24 @@ def replica_argv(kind: str, port: int, *, drain_delay: float, shutdown_timeout: 
 
 def start_replica(kind: str, workdir: Path, *, drain_delay: float = 1.0,
                   shutdown_timeout: float = 3.0, app: str = WORKLOAD,
-                  env: dict[str, str] | None = None) -> Replica:
-    port = free_port()
+                  env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> Replica:
+    """`plain` is uvicorn; its admin port is the middleware's (DRAINSAFE_ADMIN_PORT), if
+    the app has one."""
+    port, admin_port = free_port(), free_port()
     log = workdir / f"{kind}-{port}.log"
     argv = replica_argv(kind, port, drain_delay=drain_delay,
-                        shutdown_timeout=shutdown_timeout, app=app)
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+                        shutdown_timeout=shutdown_timeout, app=app, admin_port=admin_port,
+                        extra=extra)
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1",
+                "DRAINSAFE_ADMIN_HOST": "127.0.0.1", "DRAINSAFE_ADMIN_PORT": str(admin_port),
+                **(env or {})}
     proc = subprocess.Popen(argv, stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
                             env=full_env, cwd=APPS_DIR)
-    replica = Replica(kind, port, proc, log)
+    replica = Replica(kind, port, proc, log, admin_port)
     try:
         wait_port("127.0.0.1", port, proc=proc)
-        if kind == "run":
-            wait_ready(port)
+        if kind != "plain":
+            wait_ready(admin_port)
     except BaseException:
         replica.stop()
         raise
@@ -121,7 +135,7 @@ def wait_ready(port: int, timeout: float = 15.0) -> None:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
                 return
         time.sleep(0.05)
-    raise TimeoutError(f"127.0.0.1:{port}/readyz not ready after {timeout}s")
+    raise TimeoutError(f"admin port 127.0.0.1:{port}/readyz not ready after {timeout}s")
 
 
 @contextlib.contextmanager

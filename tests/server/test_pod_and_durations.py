@@ -107,10 +107,10 @@ async def test_responses_name_the_pod_and_the_histogram_counts_requests(
                 body = await stream.aread()
             posted = await client.post("/v1/completions", json={"max_tokens": 2,
                                                                 "token_interval": 0})
-            # Probes and scrapes are not requests of the app: not timed.
-            await client.get("/readyz")
-            await client.get("/metrics")
-            metrics = (await client.get("/metrics")).text
+            # Probes and scrapes are on the admin port: not requests of the app.
+            await client.get(f"{replica.admin}/readyz")
+            await client.get(f"{replica.admin}/metrics")
+            metrics = (await client.get(f"{replica.admin}/metrics")).text
     finally:
         replica.stop()
     want = [f"llm-{kind}-0"]
@@ -137,7 +137,7 @@ async def test_no_pod_name_no_header(kind: str, app: str, tmp_path: Path) -> Non
         async with httpx.AsyncClient(base_url=f"http://{replica.address}",
                                      timeout=10) as client:
             response = await client.get("/ping")
-            ready = await client.get("/readyz")
+            ready = await client.get(f"{replica.admin}/readyz")
     finally:
         replica.stop()
     assert response.status_code == 200 and ready.status_code == 200
@@ -165,7 +165,7 @@ async def test_serve_sees_a_request_running_behind_a_pipelined_one(tmp_path: Pat
         async with httpx.AsyncClient(base_url=f"http://{replica.address}",
                                      timeout=10) as client:
             await asyncio.sleep(0.35)
-            during = (await client.get("/metrics")).text
+            during = (await client.get(f"{replica.admin}/metrics")).text
             received = b""
             async with asyncio.timeout(10):
                 while b"data: [DONE]" not in received or not received.endswith(b"pong"):
@@ -173,7 +173,7 @@ async def test_serve_sees_a_request_running_behind_a_pipelined_one(tmp_path: Pat
                     assert chunk, received
                     received += chunk
             writer.close()
-            after = (await client.get("/metrics")).text
+            after = (await client.get(f"{replica.admin}/metrics")).text
     finally:
         replica.stop()
     assert received.count(b"HTTP/1.1 200") == 2
@@ -189,8 +189,8 @@ async def test_serve_times_the_apps_own_answer_on_a_runtime_path(tmp_path: Path)
         async with httpx.AsyncClient(base_url=f"http://{replica.address}",
                                      timeout=10) as client:
             ready = [await client.get("/readyz") for _ in range(2)]
-            await client.get("/livez")  # the runtime's answer: not the app's work
-            metrics = (await client.get("/metrics")).text
+            await client.get(f"{replica.admin}/livez")  # the admin port: not the app's work
+            metrics = (await client.get(f"{replica.admin}/metrics")).text
     finally:
         replica.stop()
     assert all(r.text == "the app's own, slow readiness" for r in ready)

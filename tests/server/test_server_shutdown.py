@@ -122,17 +122,18 @@ async def test_readiness_fails_at_once_while_requests_are_still_served(tmp_path:
                                                                        ) -> None:
     replica = start_replica("serve", tmp_path, drain_delay=1.5, shutdown_timeout=1)
     base = f"http://{replica.address}"
+    admin = replica.admin
     try:
         async with httpx.AsyncClient(base_url=base, timeout=5) as client:
-            assert (await client.get("/readyz")).status_code == 200
+            assert (await client.get(f"{admin}/readyz")).status_code == 200
             keep = await client.get("/ping")
             assert keep.headers.get("connection") != "close"
             replica.signal(signal.SIGTERM)
             await asyncio.sleep(0.2)
-            ready = await client.get("/readyz")
-            live = await client.get("/livez")
+            ready = await client.get(f"{admin}/readyz")
+            live = await client.get(f"{admin}/livez")
             during = await client.get("/ping")
-            metrics = (await client.get("/metrics")).text
+            metrics = (await client.get(f"{admin}/metrics")).text
         code = await wait_exit(replica.proc, 10)
     finally:
         replica.stop()
@@ -148,9 +149,8 @@ async def test_readiness_fails_at_once_while_requests_are_still_served(tmp_path:
 
 async def test_drain_endpoint_for_prestop_hook(tmp_path: Path) -> None:
     replica = start_replica("serve", tmp_path, drain_delay=0.6, shutdown_timeout=1)
-    base = f"http://{replica.address}"
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=5) as client:
+        async with httpx.AsyncClient(base_url=replica.admin, timeout=5) as client:
             started = time.monotonic()
             hook = await client.get("/drainsafe/drain")
             waited = time.monotonic() - started
@@ -165,33 +165,6 @@ async def test_drain_endpoint_for_prestop_hook(tmp_path: Path) -> None:
     assert code == 0, replica.log_text()
 
 
-async def test_app_routes_are_never_shadowed(tmp_path: Path) -> None:
-    replica = start_replica("serve", tmp_path, app="server_apps:own_readyz")
-    base = f"http://{replica.address}"
-    try:
-        # One pooled connection: the app's dropped 404 must leave it usable.
-        async with httpx.AsyncClient(base_url=base, timeout=5,
-                                     limits=httpx.Limits(max_connections=1)) as client:
-            app_ready = await client.get("/readyz")
-            ours_live = await client.get("/livez")
-            app_404 = await client.get("/nothing-here")
-            ours_metrics = await client.get("/metrics")
-            replica.signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)
-            draining = await client.get("/readyz")
-        code = await wait_exit(replica.proc, 10)
-    finally:
-        replica.stop()
-    assert app_ready.text == "the app's own readiness"
-    assert ours_live.json()["live"] is True and "the app" not in ours_live.text
-    assert app_404.status_code == 404  # not a path of the runtime's: the app's answer
-    assert "drainsafe_phase" in ours_metrics.text
-    # During the drain the app's own readiness still wins, and the log says it is used.
-    assert draining.text == "the app's own readiness"
-    assert "the app serves /readyz itself" in replica.log_text()
-    assert code == 0, replica.log_text()
-
-
 async def test_middleware_under_plain_uvicorn_delays_uvicorns_shutdown(tmp_path: Path
                                                                        ) -> None:
     # The user runs uvicorn; drainsafe.asgi holds uvicorn's SIGTERM for the drain delay.
@@ -201,7 +174,7 @@ async def test_middleware_under_plain_uvicorn_delays_uvicorns_shutdown(tmp_path:
         async with httpx.AsyncClient(base_url=base, timeout=5) as client:
             replica.signal(signal.SIGTERM)
             await asyncio.sleep(0.3)
-            ready = await client.get("/readyz")
+            ready = await client.get(f"{replica.admin}/readyz")
             during = await client.get("/ping")  # plain uvicorn would refuse this
         code = await wait_exit(replica.proc, 10)
     finally:
@@ -215,6 +188,7 @@ def test_grace_period_that_does_not_fit_is_reported(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
         [DRAINSAFE, "serve", "drainsafe.workload.streaming:app", "--port", str(port),
+         "--admin-port", "0",
          "--drain-delay", "10", "--shutdown-timeout", "90", "--log-level", "warning"],
         env={"DRAINSAFE_GRACE_SECONDS": "60", "PATH": "/usr/bin:/bin"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -282,7 +256,8 @@ async def test_hey_sees_plain_uvicorn_refuse_connections(tmp_path: Path) -> None
 
 
 def test_run_reports_a_command_that_cannot_start() -> None:
-    done = subprocess.run([DRAINSAFE, "run", "--listen", f"127.0.0.1:{free_port()}", "--",
+    done = subprocess.run([DRAINSAFE, "run", "--listen", f"127.0.0.1:{free_port()}",
+                           "--admin-port", "0", "--",
                            "/no/such/server"], capture_output=True, text=True, timeout=30,
                           check=False)
     assert done.returncode == 127 and "cannot start /no/such/server" in done.stderr
@@ -291,14 +266,18 @@ def test_run_reports_a_command_that_cannot_start() -> None:
 async def test_run_signal_mode_waits_for_the_childs_in_flight_metric(tmp_path: Path) -> None:
     # The child is any server exposing an in-flight gauge; here drainsafe serve itself
     # (drainsafe_in_flight_requests), with no drain delay of its own.
-    health, child_port = free_port(), free_port()
+    # The child's readiness and metrics are on its own admin port: that is the upstream
+    # drainsafe run reads them from.
+    health, child_port, child_admin = free_port(), free_port(), free_port()
     log = tmp_path / "signal.log"
     proc = subprocess.Popen(
-        [DRAINSAFE, "run", "--mode", "signal", "--listen", f"127.0.0.1:{health}",
-         "--upstream", f"127.0.0.1:{child_port}", "--drain-delay", "0.3",
+        [DRAINSAFE, "run", "--mode", "signal", "--admin-host", "127.0.0.1",
+         "--admin-port", str(health),
+         "--upstream", f"127.0.0.1:{child_admin}", "--drain-delay", "0.3",
          "--shutdown-timeout", "10", "--in-flight-metric", "drainsafe_in_flight_requests",
          "--child-ready-path", "/readyz", "--",
          DRAINSAFE, "serve", "drainsafe.workload.streaming:app", "--port", str(child_port),
+         "--admin-host", "127.0.0.1", "--admin-port", str(child_admin),
          "--drain-delay", "0", "--shutdown-timeout", "5", "--no-access-log"],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     try:
@@ -387,7 +366,8 @@ def test_run_as_pid_1_reaps_orphans_and_exits_with_the_childs_code() -> None:
     # to it when the subshell exits, and must be reaped when it ends.
     proc = subprocess.Popen(
         ["unshare", "--pid", "--fork", "--kill-child", DRAINSAFE, "run",
-         "--listen", f"127.0.0.1:{listen}", "--drain-delay", "0", "--shutdown-timeout", "1",
+         "--listen", f"127.0.0.1:{listen}", "--admin-port", "0", "--drain-delay", "0",
+         "--shutdown-timeout", "1",
          "--", "sh", "-c", "(sleep 0.3 &); exec sleep 30"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -412,7 +392,8 @@ def test_run_forwards_other_signals_to_the_child(tmp_path: Path) -> None:
     listen = free_port()
     script = f"trap 'echo hup > {mark}' HUP; while :; do sleep 0.05; done"
     proc = subprocess.Popen([DRAINSAFE, "run", "--listen", f"127.0.0.1:{listen}",
-                             "--drain-delay", "0", "--shutdown-timeout", "1", "--",
+                             "--admin-port", "0", "--drain-delay", "0",
+                             "--shutdown-timeout", "1", "--",
                              "sh", "-c", script],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

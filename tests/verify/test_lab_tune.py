@@ -16,7 +16,6 @@ load (fresh connections, 20/s by default) gives tune a bound:
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
 import signal
@@ -39,31 +38,19 @@ STREAM_BODY = '{"stream": true, "max_tokens": 20, "token_interval": 0.1}'
 """2 s streams: longer than the stream, the lag cannot be sampled from stream ends."""
 
 
-@functools.cache
-def serve_has_admin_port() -> bool:
-    """Whether drainsafe serve has its admin port (default 8490, /metrics there) yet; then
-    the pods declare it as `drainsafe-admin` and verify reads it, else /metrics is on the
-    app port and verify is told so (--metrics-port http)."""
-    import subprocess
-
-    out = subprocess.run([sys.executable, "-m", "drainsafe", "serve", "--help"],
-                         capture_output=True, text=True, check=True).stdout
-    return "admin" in out
-
-
-
 def deployment(drain_delay: float, shutdown: float, grace: int) -> dict[str, Any]:
     command = [sys.executable, "-m", "drainsafe", "serve", "drainsafe.workload.streaming:app",
                "--host", "$(POD_IP)", "--port", "8000", "--no-access-log",
+               "--admin-host", "$(POD_IP)", "--admin-port", "8490",
                "--drain-delay", f"{drain_delay:g}", "--shutdown-timeout", f"{shutdown:g}"]
     container = {
         "name": "server", "image": "drainsafe/workload", "command": command,
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "DRAINSAFE_GRACE_SECONDS", "value": str(grace)}],
+        # Readiness is on drainsafe serve's admin port, which no Service lists.
         "ports": [{"name": "http", "containerPort": 8000},
-                  *([{"name": "drainsafe-admin", "containerPort": 8490}]
-                    if serve_has_admin_port() else [])],
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
+                  {"name": "drainsafe-admin", "containerPort": 8490}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "drainsafe-admin"},
                            "periodSeconds": 1, "failureThreshold": 1},
     }
     labels = {"app": NAME}

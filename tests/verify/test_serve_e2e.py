@@ -35,12 +35,14 @@ def free_port() -> int:
 
 
 async def test_drainsafe_serve_drain_seen_by_verify_and_tune(tmp_path: Path) -> None:
-    port = free_port()
+    port, admin = free_port(), free_port()
+    admin_url = f"http://127.0.0.1:{admin}"  # drainsafe serve's readiness and metrics
     log = tmp_path / "serve.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "drainsafe", "serve", "drainsafe.workload.streaming:app",
-             "--port", str(port), "--drain-delay", "1", "--shutdown-timeout", "1",
+             "--port", str(port), "--admin-host", "127.0.0.1", "--admin-port", str(admin),
+             "--drain-delay", "1", "--shutdown-timeout", "1",
              "--no-access-log", "--log-level", "info"],
             stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -48,7 +50,7 @@ async def test_drainsafe_serve_drain_seen_by_verify_and_tune(tmp_path: Path) -> 
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{admin_url}/readyz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

@@ -40,13 +40,15 @@ def _free_port() -> int:
 
 
 async def test_tune_reads_durations_from_a_real_serve_metrics_dump(tmp_path: Path) -> None:
-    port = _free_port()
+    port, admin = _free_port(), _free_port()
     url = f"http://127.0.0.1:{port}"
+    admin_url = f"http://127.0.0.1:{admin}"  # drainsafe serve's readiness and metrics
     log = tmp_path / "serve.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "drainsafe", "serve", "drainsafe.workload.streaming:app",
-             "--port", str(port), "--drain-delay", "0.2", "--shutdown-timeout", "2",
+             "--port", str(port), "--admin-host", "127.0.0.1", "--admin-port", str(admin),
+             "--drain-delay", "0.2", "--shutdown-timeout", "2",
              "--no-access-log", "--log-level", "warning"],
             stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "POD_NAME": POD})
@@ -54,7 +56,7 @@ async def test_tune_reads_durations_from_a_real_serve_metrics_dump(tmp_path: Pat
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{admin_url}/readyz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -67,7 +69,7 @@ async def test_tune_reads_durations_from_a_real_serve_metrics_dump(tmp_path: Pat
                         headers=(("content-type", "application/json"),))
         run = await run_load(spec)
         dump = tmp_path / "serve-metrics.prom"
-        dump.write_text(httpx.get(f"{url}/metrics", timeout=5).text)
+        dump.write_text(httpx.get(f"{admin_url}/metrics", timeout=5).text)
     finally:
         stop_process(process)
 

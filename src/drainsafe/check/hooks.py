@@ -2,7 +2,9 @@
 
 The preStop hook runs before SIGTERM and SIGTERM waits for it (kubernetes.io/docs/concepts/
 containers/container-lifecycle-hooks/), so a sleep there is the drain delay. drainsafe
-serve/run can provide the same delay in-process (--drain-delay).
+serve/run can provide the same delay in-process (--drain-delay); a preStop httpGet of its
+drain trigger on its admin port (drainsafe.server.admin) answers when that delay is over,
+so it is the same drain delay.
 """
 
 from __future__ import annotations
@@ -43,7 +45,27 @@ def drain_delay(container: Container, server: ServerShutdown | None = None) -> D
         hook = container.__dict__["_drain_delay"] = _hook_delay(container)
     if hook.kind == "none" and server is not None and server.drain_delay:
         return DrainDelay(server.drain_delay, "drainsafe", (*container.path, "args"))
+    if hook.kind == "httpGet" and server is not None and server.drain_delay is not None:
+        http = mapping(mapping(mapping(container.spec.get("lifecycle")).get("preStop"))
+                       .get("httpGet"))
+        if http.get("path", "/").split("?")[0] == server.drain_path \
+                and on_admin_port(container, server, http.get("port")):
+            return DrainDelay(server.drain_delay, "drainsafe", hook.path)
     return hook
+
+
+def on_admin_port(container: Container, server: ServerShutdown | None, port: object) -> bool:
+    """Whether a probe's or hook's `port` is drainsafe serve/run's admin port: its number,
+    or a named container port (drainsafe-admin) that carries it."""
+    if server is None or server.admin_port is None:
+        return False
+    if isinstance(port, str) and not port.isdigit():
+        for item in sequence(container.spec.get("ports")):
+            entry = mapping(item)
+            if entry.get("name") == port:
+                return number(entry.get("containerPort")) == server.admin_port
+        return False
+    return number(port) == server.admin_port
 
 
 def _hook_delay(container: Container) -> DrainDelay:

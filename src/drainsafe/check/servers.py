@@ -16,8 +16,8 @@ Facts (../shared/research/server-shutdown.md has the sources):
   src/command_line_parser.cc).
 - SGLang: waits for in-flight requests without a deadline (sglang tokenizer_manager.py).
 - TGI: waits up to 90 s (huggingface/text-generation-inference launcher/src/main.rs).
-- drainsafe serve/run: --drain-delay N, --shutdown-timeout N (defaults from
-  drainsafe.server.cli).
+- drainsafe serve/run: --drain-delay N, --shutdown-timeout N; probes and the drain trigger on
+  the admin port --admin-port N, --drain-path P (defaults from drainsafe.server.cli).
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # drainsafe serve/run's own defaults (its cli module imports only argparse).
-from drainsafe.server.cli import DEFAULT_DRAIN_DELAY, DEFAULT_SHUTDOWN_TIMEOUT
+from drainsafe.server.cli import (
+    DEFAULT_ADMIN_PORT,
+    DEFAULT_DRAIN_DELAY,
+    DEFAULT_DRAIN_PATH,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+)
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 SHELL_WRAPPERS = frozenset({"tini", "dumb-init", "catatonit", "s6-svscan", "gosu", "su-exec"})
@@ -46,6 +51,10 @@ class ServerShutdown:
     """Where the deadline comes from: the flag as written, or 'default'."""
     drain_delay: float | None = None
     """A built-in drain delay (drainsafe serve/run), which replaces a preStop sleep."""
+    admin_port: int | None = None
+    """drainsafe serve/run: the port of readiness, liveness and the drain trigger."""
+    drain_path: str | None = None
+    """drainsafe serve/run: the drain trigger's path on the admin port."""
 
 
 @dataclass(frozen=True)
@@ -135,10 +144,14 @@ def identify(line: CommandLine | None) -> ServerShutdown | None:
     if _has(words, "drainsafe", "kubectl-drainsafe") and (" serve" in joined or " run" in joined):
         deadline = _seconds(_flag(words, "--shutdown-timeout"))
         delay = _seconds(_flag(words, "--drain-delay"))
+        admin = _flag(words, "--admin-port")
         return ServerShutdown(
             "drainsafe", DEFAULT_SHUTDOWN_TIMEOUT if deadline is None else deadline, True,
             _source(words, "--shutdown-timeout"),
-            drain_delay=DEFAULT_DRAIN_DELAY if delay is None else delay)
+            drain_delay=DEFAULT_DRAIN_DELAY if delay is None else delay,
+            admin_port=int(admin) if admin is not None and admin.isdigit()
+            else DEFAULT_ADMIN_PORT,
+            drain_path=_flag(words, "--drain-path") or DEFAULT_DRAIN_PATH)
     if "vllm" in joined and ("serve" in words or "vllm.entrypoints" in joined):
         return _vllm(words)
     if _has(words, "tritonserver"):

@@ -64,15 +64,21 @@ def kubectl_binary() -> str | None:
 
 def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
     if s.drain_aware:
+        # Readiness is on drainsafe serve's admin port (the pod IP: lab pods share the
+        # host), which the Service does not list.
         command = [sys.executable, "-m", "drainsafe", "serve",
                    "drainsafe.workload.streaming:app", "--host", "$(POD_IP)", "--port", "8000",
+                   "--admin-host", "$(POD_IP)", "--admin-port", "8490",
                    "--no-access-log", "--drain-delay", f"{s.drain_delay:g}",
                    "--shutdown-timeout", f"{max(s.grace - s.drain_delay - 5, 1):g}"]
-        ready = "/readyz"
+        ready, ready_port = "/readyz", "drainsafe-admin"
+        ports = [{"name": "http", "containerPort": 8000},
+                 {"name": "drainsafe-admin", "containerPort": 8490}]
     else:
         command = [sys.executable, "-m", "uvicorn", "drainsafe.workload.streaming:app",
                    "--host", "$(POD_IP)", "--port", "8000", "--no-access-log"]
-        ready = "/health"
+        ready, ready_port = "/health", "http"
+        ports = [{"name": "http", "containerPort": 8000}]
     container = {
         "name": "server", "image": "vllm/vllm-openai", "command": command,
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -80,10 +86,10 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
                 {"name": "POD_NAME",
                  "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "DRAINSAFE_GRACE_SECONDS", "value": str(s.grace)}],
-        "ports": [{"name": "http", "containerPort": 8000}],
+        "ports": ports,
         "resources": {"requests": {"cpu": "100m", "nvidia.com/gpu": "1"},
                       "limits": {"nvidia.com/gpu": "1"}},
-        "readinessProbe": {"httpGet": {"path": ready, "port": "http"},
+        "readinessProbe": {"httpGet": {"path": ready, "port": ready_port},
                            "initialDelaySeconds": int(s.model_load), "periodSeconds": 1,
                            "failureThreshold": 1},
     }

@@ -6,6 +6,13 @@ import argparse
 import sys
 from typing import Any
 
+DEFAULT_ADMIN_HOST = "0.0.0.0"
+DEFAULT_ADMIN_PORT = 8490
+"""As drainsafe.server.admin's (this module imports only argparse: drainsafe check reads
+its defaults)."""
+ADMIN_PORT_NAME = "drainsafe-admin"
+"""The admin port's name in the pod spec."""
+DEFAULT_DRAIN_PATH = "/drainsafe/drain"
 DEFAULT_DRAIN_DELAY = 5.0
 DEFAULT_SHUTDOWN_TIMEOUT = 20.0
 """Defaults fit the default 30 s grace period with drainsafe.budget's 5 s buffer."""
@@ -28,6 +35,12 @@ def host_port(text: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 
+def port_number(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return int(text)
+
+
 def _lifecycle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain-delay", type=seconds, default=DEFAULT_DRAIN_DELAY, metavar="S",
                    help="keep accepting after SIGTERM this long, answering readiness 503 and "
@@ -38,12 +51,33 @@ def _lifecycle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-grace", type=seconds, default=0.5, metavar="S",
                    help="close an idle keep-alive connection once idle this long after the "
                    "listener closed [%(default)s]")
-    p.add_argument("--ready-path", default="/readyz", help="readiness endpoint [%(default)s]")
-    p.add_argument("--live-path", default="/livez", help="liveness endpoint [%(default)s]")
-    p.add_argument("--drain-path", default="/drainsafe/drain",
-                   help="drain endpoint for a preStop httpGet [%(default)s]")
+    p.add_argument("--admin-host", default=DEFAULT_ADMIN_HOST,
+                   help="the admin port's bind address: readiness, liveness, the drain "
+                   "trigger and metrics are served there only, never on the application's "
+                   "port; every interface by default, as the kubelet probes the pod IP "
+                   "[%(default)s]")
+    p.add_argument("--admin-port", type=port_number, default=DEFAULT_ADMIN_PORT,
+                   help="the admin port (name it drainsafe-admin in the pod spec; list it "
+                   "in no Service) [%(default)s]")
+    p.add_argument("--admin-token-file", metavar="FILE", default=None,
+                   help="the drain trigger then needs this file's token in header "
+                   "X-Drainsafe-Token (preStop httpGet: httpHeaders); others get 403")
+    p.add_argument("--header-timeout", type=seconds, default=10.0, metavar="S",
+                   help="drainsafe's own listeners (run's proxy, the admin port) close a "
+                   "connection whose request head is not complete after this long "
+                   "[%(default)s]")
+    p.add_argument("--keep-alive-timeout", type=seconds, default=5.0, metavar="S",
+                   help="close a keep-alive connection idle this long (serve: uvicorn's "
+                   "--timeout-keep-alive, the same default) [%(default)s]")
+    p.add_argument("--ready-path", default="/readyz",
+                   help="readiness endpoint on the admin port [%(default)s]")
+    p.add_argument("--live-path", default="/livez",
+                   help="liveness endpoint on the admin port [%(default)s]")
+    p.add_argument("--drain-path", default=DEFAULT_DRAIN_PATH,
+                   help="drain trigger on the admin port, for a preStop httpGet "
+                   "[%(default)s]")
     p.add_argument("--metrics-path", default="/metrics",
-                   help="Prometheus metrics endpoint [%(default)s]")
+                   help="Prometheus metrics on the admin port [%(default)s]")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
 
@@ -77,9 +111,9 @@ def register(subparsers: Any) -> None:
         "mode: no data path; readiness on --listen, SIGTERM held for the drain delay, then "
         "until the child's own in-flight metric is zero.")
     run.add_argument("--mode", choices=["proxy", "signal"], default="proxy")
-    run.add_argument("--listen", type=host_port, default=("127.0.0.1", 8080),
-                     metavar="HOST:PORT", help="the pod's port (use 0.0.0.0:PORT in a pod) "
-                     "[127.0.0.1:8080]")
+    run.add_argument("--listen", type=host_port, default=None,
+                     metavar="HOST:PORT", help="proxy mode: the pod's serving port (use "
+                     "0.0.0.0:PORT in a pod) [127.0.0.1:8080]; not in signal mode")
     run.add_argument("--upstream", type=host_port, default=("127.0.0.1", 8000),
                      metavar="HOST:PORT", help="where the child listens [127.0.0.1:8000]")
     run.add_argument("--preset", choices=["vllm", "tgi", "triton", "sglang"],
@@ -112,6 +146,22 @@ def _paths(args: argparse.Namespace) -> Any:
                  metrics=args.metrics_path)
 
 
+def _admin(args: argparse.Namespace) -> Any:
+    """The admin port's settings; ValueError when the token file is unusable."""
+    from drainsafe.server.admin import AdminSettings, read_token
+
+    token = None if args.admin_token_file is None else read_token(args.admin_token_file)
+    return AdminSettings(host=args.admin_host, port=args.admin_port, token=token,
+                         limits=_limits(args))
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    from drainsafe.server.http1 import Limits
+
+    return Limits(header_timeout=args.header_timeout,
+                  keep_alive_timeout=args.keep_alive_timeout)
+
+
 def _start_up(args: argparse.Namespace) -> Any:
     """Logging, settings and the grace-period check common to both commands."""
     import logging
@@ -134,8 +184,12 @@ def _start_up(args: argparse.Namespace) -> Any:
 def _serve(args: argparse.Namespace) -> int:
     try:
         settings = _start_up(args)
+        admin = _admin(args)
     except ValueError as exc:
         print(f"drainsafe serve: {exc}", file=sys.stderr)
+        return 2
+    if args.admin_port == args.port != 0:
+        print(f"drainsafe serve: --port and --admin-port are both {args.port}", file=sys.stderr)
         return 2
     from uvicorn.importer import ImportFromStringError, import_from_string
 
@@ -151,7 +205,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"drainsafe serve: cannot import {args.app}: {exc}", file=sys.stderr)
         return 2
     runtime = DrainRuntime(settings, paths=_paths(args))
-    server = serve.build(app, runtime, host=args.host, port=args.port,
+    server = serve.build(app, runtime, admin, host=args.host, port=args.port,
+                         timeout_keep_alive=args.keep_alive_timeout,
                          log_level=args.log_level, access_log=not args.no_access_log,
                          lifespan="auto")
     return serve.run(server)
@@ -167,13 +222,14 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = _start_up(args)
+        admin = _admin(args)
     except ValueError as exc:
         print(f"drainsafe run: {exc}", file=sys.stderr)
         return 2
     from drainsafe.server import supervisor
 
     try:
-        options = supervisor.RunOptions.from_args(args, command, settings, _paths(args))
+        options = supervisor.RunOptions.from_args(args, command, settings, _paths(args), admin)
     except ValueError as exc:
         print(f"drainsafe run: {exc}", file=sys.stderr)
         return 2

@@ -119,6 +119,17 @@ def should_cut(state: State, now: float, settings: Settings) -> bool:
     return state.forced or (deadline is not None and now >= deadline)
 
 
+def live(state: State, now: float, settings: Settings) -> bool:
+    """Liveness: up through the drain and the shutdown deadline; down once the lifecycle
+    is over (EXIT, or the deadline and the flush passed) while the process is still there,
+    e.g. the middleware under a uvicorn that did not stop, so that the kubelet restarts it
+    instead of keeping a pod that never serves again."""
+    if state.phase is Phase.EXIT:
+        return False
+    deadline = state.deadline(settings)
+    return deadline is None or now < deadline + settings.flush
+
+
 def exit_code(state: State, *, cut: int, in_flight: int) -> int:
     """0 when everything finished; EXIT_CUT when anything was ended on purpose."""
     if state.forced and (cut or in_flight):

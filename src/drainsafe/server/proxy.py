@@ -13,26 +13,43 @@ closed after it; at the deadline, open responses are ended on purpose (SSE: the
 drainsafe.marker error event, then the terminating chunk; other started bodies: the
 connection is closed without a terminating chunk, so clients see an incomplete body;
 unanswered requests: 503). An upstream abort mid-stream becomes the same marker for SSE.
+Every path is the child's: readiness, liveness, the drain trigger and metrics are on the
+admin port (drainsafe.server.admin), so the child's own `/metrics` or `/health` is reached
+through the pod's port as it is.
 
 Every response the proxy writes names the pod (`x-drainsafe-pod`, when the runtime knows
 it; the child's own such header is replaced, as the proxy is the pod's front), and each
 proxied response sent in full is timed into the runtime's duration histogram.
 
+Client connections keep drainsafe.server.http1's limits (head size, head and keep-alive
+timeouts, requests parsed ahead of their answers). What cannot be parsed is never half
+forwarded: requests parsed in the same read as a malformed one, an upgrade or a head past
+the limits are dropped before anything of them reaches the child, and the refusal is
+written after the answers to the requests sent before (nginx answers a pipelined request,
+then the 400 for what follows it). An upstream answer followed by bytes that are not HTTP
+is delivered, and the child's connection is retired (requests still waiting on it: 502).
+
 Hop-by-hop headers (Connection, Keep-Alive, Proxy-Connection) are not forwarded (RFC 9110
-§7.6.1). Upgrades (WebSocket) are not proxied: they get 501.
+§7.6.1). Upgrades (WebSocket, CONNECT) are not proxied: they get 501.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, cast
+from typing import cast
 
 import httptools
 
-from drainsafe.asgi import own_endpoint_response
 from drainsafe.marker import sse_error_event
+from drainsafe.server.http1 import (
+    DEFAULT_LIMITS,
+    Http1Connection,
+    Limits,
+    Refusal,
+    error_response,
+    sweep,
+)
 from drainsafe.server.runtime import POD_HEADER, DrainRuntime, Tracked
 
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
@@ -48,24 +65,20 @@ _ABORT_CHUNK = _final_chunk(sse_error_event(
     "stream ended by drainsafe run: the upstream server closed it mid-stream"))
 _LAST_CHUNK = b"0\r\n\r\n"
 
-ReadyCheck = Callable[[], Awaitable[bool]]
-
 UPSTREAM_IDLE_REUSE = 1.0
 """An upstream connection idle longer than this is not reused: it stays below the usual
 server keep-alive timeouts (uvicorn 5 s, gunicorn 2 s), so the child never closes a
 connection the proxy is about to send on."""
 
-
-def _error_response(status: int, reason: bytes, message: bytes, extra: bytes = b"") -> bytes:
-    """A complete response of the proxy's own; `extra`: header lines (the pod header)."""
-    body = b'{"error":"' + message + b'"}'
-    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"%sconnection: close\r\n\r\n%s" % (status, reason, len(body), extra, body))
+BAD_GATEWAY_UNREACHABLE = Refusal(502, b"Bad Gateway", b"upstream not reachable")
+BAD_GATEWAY_CLOSED = Refusal(502, b"Bad Gateway", b"upstream closed the connection")
+BAD_GATEWAY_GARBAGE = Refusal(502, b"Bad Gateway", b"upstream sent an invalid response")
+UNANSWERED = Refusal(503, b"Service Unavailable", b"server shut down before answering")
 
 
 class ProxyRequest(Tracked):
-    __slots__ = ("chunked", "close_after", "conn", "head_sent", "keep_alive", "local",
-                 "method", "out", "query", "sse", "t0")
+    __slots__ = ("chunked", "close_after", "conn", "head_sent", "keep_alive", "method",
+                 "out", "sse", "t0")
 
     def __init__(self, conn: ClientConnection, method: bytes, keep_alive: bool) -> None:
         super().__init__()
@@ -73,8 +86,6 @@ class ProxyRequest(Tracked):
         self.conn = conn
         self.method = method
         self.keep_alive = keep_alive
-        self.local: str | None = None
-        self.query = b""
         self.head_sent = False
         self.close_after = False
         """The response head said `Connection: close`; only then is closing race-free."""
@@ -96,14 +107,13 @@ class Proxy:
     """Listener plus the set of client connections, driven by a DrainRuntime."""
 
     def __init__(self, runtime: DrainRuntime, upstream: tuple[str, int], *,
-                 ready_check: ReadyCheck | None = None, health_only: bool = False) -> None:
+                 limits: Limits = DEFAULT_LIMITS) -> None:
         self.runtime = runtime
-        self.health_only = health_only
-        """signal mode: no data path, only the runtime's endpoints (others: 404)."""
         self.upstream = upstream
-        self.ready_check = ready_check
+        self.limits = limits
         self.connections: set[ClientConnection] = set()
         self.server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.upstream_aborts = 0
         pod = runtime.pod_header
         self.pod_line = b"" if pod is None else b"%s: %s\r\n" % pod
@@ -115,6 +125,8 @@ class Proxy:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: ClientConnection(self), host, port,
                                                backlog=2048)
+        self._sweeper = loop.create_task(sweep(lambda: list(self.connections),
+                                               self.runtime.clock))
         sock = self.server.sockets[0].getsockname()
         return sock[0], sock[1]
 
@@ -135,62 +147,52 @@ class Proxy:
         return busy
 
     def close_all(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for conn in list(self.connections):
             conn.close()
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(Http1Connection):
     def __init__(self, proxy: Proxy) -> None:
+        super().__init__(proxy.limits, proxy.runtime.clock)
         self.proxy = proxy
         self.runtime = proxy.runtime
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
         self.queue: collections.deque[ProxyRequest] = collections.deque()
         self.awaiting: collections.deque[ProxyRequest] = collections.deque()
         """Proxied requests whose response has not begun, in upstream order."""
+        self.fresh: list[ProxyRequest] = []
+        """Requests parsed from the current read: nothing of them has gone upstream yet."""
         self.upstream: UpstreamConnection | None = None
         self.connecting = False
         self.to_upstream: list[bytes] = []
         self.out: list[bytes] = []
-        self.idle_since: float | None = None
         self.last_idle: float | None = None
         self.closing = False
         self.closed = False
+        self.upstream_full = False
+        self.refusal_after: bytes | None = None
+        """A refusal written once the requests before it are answered, then close."""
         self._req: ProxyRequest | None = None
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._req_chunked = False
-        self._tasks: set[asyncio.Task[None]] = set()
         # Requests after a HEAD are held back until its answer is in: a HEAD answer has
         # framing headers but no body, and llhttp cannot be told so mid-stream.
         self.holding = False
         self.held: collections.deque[tuple[list[bytes], bool]] = collections.deque()
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._held_before = 0
 
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self.transport = cast(asyncio.Transport, transport)
+        super().connection_made(transport)
         self.proxy.connections.add(self)
-        self.idle_since = self.runtime.clock()
 
     def data_received(self, data: bytes) -> None:
-        self.last_idle, self.idle_since = self.idle_since, None
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(_error_response(501, b"Not Implemented", b"upgrade not supported",
-                                       self.proxy.pod_line))
-            return
-        except httptools.HttpParserError as exc:
-            self._fail(_error_response(400, b"Bad Request", str(exc).encode()[:200]
-                                       .replace(b'"', b"'"), self.proxy.pod_line))
-            return
-        self._flush()
+        if self.idle_since is not None:
+            self.last_idle = self.idle_since
+        self._held_before = len(self.held)
+        super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -210,28 +212,85 @@ class ClientConnection(asyncio.Protocol):
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.resume_reading()
 
+    # -- limits (drainsafe.server.http1) ---------------------------------------------
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def may_read(self) -> bool:
+        return not self.upstream_full
+
+    def upstream_paused(self) -> None:
+        self.upstream_full = True
+        self.pause_reading()
+
+    def upstream_resumed(self) -> None:
+        self.upstream_full = False
+        if not self.unparsed:
+            self.resume_reading()
+
+    def fed(self) -> None:
+        self._flush()
+        self.fresh.clear()
+
+    def refuse(self, refusal: Refusal) -> None:
+        """A request could not be parsed or broke a limit: none of this read goes up."""
+        response = error_response(refusal, self.proxy.pod_line)
+        partly_sent = (self._req is not None and self.in_body and self._req not in self.fresh)
+        if partly_sent or self._held_before:
+            # Part of it already reached the child (a body cut off by a bad chunk, or
+            # requests held behind a HEAD): the child's connection goes, so does ours.
+            self.to_upstream.clear()
+            self.held.clear()
+            if self.upstream is not None:
+                self.upstream.close()
+            answer = not any(r not in self.fresh for r in self.queue)
+            self._drop_fresh()
+            self._flush()
+            if answer:
+                self.linger(response)
+            else:
+                self.close()
+            return
+        self.to_upstream.clear()
+        self.held.clear()
+        if self.holding and not any(r.method == b"HEAD" for r in self.awaiting
+                                    if r not in self.fresh):
+            self.holding = False
+        self._drop_fresh()
+        if self.queue:
+            self.refusal_after = response
+        else:
+            self._flush()
+            self.linger(response)
+
+    def _drop_fresh(self) -> None:
+        fresh = set(self.fresh)
+        for req in self.fresh:
+            self.runtime.finish(req)
+        self.queue = collections.deque(r for r in self.queue if r not in fresh)
+        self.awaiting = collections.deque(r for r in self.awaiting if r not in fresh)
+        self.fresh.clear()
+        self._req = None
+
     # -- httptools request callbacks -------------------------------------------------
     def on_message_begin(self) -> None:
+        super().on_message_begin()
         self._url = b""
         self._headers = []
 
-    def on_url(self, url: bytes) -> None:
+    def url(self, url: bytes) -> None:
         self._url += url
 
-    def on_header(self, name: bytes, value: bytes) -> None:
+    def header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        self.head_done()
         parser = self.parser
         req = ProxyRequest(self, parser.get_method(), parser.should_keep_alive())
         self._req = req
         self.queue.append(req)
-        path, _, query = self._url.partition(b"?")
-        spath = path.decode("latin-1")
-        if spath in self.runtime.own_paths or self.proxy.health_only:
-            req.local = spath
-            req.query = query
-            return
+        self.fresh.append(req)
         self.runtime.track(req)
         idle_since, self.last_idle = self.last_idle, None
         if not self.awaiting and idle_since is not None and self.upstream is not None \
@@ -260,8 +319,7 @@ class ClientConnection(asyncio.Protocol):
             self.holding = True
 
     def on_body(self, body: bytes) -> None:
-        req = self._req
-        if req is None or req.local is not None:
+        if self._req is None:
             return
         if self._req_chunked:
             self._up(b"%x\r\n%s\r\n" % (len(body), body))
@@ -269,12 +327,8 @@ class ClientConnection(asyncio.Protocol):
             self._up(body)
 
     def on_message_complete(self) -> None:
-        req = self._req
-        if req is None:
-            return
-        if req.local is not None:
-            self._spawn(self._answer_local(req))
-        elif self._req_chunked:
+        self.message_done()
+        if self._req is not None and self._req_chunked:
             self._up(_LAST_CHUNK)
 
     def _up(self, data: bytes) -> None:
@@ -296,13 +350,15 @@ class ClientConnection(asyncio.Protocol):
     def _flush(self) -> None:
         if self.to_upstream:
             up = self.upstream
-            if up is not None and up.transport is not None:
-                if not up.transport.is_closing():
-                    up.transport.write(b"".join(self.to_upstream))
+            if up is not None and up.transport is not None and not up.transport.is_closing():
+                up.transport.write(b"".join(self.to_upstream))
                 self.to_upstream.clear()
-            elif not self.connecting:
+            elif up is not None and up.transport is not None:
+                self.upstream_lost(up)  # closing under us: what waited on it gets its 502
+            if not self.closed and self.upstream is None and not self.connecting \
+                    and self.to_upstream:
                 self.connecting = True
-                self._spawn(self._connect())
+                asyncio.get_running_loop().create_task(self._connect())
         if self.out:
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.write(b"".join(self.out))
@@ -317,7 +373,7 @@ class ClientConnection(asyncio.Protocol):
 
     def response_done(self, req: ProxyRequest) -> None:
         rt = self.runtime
-        if not req.complete and req.local is None:
+        if not req.complete:
             rt.durations.observe(rt.clock() - req.t0)
         req.complete = True
         rt.finish(req)
@@ -338,11 +394,15 @@ class ClientConnection(asyncio.Protocol):
                     break
                 self.queue.popleft()
         if not self.queue:
+            if self.refusal_after is not None:
+                self._flush()
+                self.linger(self.refusal_after)
+                return
             if self.closing:
                 self._flush()
                 self.close()
-            else:
-                self.idle_since = self.runtime.clock()
+                return
+        self.answered()
 
     def head_for(self, req: ProxyRequest, status: int, reason: bytes,
                  headers: list[tuple[bytes, bytes]]) -> bytes:
@@ -375,8 +435,7 @@ class ClientConnection(asyncio.Protocol):
                                                        host, port)
         except OSError:
             self.connecting = False
-            self._fail(_error_response(502, b"Bad Gateway", b"upstream not reachable",
-                                       self.proxy.pod_line))
+            self._fail(error_response(BAD_GATEWAY_UNREACHABLE, self.proxy.pod_line))
             return
         self.connecting = False
         if self.closed:
@@ -385,7 +444,8 @@ class ClientConnection(asyncio.Protocol):
         self.upstream = upstream
         self._flush()
 
-    def upstream_lost(self, upstream: UpstreamConnection) -> None:
+    def upstream_lost(self, upstream: UpstreamConnection,
+                      refusal: Refusal = BAD_GATEWAY_CLOSED) -> None:
         if self.upstream is not upstream:
             return  # one we retired ourselves
         self.upstream = None
@@ -393,33 +453,17 @@ class ClientConnection(asyncio.Protocol):
                 r.head_sent and not r.complete for r in self.queue)):
             return
         # The child closed the connection with work pending: answer what can be answered.
-        front = next((r for r in self.queue if r.local is None and not r.complete), None)
+        front = next((r for r in self.queue if not r.complete), None)
         if front is not None and front.head_sent:
             self.proxy.upstream_aborts += 1
             if front.sse and front.chunked:
                 self.write_for(front, _ABORT_CHUNK)
         elif front is not None:
-            self.write_for(front, _error_response(502, b"Bad Gateway",
-                                                  b"upstream closed the connection",
-                                                  self.proxy.pod_line))
+            self.write_for(front, error_response(refusal, self.proxy.pod_line))
         self._flush()
         self.close()
 
-    # -- local endpoints and the end -------------------------------------------------
-    async def _answer_local(self, req: ProxyRequest) -> None:
-        assert req.local is not None
-        status, ctype, body = await own_endpoint_response(
-            self.runtime, req.local, req.query, ready_check=self.proxy.ready_check)
-        if self.closed:
-            return
-        reason = b"OK" if status == 200 else b"Service Unavailable" if status == 503 \
-            else b"Not Found"
-        headers = [(b"content-type", ctype), (b"content-length", b"%d" % len(body)),
-                   (b"cache-control", b"no-store")]
-        self.write_for(req, self.head_for(req, status, reason, headers) + body)
-        self.response_done(req)
-        self._flush()
-
+    # -- the end ---------------------------------------------------------------------
     def cut(self, req: ProxyRequest) -> None:
         """The deadline came with `req` open: end it visibly, then close the connection."""
         if self.closed:
@@ -429,9 +473,7 @@ class ClientConnection(asyncio.Protocol):
             if front.sse and front.chunked:
                 self.out.append(_DEADLINE_CHUNK)
         elif front is not None and not front.head_sent:
-            self.out.append(_error_response(503, b"Service Unavailable",
-                                            b"server shut down before answering",
-                                            self.proxy.pod_line))
+            self.out.append(error_response(UNANSWERED, self.proxy.pod_line))
         self._flush()
         self.close()
 
@@ -442,6 +484,7 @@ class ClientConnection(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
+        self.refused = True  # nothing more is parsed on a connection being closed
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
         if self.upstream is not None:
@@ -466,7 +509,12 @@ class UpstreamConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
+            # What was parsed before the bad bytes is delivered; this connection is
+            # retired at once (a request sent on it now would be lost), and a request still
+            # waiting on it gets a 502.
+            self.client._flush()
             self.close()
+            self.client.upstream_lost(self, BAD_GATEWAY_GARBAGE)
             return
         if self._renew_parser:
             self._renew_parser = False
@@ -477,12 +525,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.client.upstream_lost(self)
 
     def pause_writing(self) -> None:
-        if self.client.transport is not None:
-            self.client.transport.pause_reading()
+        self.client.upstream_paused()
 
     def resume_writing(self) -> None:
-        if self.client.transport is not None:
-            self.client.transport.resume_reading()
+        self.client.upstream_resumed()
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

@@ -140,15 +140,12 @@ class Tracked:
 
 @dataclass(frozen=True)
 class Paths:
-    """The runtime's own endpoints. The app's routes win over them (never shadowed)."""
+    """The runtime's own endpoints, on the admin port only (drainsafe.server.admin)."""
 
     ready: str = "/readyz"
     live: str = "/livez"
     drain: str = "/drainsafe/drain"
     metrics: str = "/metrics"
-
-    def all(self) -> frozenset[str]:
-        return frozenset(p for p in (self.ready, self.live, self.drain, self.metrics) if p)
 
 
 class DrainRuntime:
@@ -158,7 +155,6 @@ class DrainRuntime:
                  environ: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self.paths = paths or Paths()
-        self.own_paths = self.paths.all()
         self.clock = clock
         self.wall = wall
         self.state = State()

@@ -19,12 +19,14 @@ request cycles (`server_state.connections[*].cycle`) on the runtime's 0.1 s tick
 requests are counted and timed on those same looks (drainsafe.server.ticktimer). uvicorn
 calls the app itself, with no wrapper: `DrainCycle`, a subclass of the httptools
 protocol's `RequestResponseCycle` installed in this process, notes each response's headers
-(the cut must know an SSE stream) and, where the app answers 404 on one of the runtime's
-paths, answers in its place. Once the drain begins, new requests get a `ClosingCycle`
-instead, whose `keep_alive` is off, which makes uvicorn write `Connection: close` and
-close after the response (httptools_impl.py `send`); nothing of that is paid per request
-before. That keeps `drainsafe serve` within a few percent of bare uvicorn on a trivial
-endpoint (docs/server.md).
+(the cut must know an SSE stream). Once the drain begins, new requests get a
+`ClosingCycle` instead, whose `keep_alive` is off, which makes uvicorn write
+`Connection: close` and close after the response (httptools_impl.py `send`); nothing of
+that is paid per request before. The application's port carries the application's traffic
+only: readiness, liveness, the drain trigger and metrics are on the admin port
+(drainsafe.server.admin), so no path of the app's is looked at, shadowed or answered.
+That keeps `drainsafe serve` within a few percent of bare uvicorn on a trivial endpoint
+(docs/server.md).
 
 The pod header is one of uvicorn's own default headers (`Config(headers=...)`, written on
 every response).
@@ -34,11 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Coroutine, Generator
 from typing import Any
@@ -46,8 +48,9 @@ from typing import Any
 import uvicorn
 import uvicorn.protocols.http.httptools_impl as httptools_impl
 
-from drainsafe.asgi import ASGIApp, answer_own_endpoint
+from drainsafe.asgi import ASGIApp
 from drainsafe.marker import sse_error_event
+from drainsafe.server.admin import AdminServer, AdminSettings
 from drainsafe.server.lifecycle import Phase
 from drainsafe.server.runtime import POD_HEADER, DrainRuntime
 from drainsafe.server.ticktimer import Outcome, TickTimer
@@ -60,58 +63,29 @@ _BaseCycle = httptools_impl.RequestResponseCycle
 _base_send = _BaseCycle.send
 
 
-def cycle_classes(runtime: DrainRuntime, timer: TickTimer[Any]) -> tuple[type[Any], type[Any]]:
+def cycle_classes(runtime: DrainRuntime) -> tuple[type[Any], type[Any]]:
     """uvicorn's request cycle, subclassed for `runtime`: (serving, closing).
 
-    The serving cycle notes each response's headers (the cut needs to know an SSE stream)
-    and answers the runtime's endpoints where the app said 404 (the app's routes always
-    win): uvicorn calls the app itself, with no wrapper in between. The closing one is for
+    The serving cycle notes each response's headers (the cut needs to know an SSE stream);
+    uvicorn calls the app itself, with no wrapper in between. The closing one is for
     requests that arrive once the drain began: they count as late, and their response says
     `Connection: close`, after which uvicorn closes the connection (httptools_impl.py
     `send`), so a pooled connection retires."""
-    own = runtime.own_paths
-    warned: set[str] = set()
-
-    async def answer(cycle: Any) -> None:
-        cycle.drain_own = True  # a probe, a scrape or a drain request: not the app's work
-        scope = cycle.scope
-        await answer_own_endpoint(runtime, scope["path"], scope.get("query_string", b""),
-                                  functools.partial(_base_send, cycle))
-        timer.exclude(cycle, answered=cycle_outcome(cycle) is Outcome.ANSWERED)
-        # The rest of the app's 404 is dropped, as uvicorn drops what is sent to a client
-        # that left (httptools_impl.py `send`).
-        cycle.disconnected = True
 
     class DrainCycle(_BaseCycle):
         drain_headers: list[tuple[bytes, bytes]] | None = None
-        drain_own = False
-        """The runtime answers this request (one of its endpoints, where the app said 404)."""
 
         # A plain function returning a coroutine: no second coroutine per message.
         def send(self, message: Any) -> Coroutine[Any, Any, None]:
             if not self.response_started:
                 self.drain_headers = message.get("headers")
-                if message.get("status") == 404 and self.scope["path"] in own:
-                    return answer(self)
             return _base_send(self, message)
 
     class ClosingCycle(DrainCycle):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.keep_alive = False
-            if self.scope.get("path") not in own:
-                runtime.note_late()
-
-        def send(self, message: Any) -> Coroutine[Any, Any, None]:
-            # Whether the app answers one of the runtime's paths itself matters now: the
-            # runtime's readiness would say 503. Checked only here, off the hot path.
-            path = self.scope["path"]
-            if not self.response_started and path in own and message.get("status") != 404 \
-                    and path not in warned:
-                warned.add(path)
-                logger.warning("drainsafe: the app serves %s itself; drainsafe's endpoint "
-                               "there is not used (choose another path)", path)
-            return super().send(message)
+            runtime.note_late()
 
     return DrainCycle, ClosingCycle
 
@@ -130,15 +104,17 @@ def cycle_outcome(cycle: Any) -> Outcome:
 
 class DrainServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, runtime: DrainRuntime,
-                 timer: TickTimer[Any]) -> None:
+                 timer: TickTimer[Any], admin: AdminSettings | None = None) -> None:
         super().__init__(config)
         self.runtime = runtime
+        # Ready once uvicorn has run the app's lifespan start-up and listens.
+        self.admin = AdminServer(runtime, admin or AdminSettings(), ready_check=self._started)
         self._timer = timer
         runtime.durations.help = (
             "Seconds from request received to response sent in full; an upper bound, "
             "taken on drainsafe serve's 0.1 s tick")
         runtime.refresh = self._look
-        self._serving_cycle, self._closing_cycle = cycle_classes(runtime, timer)
+        self._serving_cycle, self._closing_cycle = cycle_classes(runtime)
         install_cycle(self._serving_cycle)
         self._unanswered = unanswered_response(runtime.pod_header)
         runtime.probe = self._probe
@@ -159,6 +135,9 @@ class DrainServer(uvicorn.Server):
         finally:
             for sig in sigs:
                 loop.remove_signal_handler(sig)
+
+    async def _started(self) -> bool:
+        return self.started
 
     def _on_signal(self, sig: signal.Signals) -> None:
         self.runtime.signal(sig.name)
@@ -181,12 +160,18 @@ class DrainServer(uvicorn.Server):
                     cycle.keep_alive = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # The admin port first: the kubelet's probes and the preStop hook go there.
+        try:
+            await self.admin.start()
+        except OSError as exc:
+            logger.error("drainsafe serve: cannot listen on the admin port %s:%d: %s",
+                         self.admin.settings.host, self.admin.settings.port, exc)
+            sys.exit(1)
         await super().startup(sockets)
         self._timer.last_look = self.runtime.clock()  # as the listener opens
 
     def _look(self) -> list[Any]:
-        """uvicorn's request cycles with a response still owed to a connected client, but
-        for those the runtime answers itself (probes, scrapes, drain requests). Every look
+        """uvicorn's request cycles with a response still owed to a connected client. Every look
         also counts and times the requests answered since the last one
         (drainsafe.server.ticktimer)."""
         found: dict[Any, None] = {}  # ordered, for the cut: a connection's oldest first
@@ -204,8 +189,7 @@ class DrainServer(uvicorn.Server):
         if pipelined:
             running = (_task_cycle(task) for task in list(self.server_state.tasks))
             found = {**{c: None for c in running if c is not None}, **found}
-        cycles = [c for c in found if not c.response_complete and not c.disconnected
-                  and not getattr(c, "drain_own", False)]
+        cycles = [c for c in found if not c.response_complete and not c.disconnected]
         self._timer.look(self.runtime.clock(), set(cycles), self.server_state.total_requests)
         self.runtime.requests_total = self._timer.received
         return cycles
@@ -278,6 +262,7 @@ class DrainServer(uvicorn.Server):
             await asyncio.wait(tasks, timeout=1.0)
         if not self.force_exit:
             await self.lifespan.shutdown()
+        self.admin.close()
         install_cycle(_BaseCycle)  # another server in this process starts as uvicorn's own
 
 
@@ -310,8 +295,9 @@ def _idle(conn: Any) -> bool:
     return cycle is None or bool(getattr(cycle, "response_complete", False))
 
 
-def build(app: ASGIApp, runtime: DrainRuntime, **uvicorn_options: Any) -> DrainServer:
-    """A DrainServer for `app` (already imported)."""
+def build(app: ASGIApp, runtime: DrainRuntime, admin: AdminSettings | None = None,
+          **uvicorn_options: Any) -> DrainServer:
+    """A DrainServer for `app` (already imported), its admin port per `admin`."""
     # The cycle hook is for the httptools protocol (uvicorn's default when installed).
     uvicorn_options["http"] = "httptools"
     uvicorn_options.setdefault("interface", "asgi3")
@@ -321,7 +307,7 @@ def build(app: ASGIApp, runtime: DrainRuntime, **uvicorn_options: Any) -> DrainS
                                       (POD_HEADER, runtime.pod)]
     timer: TickTimer[Any] = TickTimer(runtime.durations, cycle_outcome, runtime.clock())
     config = uvicorn.Config(app, **uvicorn_options)
-    return DrainServer(config, runtime, timer)
+    return DrainServer(config, runtime, timer, admin)
 
 
 def run(server: DrainServer) -> int:

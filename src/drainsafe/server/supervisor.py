@@ -8,12 +8,17 @@ them to PID 1) and exit with a meaningful code. drainsafe run does that for CMD:
 - the exit code is the lifecycle's when it ended work on purpose, otherwise the child's
   (a child that dies from the SIGTERM drainsafe sent it has finished cleanly: 0).
 
+In both modes readiness, liveness, the drain trigger and metrics are on the admin port
+(drainsafe.server.admin), never on the pod's serving port.
 proxy mode: drainsafe.server.proxy carries the traffic; the child gets SIGTERM when the
 drain is over and nothing is in flight (or the deadline has passed and what remained was
 ended with the marker).
-signal mode: the child serves the pod's port itself; drainsafe answers readiness on
---listen, holds SIGTERM for the drain delay, then until the child's in-flight metric
-(presets: vLLM num_requests_running, ...) reads zero or the deadline comes.
+signal mode: the child serves the pod's port itself; drainsafe holds SIGTERM for the drain
+delay, then until the child's in-flight metric (presets: vLLM num_requests_running, ...)
+reads zero or the deadline comes. Metrics that cannot be read (not Prometheus text, NaN or
++Inf, none of the names present, no answer) are not a crash: drainsafe warns once and falls
+back to the drain delay and the deadline (SIGTERM now; the child's own shutdown setting
+and the rest of the deadline cover what runs).
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS
 from drainsafe.server import lifecycle
+from drainsafe.server.admin import AdminServer, AdminSettings
 from drainsafe.server.lifecycle import Phase, Settings
 from drainsafe.server.presets import PRESETS, Preset
 from drainsafe.server.proxy import Proxy
@@ -38,6 +44,7 @@ from drainsafe.server.runtime import DrainRuntime, Paths
 logger = logging.getLogger("drainsafe.server")
 
 POLL = 0.05
+DEFAULT_LISTEN = ("127.0.0.1", 8080)
 FORWARDED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 
 
@@ -45,10 +52,12 @@ FORWARDED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 class RunOptions:
     command: Sequence[str]
     mode: str
-    listen: tuple[str, int]
+    listen: tuple[str, int] | None
+    """The pod's serving port in proxy mode; None in signal mode (the child serves it)."""
     upstream: tuple[str, int]
     settings: Settings
     paths: Paths
+    admin: AdminSettings = field(default_factory=AdminSettings)
     child_ready_path: str | None = None
     child_metrics_url: str | None = None
     in_flight_metrics: tuple[str, ...] = ()
@@ -57,7 +66,7 @@ class RunOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, command: Sequence[str], settings: Settings,
-                  paths: Paths) -> RunOptions:
+                  paths: Paths, admin: AdminSettings | None = None) -> RunOptions:
         preset = PRESETS[args.preset] if args.preset else None
         host, port = args.upstream
         ready = args.child_ready_path or (preset.ready_path if preset else None)
@@ -72,10 +81,22 @@ class RunOptions:
         if args.mode == "signal" and not metrics:
             raise ValueError("signal mode needs --in-flight-metric NAME (or a --preset) to "
                              "know when the child has nothing in flight")
-        if args.mode == "proxy" and args.listen == args.upstream:
-            raise ValueError(f"--listen and --upstream are both {host}:{port}")
-        return cls(command=list(command), mode=args.mode, listen=args.listen,
-                   upstream=args.upstream, settings=settings, paths=paths,
+        listen = args.listen
+        if args.mode == "signal":
+            if listen is not None:
+                raise ValueError("signal mode has no data path: the child serves the pod's "
+                                 "port, and readiness is on the admin port (--admin-port); "
+                                 "drop --listen")
+        else:
+            listen = listen or DEFAULT_LISTEN
+            if listen == args.upstream:
+                raise ValueError(f"--listen and --upstream are both {host}:{port}")
+        admin = admin or AdminSettings()
+        for name, address in (("--listen", listen), ("--upstream", args.upstream)):
+            if address is not None and address[1] == admin.port != 0:
+                raise ValueError(f"{name} and --admin-port are both port {admin.port}")
+        return cls(command=list(command), mode=args.mode, listen=listen,
+                   upstream=args.upstream, settings=settings, paths=paths, admin=admin,
                    child_ready_path=ready, child_metrics_url=metrics_url,
                    in_flight_metrics=metrics,
                    child_exit_timeout=DEFAULT_BUFFER_SECONDS if args.child_exit_timeout is None
@@ -161,6 +182,8 @@ class Supervisor:
         self.runtime = DrainRuntime(options.settings, paths=options.paths)
         self.child: Child | None = None
         self.proxy: Proxy | None = None
+        self.admin: AdminServer | None = None
+        self._metrics_warned = False
 
     async def run(self) -> int:
         opts = self.options
@@ -185,23 +208,30 @@ class Supervisor:
         for sig in FORWARDED:
             loop.add_signal_handler(sig, child.send, sig)
         # SIGCHLD belongs to the event loop (uvloop); the lifecycle loop reaps every tick.
-        self.proxy = Proxy(rt, opts.upstream, ready_check=self._child_ready,
-                           health_only=opts.mode == "signal")
+        self.admin = AdminServer(rt, opts.admin, ready_check=self._child_ready)
+        self.proxy = Proxy(rt, opts.upstream, limits=opts.admin.limits)
         try:
-            address = await self.proxy.listen(*opts.listen)
+            await self.admin.start()
+            if opts.listen is not None:
+                address = await self.proxy.listen(*opts.listen)
+                logger.info("drainsafe run: proxy mode on %s:%d, child pid %d", *address,
+                            child.pid)
+            else:
+                logger.info("drainsafe run: signal mode, child pid %d", child.pid)
         except OSError as exc:
-            logger.error("drainsafe run: cannot listen on %s:%d: %s", *opts.listen, exc)
+            logger.error("drainsafe run: cannot listen: %s", exc)
+            self.admin.close()
+            self.proxy.close_listener()
             child.send(signal.SIGTERM)
             await child.wait(opts.child_exit_timeout)
             child.send(signal.SIGKILL)
             return 1
-        logger.info("drainsafe run: %s mode on %s:%d, child pid %d", opts.mode, *address,
-                    child.pid)
         try:
             return await self._lifecycle()
         finally:
             self.proxy.close_listener()
             self.proxy.close_all()
+            self.admin.close()
             if child.alive:
                 child.send(signal.SIGKILL)
                 await child.wait(1.0)
@@ -223,7 +253,9 @@ class Supervisor:
                 return child.exit_code() or (lifecycle.EXIT_CUT if rt.cut_count else 0)
             if opts.mode == "signal" and rt.phase is Phase.CLOSING:
                 running = await self._child_in_flight()
-                rt.tick(in_flight=running)
+                # Unreadable: nothing to wait for that can be known; the child gets its
+                # SIGTERM now and the rest of the deadline (the drain delay is over).
+                rt.tick(in_flight=0 if running is None else running)
             else:
                 rt.tick()
             if rt.phase in (Phase.CLOSING, Phase.EXIT) and not closed_listener:
@@ -273,10 +305,10 @@ class Supervisor:
             return False
         return response.status_code == 200
 
-    async def _child_in_flight(self) -> int:
-        """The child's in-flight work per its own metrics (0 when they cannot be read)."""
+    async def _child_in_flight(self) -> int | None:
+        """The child's in-flight work per its own metrics; None when they cannot be read
+        (warned once)."""
         import httpx
-        from prometheus_client.parser import text_string_to_metric_families
 
         url = self.options.child_metrics_url
         assert url is not None
@@ -284,17 +316,44 @@ class Supervisor:
             async with httpx.AsyncClient(timeout=1.0) as client:
                 response = await client.get(url)
             response.raise_for_status()
-        except httpx.HTTPError as exc:
-            logger.warning("drainsafe run: cannot read the child's metrics at %s (%s); "
-                           "forwarding SIGTERM", url, exc)
-            return 0
-        wanted = set(self.options.in_flight_metrics)
-        total = 0.0
-        for family in text_string_to_metric_families(response.text):
+            return in_flight_from_metrics(response.text, self.options.in_flight_metrics)
+        except (httpx.HTTPError, UnreadableMetrics) as exc:
+            if not self._metrics_warned:
+                self._metrics_warned = True
+                logger.warning("drainsafe run: cannot read the child's in-flight work at %s "
+                               "(%s); falling back to the drain delay and the deadline: "
+                               "SIGTERM now", url, exc)
+            return None
+
+
+class UnreadableMetrics(Exception):
+    """The child's metrics page does not give a usable in-flight figure."""
+
+
+def in_flight_from_metrics(text: str, names: Sequence[str]) -> int:
+    """The sum of the samples of `names` in Prometheus text (families or sample names), or
+    UnreadableMetrics saying why not: not Prometheus text, none of the names present, or a
+    value that is not a finite number >= 0 (NaN, +Inf)."""
+    import math
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = set(names)
+    total = 0.0
+    found = False
+    try:
+        for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name in wanted or family.name in wanted:
+                    found = True
                     total += sample.value
-        return int(total)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise UnreadableMetrics(f"not Prometheus text: {exc}") from None
+    if not found:
+        raise UnreadableMetrics(f"none of {', '.join(sorted(wanted))} in the metrics")
+    if not math.isfinite(total) or total < 0:
+        raise UnreadableMetrics(f"{' + '.join(sorted(wanted))} = {total}")
+    return math.ceil(total)
 
 
 def main(options: RunOptions) -> int:

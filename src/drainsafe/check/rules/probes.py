@@ -8,6 +8,7 @@ from typing import Any
 
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.hooks import on_admin_port
 from drainsafe.check.model import Index, integer, mapping, number
 from drainsafe.check.rules import rule
 from drainsafe.check.rules.termination import serves_traffic, serving
@@ -52,13 +53,16 @@ def _readiness_missing(index: Index, context: Context) -> Iterator[Finding]:
             c = s.container
             if c.spec.get("readinessProbe") or not (c.spec.get("ports") or behind_service):
                 continue
-            port = _first_port(c.spec)
+            port, path = _first_port(c.spec), "/ready"
+            if s.server is not None and s.server.admin_port is not None:
+                # drainsafe serve/run: readiness is on the admin port only.
+                port, path = s.server.admin_port, "/readyz"
             yield READINESS_MISSING.finding(
                 w,
                 f"container {c.name}: no readinessProbe; traffic reaches it before it can "
                 "serve and a rollout cannot tell when a replacement is ready",
                 container_fix(w.pod_path, c.name, {"readinessProbe": {
-                    "httpGet": {"path": "/ready", "port": port},
+                    "httpGet": {"path": path, "port": port},
                     "periodSeconds": 2, "failureThreshold": 1}}),
                 path=c.path,
             )
@@ -181,6 +185,9 @@ def _liveness(index: Index, context: Context) -> Iterator[Finding]:
                 continue
             fix_path = "/live" if s.server and s.server.server == "vllm" else "/livez"
             port = mapping(liveness.get("httpGet")).get("port") or _first_port(c.spec)
+            if s.server is not None and s.server.admin_port is not None \
+                    and not on_admin_port(c, s.server, port):
+                port = s.server.admin_port  # drainsafe serve/run: liveness is there only
             yield LIVENESS_ON_READINESS.finding(
                 w,
                 f"container {c.name}: liveness restarts a draining server: {reason}",
