@@ -27,6 +27,8 @@ from streams import summary
 from drainsafe.server.presets import PRESETS
 
 LOAD = Load()
+BROKEN = ("vllm:num_requests_runing", "vllm:num_requests_waiting")
+"""A preset with one name wrong: the other is found, so drainsafe reads 0 and no warning."""
 METRICS_OVERRIDE = "DRAINSAFE_PEERS_VLLM_IN_FLIGHT_METRICS"
 
 
@@ -50,6 +52,8 @@ def vllm_setups() -> list[Setup]:
         Setup("signal", "drainsafe run --mode signal --preset vllm", wrapper="signal",
               in_flight_metrics=override),
         Setup("proxy", "drainsafe run --mode proxy --preset vllm", wrapper="proxy"),
+        Setup("signal-broken", f"control: signal mode, one in-flight metric misspelt "
+              f"({BROKEN[0]})", wrapper="signal", in_flight_metrics=BROKEN),
     ]
 
 
@@ -122,7 +126,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
     table = Table(title=title, title_justify="left")
     for column in ("setup", "in-flight streams", "new streams after SIGTERM",
                    "readiness after SIGTERM", "main process"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for m in rows:
         table.add_row(m.setup.label, summary(m.in_flight), summary(m.late),
                       _readiness(m), _ending(m))

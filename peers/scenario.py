@@ -52,7 +52,7 @@ class Load:
     in_flight: int = 4
     late: int = 6
     late_window: float = 1.5
-    stream_seconds: float = 8.0
+    stream_seconds: float = 6.0
     """Each stream is sized to last about this long (tokens from a measured rate)."""
     grace: float = 40.0
     """terminationGracePeriodSeconds: SIGKILL to every process this long after SIGTERM."""
@@ -208,11 +208,13 @@ class Pod:
 
 
 async def calibrate(pod: Pod, load: Load) -> int:
-    """Tokens for a stream of about `load.stream_seconds` when every stream of the scenario
-    runs at once, from the rate of as many concurrent short streams (also the warm-up)."""
+    """Tokens for a stream of about `load.stream_seconds` at the rate of `load.in_flight`
+    concurrent short streams (also the warm-up). With the new streams after SIGTERM the
+    batch is larger and every stream slower, so they last longer than that: the in-flight
+    ones are sure to outlast drainsafe's drain delay."""
     probe = 48
     runs = await asyncio.gather(*(stream(pod.base_url, SERVED_MODEL, probe, read_timeout=60)
-                                  for _ in range(load.in_flight + load.late)))
+                                  for _ in range(load.in_flight)))
     rates = sorted(probe / max(s.ended - s.first_token, 1e-3) for s in runs
                    if s.ok and s.first_token is not None and s.ended is not None)
     if not rates:

@@ -11,7 +11,8 @@ and check's vLLM facts, drainsafe.check.servers, rely on):
 - on SIGTERM with the default, in-flight streams do not finish, and new streams fail.
 Behaviour: with `--shutdown-timeout N` vLLM finishes in-flight streams but still fails new
 ones (the endpoint-removal race); behind drainsafe run (signal or proxy mode, vLLM at its
-default) nothing is lost.
+default) nothing is lost; and with an in-flight metric misspelt, signal mode loses streams
+(the control that shows the suite can fail).
 """
 
 from __future__ import annotations
@@ -97,3 +98,13 @@ def test_drainsafe_run_loses_nothing(measured: Measured, mode: str) -> None:
                          f"{summary(m.late)}; log {m.log}")
     assert m.ready_after_sigterm == 503, "drainsafe's readiness did not fail on SIGTERM"
     assert not m.killed_at_grace and m.exit_code == 0, (m.exit_code, m.log)
+
+
+def test_control_a_wrong_metric_name_loses_streams(measured: Measured) -> None:
+    """The suite can fail: signal mode with one in-flight metric misspelt reads 0 from the
+    other, forwards SIGTERM at the end of the drain delay, and vLLM (at its default) aborts
+    what it holds. Also what a vLLM release renaming the metric would do."""
+    m = measured("signal-broken")
+    assert min(s.ended or 0 for s in m.in_flight) > m.sigterm_at + LOAD.drain_delay, (
+        "streams too short: finished before drainsafe would have signalled vLLM")
+    assert m.lost > 0, f"{summary(m.in_flight)}; {summary(m.late)}"
