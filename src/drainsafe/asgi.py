@@ -145,12 +145,15 @@ class DrainMiddleware:
         self.admin: AdminServer | None = None
         self._hooks: _UvicornSignalHooks | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._app_started = False
         self.runtime.on_phase(self._phase_changed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "lifespan" and self.admin is None:
                 await self._start(scope)
+                await self._lifespan(scope, receive, send)
+                return
             await self.app(scope, receive, send)
             return
         rt = self.runtime
@@ -167,10 +170,28 @@ class DrainMiddleware:
         finally:
             rt.open.discard(req)
 
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app's lifespan; readiness waits for its start-up (a model load) to complete.
+        An app that returns or fails instead is started as far as uvicorn's `--lifespan
+        auto` is concerned (it serves on), so readiness no longer waits then either."""
+
+        async def noting_send(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                self._app_started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting_send)
+        finally:
+            self._app_started = True
+
+    async def _ready(self) -> bool:
+        return self._app_started
+
     async def _start(self, scope: Scope) -> None:
         """At lifespan start-up: the admin port, and uvicorn's signals."""
         settings = self.admin_settings or admin_settings_from_env(os.environ)
-        self.admin = AdminServer(self.runtime, settings)
+        self.admin = AdminServer(self.runtime, settings, ready_check=self._ready)
         try:
             await self.admin.start()
         except OSError as exc:

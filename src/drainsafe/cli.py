@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from drainsafe import __version__
+from drainsafe.shell import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_INTERRUPTED, internal_error
 
 # Module per part, in the order `--help` lists them.
 COMMAND_MODULES = (
@@ -39,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():  # every command's --help ends with the shared codes
+        command.epilog = f"{command.epilog}\n\n{EXIT_CODES_HELP}" if command.epilog \
+            else EXIT_CODES_HELP
     return parser
 
 
@@ -52,7 +57,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args))
     except KeyboardInterrupt:
-        return 130
+        print(f"drainsafe {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        # One error path for every command: whatever no command expected ends in a message
+        # naming the command line, with its own exit code, never in a traceback that exits
+        # 1 (which means "findings" or "failed requests" to a script).
+        if os.environ.get("DRAINSAFE_DEBUG"):
+            raise
+        argv_list = list(argv) if argv is not None else sys.argv[1:]
+        print(internal_error(args.command, argv_list, exc), file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

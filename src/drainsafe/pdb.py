@@ -86,7 +86,10 @@ def _int_or_percent(value: object, field: str) -> IntOrPercent | None:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise BudgetSpecError(f"{field}: expected an integer or a percentage, got {value!r}")
     if isinstance(value, str):
-        scaled_value(value, 100, round_up=True)  # validates the form
+        # validates the form; above 100% is refused as the API server refuses it
+        # (pkg/apis/policy/validation ValidatePodDisruptionBudgetSpec: IsNotMoreThan100Percent)
+        if scaled_value(value, 100, round_up=True) > 100:
+            raise BudgetSpecError(f"{field}: must not be greater than 100%, got {value!r}")
     elif value < 0:
         raise BudgetSpecError(f"{field}: must be >= 0, got {value}")
     return value

@@ -138,3 +138,28 @@ def test_scale_targets_are_kinds_with_a_scale_subresource() -> None:
     assert scale_target({"apiVersion": "apps/v1", "kind": "ReplicaSet"}) is not None
     assert scale_target({"apiVersion": "apps/v1", "kind": "DaemonSet"}) is None
     assert scale_target({"apiVersion": "v1", "kind": "Deployment"}) is None
+
+
+def test_the_controller_scales_the_target_and_never_on_an_invalid_spec() -> None:
+    from drainsafe.lab.controllers.hpa import HPAS, HorizontalPodAutoscalerController
+    from drainsafe.lab.discovery import BY_KEY
+    from drainsafe.lab.store import Store
+
+    deployments = BY_KEY["apps/deployments"]
+    store = Store()
+    store.create(BY_KEY["namespaces"], {"metadata": {"name": "default"}})
+    store.create(deployments, {"metadata": {"name": "web", "namespace": "default"},
+                               "spec": {"replicas": 3}})
+    broken = hpa(2, 10)
+    del broken["spec"]["maxReplicas"]  # maxReplicas 0 would otherwise mean "scale to 0"
+    store.create(HPAS, {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                        **broken})
+    controller = HorizontalPodAutoscalerController(store)
+    controller.reconcile()
+    assert store.get(deployments, "default", "web")["spec"]["replicas"] == 3
+    store.mutate(HPAS, "default", "web",
+                 lambda o: o["spec"].update(minReplicas=5, maxReplicas=6))
+    controller.reconcile()
+    assert store.get(deployments, "default", "web")["spec"]["replicas"] == 5
+    status = store.get(HPAS, "default", "web")["status"]
+    assert (status["currentReplicas"], status["desiredReplicas"]) == (3, 5)

@@ -97,3 +97,22 @@ json_metrics = _metrics_app(b'{"num_requests_running": 0}', b"application/json")
 nan_metrics = _metrics_app(b"# TYPE in_flight gauge\nin_flight NaN\n", b"text/plain")
 inf_metrics = _metrics_app(b"# TYPE in_flight gauge\nin_flight +Inf\n", b"text/plain")
 """Children whose metrics page does not give signal mode a usable in-flight figure."""
+
+
+async def slow_start(scope: Scope, receive: Receive, send: Send) -> None:
+    """An app whose lifespan start-up takes 1.5 s (a model load), then answers `ready`."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await asyncio.sleep(1.5)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ready"})
+
+
+wrapped_slow_start = DrainMiddleware(slow_start, drain_delay=0.5, shutdown_timeout=1.0)
+"""slow_start in the middleware: its readiness must wait for the start-up too."""

@@ -119,8 +119,7 @@ def _exchange(port: int, payload: bytes, timeout: float = 5.0) -> bytes:
         sock.sendall(payload)
         data = b""
         deadline = time.monotonic() + timeout
-        with_timeout = True
-        while with_timeout and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             try:
                 chunk = sock.recv(65536)
             except TimeoutError:
@@ -185,6 +184,44 @@ async def test_middleware_drain_request_under_plain_uvicorn_ends_the_server(
     assert ready.status_code == 200 and app_drain.status_code == 404  # the app's own 404
     assert hook.status_code == 200 and draining.status_code == 503
     assert code is not None, "uvicorn kept running after the drain"
+
+
+@pytest.mark.parametrize("kind", ["serve", "middleware"])
+def test_not_ready_before_the_apps_start_up_is_done(kind: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from server_harness import APPS_DIR, DRAINSAFE, PY, free_port
+
+    port, admin = free_port(), free_port()
+    argv = [DRAINSAFE, "serve", "server_apps:slow_start", "--port", str(port),
+            "--admin-host", "127.0.0.1", "--admin-port", str(admin)] if kind == "serve" \
+        else [PY, "-m", "uvicorn", "server_apps:wrapped_slow_start", "--port", str(port)]
+    env = {**os.environ, "DRAINSAFE_ADMIN_HOST": "127.0.0.1",
+           "DRAINSAFE_ADMIN_PORT": str(admin)}
+    proc = subprocess.Popen(argv, cwd=APPS_DIR, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{admin}/readyz", timeout=1).status_code
+            except httpx.HTTPError:
+                time.sleep(0.02)
+                continue
+            if not seen or seen[-1] != status:
+                seen.append(status)
+            if status == 200:
+                break
+            time.sleep(0.05)
+        app = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    # The admin port opens first; readiness waits for the app's lifespan start-up.
+    assert seen == [503, 200], seen
+    assert app.text == "ready"
 
 
 def test_liveness_fails_once_the_lifecycle_is_over_in_a_process_still_there() -> None:

@@ -32,7 +32,7 @@ from server_harness import (
     wait_ready,
 )
 
-from drainsafe.server.supervisor import UnreadableMetrics, in_flight_from_metrics
+from drainsafe.server.childmetrics import UnreadableMetrics, in_flight
 
 CATCH_ALL = "server_apps:catch_all"
 
@@ -386,12 +386,12 @@ def test_garbage_instead_of_an_answer_is_a_502(broken_child: Replica) -> None:
     "in_flight NaN\n", "in_flight +Inf\n", "other_metric 1\n", "in_flight -1\n"])
 def test_unreadable_metrics_are_a_typed_error(text: str) -> None:
     with pytest.raises(UnreadableMetrics):
-        in_flight_from_metrics(text, ["in_flight"])
+        in_flight(text, ["in_flight"])
 
 
 def test_readable_metrics_sum_their_samples() -> None:
     text = "# TYPE a gauge\na 2\n# TYPE b gauge\nb{x=\"1\"} 1.5\nb{x=\"2\"} 1\n"
-    assert in_flight_from_metrics(text, ["a", "b"]) == 5
+    assert in_flight(text, ["a", "b"]) == 5
 
 
 @pytest.mark.parametrize("app", ["html_metrics", "json_metrics", "nan_metrics",

@@ -60,6 +60,8 @@ def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) 
         err.write(f"drainsafe check: {exc}\n")
         return EXIT_USAGE
     result = run(args.paths, context, stdin)
+    for note in result.notes:
+        err.write(f"note: {note}\n")
     for error in result.errors:
         err.write(f"error: {error}\n")
     if args.diff or args.fix:
@@ -81,7 +83,11 @@ def _fix(findings: list[Finding], context: Context, *, apply: bool, out: IO[str]
         err.write(f"error: {problem}\n")
     for fix in fixes:
         if apply:
-            Path(fix.file).write_text(fix.after, encoding="utf-8")
+            try:
+                _replace(Path(fix.file), fix.after)
+            except OSError as exc:
+                err.write(f"error: {fix.file}: not fixed: {exc.strerror or exc}\n")
+                return EXIT_USAGE
             err.write(f"fixed {fix.file}\n")
         else:
             out.write(fix.diff())
@@ -94,3 +100,24 @@ def _fix(findings: list[Finding], context: Context, *, apply: bool, out: IO[str]
     threshold = context.fail_on
     failing = threshold is not None and any(f.severity >= threshold for f in remaining)
     return EXIT_FINDINGS if failing else EXIT_OK
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write the fixed text beside the file, then rename it over: an interrupted --fix leaves
+    the old file or the new one, never half of one. newline="": the text already has the
+    file's own line endings (see fix.fix_files). The file keeps its permission bits, and a
+    symbolic link stays a link (its target is replaced)."""
+    import os
+    import tempfile
+
+    path = Path(os.path.realpath(path))
+    mode = path.stat().st_mode & 0o7777
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".drainsafe", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise

@@ -28,6 +28,10 @@ MAX_REQUEST_ANNOTATION = "drainsafe.io/max-request-seconds"
 SHUTDOWN_ANNOTATION = "drainsafe.io/shutdown-seconds"
 IGNORE_ANNOTATION = "drainsafe.io/ignore"
 
+MAX_SECONDS = 2**31 - 1
+"""The largest number of seconds a flag, config value or drainsafe.io annotation may hold
+(about 68 years; validate.py applies it to the annotations)."""
+
 
 class ConfigError(ValueError):
     """A config value or flag that cannot be used; the message names where it came from."""
@@ -69,6 +73,8 @@ def parse_seconds(value: object, where: str) -> float:
         raise ConfigError(f"{where}: expected a number of seconds, got {value!r}") from None
     if not seconds >= 0 or seconds == float("inf"):
         raise ConfigError(f"{where}: must be a finite number >= 0, got {value!r}")
+    if seconds > MAX_SECONDS:  # a fix would write a grace period no API server takes
+        raise ConfigError(f"{where}: must be at most {MAX_SECONDS:,}, got {value!r}")
     return seconds
 
 

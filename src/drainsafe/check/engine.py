@@ -13,6 +13,7 @@ from drainsafe.check.findings import Finding, ObjectRef
 from drainsafe.check.load import Document, InputError, Loaded, load
 from drainsafe.check.model import Index, Subject, build_index
 from drainsafe.check.rules import all_rules
+from drainsafe.check.validate import field_errors
 
 
 @dataclass
@@ -22,6 +23,8 @@ class Result:
     index: Index = field(default_factory=Index)
     documents: int = 0
     inputs: int = 0
+    notes: list[str] = field(default_factory=list)
+    """What was skipped and why (not errors: a FIFO in a walked directory)."""
 
     def failed(self, context: Context) -> bool:
         threshold = context.fail_on
@@ -93,7 +96,9 @@ def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None) ->
     with _gc_paused():
         loaded: Loaded = load(args, stdin)
         findings, index = check_documents(loaded.documents, context)
-    result = Result(findings, list(loaded.errors), index, len(loaded.documents), loaded.inputs)
+    # Bad field values are input errors, so that they can never pass as a clean result.
+    result = Result(findings, [*loaded.errors, *field_errors(index)], index,
+                    len(loaded.documents), loaded.inputs, list(loaded.notes))
     if not loaded.documents and not loaded.errors:
         result.errors.append(InputError(
             ", ".join(sorted({*args})) or "input", None,

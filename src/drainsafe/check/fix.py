@@ -14,7 +14,6 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from drainsafe.check.findings import Edit, Finding
@@ -50,9 +49,15 @@ def fix_files(findings: Iterable[Finding]) -> tuple[list[FileFix], list[str]]:
     fixes, problems = [], []
     for file, by_doc in sorted(plan(findings).items()):
         try:
-            before = Path(file).read_text(encoding="utf-8")
-            after = apply(before, by_doc)
-        except (OSError, FixError) as exc:
+            # newline="": the file's own line endings, so that a CRLF file stays CRLF
+            # (ruamel.yaml writes LF; the edit is made on LF text and converted back).
+            with open(file, encoding="utf-8", newline="") as handle:
+                before = handle.read()
+            crlf = "\r\n" in before
+            after = apply(before.replace("\r\n", "\n") if crlf else before, by_doc)
+            if crlf:
+                after = after.replace("\n", "\r\n")
+        except (OSError, UnicodeDecodeError, FixError) as exc:
             problems.append(f"{file}: not fixed: {exc}")
             continue
         if after != before:

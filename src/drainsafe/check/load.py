@@ -12,9 +12,11 @@ refused before it is read, and a document whose aliases expand past a node budge
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,8 +27,16 @@ import yaml
 
 from drainsafe.check import fastyaml, rsyaml
 
-MAX_INPUT_BYTES = 32 * 1024 * 1024
-"""Refuse a single input larger than this (a rendered chart is rarely above 1 MB)."""
+MAX_INPUT_BYTES = 8 * 1024 * 1024
+"""Refuse a single input larger than this (a rendered chart is rarely above 1 MB). Reading
+and checking hold ~45 bytes of memory per byte of YAML: 8 MB of Deployments took 350 MB and
+5 s on the 2-core dev machine (docs/check.md)."""
+
+MAX_TOTAL_BYTES = 32 * 1024 * 1024
+"""Refuse inputs beyond this many bytes read in one run (~1.2 GB of memory at the limit)."""
+
+MAX_NESTING = 1000
+"""Deepest nesting read: libyaml's own limit for YAML, and Python's recursion limit for JSON."""
 
 MAX_EXPANDED_NODES = 2_000_000
 """Aliases may share nodes; a document that expands past this many is refused."""
@@ -95,10 +105,17 @@ class Loaded:
     inputs: int = 0
     """Files (or stdin) read."""
     empty_documents: int = 0
+    notes: list[str] = field(default_factory=list)
+    """Inputs skipped on purpose, and why (see expand_paths)."""
 
 
-def expand_paths(args: Iterable[str]) -> tuple[list[str], list[InputError]]:
-    """Arguments to input names: files as given, directories walked for *.yaml/*.yml/*.json."""
+def expand_paths(args: Iterable[str], notes: list[str] | None = None
+                 ) -> tuple[list[str], list[InputError]]:
+    """Arguments to input names: files as given, directories walked for *.yaml/*.yml/*.json.
+
+    A walked name that is not a regular file (a FIFO, a socket, a device) is skipped with a
+    note in `notes`: opening a FIFO nobody writes to would hang the walk. A FIFO named as an
+    argument is read, as `drainsafe check <(helm template ...)` needs."""
     paths: list[str] = []
     errors: list[InputError] = []
     seen: set[str] = set()
@@ -121,11 +138,15 @@ def expand_paths(args: Iterable[str]) -> tuple[list[str], list[InputError]]:
             if not found:
                 errors.append(InputError(arg, None, "directory has no .yaml, .yml or .json files"))
             for p in found:
-                add(str(p))
+                kind = _not_regular(p)
+                if kind is None:
+                    add(str(p))
+                elif notes is not None:
+                    notes.append(f"{p}: skipped: {kind}, not a regular file")
         elif path.exists():
             add(arg)
         else:
-            errors.append(InputError(arg, None, "no such file or directory"))
+            errors.append(InputError(arg, None, _missing(arg)))
     return paths, errors
 
 
@@ -138,12 +159,46 @@ def _walk(root: Path) -> Iterator[Path]:
                 yield Path(directory) / name
 
 
+def _not_regular(path: Path) -> str | None:
+    """What a walked name is when it is not a regular file (None: regular, or unreadable,
+    which reading then reports)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
+def _missing(arg: str) -> str:
+    """Why an argument that does not exist does not: a symbolic link loop and a broken link
+    are named as such (both look like "no such file" to Path.exists)."""
+    if not os.path.islink(arg):
+        return "no such file or directory"
+    try:
+        os.stat(arg)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop (too many levels of symbolic links)"
+    return f"broken symbolic link to {os.readlink(arg)!r}"
+
+
 def read_input(name: str, stdin: BinaryIO | None = None) -> SourceText | InputError:
     display = STDIN_NAME if name == STDIN else name
     try:
         if name == STDIN:
             stream = stdin if stdin is not None else sys.stdin.buffer
             data = stream.read(MAX_INPUT_BYTES + 1)
+            if len(data) > MAX_INPUT_BYTES:
+                # Only the limit was read: how much more a pipe holds is unknown.
+                return InputError(display, None, f"input is over the {_limit()} limit; split it")
         else:
             size = os.path.getsize(name)
             if size > MAX_INPUT_BYTES:
@@ -167,8 +222,12 @@ def read_input(name: str, stdin: BinaryIO | None = None) -> SourceText | InputEr
 
 
 def _too_big(size: int) -> str:
-    return (f"input is {size / 1024 / 1024:.1f} MiB, above the "
-            f"{MAX_INPUT_BYTES // 1024 // 1024} MiB limit; split it")
+    return (f"input is {size / 1024 / 1024:.1f} MiB ({size:,} bytes), above the {_limit()} "
+            "limit; split it")
+
+
+def _limit(limit: int | None = None) -> str:
+    return f"{(MAX_INPUT_BYTES if limit is None else limit) / 1024 / 1024:g} MiB"
 
 
 def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
@@ -181,6 +240,11 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             loaded.errors.append(InputError(source.name, exc.lineno, f"invalid JSON: {exc.msg}"))
+            return
+        except RecursionError:
+            # Python's parser recurses per level; libyaml stops YAML at the same depth.
+            loaded.errors.append(InputError(
+                source.name, None, f"JSON nested deeper than {MAX_NESTING:,} levels"))
             return
         _add(loaded, source, data, 0, 1, text.count("\n") + 1)
         return
@@ -303,13 +367,30 @@ def _within_budget(data: object) -> bool:
 
 
 def load(args: Iterable[str], stdin: BinaryIO | None = None) -> Loaded:
-    names, errors = expand_paths(args)
-    loaded = Loaded(errors=errors)
+    loaded = Loaded()
+    names, loaded.errors = expand_paths(args, loaded.notes)
+    total = 0
     for name in names:
+        if total > MAX_TOTAL_BYTES:
+            loaded.errors.append(InputError(
+                STDIN_NAME if name == STDIN else name, None,
+                f"not read: the inputs before it reach the {_limit(MAX_TOTAL_BYTES)} limit "
+                "of one run; check the inputs in parts"))
+            continue
         source = read_input(name, stdin)
         loaded.inputs += 1
         if isinstance(source, InputError):
             loaded.errors.append(source)
             continue
-        parse(source, loaded)
+        total += len(source.text)
+        kept = len(loaded.documents)
+        try:
+            parse(source, loaded)
+        except Exception as exc:  # one input's failure must not lose the others
+            # No known input gets here; if one does, it is named, its partial objects are
+            # dropped, and the other inputs are still checked.
+            del loaded.documents[kept:]
+            loaded.errors.append(InputError(
+                source.name, None, f"could not be read ({type(exc).__name__}: {exc}); "
+                "this is a drainsafe bug, please report it with the input"))
     return loaded

@@ -8,6 +8,7 @@ read as unknown rather than crash a rule.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -72,16 +73,22 @@ def integer(value: object) -> int | None:
 
 
 def number(value: object) -> float | None:
+    """A finite number, or None: "inf", "nan" and "1e400" (infinite as a float) are unknown,
+    never arithmetic (validate.py reports them as input errors)."""
     if isinstance(value, bool):
         return None
+    found: float | None = None
     if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
         try:
-            return float(value.strip().removesuffix("s"))
+            found = float(value)
+        except OverflowError:  # an int too large for a float
+            return None
+    elif isinstance(value, str):
+        try:
+            found = float(value.strip().removesuffix("s"))
         except ValueError:
             return None
-    return None
+    return found if found is not None and math.isfinite(found) else None
 
 
 def string_map(value: object) -> dict[str, str]:
@@ -390,7 +397,7 @@ def _workload(doc: Document, kind: str) -> Workload:
     replicas: int | None = None
     if kind in SCALED_KINDS:
         replicas = integer(spec.get("replicas"))
-        if replicas is None and "replicas" not in spec:
+        if replicas is None and spec.get("replicas") is None:  # unset or null: the default
             replicas = 1
     return Workload(
         doc, ref, pod_path=("spec", "template", "spec"),

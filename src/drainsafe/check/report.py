@@ -24,8 +24,12 @@ def text(result: Result, context: Context, out: IO[str], *, color: bool | None =
     from rich.markup import escape
     from rich.table import Table
 
+    from drainsafe.shell import PIPE_WIDTH
+
+    # In a pipe or CI log the width is fixed, not COLUMNS (which cut the summary table).
+    width = None if hasattr(out, "isatty") and out.isatty() else PIPE_WIDTH
     console = Console(file=out, force_terminal=color, no_color=color is False,
-                      highlight=False, soft_wrap=True)
+                      highlight=False, soft_wrap=True, width=width)
     key = lambda f: (f.file, str(f.object))  # noqa: E731
     for (_file, _obj), group in groupby(sorted(result.findings, key=key), key=key):
         items = sorted(group, key=lambda f: (-f.severity, f.line, f.rule))

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from drainsafe.demo.scenario import ScenarioResult, ScenarioSettings, Tool, kubectl_binary
+from drainsafe.shell import console as make_console
 
 
 async def one(tool: Tool, settings: ScenarioSettings, out: Path, console: Console
@@ -70,7 +71,7 @@ def table(results: list[ScenarioResult]) -> Table:
 
 
 async def run(args: argparse.Namespace) -> int:
-    console = Console(stderr=args.output == "json")
+    console = make_console(stderr=args.output == "json")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = ScenarioSettings(propagation=args.propagation, model_load=args.model_load)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from drainsafe.drain.ownership import DEFAULT_REASON
+
+EXIT_API = 3
+
 
 def _connection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
@@ -19,7 +23,11 @@ def register(subparsers: Any) -> None:
         description="Cordon (with an ownership record), then evict pods through the "
         "Eviction API one workload replica at a time, each after its previous replacement "
         "is Ready; refuse up front when a budget can never allow it, a pod is under two "
-        "PDBs, or there is no room (GPU) for a replacement.",
+        "PDBs, or there is no room (GPU) for a replacement. Exit codes: 0 drained; 1 "
+        "refused or failed (the node stays cordoned and recorded; run again to continue); "
+        "2 usage or input error (bad kubeconfig, a node that does not exist); 3 the API "
+        "server cannot be reached or answers with an error; 130 Ctrl-C and 143 SIGTERM "
+        "(the node is recorded as interrupted).",
     )
     d.add_argument("nodes", nargs="*", metavar="NODE")
     d.add_argument("--selector", "-l", help="drain the nodes matching this label selector")
@@ -41,7 +49,8 @@ def register(subparsers: Any) -> None:
     d.add_argument("--surge-priority-class", metavar="NAME",
                    help="PriorityClass of the placeholders (use a negative-priority class so "
                    "real pods preempt them)")
-    d.add_argument("--reason", default="drainsafe drain", help="recorded on the node")
+    d.add_argument("--reason", default=DEFAULT_REASON,
+                   help="recorded on the node (a re-run with a new reason records it)")
     d.add_argument("-o", "--output", choices=("text", "json"), default="text")
     _connection(d)
     d.set_defaults(handler=run_drain)
@@ -53,7 +62,12 @@ def register(subparsers: Any) -> None:
     _connection(u)
     u.set_defaults(handler=run_uncordon)
 
-    a = subparsers.add_parser("audit", help="list cordoned nodes: since when, by whom")
+    a = subparsers.add_parser(
+        "audit", help="list cordoned nodes: since when, by whom",
+        description="List cordoned nodes: since when, by whom, why, and how far a drain got. "
+        "Exit codes: 0 no forgotten cordon; 1 a node is cordoned with no drainsafe record "
+        "(a forgotten cordon); 2 usage or kubeconfig error; 3 the API server cannot be "
+        "reached or answers with an error.")
     a.add_argument("--all", action="store_true", help="list every node")
     a.add_argument("-o", "--output", choices=("text", "json"), default="text")
     _connection(a)
@@ -68,12 +82,16 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    import asyncio
     import sys
 
-    from rich.console import Console
-
     from drainsafe.kube import KubeconfigError, KubeError
+    from drainsafe.shell import (
+        EXIT_INTERRUPTED,
+        EXIT_TERMINATED,
+        Terminated,
+        console,
+        run_async,
+    )
 
     if not args.nodes and not args.selector:
         print("drainsafe drain: name at least one NODE or pass --selector", file=sys.stderr)
@@ -86,21 +104,37 @@ def run_drain(args: argparse.Namespace) -> int:
     except (KubeconfigError, ValueError, RuntimeError) as exc:
         print(f"drainsafe drain: {exc}", file=sys.stderr)
         return 2
+    stopped = ("the nodes stay cordoned, recorded as interrupted; run the same command "
+               "again to continue, or drainsafe uncordon NODE")
     try:
-        return asyncio.run(_drain(client, args, Console(stderr=args.output == "json")))
+        return run_async(_drain(client, args, console(stderr=args.output == "json")))
     except KubeError as exc:
         print(f"drainsafe drain: API error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_API
+    except KeyboardInterrupt:
+        print(f"drainsafe drain: interrupted (Ctrl-C); {stopped}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print(f"drainsafe drain: terminated (SIGTERM); {stopped}", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
+    import sys
+
     from drainsafe.drain.execute import DrainSettings, drain_fleet
     from drainsafe.drain.plan import DrainOptions
     from drainsafe.drain.report import render_plan, render_report, reports_json
-    from drainsafe.kube import api_path
+    from drainsafe.kube import NotFound, api_path
 
     async with client:
         nodes = list(args.nodes)
+        for name in nodes:  # a typo is refused before any plan is shown
+            try:
+                await client.get(api_path("v1", "nodes", name=name))
+            except NotFound:
+                print(f"drainsafe drain: node {name!r} not found", file=sys.stderr)
+                return 2
         if args.selector:
             found, _ = await client.list(api_path("v1", "nodes"),
                                          {"labelSelector": args.selector})
@@ -169,11 +203,10 @@ def run_audit(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import asdict
 
-    from rich.console import Console
-
     from drainsafe.drain.cordon import audit
     from drainsafe.drain.report import render_audit
     from drainsafe.kube import KubeconfigError, KubeError
+    from drainsafe.shell import console
 
     try:
         client = _client(args)
@@ -188,11 +221,12 @@ def run_audit(args: argparse.Namespace) -> int:
     try:
         records = asyncio.run(go())
     except KubeError as exc:
+        # Not 1, which means "a forgotten cordon": a script must tell the two apart.
         print(f"drainsafe audit: API error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_API
     if args.output == "json":
         print(json.dumps([asdict(r) for r in records], indent=2))
     else:
-        render_audit(Console(), records)
+        render_audit(console(), records)
     # Cordoned nodes with no drainsafe record are the forgotten cordons worth a look.
     return 1 if any(r.cordoned and r.owner.startswith("unknown") for r in records) else 0

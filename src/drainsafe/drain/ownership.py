@@ -19,6 +19,8 @@ PREFIX = "drainsafe.io/"
 CORDONED_BY = PREFIX + "cordoned-by"
 CORDONED_AT = PREFIX + "cordoned-at"
 REASON = PREFIX + "reason"
+DEFAULT_REASON = "drainsafe drain"
+"""The reason recorded when none is given; a re-run without --reason keeps the recorded one."""
 WAS_UNSCHEDULABLE = PREFIX + "was-unschedulable"
 PROGRESS = PREFIX + "drain-progress"
 OWNED_KEYS = (CORDONED_BY, CORDONED_AT, REASON, WAS_UNSCHEDULABLE, PROGRESS)
@@ -93,6 +95,8 @@ def cordon_patch(
             REASON: reason,
             WAS_UNSCHEDULABLE: "true" if is_cordoned(node) else "false",
         })
+    elif reason != DEFAULT_REASON and ann.get(REASON) != reason:
+        new[REASON] = reason  # a re-run with a new --reason says why it runs now
     return {
         "metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": new},
         "spec": {"unschedulable": True},

@@ -105,7 +105,9 @@ def load_kubeconfig(explicit: str | None = None) -> tuple[dict[str, Any], Path]:
             continue
         try:
             doc = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
+        except UnicodeDecodeError as exc:
+            raise KubeconfigError(f"kubeconfig {path}: not UTF-8 text (a binary file?)") from exc
+        except (OSError, yaml.YAMLError, RecursionError) as exc:
             raise KubeconfigError(f"kubeconfig {path}: {exc}") from exc
         if not isinstance(doc, dict):
             raise KubeconfigError(f"kubeconfig {path}: not a mapping")
@@ -148,6 +150,20 @@ class KubeClient:
         *,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> KubeClient:
+        """A client for the kubeconfig's context. Any kubeconfig that cannot be used (binary,
+        or fields of the wrong shape) is a KubeconfigError naming the file."""
+        try:
+            return cls._from_kubeconfig(kubeconfig, context, timeout)
+        except KubeconfigError:
+            raise
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            files = ", ".join(str(p) for p in kubeconfig_paths(kubeconfig))
+            raise KubeconfigError(
+                f"kubeconfig {files}: malformed ({type(exc).__name__}: {exc})") from exc
+
+    @classmethod
+    def _from_kubeconfig(cls, kubeconfig: str | None, context: str | None,
+                         timeout: float) -> KubeClient:
         from lightkube import KubeConfig
         from lightkube.config import client_adapter
 

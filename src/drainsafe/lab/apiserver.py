@@ -21,17 +21,19 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import yaml
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from drainsafe.lab import discovery, fields, openapi, podproxy, table
+from drainsafe.lab import apply as ssa
+from drainsafe.lab import discovery, fields, openapi, podproxy, schema, table
 from drainsafe.lab import status as st
 from drainsafe.lab.discovery import ResourceType
 from drainsafe.lab.eviction import evict
-from drainsafe.lab.patch import apply_patch
+from drainsafe.lab.patch import APPLY_PATCH, apply_patch
 from drainsafe.lab.store import Event, Obj, Store, clone, meta
 from drainsafe.labels import SelectorError
 from drainsafe.labels import parse as parse_labels
@@ -102,6 +104,7 @@ class ApiServer:
         self.state_dir = state_dir
         self.bookmark_seconds = bookmark_seconds
         self.request_log: list[tuple[str, str]] | None = None
+        store.admission.append(lambda rt, obj, old: ssa.record(rt, obj, old, store.clock()))
         self.app = Starlette(routes=[
             Route("/{path:path}", self._handle,
                   methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
@@ -217,12 +220,27 @@ class ApiServer:
                 return self._log(request, namespace or "", name)
             obj = self.store.get(rt, namespace or "", name)
             return self._render(request, rt, [obj], single=True)
+        ctype = request.headers.get("content-type", "application/merge-patch+json")
+        if method == "PATCH" and ctype.split(";")[0].strip().lower() == APPLY_PATCH:
+            return self._apply(request, rt, namespace, name, sub, await _yaml_body(request),
+                               dry_run)
         body = await _body(request) if method != "DELETE" else await _optional_body(request)
+        directive = q.get("fieldValidation") or "Warn"
+        writer = ssa.Writer(rt.key, namespace or "" if rt.namespaced else "",
+                            name or "", ssa.manager_from(q.get("fieldManager"),
+                                                         request.headers.get("user-agent")),
+                            sub)
         if method == "POST":
             if name is None:
-                return json_response(self.store.create(rt, _object(body, rt),
-                                                       namespace=namespace, dry_run=dry_run),
-                                     201)
+                obj = _object(body, rt)
+                warnings = _check_fields(rt, obj, directive, decoding=True)
+                m = meta(obj)
+                writer = ssa.Writer(rt.key, (namespace or m.get("namespace") or "default")
+                                    if rt.namespaced else "", m.get("name") or "",
+                                    writer.manager)
+                with ssa.writing(writer):
+                    created = self.store.create(rt, obj, namespace=namespace, dry_run=dry_run)
+                return _warned(json_response(created, 201), warnings)
             if sub == "eviction":
                 code, result = evict(self.store, namespace or "", name, _dict(body),
                                      query_dry_run=dry_run)
@@ -238,11 +256,15 @@ class ApiServer:
                                         "requested resource")
         if method == "PUT":
             obj = _object(body, rt) if sub != "scale" else _dict(body)
-            return json_response(self._put(rt, namespace or "", name, sub, obj, dry_run))
+            warnings = _check_fields(rt, obj, directive, decoding=True) if sub is None else []
+            with ssa.writing(writer):
+                put = self._put(rt, namespace or "", name, sub, obj, dry_run)
+            return _warned(json_response(put), warnings)
         if method == "PATCH":
-            ctype = request.headers.get("content-type", "application/merge-patch+json")
-            return json_response(self._patch(rt, namespace or "", name, sub, ctype, body,
-                                             dry_run))
+            with ssa.writing(writer):
+                patched, warnings = self._patch(rt, namespace or "", name, sub, ctype, body,
+                                                dry_run, directive)
+            return _warned(json_response(patched), warnings)
         if method == "DELETE":
             return self._delete(request, rt, namespace or "", name, _dict(body or {}))
         raise st.method_not_allowed("method not allowed")
@@ -376,14 +398,16 @@ class ApiServer:
         return self.store.update(rt, obj, subresource=sub, dry_run=dry_run)
 
     def _patch(self, rt: ResourceType, namespace: str, name: str, sub: str | None,
-               ctype: str, patch: Any, dry_run: bool) -> Obj:
+               ctype: str, patch: Any, dry_run: bool, directive: str
+               ) -> tuple[Obj, list[str]]:
         current = self.store.get(rt, namespace, name)
         if sub == "scale":
             patched = apply_patch(ctype, scale_of(current), patch)
             current.setdefault("spec", {})["replicas"] = _dict(
                 patched.get("spec") or {}).get("replicas", 0)
-            return scale_of(self.store.update(rt, current, dry_run=dry_run))
+            return scale_of(self.store.update(rt, current, dry_run=dry_run)), []
         patched = apply_patch(ctype, clone(current), patch)
+        warnings = _check_fields(rt, patched, directive, decoding=False)
         pm = meta(patched)
         # A patch may carry a resourceVersion as a precondition; otherwise it applies to
         # the version just read (patch.go retries on conflict; here reads are atomic).
@@ -392,7 +416,37 @@ class ApiServer:
         pm["name"] = name
         if rt.namespaced:
             pm["namespace"] = namespace
-        return self.store.update(rt, patched, subresource=sub, dry_run=dry_run)
+        return self.store.update(rt, patched, subresource=sub, dry_run=dry_run), warnings
+
+    def _apply(self, request: Request, rt: ResourceType, namespace: str | None,
+               name: str | None, sub: str | None, applied: Any, dry_run: bool) -> Response:
+        """PATCH application/apply-patch+yaml: server-side apply (see lab/apply.py)."""
+        if name is None or sub is not None:
+            raise st.method_not_allowed("the server does not allow this method on the "
+                                        "requested resource")
+        applied = _object(applied, rt)
+        m = meta(applied)
+        if m.get("name", name) != name:
+            raise st.bad_request(f"the name of the object ({m.get('name')}) does not match "
+                                 f"the name on the URL ({name})")
+        if rt.namespaced and m.get("namespace", namespace) != namespace:
+            raise st.bad_request("the namespace of the provided object does not match the "
+                                 "namespace sent on the request")
+        q = request.query_params
+        manager = q.get("fieldManager") or ""
+        force = q.get("force") in ("true", "1")
+        live = self.store.peek(rt, namespace or "", name)
+        merged = ssa.apply(rt, clone(live) if live is not None else None, applied, manager,
+                           force=force, now=self.store.clock())
+        mm = meta(merged)
+        mm["name"] = name
+        if live is None:
+            if rt.namespaced:
+                mm["namespace"] = namespace
+            return json_response(self.store.create(rt, merged, namespace=namespace,
+                                                   dry_run=dry_run), 201)
+        mm["resourceVersion"] = live["metadata"]["resourceVersion"]
+        return json_response(self.store.update(rt, merged, dry_run=dry_run))
 
     def _delete(self, request: Request, rt: ResourceType, namespace: str, name: str,
                 opts: dict[str, Any]) -> Response:
@@ -577,6 +631,49 @@ async def _optional_body(request: Request) -> Any:
         return json.loads(raw)
     except ValueError as exc:
         raise st.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+
+class _ManifestLoader(yaml.SafeLoader):
+    """YAML as the API server reads it into JSON: a timestamp stays a string."""
+
+
+_ManifestLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+async def _yaml_body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return yaml.load(raw, Loader=_ManifestLoader)
+    except yaml.YAMLError as exc:
+        raise st.bad_request(f"error decoding YAML: {exc}") from None
+
+
+def _check_fields(rt: ResourceType, obj: Obj, directive: str, *, decoding: bool
+                  ) -> list[str]:
+    """Unknown fields under fieldValidation (handlers/create.go, update.go, patch.go):
+    Strict refuses the request; Warn (the default) returns one warning per field; Warn
+    and Ignore drop them from `obj`."""
+    if directive == "Strict":
+        unknown = [f'unknown field "{path}"' for path in schema.unknown_fields(rt, obj)]
+    else:  # decoding into the Go type drops them
+        dropped = schema.drop_unknown_fields(rt, obj)
+        unknown = [] if directive == "Ignore" else [f'unknown field "{p}"' for p in dropped]
+    if not unknown or directive != "Strict":
+        return unknown
+    strict = "strict decoding error: " + ", ".join(unknown)
+    if decoding:  # transformDecodeError
+        raise st.bad_request(f"{rt.kind} in version {json.dumps(rt.version)} cannot be "
+                             f"handled as a {rt.kind}: {strict}")
+    raise st.bad_request(strict)
+
+
+def _warned(response: Response, warnings: list[str]) -> Response:
+    """One `Warning: 299 - "<text>"` header per warning (filters/warning.go)."""
+    for text in warnings:
+        response.headers.append("Warning", f"299 - {json.dumps(text)}")
+    return response
 
 
 def _dict(value: Any) -> dict[str, Any]:

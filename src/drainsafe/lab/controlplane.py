@@ -150,7 +150,10 @@ class ControlPlane:
     def write_kubeconfig(self, path: pathlib.Path, *, context: str = "drainsafe-lab") -> None:
         if not self.url:
             raise RuntimeError("start() the control plane before writing its kubeconfig")
+        from drainsafe.lab.secretfile import write_secret
+
         path = pathlib.Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(yaml.safe_dump(self.kubeconfig(context=context), sort_keys=False))
+        # Its token runs any command as this user: a new 0600 file, never through a link.
+        write_secret(path, yaml.safe_dump(self.kubeconfig(context=context),
+                                          sort_keys=False).encode())

@@ -51,6 +51,7 @@ from drainsafe.lab.process import (
     process_environment,
     virtual_settings,
 )
+from drainsafe.lab.secretfile import private_dir
 from drainsafe.lab.termination import (
     TerminationRecord,
     effective_grace,
@@ -315,7 +316,9 @@ class PodWorker:
                                        "message": str(exc)}}
             self.mark_dirty()
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # Logs and working directories of pods are the lab user's alone (0700).
+        private_dir(self.dir.parent)
+        private_dir(self.dir)
         self.mark_dirty()
         for c in self.containers:
             if self.terminating:

@@ -151,10 +151,11 @@ def status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from drainsafe.shell import console as make_console
+
+    console = make_console()
     console.print(f"lab pid {pid}, API {data.get('server')}")
     console.print(f"kubeconfig: {data['kubeconfig']}")
     low, high = data.get("propagation", [0, 0])

@@ -6,7 +6,8 @@ pkg/resource/query_param_verifier_v3.go: a PATCH operation tagged with
 x-kubernetes-group-version-kind that lists a `fieldValidation` query parameter). When it
 does, kubectl skips client-side schema validation (which would need the full OpenAPI v2
 schema) and sends fieldValidation=Strict. The lab serves exactly that: one PATCH
-operation per kind, no schemas. Consequence: the lab does not reject unknown fields, and
+operation per kind, no schemas. The API server then checks fields itself
+(drainsafe.lab.schema: Strict refuses unknown fields with the real server's 400), and
 kubectl apply computes its strategic merge patch from kubectl's built-in types. Without
 this document kubectl create/apply fail with "failed to download openapi" unless
 --validate=false is passed.

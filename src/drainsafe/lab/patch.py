@@ -61,9 +61,9 @@ def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[s
     elif ctype == STRATEGIC_MERGE_PATCH:
         result = strategic_merge(target, patch)
     elif ctype == APPLY_PATCH:
+        # The API server sends apply patches to drainsafe.lab.apply (server-side apply).
         raise StatusError(415, "UnsupportedMediaType",
-                          "server-side apply is not supported by the drainsafe lab; "
-                          "use client-side apply (kubectl apply without --server-side)")
+                          "an apply patch is not a patch of this kind: see lab.apply")
     else:
         raise StatusError(415, "UnsupportedMediaType",
                           f"the body of the request was in an unknown format - accepted "

@@ -18,6 +18,9 @@ Which grace period, at kubernetes v1.31.0 (an explicit 0 stays 0 and is never a 
   to killContainer as `gracePeriodOverride` (`effective_grace` below);
 - a container the kubelet kills itself (failed liveness or startup probe): kuberuntime
   `setTerminationGracePeriod`, with no override (`kill_grace` below).
+On the API side a DELETE with gracePeriodSeconds=0 removes the pod at once (pkg/registry/
+core/pod/strategy.go `CheckGracefulDelete`, as the lab store does); it is kubectl that turns
+`delete --grace-period=0` without `--force` into 1 s (kubectl pkg/cmd/delete/delete.go).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from drainsafe.lab.secretfile import private_dir, write_secret
+
 
 @dataclass(frozen=True)
 class TlsFiles:
@@ -29,8 +31,9 @@ def _name(cn: str) -> x509.Name:
 
 
 def make_tls(directory: pathlib.Path, host: str = "127.0.0.1", *, days: int = 30) -> TlsFiles:
-    """Write ca.crt, server.crt and server.key (mode 0600) into `directory`."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write ca.crt, server.crt and server.key (a new file, mode 0600, never through a link:
+    see secretfile.py) into `directory` (0700 when created here)."""
+    private_dir(directory)
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -82,8 +85,7 @@ def make_tls(directory: pathlib.Path, host: str = "127.0.0.1", *, days: int = 30
     files = TlsFiles(directory / "ca.crt", directory / "server.crt", directory / "server.key")
     files.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     files.server_cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files.server_key.touch(mode=0o600)
-    files.server_key.write_bytes(key.private_bytes(
+    write_secret(files.server_key, key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption()))
     return files

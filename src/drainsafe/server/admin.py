@@ -10,7 +10,7 @@ So does drainsafe: `drainsafe serve`, `drainsafe run` (both modes) and
 `drainsafe-admin` in manifests), and nothing on the application's port.
 
 - `/readyz` (GET, HEAD): 200 serving; 503 from the drain's first instant, and while the
-  app has not started (serve) or the child is not ready (run);
+  app's start-up is not done (serve, the middleware) or the child is not ready (run);
 - `/livez` (GET, HEAD): 200; 503 once the lifecycle is over and the process is still there;
 - `/drainsafe/drain` (GET, as a preStop `httpGet` sends; POST, for scripts): starts the
   drain and answers when the drain delay is over (`?wait=0`: at once);

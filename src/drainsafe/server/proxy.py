@@ -191,8 +191,12 @@ class ClientConnection(Http1Connection):
     def data_received(self, data: bytes) -> None:
         if self.idle_since is not None:
             self.last_idle = self.idle_since
-        self._held_before = len(self.held)
         super().data_received(data)
+
+    def feed(self) -> None:
+        # What is held behind a HEAD now came from earlier reads: see `refuse`.
+        self._held_before = len(self.held)
+        super().feed()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -356,7 +360,8 @@ class ClientConnection(Http1Connection):
             elif up is not None and up.transport is not None:
                 self.upstream_lost(up)  # closing under us: what waited on it gets its 502
             if not self.closed and self.upstream is None and not self.connecting \
-                    and self.to_upstream:
+                    and self.to_upstream and self.transport is not None \
+                    and not self.transport.is_closing():
                 self.connecting = True
                 asyncio.get_running_loop().create_task(self._connect())
         if self.out:

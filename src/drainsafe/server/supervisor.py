@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS
 from drainsafe.server import lifecycle
 from drainsafe.server.admin import AdminServer, AdminSettings
+from drainsafe.server.childmetrics import UnreadableMetrics, in_flight
 from drainsafe.server.lifecycle import Phase, Settings
 from drainsafe.server.presets import PRESETS, Preset
 from drainsafe.server.proxy import Proxy
@@ -316,7 +317,7 @@ class Supervisor:
             async with httpx.AsyncClient(timeout=1.0) as client:
                 response = await client.get(url)
             response.raise_for_status()
-            return in_flight_from_metrics(response.text, self.options.in_flight_metrics)
+            return in_flight(response.text, self.options.in_flight_metrics)
         except (httpx.HTTPError, UnreadableMetrics) as exc:
             if not self._metrics_warned:
                 self._metrics_warned = True
@@ -324,36 +325,6 @@ class Supervisor:
                                "(%s); falling back to the drain delay and the deadline: "
                                "SIGTERM now", url, exc)
             return None
-
-
-class UnreadableMetrics(Exception):
-    """The child's metrics page does not give a usable in-flight figure."""
-
-
-def in_flight_from_metrics(text: str, names: Sequence[str]) -> int:
-    """The sum of the samples of `names` in Prometheus text (families or sample names), or
-    UnreadableMetrics saying why not: not Prometheus text, none of the names present, or a
-    value that is not a finite number >= 0 (NaN, +Inf)."""
-    import math
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    wanted = set(names)
-    total = 0.0
-    found = False
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name in wanted or family.name in wanted:
-                    found = True
-                    total += sample.value
-    except (ValueError, TypeError, IndexError) as exc:
-        raise UnreadableMetrics(f"not Prometheus text: {exc}") from None
-    if not found:
-        raise UnreadableMetrics(f"none of {', '.join(sorted(wanted))} in the metrics")
-    if not math.isfinite(total) or total < 0:
-        raise UnreadableMetrics(f"{' + '.join(sorted(wanted))} = {total}")
-    return math.ceil(total)
 
 
 def main(options: RunOptions) -> int:

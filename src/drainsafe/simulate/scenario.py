@@ -38,6 +38,20 @@ Source: kubernetes/kubectl pkg/cmd/drain/drain.go (EvictErrorRetryDelay: 5 * tim
 slept by pkg/drain/drain.go on IsTooManyRequests; see also shared research drain-anchors.md."""
 
 
+MAX_NODES = 10_000
+"""fleet.nodes: 10,000 nodes with 75,000 replicas simulate in ~7 s, ~100 MB (docs/simulate.md)."""
+MAX_GPUS_PER_NODE = 64
+MAX_PODS = 100_000
+"""Replicas over all workloads."""
+MAX_LIST = 1_000
+"""Consumers, workloads, histogram edges: entries in one list."""
+MAX_SECONDS = 30 * 86_400.0
+"""Any duration, the traffic simulated included: 30 days."""
+MAX_RATE = 1_000_000.0
+"""Requests per second of one workload."""
+MAX_CONCURRENCY = 1_000_000
+
+
 class ScenarioError(ValueError):
     """A scenario field that is missing, malformed or inconsistent; `path` names it."""
 
@@ -162,19 +176,28 @@ def load_scenario(path: str | Path) -> Scenario:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError("", f"cannot read {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        line = text_line(p, exc.start)
+        raise ScenarioError("", f"{p}:{line}: not UTF-8 text") from exc
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise ScenarioError("", f"{p} is not valid YAML: {exc}") from exc
     return parse_scenario(data, base_dir=p.parent)
+
+
+def text_line(path: Path, offset: int) -> int:
+    """The 1-based line of byte `offset` in the file."""
+    with path.open("rb") as handle:
+        return handle.read(offset).count(b"\n") + 1
 
 
 def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
     root = _Fields(data, "", base_dir or Path.cwd())
     name = root.text("name", default="scenario")
     fleet = root.sub("fleet")
-    nodes = fleet.integer("nodes", minimum=1)
-    gpus = fleet.integer("gpus_per_node", minimum=1)
+    nodes = fleet.integer("nodes", minimum=1, maximum=MAX_NODES)
+    gpus = fleet.integer("gpus_per_node", minimum=1, maximum=MAX_GPUS_PER_NODE)
     fleet.done()
 
     traffic = root.sub("traffic", optional=True)
@@ -192,6 +215,10 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
     workloads = tuple(_workload(w, gpus) for w in root.items("workloads"))
     if len({w.name for w in workloads}) != len(workloads):
         raise ScenarioError("workloads", "workload names must be unique")
+    pods = sum(w.replicas for w in workloads)
+    if pods > MAX_PODS:
+        raise ScenarioError("workloads", f"{pods:,} replicas in all, above the limit of "
+                            f"{MAX_PODS:,}")
     need = sum(w.replicas * w.gpus for w in workloads)
     if need > nodes * gpus:
         raise ScenarioError(
@@ -202,8 +229,8 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
     strategy = up.choice("strategy", STRATEGIES, default="kubectl")
     upgrade = Upgrade(
         strategy=strategy,
-        parallelism=up.integer("parallelism", default=1, minimum=1),
-        surge_nodes=up.integer("surge_nodes", default=0, minimum=0),
+        parallelism=up.integer("parallelism", default=1, minimum=1, maximum=MAX_NODES),
+        surge_nodes=up.integer("surge_nodes", default=0, minimum=0, maximum=MAX_NODES),
         surge_ready=up.distribution("surge_ready", default=Constant(0.0)),
         node_upgrade=up.distribution("node_upgrade", default=Constant(300.0)),
         start=up.duration("start", default=0.0, minimum=0.0),
@@ -230,7 +257,7 @@ def _consumer(f: _Fields) -> Consumer:
 
 def _workload(f: _Fields, gpus_per_node: int) -> Workload:
     name = f.text("name")
-    gpus = f.integer("gpus", default=1, minimum=0)
+    gpus = f.integer("gpus", default=1, minimum=0, maximum=MAX_GPUS_PER_NODE)
     if gpus > gpus_per_node:
         raise ScenarioError(f.at("gpus"), f"{gpus} GPUs per pod do not fit on a node of "
                             f"{gpus_per_node}")
@@ -262,12 +289,14 @@ def _workload(f: _Fields, gpus_per_node: int) -> Workload:
         buffer=t.duration("buffer", default=DEFAULT_BUFFER_SECONDS, minimum=0.0),
     )
     t.done()
-    concurrency = f.integer("max_concurrency", default=0, minimum=0) or None
+    # Optional, and when given at least 1: 0 would reject every request, not lift the limit.
+    concurrency = (f.integer("max_concurrency", minimum=1, maximum=MAX_CONCURRENCY)
+                   if f.present("max_concurrency") else None)
     w = Workload(
         name=name,
-        replicas=f.integer("replicas", minimum=1),
+        replicas=f.integer("replicas", minimum=1, maximum=MAX_PODS),
         gpus=gpus,
-        rate=f.number("rate", minimum=0.0),
+        rate=f.number("rate", minimum=0.0, maximum=MAX_RATE),
         durations=f.distribution("durations"),
         startup=f.distribution("startup", default=Constant(60.0)),
         termination=termination,
@@ -336,6 +365,9 @@ class _Fields:
         value = self._get(key, _MISSING)
         if not isinstance(value, Sequence) or isinstance(value, str) or not value:
             raise ScenarioError(self.at(key), f"expected a non-empty list, got {_kind(value)}")
+        if len(value) > MAX_LIST:
+            raise ScenarioError(self.at(key), f"{len(value):,} entries, above the limit of "
+                                f"{MAX_LIST:,}")
         return [_Fields(item, f"{self.at(key)}[{i}]", self.base_dir)
                 for i, item in enumerate(value)]
 
@@ -353,12 +385,15 @@ class _Fields:
         raise ScenarioError(self.at(key), f"expected one of {', '.join(map(str, options))}, "
                             f"got {value!r}")
 
-    def integer(self, key: str, *, default: object = _MISSING, minimum: int | None = None) -> int:
+    def integer(self, key: str, *, default: object = _MISSING, minimum: int | None = None,
+                maximum: int | None = None) -> int:
         value = self._get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ScenarioError(self.at(key), f"expected an integer, got {_kind(value)}")
         if minimum is not None and value < minimum:
             raise ScenarioError(self.at(key), f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise ScenarioError(self.at(key), f"must be <= {maximum:,} (the limit), got {value:,}")
         return value
 
     def number(self, key: str, *, default: object = _MISSING, minimum: float | None = None,
@@ -368,14 +403,7 @@ class _Fields:
 
     def duration(self, key: str, *, default: object = _MISSING,
                  minimum: float | None = None) -> float:
-        value = self._get(key, default)
-        if isinstance(value, str):
-            match = _DURATION.match(value)
-            if match is None:
-                raise ScenarioError(self.at(key), f"expected seconds or a duration like '90s', "
-                                    f"'5m', '24h', got {value!r}")
-            value = float(match.group(1)) * _UNIT[match.group(2)]
-        return _check_number(self.at(key), value, minimum, None)
+        return _duration(self.at(key), self._get(key, default), minimum)
 
     def distribution(self, key: str, *, default: object = _MISSING) -> Distribution:
         value = self._get(key, default)
@@ -383,7 +411,7 @@ class _Fields:
         if isinstance(value, Constant | Uniform | LogNormal | Histogram):
             return value
         if isinstance(value, int | float | str) and not isinstance(value, bool):
-            return Constant(_Fields({"v": value}, path, self.base_dir).duration("v", minimum=0))
+            return Constant(_duration(path, value, 0.0))
         spec = _Fields(value, path, self.base_dir)
         forms: dict[str, Callable[[_Fields], Distribution]] = {
             "p50": _lognormal, "min": _uniform, "histogram": _histogram,
@@ -398,6 +426,18 @@ class _Fields:
                             "(uniform), {histogram: {edges, counts}} or {verify_record: FILE}")
 
 
+def _duration(path: str, value: object, minimum: float | None) -> float:
+    """Seconds, or a string with a unit; at most MAX_SECONDS (numpy's samplers overflow on
+    values like 1e300, and nothing a fleet does takes longer than a month)."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise ScenarioError(path, f"expected seconds or a duration like '90s', "
+                                f"'5m', '24h', got {value!r}")
+        value = float(match.group(1)) * _UNIT[match.group(2)]
+    return _check_number(path, value, minimum, MAX_SECONDS)
+
+
 def _check_number(path: str, value: object, minimum: float | None,
                   maximum: float | None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -408,7 +448,7 @@ def _check_number(path: str, value: object, minimum: float | None,
     if minimum is not None and number < minimum:
         raise ScenarioError(path, f"must be >= {minimum:g}, got {number:g}")
     if maximum is not None and number > maximum:
-        raise ScenarioError(path, f"must be <= {maximum:g}, got {number:g}")
+        raise ScenarioError(path, f"must be <= {maximum:,.10g}, got {number:g}")
     return number
 
 
@@ -438,8 +478,8 @@ def _uniform(f: _Fields) -> Distribution:
 
 def _histogram(f: _Fields) -> Distribution:
     h = f.sub("histogram")
-    edges = _number_list(h, "edges")
-    counts = _number_list(h, "counts")
+    edges = _number_list(h, "edges", MAX_SECONDS)
+    counts = _number_list(h, "counts", 1e15)
     h.done()
     return _make_histogram(h.path, edges, counts)
 
@@ -455,11 +495,13 @@ def _make_histogram(path: str, edges: list[float], counts: list[float]) -> Histo
     return Histogram(tuple(edges), tuple(counts))
 
 
-def _number_list(f: _Fields, key: str) -> list[float]:
+def _number_list(f: _Fields, key: str, maximum: float) -> list[float]:
     value = f._get(key, _MISSING)
     if not isinstance(value, list) or not value:
         raise ScenarioError(f.at(key), f"expected a non-empty list of numbers, got {_kind(value)}")
-    return [_check_number(f"{f.at(key)}[{i}]", v, None, None) for i, v in enumerate(value)]
+    if len(value) > MAX_LIST + 1:
+        raise ScenarioError(f.at(key), f"{len(value):,} entries, above the limit of {MAX_LIST:,}")
+    return [_check_number(f"{f.at(key)}[{i}]", v, None, maximum) for i, v in enumerate(value)]
 
 
 def _verify_record(f: _Fields) -> Distribution:

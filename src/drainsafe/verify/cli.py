@@ -8,6 +8,19 @@ from typing import Any
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_API = 3
+
+LIMITS: dict[str, float] = {
+    "duration": 7 * 86_400.0, "concurrency": 10_000, "rate": 100_000.0,
+    "max_inflight": 100_000, "timeout": 86_400.0, "linger": 86_400.0,
+}
+"""Each flag's largest value: one worker per --concurrency and one task per request in flight
+live in memory, and every request is kept for the record (docs/verify.md, Limits)."""
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""--body-file is read into memory once and sent with every request."""
+
+PREFLIGHT_SECONDS = 5.0
+"""How long verify waits for the API server before the load starts (-n/-l)."""
 
 
 def register(subparsers: Any) -> None:
@@ -22,7 +35,10 @@ def _register_verify(subparsers: Any) -> None:
         description="Send constant load to URL over a keep-alive pool, classify every request "
         "(ok, http_5xx, refused, reset, closed, timeout, truncated stream, drain marker), "
         "optionally watch the pods behind it, and write a record and a timeline. "
-        "Exits 1 if any request failed, so it can gate a rollout in CI.",
+        "Exit codes: 0 every request ok; 1 a request failed (it can gate a rollout in CI); "
+        "2 usage error (bad URL, flag, --out or kubeconfig, all checked before the load "
+        "starts); 3 with -n: the API server cannot be reached or refuses the pod list "
+        "(checked first, within 5 s).",
     )
     p.add_argument("url", help="target URL (http:// or https://)")
     p.add_argument("--duration", type=float, default=30.0, metavar="S",
@@ -130,14 +146,18 @@ def run_verify(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
     from pathlib import Path
 
-    from rich.console import Console
     from rich.live import Live
 
+    from drainsafe.shell import console, output_dir_problem
     from drainsafe.verify.load import LoadSpec
     from drainsafe.verify.report import LiveView, print_summary
     from drainsafe.verify.session import ProbeSpec, WatchSpec, verify
 
-    err = Console(stderr=True)
+    err = console(stderr=True)
+    problem = _url_problem(args.url) or _limits_problem(args)
+    if problem:
+        err.print(f"drainsafe verify: {problem}", markup=False)
+        return EXIT_USAGE
     try:
         spec = LoadSpec(
             url=args.url, duration=args.duration, concurrency=args.concurrency, rate=args.rate,
@@ -152,6 +172,12 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.selector and not args.namespace:
         err.print("[red]drainsafe verify: --selector needs --namespace[/]")
         return EXIT_USAGE
+    # Everything that could fail after the load is checked before it: a run is never lost
+    # at the end for want of a place to write it, or of an API server to watch.
+    problem = output_dir_problem(args.out) if args.out else None
+    if problem:
+        err.print(f"drainsafe verify: {problem}", markup=False)
+        return EXIT_USAGE
     try:
         probe = ProbeSpec(0.0 if args.no_probe else args.probe_rate, args.probe_path)
     except ValueError as exc:
@@ -160,6 +186,12 @@ def run_verify(args: argparse.Namespace) -> int:
     watch = (WatchSpec(args.namespace, args.selector, args.kubeconfig, args.context,
                        args.linger, probe, args.metrics_port)
              if args.namespace else None)
+    if watch is not None:
+        failed = _preflight(watch)
+        if failed is not None:
+            code, message = failed
+            err.print(f"drainsafe verify: {message}", markup=False)
+            return code
 
     view = LiveView(spec.duration)
     show = not args.no_progress and err.is_terminal
@@ -198,8 +230,55 @@ def run_verify(args: argparse.Namespace) -> int:
         json.dump({**data["summary"], "probe": data["probe_summary"]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print_summary(record, Console())
+        print_summary(record, console())
     return EXIT_FAILED if record.failed else EXIT_OK
+
+
+def _url_problem(url: str) -> str | None:
+    """Why URL cannot be a load target (None: it can): no scheme, host or valid port."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is not a number in 0..65535
+    except ValueError as exc:
+        return f"URL {url!r}: {exc}"
+    if parts.scheme not in ("http", "https"):
+        return f"URL must start with http:// or https:// (got {url!r})"
+    if not parts.hostname:
+        return f"URL {url!r} has no host; e.g. http://127.0.0.1:8000/path"
+    if port == 0:
+        return f"URL {url!r}: port 0 cannot be connected to"
+    return None
+
+
+def _preflight(watch: Any) -> tuple[int, str] | None:
+    """One pod list with a short timeout before the load: an unreachable API server fails
+    here, in seconds, instead of after the informers' 30 s of retries. Runs without
+    verify's own SIGINT handler, so Ctrl-C stops it at once (exit 130)."""
+    import asyncio
+
+    from drainsafe.kube import KubeClient, KubeconfigError, KubeError, api_path
+
+    try:
+        client = KubeClient.from_kubeconfig(watch.kubeconfig, watch.context,
+                                            timeout=PREFLIGHT_SECONDS)
+    except (KubeconfigError, ValueError, OSError) as exc:
+        return EXIT_USAGE, f"watching pods failed: {exc}"
+    params = {"limit": "1"}
+    if watch.selector:
+        params["labelSelector"] = watch.selector
+
+    async def probe() -> None:
+        async with client:
+            await client.get(api_path("v1", "pods", namespace=watch.namespace), params)
+
+    try:
+        asyncio.run(probe())
+    except KubeError as exc:
+        return EXIT_API, (f"cannot list pods in namespace {watch.namespace!r} at "
+                          f"{client.identity.server}: {exc}")
+    return None
 
 
 def _runner() -> Any:
@@ -213,15 +292,29 @@ def _runner() -> Any:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
+def _limits_problem(args: argparse.Namespace) -> str | None:
+    """The first flag above its limit (None: all within), named as the user typed it."""
+    for key, limit in LIMITS.items():
+        value = getattr(args, key, None)
+        if value is not None and value > limit:
+            flag = "--" + key.replace("_", "-")
+            return f"{flag} {value:g}: above the limit of {limit:,.0f}"
+    return None
+
+
 def _body(args: argparse.Namespace) -> bytes | None:
     if args.body is not None:
         return str(args.body).encode()
     if args.body_file:
         try:
             with open(args.body_file, "rb") as f:
-                return f.read()
+                body = f.read(MAX_BODY_BYTES + 1)
         except OSError as exc:
             raise ValueError(f"--body-file {args.body_file}: {exc.strerror}") from exc
+        if len(body) > MAX_BODY_BYTES:
+            raise ValueError(f"--body-file {args.body_file}: over the "
+                             f"{MAX_BODY_BYTES // 1024 // 1024} MiB limit")
+        return body
     return None
 
 

@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from drainsafe.shell import console
 from drainsafe.verify.propagation import CONFIDENCE, MAX_RESOLUTION
 from drainsafe.verify.record import RECORD_FILE, Record
 from drainsafe.verify.tune import (
@@ -71,7 +72,7 @@ def read_file(path: Path, *, metrics_only: bool = False, confidence: float = CON
 
 
 def run(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
+    err = console(stderr=True)
     if not args.source and not args.metrics:
         err.print("[red]drainsafe tune: give --from DIR (verify --out) and/or --metrics FILE[/]")
         return EXIT_USAGE
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.output == "patch":
         out.write(kubectl_patch(kind, name, args.namespace, body) + "\n")
     else:
-        print_text(tuning, body, kind, name, args.namespace, args.drain_via, Console())
+        print_text(tuning, body, kind, name, args.namespace, args.drain_via, console())
     for warning in tuning.warnings:
         err.print(f"[yellow]note: {warning}[/]")
     return 0

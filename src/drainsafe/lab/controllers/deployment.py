@@ -12,12 +12,18 @@ util/deployment_util.go):
   far as replicas-maxUnavailable stay available (reconcileOldReplicaSets);
 - Recreate: old RSes go to 0 and the new one scales up once no old pod is running;
 - `kubectl rollout restart` is just a template change (the restartedAt annotation);
-- status: replicas/updated/ready/available/unavailable, observedGeneration, and the
-  Available and Progressing conditions that `kubectl rollout status` reads;
+- a scaling event (spec.replicas not yet seen by an active RS's desired-replicas
+  annotation) or a paused Deployment is handled before any rollout step, by sync.go
+  `scale` (drainsafe.lab.controllers.proportion): mid-rollout the change is shared
+  between the RSes in proportion to their max-replicas annotations;
+- status: replicas/updated/ready/available/unavailable, observedGeneration, the Available
+  condition, and Progressing as progress.go `syncRolloutStatus` sets it (at v1.31.0):
+  NewReplicaSetCreated when a rollout creates its RS, ReplicaSetUpdated on progress,
+  NewReplicaSetAvailable when complete - and then left alone while every replica is
+  updated, so scaling a finished Deployment is not a rollout;
 - old RSes beyond revisionHistoryLimit are deleted once scaled to 0.
-Not emulated: progressDeadlineSeconds (no ProgressDeadlineExceeded), proportional scaling
-of several RSes during a scale event mid-rollout, collisionCount, pause/resume beyond
-skipping the rollout.
+Not emulated: progressDeadlineSeconds (no ProgressDeadlineExceeded), collisionCount,
+FoundNewReplicaSet.
 """
 
 from __future__ import annotations
@@ -28,11 +34,11 @@ from typing import Any
 
 from drainsafe import pdb as pdbmath
 from drainsafe.lab import status as st
-from drainsafe.lab.controllers import Controller
+from drainsafe.lab.controllers import Controller, proportion
 from drainsafe.lab.controllers.podstate import owned_by, owner_reference, set_condition
 from drainsafe.lab.controllers.replicaset import pods_of
 from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone, parse_time, rfc3339
+from drainsafe.lab.store import Obj, Store, clone, parse_time, rfc3339
 
 DEPLOYMENTS = BY_KEY["apps/deployments"]
 REPLICASETS = BY_KEY["apps/replicasets"]
@@ -93,6 +99,22 @@ def _status_int(rs: Obj, key: str) -> int:
     return int((rs.get("status") or {}).get(key, 0))
 
 
+def _size(rs: Obj) -> proportion.ReplicaSetSize:
+    ann = rs["metadata"].get("annotations") or {}
+
+    def number(key: str) -> int | None:
+        try:
+            return int(ann[key])
+        except (KeyError, ValueError):
+            return None
+
+    return proportion.ReplicaSetSize(
+        name=str(rs["metadata"]["name"]),
+        created=parse_time(rs["metadata"].get("creationTimestamp")) or 0.0,
+        replicas=_spec_replicas(rs), desired=number(DESIRED), max_replicas=number(MAX_REPLICAS),
+        available=_status_int(rs, "availableReplicas"))
+
+
 def _created(rs: Obj) -> tuple[float, str]:
     return (parse_time(rs["metadata"].get("creationTimestamp")) or 0.0,
             str(rs["metadata"]["name"]))
@@ -102,6 +124,11 @@ class DeploymentController(Controller):
     name = "deployment"
     # pods too: Recreate waits for the old pods to be gone, which no RS status shows
     watches = frozenset({"apps/deployments", "apps/replicasets", "pods"})
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        # Deployment uid -> the ReplicaSet just created for it (NewReplicaSetCreated)
+        self._created_rs: dict[str, str] = {}
 
     def reconcile(self) -> float | None:
         for d in list(self.store.items(DEPLOYMENTS)):
@@ -173,7 +200,9 @@ class DeploymentController(Controller):
             "spec": {"replicas": initial, "minReadySeconds": spec.get("minReadySeconds", 0),
                      "selector": sel, "template": tmpl},
         }
-        return self.store.create(REPLICASETS, rs)
+        created = self.store.create(REPLICASETS, rs)
+        self._created_rs[d["metadata"]["uid"]] = created["metadata"]["name"]
+        return created
 
     # ---- sync ----------------------------------------------------------------------
 
@@ -182,13 +211,15 @@ class DeploymentController(Controller):
         spec = d.get("spec") or {}
         rses = self._replicasets(d)
         recreate = (spec.get("strategy") or {}).get("type") == "Recreate"
-        if not spec.get("paused"):
-            if recreate:
-                self._recreate(d, rses)
-            else:
-                new = self._new_rs(d, rses, create=True)
-                assert new is not None
-                self._rolling(d, new, self._replicasets(d))
+        if spec.get("paused") or proportion.is_scaling_event(
+                int(spec.get("replicas", 1)), [_size(rs) for rs in rses]):
+            self._scale_proportionally(d, rses)  # syncDeployment: sync() before any rollout
+        elif recreate:
+            self._recreate(d, rses)
+        else:
+            new = self._new_rs(d, rses, create=True)
+            assert new is not None
+            self._rolling(d, new, self._replicasets(d))
         rses = self._replicasets(d)
         new = self._new_rs(d, rses, create=False) if rses else None
         self._cleanup(d, rses, new)
@@ -198,6 +229,26 @@ class DeploymentController(Controller):
             self.store.mutate(DEPLOYMENTS, ns, name,
                               lambda o: o["metadata"].setdefault("annotations", {}).update(
                                   {REVISION: str(revision(new))}))
+
+    def _scale_proportionally(self, d: Obj, rses: list[Obj]) -> None:
+        """sync.go scale(): a scaling event (or a paused Deployment) during a rollout."""
+        new = self._new_rs(d, rses, create=False)
+        old = [rs for rs in rses if new is None or rs["metadata"]["uid"] != new["metadata"]["uid"]]
+        spec = d["spec"]
+        rolling = (spec.get("strategy") or {}).get("type") != "Recreate"
+        surge, _ = fenceposts(d)
+        sizes = proportion.scale(int(spec.get("replicas", 1)), surge if rolling else 0, rolling,
+                                 _size(new) if new is not None else None,
+                                 [_size(rs) for rs in old], _status_int(d, "replicas"))
+        by_name = {rs["metadata"]["name"]: rs for rs in rses}
+        for name, size in sizes.items():
+            self._scale(by_name[name], size, d)
+        if not sizes:
+            # The lone ReplicaSet already has the size: record that it saw this scale, so
+            # the scaling event ends (the lab keeps no other memory of it).
+            for rs in rses:
+                if _spec_replicas(rs) > 0:
+                    self._scale(rs, _spec_replicas(rs), d)
 
     def _recreate(self, d: Obj, rses: list[Obj]) -> None:
         new = self._new_rs(d, rses, create=False)
@@ -273,6 +324,42 @@ class DeploymentController(Controller):
             except st.StatusError:
                 continue
 
+    def _progressing(self, d: Obj, conds: list[dict[str, Any]], now: str, new: Obj | None, *,
+                     replicas: int, updated: int, ready: int, available: int
+                     ) -> list[dict[str, Any]]:
+        """The Progressing condition as syncRolloutStatus (progress.go) sets it: once a
+        rollout is complete (NewReplicaSetAvailable, every replica updated) it is left
+        alone, so scaling a finished Deployment up or down is not a rollout; a created
+        ReplicaSet starts one (NewReplicaSetCreated); after that it is ReplicaSetUpdated
+        on each sign of progress until complete. progressDeadlineSeconds is not
+        emulated (no ProgressDeadlineExceeded)."""
+        want = int(d["spec"].get("replicas", 1))
+        subject = (f'ReplicaSet "{new["metadata"]["name"]}"' if new is not None
+                   else f'Deployment "{d["metadata"]["name"]}"')
+        created = self._created_rs.pop(d["metadata"]["uid"], None)
+        if created is not None:
+            conds = set_condition(conds, {
+                "type": "Progressing", "status": "True", "reason": "NewReplicaSetCreated",
+                "message": f'Created new replica set "{created}"'}, now, update_time=True)
+        current = next((c for c in conds if c.get("type") == "Progressing"), None)
+        if replicas == updated and current is not None \
+                and current.get("reason") == "NewReplicaSetAvailable":
+            return conds  # isCompleteDeployment
+        old = d.get("status") or {}
+        old_outdated = int(old.get("replicas", 0)) - int(old.get("updatedReplicas", 0))
+        if updated == want and replicas == want and available == want:  # DeploymentComplete
+            return set_condition(conds, {
+                "type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                "message": f"{subject} has successfully progressed."}, now, update_time=True)
+        if (updated > int(old.get("updatedReplicas", 0))  # DeploymentProgressing
+                or replicas - updated < old_outdated
+                or ready > int(old.get("readyReplicas", 0))
+                or available > int(old.get("availableReplicas", 0))):
+            return set_condition(conds, {
+                "type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
+                "message": f"{subject} is progressing."}, now, update_time=True)
+        return conds
+
     def _status(self, d: Obj, rses: list[Obj], new: Obj | None) -> None:
         ns, name = d["metadata"]["namespace"], d["metadata"]["name"]
         current = self.store.peek(DEPLOYMENTS, ns, name)
@@ -303,15 +390,8 @@ class DeploymentController(Controller):
                      "reason": "MinimumReplicasUnavailable",
                      "message": "Deployment does not have minimum availability."}
         conds = set_condition(conds, avail, now, update_time=True)
-        if new is not None:
-            complete = (updated == want and replicas == want and available == want)
-            rs_name = new["metadata"]["name"]
-            prog = ({"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-                     "message": f'ReplicaSet "{rs_name}" has successfully progressed.'}
-                    if complete else
-                    {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
-                     "message": f'ReplicaSet "{rs_name}" is progressing.'})
-            conds = set_condition(conds, prog, now, update_time=True)
+        conds = self._progressing(current, conds, now, new, replicas=replicas,
+                                  updated=updated, ready=ready, available=available)
         # Real order: Available first, then Progressing.
         conds.sort(key=lambda c: {"Available": 0, "Progressing": 1}.get(c.get("type", ""), 2))
         status["conditions"] = conds

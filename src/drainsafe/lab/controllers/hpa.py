@@ -73,7 +73,10 @@ class Recommendations:
 
     def record(self, now: float, value: int, keep: float) -> None:
         self.samples = [(t, v) for t, v in self.samples if t > now - keep]
-        self.samples.append((now, value))
+        if self.samples and self.samples[-1][1] == value:
+            self.samples[-1] = (now, value)  # same answer again: only the newest matters
+        else:
+            self.samples.append((now, value))
 
 
 @dataclass(frozen=True)
@@ -126,12 +129,17 @@ def stabilized(current: int, recommendation: int, samples: list[tuple[float, int
     return value, (min(holders) - now if holders and value != recommendation else None)
 
 
+def bounds(hpa: Obj) -> tuple[int, int]:
+    """(minReplicas, maxReplicas); minReplicas defaults to 1."""
+    spec = hpa.get("spec") or {}
+    low = spec.get("minReplicas")
+    return (1 if low is None else int(low)), int(spec.get("maxReplicas") or 0)
+
+
 def plan(hpa: Obj, current: int, samples: list[tuple[float, int]], now: float) -> Plan:
     """reconcileAutoscaler's decision for a target whose scale was read."""
     spec = hpa.get("spec") or {}
-    min_replicas = int(spec.get("minReplicas", 1) if spec.get("minReplicas") is not None
-                       else 1)
-    max_replicas = int(spec.get("maxReplicas", 0))
+    min_replicas, max_replicas = bounds(hpa)
     got_scale: Condition = ("AbleToScale", "True", "SucceededGetScale",
                             "the HPA controller was able to get the target's current scale")
     if current == 0 and min_replicas != 0:
@@ -216,6 +224,9 @@ class HorizontalPodAutoscalerController(Controller):
         return next_wake
 
     def sync(self, hpa: Obj) -> float | None:
+        low, high = bounds(hpa)
+        if high < 1 or low > high:
+            return None  # the API server rejects such a spec; never scale on one
         ns = hpa["metadata"]["namespace"]
         now = self.store.clock()
         ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}

@@ -1,0 +1,114 @@
+"""Field values the rules rely on, checked before they are trusted.
+
+A rule reads a field of the wrong type as unknown (see model.py), which keeps rules simple
+but can turn bad input into a false clean result: `replicas: "two"` reads as an unknown
+scale, and no PDB rule fires. So the fields the rules' arithmetic rests on are checked here,
+and a bad value is an input error (exit 2) naming the file, line, object and field, never a
+silent default.
+
+What the API server accepts, from the Kubernetes API reference (v1.33): `replicas` is an
+int32 >= 0 (DeploymentSpec, StatefulSetSpec, ReplicaSetSpec);
+`terminationGracePeriodSeconds` is an int64 and "must be non-negative integer" (PodSpec);
+`containers` and `initContainers` are lists of Container objects; an HPA's `minReplicas`
+and `maxReplicas` are int32. drainsafe's own annotations hold a number of seconds: finite,
+>= 0, at most MAX_SECONDS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from drainsafe.check.context import MAX_REQUEST_ANNOTATION, MAX_SECONDS, SHUTDOWN_ANNOTATION
+from drainsafe.check.findings import Path
+from drainsafe.check.load import InputError
+from drainsafe.check.locate import locate
+from drainsafe.check.model import SCALED_KINDS, Hpa, Index, Subject, Workload, mapping
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+SECONDS_ANNOTATIONS = (MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION)
+
+
+def seconds_annotation(text: str) -> float | None:
+    """A drainsafe.io seconds annotation's value ("90", "90s", "1.5"), or None when it is not
+    a finite number in 0..MAX_SECONDS."""
+    try:
+        value = float(text.strip().removesuffix("s"))
+    except ValueError:
+        return None
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        return None
+    return value
+
+
+def field_errors(index: Index) -> list[InputError]:
+    """Every field value the rules cannot use, as input errors naming where it is."""
+    errors: list[InputError] = []
+    for w in index.workloads:
+        errors.extend(_error(w, path, problem) for path, problem in _workload(w))
+    for hpa in index.hpas:
+        errors.extend(_error(hpa, path, problem) for path, problem in _hpa(hpa))
+    return errors
+
+
+def _error(subject: Subject, path: Path, problem: str) -> InputError:
+    doc = subject.doc
+    where = ".".join(str(p) for p in path)
+    return InputError(doc.file, locate(doc, path), f"{subject.ref}: {where}: {problem}")
+
+
+def _integer(value: object, low: int, high: int) -> str | None:
+    """Why value is not an integer in low..high (None: it is one, or it is unset)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"expected an integer, got {_shown(value)}"
+    if not low <= value <= high:
+        return f"must be between {low} and {high:,}, got {value}"
+    return None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _workload(w: Workload) -> Iterator[tuple[Path, str]]:
+    spec = mapping(w.obj.get("spec"))
+    if w.ref.kind in SCALED_KINDS and not w.embedded:
+        problem = _integer(spec.get("replicas"), 0, INT32_MAX)
+        if problem:
+            yield ("spec", "replicas"), problem
+    for values, base in (
+            (w.template_annotations, ("spec", "template", "metadata", "annotations")),
+            (w.annotations, ("metadata", "annotations"))):
+        for key in SECONDS_ANNOTATIONS:
+            text = values.get(key)
+            if text is not None and seconds_annotation(text) is None:
+                yield ((*base, key),
+                       f"expected a number of seconds from 0 to {MAX_SECONDS:,.0f}, "
+                       f"got {_shown(text)}")
+    pod = w.pod
+    problem = _integer(pod.get("terminationGracePeriodSeconds"), 0, INT64_MAX)
+    if problem:
+        yield w.grace_path, problem
+    for key in ("containers", "initContainers"):
+        value = pod.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            yield (*w.pod_path, key), f"expected a list of containers, got {_shown(value)}"
+            continue
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                yield (*w.pod_path, key, i), f"expected a container (a mapping), got {_shown(item)}"
+
+
+def _hpa(hpa: Hpa) -> Iterator[tuple[Path, str]]:
+    spec = mapping(hpa.obj.get("spec"))
+    for key in ("minReplicas", "maxReplicas"):
+        problem = _integer(spec.get(key), 0, INT32_MAX)
+        if problem:
+            yield ("spec", key), problem

@@ -1,0 +1,139 @@
+"""verify's input checked before the load (issue 18): URL, --out, the API server with -n."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from drainsafe.cli import main
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("http://", "has no host"),            # before: ~4,000 "error" requests, exit 1
+    ("http:///path", "has no host"),
+    ("https://:8000/", "has no host"),
+    ("http://127.0.0.1:99999/", "out of range"),
+    ("http://127.0.0.1:0/", "port 0"),
+])
+def test_url_without_host_or_with_a_bad_port_is_a_usage_error(
+        url: str, words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    started = time.monotonic()
+    assert main(["verify", url, "--duration", "5", "--no-progress"]) == 2
+    assert time.monotonic() - started < 2  # no load was run
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--concurrency", "100000000"], "--concurrency 1e+08: above the limit of 10,000"),
+    (["--duration", "1e12"], "--duration 1e+12: above the limit of 604,800"),
+    (["--rate", "1e9"], "--rate 1e+09: above the limit of 100,000"),
+])
+def test_flags_above_their_limits_are_usage_errors(
+        flags: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "http://127.0.0.1:1/", "--no-progress", *flags]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_out_that_is_a_file_is_refused_before_the_load(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "record"
+    taken.write_text("keep me")
+    started = time.monotonic()
+    # The URL is unreachable on purpose: had the load run, it would take its 5 s.
+    assert main(["verify", "http://127.0.0.1:1/", "--duration", "5", "--no-progress",
+                 "--out", str(taken)]) == 2
+    assert time.monotonic() - started < 2
+    assert f"--out {taken}: exists and is not a directory" in capsys.readouterr().err
+    assert taken.read_text() == "keep me"
+
+
+def test_out_that_cannot_be_written_is_refused_before_the_load(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parent = tmp_path / "file"
+    parent.write_text("")
+    assert main(["verify", "http://127.0.0.1:1/", "--duration", "5", "--no-progress",
+                 "--out", str(parent / "sub")]) == 2
+    assert "cannot write there" in capsys.readouterr().err
+
+
+def _kubeconfig(tmp_path: Path, server: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": server}}],
+        "users": [{"name": "t", "user": {"token": "x"}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+    }))
+    return str(path)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def silent_server() -> Iterator[socket.socket]:
+    """A port that takes connections and never answers (an API server behind a dead LB)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield s
+
+
+def _port(s: socket.socket) -> int:
+    return int(s.getsockname()[1])
+
+
+def test_unreachable_api_server_fails_fast_with_exit_3(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kc = _kubeconfig(tmp_path, f"http://127.0.0.1:{_closed_port()}")
+    started = time.monotonic()
+    code = main(["verify", "http://127.0.0.1:1/", "--duration", "5", "--no-progress",
+                 "-n", "default", "-l", "app=x", "--kubeconfig", kc])
+    assert code == 3
+    assert time.monotonic() - started < 5  # before: 30 s of silence
+    err = capsys.readouterr().err
+    assert "cannot list pods in namespace 'default' at http://127.0.0.1:" in err
+
+
+def test_silent_api_server_times_out_in_seconds(
+        tmp_path: Path, silent_server: socket.socket,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    kc = _kubeconfig(tmp_path, f"http://127.0.0.1:{_port(silent_server)}")
+    started = time.monotonic()
+    assert main(["verify", "http://127.0.0.1:1/", "--duration", "5", "--no-progress",
+                 "-n", "default", "--kubeconfig", kc]) == 3
+    assert time.monotonic() - started < 15
+    assert "cannot list pods" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_waiting_for_the_api_server_stops_at_once(
+        tmp_path: Path, silent_server: socket.socket) -> None:
+    kc = _kubeconfig(tmp_path, f"http://127.0.0.1:{_port(silent_server)}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drainsafe", "verify", "http://127.0.0.1:1/", "--duration", "5",
+         "--no-progress", "-n", "default", "--kubeconfig", kc],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        silent_server.settimeout(30)
+        connection, _ = silent_server.accept()  # verify is now waiting for an answer
+        with connection:  # held open (unanswered) until verify has exited
+            started = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert time.monotonic() - started < 2.5
+    assert "interrupted" in err and "Traceback" not in err
