@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import subprocess
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -140,8 +141,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
 
 def _readiness(m: Measurement) -> str:
     where = "vLLM /health" if m.setup.wrapper is None else "drainsafe /readyz"
-    status = "refused" if m.ready_after_sigterm is None else str(m.ready_after_sigterm)
-    return f"{where}: {status}"
+    counts = Counter("refused" if s is None else str(s) for s in m.ready_during)
+    return f"{where}: " + ", ".join(f"{n}x {status}" for status, n in counts.items())
 
 
 def _ending(m: Measurement) -> str:

@@ -75,8 +75,9 @@ class Measurement:
     """GET status of paths on the pod's serving port, before SIGTERM."""
     sigterm_at: float = 0.0
     """time.monotonic() of the SIGTERM, as Stream's times."""
-    ready_after_sigterm: int | None = None
-    """Readiness (the server's /health alone, drainsafe's admin /readyz) 0.5 s after."""
+    ready_during: list[int | None] = field(default_factory=list)
+    """Readiness (the server's /health alone, drainsafe's admin /readyz) each time a new
+    stream starts after SIGTERM; None: refused."""
     exit_code: int | None = None
     exit_after: float | None = None
     killed_at_grace: bool = False
@@ -134,9 +135,9 @@ def server_argv(server: PeerServer, model: Path, port: int, extra: tuple[str, ..
             "--enforce-eager", "--disable-uvicorn-access-log", *extra]
 
 
-async def _status(url: str) -> int | None:
+async def _status(url: str, timeout: float = 2.0) -> int | None:
     try:
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with httpx.AsyncClient(timeout=timeout) as client:
             return (await client.get(url)).status_code
     except httpx.HTTPError:
         return None
@@ -255,8 +256,7 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         late = []
         for i in range(load.late):
             late.append(start())
-            if i == 1:
-                result.ready_after_sigterm = await _status(pod.ready_url)
+            result.ready_during.append(await _status(pod.ready_url, timeout=1.0))
             await asyncio.sleep(max(sigterm_at + (i + 1) * load.late_window / load.late
                                     - time.monotonic(), 0))
         killed_at = await _until_gone(pod, sigterm_at + load.grace)
