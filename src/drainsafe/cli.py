@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "drainsafe.server.cli",
     "drainsafe.lab.cli",
     "drainsafe.drain.cli",
+    "drainsafe.controller.cli",
     "drainsafe.verify.cli",
     "drainsafe.simulate.cli",
     "drainsafe.demo.cli",

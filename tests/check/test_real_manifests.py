@@ -8,13 +8,14 @@ the repository, so the test skips where it is absent.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from drainsafe.cli import main
 
-REAL = Path(__file__).parents[3] / "shared" / "research" / "real-manifests"
+REAL = Path(os.environ.get("DRAINSAFE_REAL_MANIFESTS", "/work/shared/research/real-manifests"))
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="research manifests not present")
 
 TEMPLATES = {  # unrendered Helm: reported, not parsed

@@ -159,6 +159,53 @@ def test_yaml_like_noise_reads_alike(parts: list[str]) -> None:
     assert_same_reading("".join(parts))
 
 
+@PROPERTY
+@given(header=st.sampled_from(["k: ", "- ", "- k: ", "a:\n  k: ", "a:\n- k: ", "a:\n  - "]),
+       indicator=st.sampled_from(["|", "|-", "|+", ">", ">-", ">+", "|2", ">1-", "|-2"]),
+       comment=st.booleans(), extra=st.sampled_from([1, 2, 4]),
+       lines=st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 3, -1, -3]), st.sampled_from(
+           ["a", "b c", "x: y", "# not a comment", "- item", "tail  ", "q'uote", '"dq"',
+            "{x}", "[y]", "a | b", "> gt", "&& exec x", "*.txt", "", "   ", "yes", "0777"])),
+           max_size=6),
+       after=st.sampled_from(["", "next: 1\n", "- next\n", "  next: 1\n", "---\nb: 2\n"]),
+       blank=st.sampled_from(["", "\n", "\n\n", "  \n"]))
+def test_block_scalars_read_alike(header: str, indicator: str, comment: bool, extra: int,
+                                  lines: list[tuple[int, str]], after: str, blank: str) -> None:
+    """Literal and folded scalars (scripts, descriptions): taken when both readers agree,
+    refused (empty, leading blank line, odd end, indentation indicator) otherwise."""
+    last = header.rsplit("\n", 1)[-1]
+    base = len(last) - len(last.lstrip(" -")) + (len(last) - len(last.lstrip(" ")))
+    base = len(last.rstrip(" ").rstrip(":").rstrip("k").rstrip()) if "k" in last else base
+    body = "".join((" " * max(base + extra + shift, 0) + word if word.strip() else word) + "\n"
+                   for shift, word in lines)
+    text = header + indicator + (" # c" if comment else "") + "\n" + body + blank + after
+    assert_same_reading(text)
+
+
+@pytest.mark.parametrize("text", [
+    "k: |\n  echo a && exec x *.txt\n  # kept\nj: 1\n",
+    "- |\n  one\n  two\n- >-\n  folded\n  text\n",
+    "a:\n  args:\n    - |\n      set -e\n      exec vllm serve m\n  b: 1\n",
+    "k: >\n  a\n\n  b\n   more\nj: 1\n",
+])
+def test_block_scalars_are_taken(text: str) -> None:
+    assert assert_same_reading(text)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("k: |\nj: 1\n", "empty block scalar, or one starting with a blank line"),
+    ("k: |\n\n  a\n", "empty block scalar, or one starting with a blank line"),
+    ("k: |", "empty block scalar"),
+    ("a:\n  k: |\n      x\n    y\n", "block scalar ends at an odd indentation"),
+    ("k: a |\n", "block scalar in an unusual form"),
+    ("k: &a |\n  x\n", "block scalar in an unusual form"),
+    ("k: |2\n   x\n", "token '|2' reads differently in YAML 1.1"),
+])
+def test_block_scalars_refused(text: str, why: str) -> None:
+    assert rsyaml.gate(text) == why
+    assert_same_reading(text)
+
+
 @pytest.mark.parametrize("scalar", TRICKY)
 @pytest.mark.parametrize("form", ["k: {}\n", "- {}\n", "{}: v\n", "k: [{}]\n", "{{a: {}}}\n"])
 def test_scalars_where_yaml_versions_differ(scalar: str, form: str) -> None:

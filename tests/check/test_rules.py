@@ -60,9 +60,10 @@ def test_grace_budget_flags_vllm_drain_longer_than_grace() -> None:
     (["gunicorn", "app:app", "--graceful-timeout=20"], 44, False),
     (["tritonserver", "--model-repository=/m"], 40, True),  # default exit timeout 30
     (["tritonserver", "--exit-timeout-secs", "10"], 40, False),
-    (["vllm", "serve", "m", "--shutdown-mode", "drain"], 130, True),  # drain timeout 120
-    (["vllm", "serve", "m", "--shutdown-mode", "drain", "--shutdown-drain-timeout", "60"], 80,
-     False),
+    (["vllm", "serve", "m", "--shutdown-timeout", "120"], 130, True),
+    (["vllm", "serve", "m", "--shutdown-timeout=60"], 80, False),
+    (["text-generation-launcher", "--graceful-termination-timeout", "60"], 70, True),
+    (["text-generation-launcher"], 100, True),  # default 90: 10 + 90 + 5 > 100
 ])
 def test_grace_budget_reads_server_flags(args: list[str], grace: int, fires: bool) -> None:
     c = container(command=args[:1], args=args[1:], pre_stop=SLEEP10)
@@ -224,14 +225,28 @@ def test_liveness_on_readiness_endpoint() -> None:
 
 
 def test_liveness_on_vllm_health() -> None:
-    c = vllm("--shutdown-timeout", "40", readiness={"httpGet": {"path": "/health", "port": 8000}},
-             liveness={"httpGet": {"path": "/health", "port": 8000}})
+    # vLLM's /health stays 200 while it drains: liveness there is only a finding when it is
+    # the readiness probe too, and the fix is a TCP check (vLLM has no /live or /livez).
+    health = {"httpGet": {"path": "/health", "port": 8000}}
+    c = vllm("--shutdown-timeout", "40", readiness=health, liveness=health)
     found = of(check(deployment(grace=60, containers=[c]), service(), pdb()),
                "liveness-on-readiness")
-    assert found and "/live" in found[0].fix
-    c = vllm("--shutdown-timeout", "40", liveness={"httpGet": {"path": "/live", "port": 8000}})
+    assert found and "tcpSocket" in found[0].fix and "/live" not in found[0].fix
+    assert "httpGet: null" in found[0].fix
+    c = vllm("--shutdown-timeout", "40", liveness=health,
+             readiness={"httpGet": {"path": "/v1/models", "port": 8000}})
     assert not of(check(deployment(grace=60, containers=[c]), service(), pdb()),
                   "liveness-on-readiness")
+
+
+def test_liveness_on_sglang_health() -> None:
+    # SGLang answers 503 on /health once SIGTERM starts its shutdown.
+    c = container(command=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+                  pre_stop=SLEEP10, liveness={"httpGet": {"path": "/health", "port": 8000}},
+                  readiness={"httpGet": {"path": "/v1/models", "port": 8000}})
+    found = of(check(deployment(grace=120, containers=[c]), service(), pdb()),
+               "liveness-on-readiness")
+    assert found and "fails /health while it drains" in found[0].message
 
 
 # signal-not-forwarded -------------------------------------------------------------------
@@ -257,10 +272,11 @@ def test_server_aborts_on_sigterm() -> None:
     found = of(check(deployment(grace=60, containers=[vllm()]), service(), pdb()),
                "server-aborts-on-sigterm")
     assert found and "--shutdown-timeout=45" in found[0].fix  # 60 - 10 - 5
-    for flags in (("--shutdown-timeout", "40"), ("--shutdown-mode", "drain",
-                                                 "--shutdown-drain-timeout", "40")):
-        assert not of(check(deployment(grace=60, containers=[vllm(*flags)]), service(), pdb()),
-                      "server-aborts-on-sigterm")
+    assert not of(check(deployment(grace=60, containers=[vllm("--shutdown-timeout", "40")]),
+                        service(), pdb()), "server-aborts-on-sigterm")
+    # Not a vLLM flag at any release read: the server still aborts.
+    assert of(check(deployment(grace=60, containers=[vllm("--shutdown-mode", "drain")]),
+                    service(), pdb()), "server-aborts-on-sigterm")
 
 
 # pdb-missing ----------------------------------------------------------------------------
@@ -489,3 +505,31 @@ def test_lines_point_at_the_field() -> None:
     assert lines[exceeds.line - 1].strip() == "seconds: 30"
     wedge = of(found, "pdb-wedge")[0]
     assert lines[wedge.line - 1].strip() == "maxUnavailable: 0"
+
+
+# pdb-upgrade-slow -----------------------------------------------------------------------
+
+def _fleet(replicas: int, startup: str | None, **pdb_kw: object) -> list[dict[str, object]]:
+    annotations = {"drainsafe.io/startup-seconds": startup} if startup else None
+    return [deployment(grace=60, replicas=replicas, annotations=annotations), service(),
+            pdb(**pdb_kw)]  # type: ignore[arg-type]
+
+
+def test_pdb_upgrade_slow() -> None:
+    found = of(check(*_fleet(300, "600")), "pdb-upgrade-slow")
+    # 300 pods, one at a time, 600 s each: 300 x 600 s = 50 h; 25 at a time: 12 x 600 s = 2 h.
+    assert found and "300 x 600s = 50.0 h" in found[0].message
+    assert "maxUnavailable: 25" in found[0].fix
+    assert not of(check(*_fleet(300, "600", max_unavailable="10%")), "pdb-upgrade-slow")
+    assert not of(check(*_fleet(20, "600")), "pdb-upgrade-slow")      # 20 x 600 s = 3.3 h
+    assert not of(check(*_fleet(300, None)), "pdb-upgrade-slow")      # start-up unknown
+    found = of(check(*_fleet(300, "600", min_available=299)), "pdb-upgrade-slow")
+    assert found and "minAvailable: null" in found[0].fix
+
+
+def test_pdb_upgrade_slow_reads_probe_delays() -> None:
+    c = container(pre_stop=SLEEP10, readiness={"httpGet": {"path": "/ready", "port": 8000},
+                                               "initialDelaySeconds": 300})
+    objs = [deployment(grace=60, replicas=100, containers=[c]), service(), pdb()]
+    found = of(check(*objs), "pdb-upgrade-slow")
+    assert found and "100 x 300s = 8.3 h" in found[0].message

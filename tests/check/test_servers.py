@@ -18,8 +18,9 @@ from drainsafe.check.servers import command_line, identify, signal_forwarded
     (["hypercorn", "app:app"], None, "hypercorn", 3.0, True),
     (["vllm", "serve", "m"], None, "vllm", 0.0, False),
     (["vllm", "serve"], ["m", "--shutdown-timeout", "60"], "vllm", 60.0, True),
+    # Not vLLM flags at any release read (v0.18.0, v0.32.0): no drain.
     (["python3", "-m", "vllm.entrypoints.openai.api_server"], ["--shutdown-mode", "drain"],
-     "vllm", 120.0, True),
+     "vllm", 0.0, False),
     (["tritonserver", "--exit-timeout-secs=15"], None, "triton", 15.0, True),
     (["python3", "-m", "sglang.launch_server", "--model", "m"], None, "sglang", None, True),
     (["text-generation-launcher"], None, "tgi", 90.0, True),

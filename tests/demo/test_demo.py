@@ -33,6 +33,7 @@ async def test_demo(tmp_path: Path) -> None:
     assert ours["tool"] == "drainsafe"
     assert ours["ok"] >= 20 and ours["total_failed"] == 0 and ours["truncated"] == 0
     assert ours["ready_at_return"] == ours["replicas"] == 2
+    assert ours["lowest_ready"] == 2 and ours["strategy"] == "surge"  # make before break
     assert (out / "timeline-drainsafe.png").stat().st_size > 10_000
     with Image.open(out / "timeline-drainsafe.png") as picture:  # says what was drained
         assert picture.info["Title"].startswith("drainsafe demo: drainsafe drain of node ")

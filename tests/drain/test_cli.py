@@ -70,6 +70,14 @@ async def test_dry_run_json_two_pdbs_and_plugin(tmp_path: Path) -> None:
             code, out, err = await run(*ds("drain", node, "--kubeconfig", cfg, "--dry-run"))
             assert code == 0, out + err
             assert "Drain plan" in out and "120s" in out and "replacement on" in out
+            # Per workload: the strategy, the surge size and the Ready floor.
+            assert "Deployment/default/llm" in out and "surge" in out and "+1" in out
+            assert "2/2 (100%)" in out
+            code, out, err = await run(*ds("drain", node, "--kubeconfig", cfg, "--dry-run",
+                                           "--strategy", "evict", "-o", "json"))
+            assert code == 0, out + err
+            [w] = json.loads(out)["nodes"][0]["plan"]["workload_plans"]
+            assert (w["strategy"], w["surge"], w["floor"], w["replicas"]) == ("evict", 0, 1, 2)
             assert not (await get_node(client, node))["spec"].get("unschedulable")
 
             if shutil.which("kubectl") or KUBECTL.exists():
@@ -89,7 +97,7 @@ async def test_dry_run_json_two_pdbs_and_plugin(tmp_path: Path) -> None:
             code, out, _ = await run(*ds("uncordon", node, "--kubeconfig", cfg))
             assert code == 0 and "uncordoned" in out
             code, out, _ = await run(*ds("audit", "--kubeconfig", cfg, "-o", "json"))
-            assert code == 0 and json.loads(out) == []
+            assert code == 0 and json.loads(out) == {"nodes": [], "scaled_up": []}
 
 
 @pytest.mark.parametrize("flag", ["--max-parallel-nodes=0"])

@@ -18,11 +18,13 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from drainsafe.drain import ownership
 from drainsafe.drain.execute import DrainSettings, NodeDrainer
+from drainsafe.drain.plan import DrainOptions
 from drainsafe.kube import Backoff, KubeClient, api_path
 from drainsafe.lab.cluster import virtual_deployment
 
@@ -30,6 +32,7 @@ from .faultproxy import BUDGET_429, MULTI_PDB_500, Fault, FaultProxy, in_front_o
 from .labkit import get_node, gpu_lab, pdb, pods_of
 
 FAST = DrainSettings(timeout=90, backoff=Backoff(base=0.2, cap=1.0), unschedulable_after=3)
+EVICT_FIRST = replace(FAST, options=DrainOptions(strategy="evict"))
 
 
 def on_node(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
@@ -174,7 +177,9 @@ async def test_interrupted_then_killed_mid_drain_then_run_again(tmp_path: Path) 
                 node = pods[0]["spec"]["nodeName"]
                 here = on_node(pods, node)
                 assert len(here) >= 3
-                argv = drain_argv(node, cfg)
+                # Evict-first, one pod at a time, so "after the first eviction" is a state
+                # that lasts; surge-first's kills are in test_surge_faults.py.
+                argv = [*drain_argv(node, cfg), "--strategy", "evict"]
                 # Ctrl-C after the first eviction: exit 130, the node says "interrupted".
                 code = await stop_after_evictions(client, node, argv, 1, signal.SIGINT)
                 n = await get_node(client, node)
@@ -258,7 +263,9 @@ async def test_a_pod_that_starts_terminating_before_its_turn_is_waited_for(
         tmp_path: Path) -> None:
     """The plan saw the pod running; by its turn someone else is deleting it. The server
     would accept an eviction of a terminating pod without a budget check, so sending one
-    would be a second eviction; the drainer waits for the pod instead."""
+    would be a second eviction; the drainer waits for the pod instead. Evict-first, whose
+    queue leaves the window between turns wide (surge-first checks the same before each
+    eviction, in the same function)."""
     async with gpu_lab(tmp_path, nodes=2, gpus=0) as lab:
         # First eviction at t0, the next pod deleted at t0 + 2 s. Its turn comes at
         # max(t0 + exit, t0 + 2 + startup) (the first pod gone; its own replacement Ready,
@@ -276,7 +283,7 @@ async def test_a_pod_that_starts_terminating_before_its_turn_is_waited_for(
             assert len(here) >= 2
             uids = {f"default/{p['metadata']['name']}": p["metadata"]["uid"] for p in here}
             async with KubeClient.from_kubeconfig(str(cfg)) as client:
-                drainer = NodeDrainer(client, node, FAST)
+                drainer = NodeDrainer(client, node, EVICT_FIRST)
                 task = asyncio.create_task(drainer.run())
                 try:
                     deadline = time.monotonic() + 60

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from drainsafe.drain import ownership
-from drainsafe.drain.execute import DrainSettings, drain_fleet
+from drainsafe.drain.execute import DrainSettings
+from drainsafe.drain.fleet import drain_fleet
 from drainsafe.kube import KubeClient, api_path
 from drainsafe.lab.cluster import virtual_deployment
 
@@ -28,7 +29,9 @@ async def test_fleet_in_sequence_and_stop_at_first_failure(tmp_path: Path) -> No
         assert len(web_nodes) == 2
 
         # Together: both nodes drained, the pods now outside the fleet.
-        reports = await drain_fleet(client, web_nodes, DrainSettings(timeout=60))
+        fleet = await drain_fleet(client, web_nodes, DrainSettings(timeout=60))
+        reports = fleet.reports
+        assert fleet.ok and fleet.not_started == []
         assert [r.ok for r in reports] == [True, True], [r.failure for r in reports]
         assert all(p["spec"]["nodeName"] not in web_nodes for p in await pods_of(client, "web"))
         for name in web_nodes:
@@ -48,7 +51,9 @@ async def test_fleet_in_sequence_and_stop_at_first_failure(tmp_path: Path) -> No
         assert slow_pod["spec"]["nodeName"] == free[0]
         for name in [*web_nodes, free[1]]:
             await cordon(client, name, None)
-        reports = await drain_fleet(client, [free[0], free[1]], DrainSettings(timeout=3))
+        fleet = await drain_fleet(client, [free[0], free[1]], DrainSettings(timeout=3))
+        reports = fleet.reports
+        assert not fleet.ok and fleet.not_started == [free[1]]
         assert len(reports) == 1 and not reports[0].ok
         assert "slow" in reports[0].failure
         first = await get_node(client, free[0])
@@ -65,7 +70,9 @@ async def test_fleet_refused_as_one_before_any_cordon(tmp_path: Path) -> None:
         await lab.wait_available("default", "llm", timeout=60)
         nodes = sorted(p["spec"]["nodeName"] for p in await pods_of(client, "llm"))
         # Each node alone would fit its replacement on the free GPU; both together do not.
-        reports = await drain_fleet(client, nodes, DrainSettings(timeout=30))
+        fleet = await drain_fleet(client, nodes, DrainSettings(timeout=30))
+        reports = fleet.reports
+        assert not fleet.ok and len(fleet.plans) == 1  # one plan for the fleet
         assert all(r.refused for r in reports)
         assert [b.kind for b in reports[0].plan.blockers] == ["no-room"]  # type: ignore[union-attr]
         for name in nodes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from drainsafe.drain import ownership
 from drainsafe.drain.cordon import NotOwned, audit, uncordon
 from drainsafe.drain.execute import DrainSettings, NodeDrainer
+from drainsafe.drain.plan import DrainOptions
 from drainsafe.kube import KubeClient
 from drainsafe.lab.cluster import virtual_deployment
 
@@ -33,9 +35,14 @@ async def test_drain_gpu_node_replacement_first(tmp_path: Path) -> None:
             moved = [p for p in report.pods if p.outcome == "evicted"]
             assert len(moved) == len(before)
             for p in moved:
+                # Make before break: the replacement was Available before the eviction.
+                assert p.strategy == "surge"
                 assert p.evicted_at and p.terminated_at and p.replacement_ready_at
-                assert p.evicted_at <= p.terminated_at <= p.replacement_ready_at
+                assert p.replacement_ready_at <= p.evicted_at <= p.terminated_at
                 assert p.replacement_node not in (None, node)
+            dep = await client.get("/apis/apps/v1/namespaces/default/deployments/llm")
+            assert dep["spec"]["replicas"] == 2
+            assert ownership.SURGE not in (dep["metadata"].get("annotations") or {})
             n = await get_node(client, node)
             assert n["spec"]["unschedulable"] is True
             assert ownership.owned_by_drainsafe(n)
@@ -56,10 +63,16 @@ async def test_refusals_before_cordoning(tmp_path: Path) -> None:
         await lab.wait_available("default", "a", timeout=60)
         async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
             node = await node_of(client, "a")
+            # The other node's only GPU is taken. Surge-first is not wedged by
+            # minAvailable == replicas (with the surge Ready it allows one); evict-first is.
             report = await NodeDrainer(client, node, DrainSettings()).run()
             assert report.refused and not report.ok
             kinds = sorted(b.kind for b in report.plan.blockers)  # type: ignore[union-attr]
-            # minAvailable == replicas, and the other node's only GPU is taken.
+            assert kinds == ["no-room"]
+            evict = DrainSettings(options=DrainOptions(strategy="evict"))
+            report = await NodeDrainer(client, node, evict).run()
+            assert report.refused and not report.ok
+            kinds = sorted(b.kind for b in report.plan.blockers)  # type: ignore[union-attr]
             assert kinds == ["no-room", "wedged-budget"]
             assert "PodDisruptionBudget default/a" in report.failure
             n = await get_node(client, node)
@@ -77,3 +90,61 @@ async def test_uncordon_refuses_a_cordon_it_does_not_own(tmp_path: Path) -> None
         [rec] = await audit(client)
         assert rec.owner.startswith("unknown")
         assert (await uncordon(client, "node-0", force=True)).changed
+
+
+async def test_a_deployment_mid_rollout_stands_down_to_evict_first(tmp_path: Path) -> None:
+    async with gpu_lab(tmp_path, nodes=3, gpus=0) as lab:
+        await lab.apply(virtual_deployment("web", replicas=2, startup_seconds=0.3))
+        await lab.wait_available("default", "web", timeout=60)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            node = await node_of(client, "web")
+            steady = await NodeDrainer(client, node, DrainSettings()).run(dry_run=True)
+            assert steady.plan is not None
+            [w] = steady.plan.workload_plans
+            assert w.strategy == "surge"
+            # A rollout whose new pods take a minute to start: two ReplicaSets with replicas.
+            await client.patch(
+                "/apis/apps/v1/namespaces/default/deployments/web",
+                {"spec": {"template": {"metadata": {"annotations": {
+                    "lab.drainsafe.io/startup-seconds": "60"}}}}})
+            report = None
+            for _ in range(100):
+                report = await NodeDrainer(client, node, DrainSettings()).run(dry_run=True)
+                assert report.plan is not None
+                [w] = report.plan.workload_plans
+                if w.strategy == "evict":
+                    break
+                await asyncio.sleep(0.1)
+            assert report is not None and report.plan is not None
+            [w] = report.plan.workload_plans
+            assert w.strategy == "evict" and w.why.startswith("mid-rollout"), w
+            assert w.floor == 1 and w.surge == 0
+            assert not (await get_node(client, node))["spec"].get("unschedulable")
+
+
+async def test_uncordon_gives_a_surge_up_and_restores_the_recorded_scale(tmp_path: Path) -> None:
+    from drainsafe.drain import scale
+
+    async with gpu_lab(tmp_path, nodes=2, gpus=0) as lab:
+        await lab.apply(virtual_deployment("web", replicas=2, startup_seconds=0.3))
+        await lab.wait_available("default", "web", timeout=60)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            drained = await node_of(client, "web")
+            stopped = "node-1" if drained == "node-0" else "node-0"
+            # What a drain of `stopped` left behind after its scale-up.
+            record = await scale.begin(client, "Deployment/default/web", node=stopped,
+                                       autoscaler=None, pods={})
+            await scale.set_scale(client, "Deployment/default/web", record, 3)
+            [left] = await scale.audit_surged(client)
+            assert (left.replicas_now, left.replicas_before, left.node) == (3, 2, stopped)
+            # A drain of another node refuses to surge it meanwhile.
+            other = await NodeDrainer(client, drained, DrainSettings()).run(dry_run=True)
+            assert other.plan is not None
+            assert "surge-owned" in [b.kind for b in other.plan.blockers]
+            result = await uncordon(client, stopped)
+            assert result.changed and "restored the scale of Deployment/default/web" in (
+                result.message)
+            dep = await client.get("/apis/apps/v1/namespaces/default/deployments/web")
+            assert dep["spec"]["replicas"] == 2
+            assert ownership.SURGE not in (dep["metadata"].get("annotations") or {})
+            assert await scale.audit_surged(client) == []

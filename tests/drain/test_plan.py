@@ -48,8 +48,12 @@ def test_unmanaged_and_emptydir_block_until_flag() -> None:
 def test_min_available_equal_to_replicas_is_a_wedge_named_with_fix() -> None:
     pods, ctrl = serving("llm", ["g1", "g2"])
     nodes = [node("g1"), node("g2"), node("g3")]
-    plan = plan_drain(ClusterState(nodes, pods, [pdb("llm", {"app": "llm"}, min_available=2)],
-                                   ctrl), ["g1"])
+    state = ClusterState(nodes, pods, [pdb("llm", {"app": "llm"}, min_available=2)], ctrl)
+    # Surge-first is not held by it: with 3 Ready the same budget allows 1 (a note).
+    surged = plan_drain(state, ["g1"])
+    assert surged.ok and surged.budgets[0].best_case_with_surge == 1
+    assert any("wedge" in n and "allows 1" in n for n in surged.notes)
+    plan = plan_drain(state, ["g1"], DrainOptions(strategy="evict"))
     [b] = plan.blockers
     assert b.kind == "wedged-budget" and b.object == "PodDisruptionBudget ml/llm"
     assert "minAvailable 2 with 2 replicas" in b.message
@@ -64,9 +68,12 @@ def test_percent_budgets_and_zero_max_unavailable() -> None:
     nodes = [node("g1"), node("g2"), node("g3")]
     for spec in ({"min_available": "100%"}, {"max_unavailable": 0},
                  {"max_unavailable": "0%"}):
-        plan = plan_drain(ClusterState(nodes, pods, [pdb("llm", {"app": "llm"}, **spec)],
-                                       ctrl), ["g1"])
-        assert kinds(plan) == ["wedged-budget"], spec
+        # These wedge surge-first too: the disruption controller counts the surged scale
+        # (maxUnavailable 0 of 3 is still 0).
+        for strategy in ("surge", "evict"):
+            plan = plan_drain(ClusterState(nodes, pods, [pdb("llm", {"app": "llm"}, **spec)],
+                                           ctrl), ["g1"], DrainOptions(strategy=strategy))
+            assert kinds(plan) == ["wedged-budget"], (spec, strategy)
     plan = plan_drain(ClusterState(nodes, pods, [pdb("llm", {"app": "llm"},
                                                      min_available="50%")], ctrl), ["g1"])
     assert plan.ok
@@ -153,3 +160,14 @@ def test_workload_not_fully_ready_is_warned_about() -> None:
                       ["g1"])
     assert plan.ok
     assert any("1/2 Ready replicas now" in w for w in plan.warnings)
+
+
+def test_a_finished_pod_that_is_terminating_is_waited_for_not_evicted() -> None:
+    # An evicted pod whose process exited: Succeeded and terminating at once.
+    done = pod("w-0", "g1", owner=("ReplicaSet", "web-rs"), phase="Succeeded")
+    done["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    plan = plan_drain(ClusterState([node("g1"), node("g2")], [done],
+                                   controllers=deployment("web", 1)), ["g1"])
+    [p] = plan.pods
+    assert (p.action, p.code) == ("wait", "terminating")
+    assert plan.to_evict == ()

@@ -72,8 +72,14 @@ def test_plan_invariants(case: tuple[ClusterState, int]) -> None:
             if p.needs_replacement:
                 assert p.replacement_on not in (None, "g0")
         for b in plan.budgets:
-            assert best_case_disruptions(PdbSpec.from_manifest(dict(b.spec)), b.replicas) > 0
+            # At the scale the drain runs at: the workload's, plus its surge when surged.
+            assert best_case_disruptions(PdbSpec.from_manifest(dict(b.spec)),
+                                         b.replicas + b.surge) > 0
             assert len(b.pods_on_node) >= 1
+        # A surge is exactly the workload's pods on the node, and only for Deployments.
+        for w in plan.workload_plans:
+            assert w.surge == (len(w.pods) if w.strategy == "surge" else 0)
+            assert w.strategy == "evict" or w.workload.startswith("Deployment/")
         assert all(len(p.pdbs) <= 1 for p in plan.pods)
     # Unmanaged pods always block: drainsafe has no --force.
     if any(p.reason.startswith("not managed") for p in plan.pods):

@@ -11,7 +11,7 @@ import yaml
 
 from drainsafe.kube.client import KubeClient
 from drainsafe.kube.retry import Backoff
-from drainsafe.kube.watch import Informer, WaitTimeout
+from drainsafe.kube.watch import Informer, WaitTimeout, relist_events
 
 from .apiserver import FakeApi, kubeconfig, serve
 
@@ -92,3 +92,35 @@ async def test_errors_back_off_and_wait_for_is_bounded(tmp_path: Path) -> None:
         api.token = None
         api.put("y")
         await inf.wait_for(lambda c: "ns/y" in c, timeout=15)
+
+
+def _obj(name: str, rv: str, uid: str = "u") -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "uid": uid}}
+
+
+def test_relist_reports_changed_objects_as_modified() -> None:
+    old = {"ns/a": _obj("a", "1"), "ns/b": _obj("b", "2"), "ns/c": _obj("c", "3")}
+    fresh = {"ns/a": _obj("a", "1"), "ns/b": _obj("b", "7"), "ns/c": _obj("c", "3", uid="v"),
+             "ns/d": _obj("d", "8")}
+    events = {(kind, obj["metadata"]["name"]) for kind, obj in relist_events(old, fresh)}
+    # a is unchanged; b changed during the gap; c is a new pod with the old name.
+    assert events == {("MODIFIED", "b"), ("MODIFIED", "c"), ("ADDED", "d")}
+    assert relist_events(fresh, {}) == [("DELETED", o) for o in fresh.values()]
+
+
+async def test_a_change_across_a_410_relist_reaches_the_callback(tmp_path: Path) -> None:
+    api = FakeApi()
+    api.put("a")
+    seen: list[tuple[str, str]] = []
+    async with serve(api) as url, client_for(tmp_path, url) as client:
+        inf = informer(client, on_event=lambda t, o: seen.append((t, o["metadata"]["name"])))
+        async with inf:
+            # The stream drops and history is compacted past the change to a: only the
+            # relist sees it, and it must say so (a pod that turned terminating).
+            api.drop_next_watch_after = 0
+            api.oldest_rv = api.rv + 2
+            api.put("a")
+            api.put("b")
+            await inf.wait_for(lambda c: "ns/b" in c, timeout=15)
+            assert inf.stats.expired >= 1
+    assert ("MODIFIED", "a") in seen, seen

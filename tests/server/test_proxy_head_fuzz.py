@@ -84,7 +84,7 @@ def _assert_answered_and_alive(proxy: Replica, payload: bytes) -> None:
     if data:
         assert re.match(rb"HTTP/1\.[01] [1-5]\d\d ", data), data[:200]
     assert proxy.proc.poll() is None, "the proxy process died"
-    assert httpx.get(f"http://{proxy.address}/readyz", timeout=5).status_code == 200
+    assert httpx.get(f"{proxy.admin}/readyz", timeout=5).status_code == 200
 
 
 @FUZZ

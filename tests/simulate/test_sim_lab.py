@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def service() -> dict[str, Any]:
                      "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
 
 
-def mirror_scenario(seed: int) -> dict[str, Any]:
+def mirror_scenario(seed: int, strategy: str = "kubectl") -> dict[str, Any]:
     return {
         "name": "lab-mirror", "seed": seed,
         "fleet": {"nodes": 2, "gpus_per_node": 1},
@@ -92,7 +93,7 @@ def mirror_scenario(seed: int) -> dict[str, Any]:
             "durations": STREAM_SECONDS, "startup": 2,
             "termination": {"grace": GRACE, "drain_delay": 0, "shutdown_deadline": None},
         }],
-        "upgrade": {"strategy": "kubectl", "parallelism": 1, "surge_nodes": 1,
+        "upgrade": {"strategy": strategy, "parallelism": 1, "surge_nodes": 1,
                     "node_upgrade": 5, "start": 5},
     }
 
@@ -190,3 +191,120 @@ async def test_lab_and_simulator_agree_on_failures_and_drain_time(tmp_path: Path
     assert 0.5 * sim_cut <= len(cut) <= 2.0 * sim_cut, report
     for seconds in drain_seconds:
         assert sim_drain - 0.5 <= seconds <= sim_drain + 2.5, report
+
+
+@pytest.mark.timeout(180)
+async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None:
+    """The same comparison for `drainsafe drain` (surge-first, the engine itself, in
+    process) against the simulator's `drainsafe` strategy: the old pod is evicted only once
+    its surge pod is Ready, so the node drain time is the start-up plus the old pod's exit,
+    and Ready never drops below 2, in the lab as in the model. The lab's start-up (process
+    start to the first passing readiness probe) is measured here and given to the model.
+
+    Tolerances, stated:
+    - failures (refused in the race, cut by SIGKILL): 0.5x .. 3x the model's. The model
+      gives a pod its share of the traffic the moment it is Ready; the lab's proxies send it
+      traffic only after the propagation delay, so the old pod, evicted as soon as the surge
+      pod is a ready endpoint, still carries half the traffic (not a third) until they
+      learn of both changes: up to 1.5x, times the control-plane hop's 2x allowed above.
+      Measured: 1.7-1.9x. (A known gap of the model: docs/simulate.md.)
+    - node drain time (cordon to the old pod gone) within the model's -1.0 s .. +3.0 s: on
+      top of kubectl's watch-to-exit lag, the engine waits for the surge pod on a watch,
+      for its endpoint, and for the budget's status before it evicts."""
+    from drainsafe.drain.execute import DrainSettings, NodeDrainer
+    from drainsafe.kube import Informer, KubeClient, api_path
+    from drainsafe.kube.objects import is_ready
+
+    started: set[int] = set()
+    drain_seconds: list[float] = []
+    startups: list[float] = []
+    ready_counts: list[int] = []
+    async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1,
+                   propagation_seconds=PROPAGATION, ingress=False, seed=11) as lab:
+        try:
+            await lab.apply(deployment(), service())
+            await lab.wait_available("default", NAME, timeout=60)
+            await lab.wait_backends("default", NAME, 2, timeout=30)
+            started.update(lab.pids())
+            body = json.dumps({"stream": True, "duration": STREAM_SECONDS,
+                               "token_interval": TOKEN_INTERVAL}).encode()
+            spec = LoadSpec(url=lab.service_url("default", NAME) + "/v1/completions",
+                            duration=150, rate=RATE, method="POST", body=body,
+                            headers=(("content-type", "application/json"),),
+                            keepalive=False, timeout=30, pod_header=None)
+            async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+                ready: dict[str, bool] = {}
+                seen: dict[str, float] = {}
+
+                def on_pod(kind: str, pod: dict[str, Any]) -> None:
+                    name = pod["metadata"]["name"]
+                    now = time.monotonic()
+                    seen.setdefault(name, now)
+                    if is_ready(pod) and not ready.get(name) and kind != "ADDED":
+                        startups.append(now - seen[name])  # created -> Ready, as watched
+                    if kind == "DELETED":
+                        ready.pop(name, None)
+                    else:
+                        ready[name] = is_ready(pod) and not pod["metadata"].get(
+                            "deletionTimestamp")
+                    ready_counts.append(sum(ready.values()))
+
+                pods = Informer(client, api_path("v1", "pods", namespace="default"),
+                                label_selector=f"app={NAME}", on_event=on_pod)
+                await pods.start()
+                ready_counts.clear()
+                stop = asyncio.Event()
+                load = asyncio.ensure_future(run_load(spec, stop=stop))
+                try:
+                    await asyncio.sleep(STREAM_SECONDS + 0.5)
+                    nodes = sorted(set((await pod_nodes(lab)).values()))
+                    for i, node in enumerate(nodes):
+                        report = await NodeDrainer(client, node, DrainSettings(timeout=60)).run()
+                        assert report.ok, report.failure
+                        [moved] = [p for p in report.pods if p.outcome == "evicted"]
+                        assert moved.strategy == "surge"
+                        assert report.cordoned_at is not None and moved.terminated_at
+                        drain_seconds.append(moved.terminated_at - report.cordoned_at)
+                        await lab.wait_backends("default", NAME, 2, timeout=30)
+                        started.update(lab.pids())
+                        assert lab.client is not None
+                        await kubectl(lab, "uncordon", node)
+                        if i + 1 < len(nodes):
+                            await asyncio.sleep(STREAM_SECONDS + 0.5)
+                finally:
+                    stop.set()
+                    run = await load
+                    await pods.stop()
+        finally:
+            started.update(lab.pids())
+    assert pids_alive(started) == []
+
+    failed = [r for r in run.results if not r.outcome.ok]
+    race = [r for r in failed if r.headers_at is None]
+    cut = [r for r in failed if r.headers_at is not None]
+    ok = len(run.results) - len(failed)
+    assert len(drain_seconds) == 2
+    assert ok > RATE * 10, "traffic really flowed through the drains"
+    assert min(ready_counts) >= 2, ready_counts  # never below: the surge pod came first
+
+    assert len(startups) == 2, startups  # the two surge pods
+    startup = max(startups)
+    data = mirror_scenario(0, "drainsafe")
+    data["workloads"][0]["startup"] = round(startup, 2)
+    base = parse_scenario(data)
+    sims = [simulate(dataclasses.replace(base, seed=seed)) for seed in range(50)]
+    assert {len(s.lifecycle.deleted_at) for s in sims} == {2}
+    assert all(s.min_ready() == {NAME: 2} for s in sims)
+    sim_race = float(sum(s.counts.expected["race"] for s in sims)) / len(sims)
+    sim_cut = float(sum(s.counts.expected["cut_sigkill"] for s in sims)) / len(sims)
+    sim_drain = float(sum(s.node_drain_seconds().mean() for s in sims)) / len(sims)
+
+    report = (f"lab: {len(race)} refused, {len(cut)} cut, {ok} ok, drains "
+              f"{[round(d, 2) for d in drain_seconds]}, start-up {startup:.2f} s; simulator: "
+              f"race {sim_race:.1f}, cut {sim_cut:.1f}, drain {sim_drain:.2f} s")
+    print(report)
+    assert 0.5 * sim_race <= len(race) <= 3.0 * sim_race, report
+    assert 0.5 * sim_cut <= len(cut) <= 3.0 * sim_cut, report
+    for seconds in drain_seconds:
+        assert sim_drain - 1.0 <= seconds <= sim_drain + 3.0, report
+

@@ -114,11 +114,14 @@ def test_lifecycle_invariants(strategy: str, nodes: int, gpus: int, fill: float,
     # Ready pods stay within [0, replicas], and above the budget except for make-before-break.
     counts = lc.ready_counts[:, 0]
     assert counts.min() >= 0
-    if strategy != "surge":
+    if strategy == "kubectl":
         assert counts.max() <= replicas
         assert counts.min() >= replicas - max_unavailable
     else:
-        assert counts.min() == replicas  # never below: replacements come first
+        # drainsafe (a node's pods surged in one step) and surge (per pod): never below,
+        # replacements come first; a surge at most doubles the workload.
+        assert counts.min() == replicas
+        assert counts.max() <= 2 * replicas
     assert (np.diff(lc.ready_times) >= 0).all()
     # Once everything has settled, the workload is back at exactly its replicas.
     assert counts[-1] == replicas

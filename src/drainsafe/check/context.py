@@ -26,6 +26,8 @@ CONFIG_FILE = ".drainsafe.yaml"
 
 MAX_REQUEST_ANNOTATION = "drainsafe.io/max-request-seconds"
 SHUTDOWN_ANNOTATION = "drainsafe.io/shutdown-seconds"
+STARTUP_ANNOTATION = "drainsafe.io/startup-seconds"
+"""How long a replacement pod takes to become Ready (scheduling, image pull, model load)."""
 IGNORE_ANNOTATION = "drainsafe.io/ignore"
 
 MAX_SECONDS = 2**31 - 1

@@ -143,7 +143,7 @@ class Container:
     @once
     def command_line(self) -> CommandLine | None:
         """command + args as the kubelet runs them (several rules read it)."""
-        return command_line(self.spec.get("command"), self.spec.get("args"))
+        return command_line(self.spec.get("command"), self.spec.get("args"), self.image)
 
 
 @dataclass

@@ -50,12 +50,44 @@ _NON_ASCII_REFUSED = re.compile(
     "[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 _COMMENT = re.compile(r"^((?:[^'\"#\n]*[ ])?)#[^\n]*", re.M)
 """A comment on a line without quotes (where a `#` might be text): its words need no check."""
+
+
+def _without_comments(text: str) -> str:
+    """The text without the comments _COMMENT finds, found from each `#` instead of from
+    every line's start (the same cuts: a `#` at a line's start or after a space, on a
+    line with no quote before it)."""
+    pieces: list[str] = []
+    at = 0
+    find, rfind = text.find, text.rfind
+    hash_at = find("#")
+    while hash_at != -1:
+        line_start = rfind("\n", 0, hash_at) + 1
+        line_end = find("\n", hash_at)
+        if line_end == -1:
+            line_end = len(text)
+        before = text[line_start:hash_at]
+        if (hash_at == line_start or text[hash_at - 1] == " ") and "'" not in before \
+                and '"' not in before and "#" not in before:
+            pieces.append(text[at:hash_at])
+            at = line_end
+        hash_at = find("#", line_end)
+    pieces.append(text[at:])
+    return "".join(pieces)
+
+
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 """An anchor name as libyaml takes it (yaml-rs takes more, e.g. `.`)."""
 _FLOW = re.compile(r"[\[\]{},]")
-_REFUSED_START = ("!", "?", ":", "%", "@", "`", "<<", "=", "|", ">")
+_REFUSED_START = ("!", "?", ":", "%", "@", "`", "<<", "=")
 """Tags, complex and empty keys, directives, reserved characters, merge keys, PyYAML's `=`
-value, and block scalars (yaml-rs reads an empty `|` as a line break, PyYAML as "")."""
+value."""
+_BLOCK_INDICATORS = frozenset(("|", "|-", "|+", ">", ">-", ">+"))
+"""Block scalar headers the gate takes (no explicit indentation indicator); each one is
+checked by _block_scalars, and its body is text the token check skips."""
+_TAIL = re.compile(r" [|>][-+]?[ ]*(?: #[^\n]*)?(?:\n|$)")
+"""The end of a line whose last token (before a comment) is a block scalar indicator."""
+_HEAD = re.compile(r"([ ]*)((?:-[ ]+)*)")
+_INDENT = re.compile(r"[ ]*")
 _SYNTAX = frozenset(("-", "#"))
 
 _VERDICTS: dict[str, bool] = {}
@@ -84,6 +116,8 @@ def _piece_ok(piece: str) -> bool:
     first = piece[0]
     if piece.startswith(_REFUSED_START):
         return False
+    if first in "|>":
+        return piece in _BLOCK_INDICATORS
     if first in "'\"#":  # quoted text, comments
         return True
     if first in "&*":  # anchors and aliases with plain names (as PyYAML writes them)
@@ -104,7 +138,8 @@ def _token_ok(token: str) -> bool:
     else:
         # Split at flow indicators (flow context), and also take the whole token as one
         # scalar (block context, where `1,000` is a single plain scalar).
-        verdict = all(_piece_ok(p) for p in _FLOW.split(token)) and _piece_ok(
+        verdict = all(_piece_ok(p) and p[:1] not in ("|", ">")
+                      for p in _FLOW.split(token)) and _piece_ok(
             token.lstrip("[{").rstrip("]},:") + (":" if token.endswith(":") else ""))
     if len(_VERDICTS) < _VERDICT_LIMIT and len(token) <= 64:  # names, numbers: not blobs
         _VERDICTS[token] = verdict
@@ -113,6 +148,36 @@ def _token_ok(token: str) -> bool:
 
 def gate(text: str) -> str | None:
     """Why this text is left to libyaml, or None when both libraries read it alike."""
+    return _gate(text)[0]
+
+
+def _gate(text: str) -> tuple[str | None, str]:
+    """gate's answer, and the text with block scalars' bodies blanked (spaces, line breaks
+    kept, so offsets and lines stay) for the checks that look at structure (aliases, flow
+    keys); when those find nothing outside the bodies, just the text outside them."""
+    why = _refusal(text)
+    if why is not None:
+        return why, text
+    if "|" not in text and ">" not in text:
+        return _tokens(text), text
+    found = _block_scalars(text)
+    if isinstance(found, str):
+        return found, text
+    if found is None:
+        return _tokens(text), text
+    outside = "".join(found[::2])
+    if "*" not in outside and not _maybe_collection_key(outside):
+        # Nothing for the structure checks to find: they need no offsets into the text.
+        return _tokens(outside), outside
+    blanked = "".join(piece if n % 2 == 0 else
+                      "\n".join(" " * len(line) for line in piece.split("\n"))
+                      for n, piece in enumerate(found))
+    return _tokens(outside), blanked
+
+
+
+def _refusal(text: str) -> str | None:
+    """What the gate refuses before looking at tokens."""
     if not AVAILABLE:
         return "yaml-rs is not installed"
     if text.isascii():
@@ -129,17 +194,94 @@ def gate(text: str) -> str | None:
         return "nested compact sequences"
     if merge != -1:
         return "merge key"
+    return None
+
+
+def _tokens(words: str) -> str | None:
+    """What the token check refuses in `words` (the text outside block scalar bodies)."""
     verdicts = _VERDICTS
-    words = _COMMENT.sub(r"\1", text) if "#" in text else text
+    words = _without_comments(words) if "#" in words else words
     for token in frozenset(words.split()):
         verdict = verdicts.get(token)
         if verdict is None:
             verdict = _token_ok(token)
         if not verdict:
             return f"token {token[:40]!r} reads differently in YAML 1.1"
-    if "\n..." in text or text.startswith("..."):
+    if "\n..." in words or words.startswith("..."):
         return "document end marker"
     return None
+
+
+def _block_scalars(text: str) -> str | list[str] | None:
+    """The text cut around its block scalars' bodies (pieces outside and bodies, in turn),
+    None when it has none, or why one is left to libyaml.
+
+    yaml-rs and libyaml read a block scalar alike when it has content and its first line
+    is not blank (an empty one is "" to PyYAML and a line break to yaml-rs; leading blank
+    lines indented past the first line are an error to yaml-rs only): tests/check/
+    test_rsyaml.py compares them. The body is every following line that is blank or
+    indented at least as much as its first line; it must end at a line indented no more
+    than the header's node.
+    """
+    # An indicator anywhere else (`|2`, `|x`) is a token the token check refuses; one at a
+    # line's start (a document's root, `--- |`) is not a form taken here.
+    if text[:1] in ("|", ">") or "\n|" in text or "\n>" in text or "-- |" in text \
+            or "-- >" in text:
+        return "block scalar in an unusual form"
+    if _TAIL.search(text) is None:
+        return None
+    kept: list[str] = []
+    at = 0
+    for tail in _TAIL.finditer(text):
+        if tail.start() < at:
+            continue  # a line inside a body already skipped
+        start = text.rfind("\n", 0, tail.start()) + 1
+        head = _HEAD.match(text, start)
+        assert head is not None  # both groups may be empty
+        indent, dashes = head.group(1), head.group(2)
+        key = text[head.end():tail.start() + 1]
+        if key and not key.endswith(": "):
+            return "block scalar in an unusual form"
+        if key:
+            parent = len(indent) + len(dashes)
+        elif dashes:
+            parent = len(indent) + len(dashes.rstrip()) - 1
+        else:
+            return "block scalar in an unusual form"
+        if not tail.group().endswith("\n"):
+            return "empty block scalar"
+        body = tail.end()
+        if body >= len(text):
+            return "empty block scalar"
+        line_end = text.find("\n", body)
+        first = text[body:line_end if line_end != -1 else len(text)]
+        content = len(_INDENT.match(first).group())  # type: ignore[union-attr]
+        if not first.strip() or content <= parent:
+            return "empty block scalar, or one starting with a blank line"
+        found = _body_end(content).search(text, body)
+        end = len(text) if found is None else found.start() + 1
+        if found is None and not text.endswith("\n"):
+            # PyYAML ends such a scalar without a line break, yaml-rs with one.
+            return "block scalar at the end of the text, without a line break"
+        if found is not None and len(found.group()) - 2 > parent:
+            return "block scalar ends at an odd indentation"
+        kept.append(text[at:body])
+        kept.append(text[body:end])
+        at = end
+    kept.append(text[at:])
+    return kept if len(kept) > 1 else None
+
+
+_BODY_ENDS: dict[int, re.Pattern[str]] = {}
+
+
+def _body_end(content: int) -> re.Pattern[str]:
+    """The first line indented less than `content` with something on it (its indentation
+    is the match's length minus the line break and the character)."""
+    pattern = _BODY_ENDS.get(content)
+    if pattern is None:
+        pattern = _BODY_ENDS[content] = re.compile(f"\n[ ]{{0,{content - 1}}}[^ \n]")
+    return pattern
 
 
 MAX_REPLAYED_EVENTS = 1_000_000
@@ -156,6 +298,17 @@ def _load(chunk: str) -> Any:
                              alias_limits=_LIMITS)
     except (yaml_rs.YAMLDecodeError, ValueError, TypeError, RecursionError) as exc:
         raise Unsupported(f"yaml-rs: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+
+
+_MAYBE_COLLECTION_KEY = tuple(re.compile(p) for p in (
+    r"\{[ \n]*[{\[]", r",[ \n]*[{\[]", r"\}[ ]*:", r"\][ ]*:"))
+"""Where a flow collection might be a mapping key: one right after `{` or `,`, or a `}` or
+`]` followed by `:`. Text without any needs no walk over its objects. (Four patterns that
+each start with a literal are searched quicker than one alternation.)"""
+
+
+def _maybe_collection_key(text: str) -> bool:
+    return any(pattern.search(text) is not None for pattern in _MAYBE_COLLECTION_KEY)
 
 
 def _collection_key(data: object) -> bool:
@@ -258,13 +411,13 @@ def _separators(text: str) -> list[int]:
 def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     """(object, first line, last line, has aliases) per document, as fastyaml.documents gives
     them; raise Unsupported (before yielding anything) for input the gate refuses."""
-    why = gate(text)
+    why, structure = _gate(text)
     if why is not None:
         raise Unsupported(why)
     count, content = text.count, _CONTENT.search
-    aliases = "*" in text and _has_alias(text, 0, len(text))
+    aliases = "*" in structure and _has_alias(structure, 0, len(structure))
     if aliases:
-        why = _recursive_alias(text)
+        why = _recursive_alias(structure)
         if why is not None:
             raise Unsupported(why)
     # Segments of text between `---` lines, each with its 1-based first line; all but the
@@ -292,7 +445,7 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
         node = content(text, body, end)
         if node is not None:
             found.append((first + count("\n", start, node.start()), last,
-                          aliases and _has_alias(text, body, end)))
+                          aliases and _has_alias(structure, body, end)))
         elif marker:  # `---` with nothing after it: an empty document, placed (as libyaml
             found.append((last, last, False))  # places its empty node) at the next token
     if not found:
@@ -301,7 +454,7 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     docs = data if len(found) > 1 else [data]
     if not isinstance(docs, list) or len(docs) != len(found):
         raise Unsupported("yaml-rs saw other documents")
-    if text.count("{") != text.count("{}") and _collection_key(docs):
+    if _maybe_collection_key(structure) and _collection_key(docs):
         # `{{ x }}` (a Helm template) is a mapping with a mapping as its key: PyYAML refuses
         # it, yaml-rs makes a frozenset. Only a flow mapping can hide such a key.
         raise Unsupported("collection as a mapping key")

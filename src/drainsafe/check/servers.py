@@ -1,23 +1,48 @@
-"""What a container's command line says about its server's shutdown.
+"""What a container's command line and image say about its server's shutdown.
 
 Reads the server's own flags (or knows its default) to answer: does it drain in-flight
 requests on SIGTERM, for how long at most, and does SIGTERM reach it at all? Pure functions
-of the container's `command` and `args`; reusable by tune and simulate.
+of the container's `command`, `args` and `image`; reusable by tune and simulate.
 
-Facts (../shared/research/server-shutdown.md has the sources):
-- uvicorn: --timeout-graceful-shutdown N; unset waits for in-flight work without limit
-  (encode/uvicorn uvicorn/config.py, docs/settings.md).
-- gunicorn: --graceful-timeout N, default 30 s (docs.gunicorn.org settings).
-- hypercorn: --graceful-timeout N, default 3 s (pgjones/hypercorn src/hypercorn/config.py).
-- vLLM: --shutdown-timeout N (vllm-project/vllm PR #36666; default 0 aborts in-flight
-  requests), and the documented --shutdown-mode drain with --shutdown-drain-timeout N
-  (default 120; vLLM docs "Using Kubernetes"). Older releases abort on SIGTERM.
-- Triton: --exit-timeout-secs N, default 30 (triton-inference-server/server
-  src/command_line_parser.cc).
-- SGLang: waits for in-flight requests without a deadline (sglang tokenizer_manager.py).
-- TGI: waits up to 90 s (huggingface/text-generation-inference launcher/src/main.rs).
+A known server image supplies what the kubelet runs when `command` is not set: its
+Dockerfile's ENTRYPOINT followed by `args` (kubernetes.io/docs/tasks/inject-data-application/
+define-command-argument-container/#notes). The image's tag decides facts that changed
+between releases. Facts, each read at the source at the release named:
+
+- vLLM (`vllm/vllm-openai`): the image's ENTRYPOINT is the OpenAI server, `vllm serve`
+  (vllm-project/vllm docker/Dockerfile, stage vllm-openai, commit dead20ba; earlier
+  `python3 -m vllm.entrypoints.openai.api_server`, commit 0000977e). `--shutdown-timeout N`
+  (int, default 0, help "0 = abort, >0 = wait") exists from v0.18.0: vllm/engine/arg_utils.py
+  in the v0.18.0 and v0.32.0 wheels, absent from v0.17.1 (vLLM PR #36666). There is no
+  `--shutdown-mode` or `--shutdown-drain-timeout` at v0.18.0 or v0.32.0 (argparse would stop
+  the server on either).
+- TGI (`ghcr.io/huggingface/text-generation-inference`): ENTRYPOINT /tgi-entrypoint.sh,
+  which runs `exec text-generation-launcher $@` (huggingface/text-generation-inference
+  Dockerfile and tgi-entrypoint.sh at v3.3.6). On SIGTERM the launcher stops the webserver
+  and waits up to `--graceful-termination-timeout` (default 90, launcher/src/main.rs, added
+  in #3126, first released in v3.2.2); before v3.2.2 the 90 s were fixed.
+- SGLang (`lmsysorg/sglang`): the image sets no ENTRYPOINT or CMD (sgl-project/sglang
+  docker/Dockerfile at SGL_VERSION 0.5.5), so command/args start the server
+  (`python3 -m sglang.launch_server` or `sglang serve`). On SIGTERM it waits, polling every
+  5 s, until no request is left, with no deadline of its own (sglang 0.5.23
+  srt/managers/tokenizer_manager.py sigterm_watchdog).
+- Triton (`nvcr.io/nvidia/tritonserver`): the image's ENTRYPOINT
+  /opt/nvidia/nvidia_entrypoint.sh execs its arguments (triton-inference-server/server
+  build.py and docker/cpu_only/nvidia_entrypoint.sh at v2.71.0), so args start
+  `tritonserver`. `--exit-timeout-secs N`, default 30 (src/command_line_parser.cc and
+  command_line_parser.h at v2.71.0).
+- uvicorn: `--timeout-graceful-shutdown N`; unset waits for in-flight work without limit
+  (encode/uvicorn uvicorn/config.py `timeout_graceful_shutdown: int | None = None` at
+  0.55.0).
+- gunicorn: `--graceful-timeout N`, default 30 s (benoitc/gunicorn gunicorn/config.py
+  GracefulTimeout at 27.0.1; docs/source/signals.rst: TERM waits up to the graceful timeout).
+- hypercorn: `--graceful-timeout N`, default 3 s (pgjones/hypercorn src/hypercorn/config.py
+  `graceful_timeout: float = 3 * SECONDS` at 0.18.0).
 - drainsafe serve/run: --drain-delay N, --shutdown-timeout N; probes and the drain trigger on
   the admin port --admin-port N, --drain-path P (defaults from drainsafe.server.cli).
+
+Not relied on (not found at a release): vLLM `--shutdown-mode drain` and
+`--shutdown-drain-timeout` (only proposed, in the closed vLLM PR #32420), and vLLM `/live`.
 """
 
 from __future__ import annotations
@@ -40,6 +65,75 @@ SHELL_WRAPPERS = frozenset({"tini", "dumb-init", "catatonit", "s6-svscan", "gosu
 
 
 @dataclass(frozen=True)
+class ServerImage:
+    """A known server's image: what it runs without `command`, and its release."""
+
+    server: str
+    entrypoint: tuple[str, ...]
+    """The server command the image's ENTRYPOINT runs before `args`; () when the
+    image runs its arguments (or nothing)."""
+    release: tuple[int, ...] | None
+    """The release its tag names (`v0.18.0`, `3.3.6`), None for `latest`, digests, etc."""
+
+
+# Image name (registry included, docker.io/ and library/ removed) -> server, entrypoint.
+# Sources in the module docstring.
+IMAGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "vllm/vllm-openai": ("vllm", ("vllm", "serve")),
+    "ghcr.io/huggingface/text-generation-inference": ("tgi", ("text-generation-launcher",)),
+    "lmsysorg/sglang": ("sglang", ()),
+    "nvcr.io/nvidia/tritonserver": ("triton", ()),
+}
+
+# The first release with the server's own drain-deadline flag (sources above). A server
+# known to be older has no such flag: argparse/clap would refuse it and the server would
+# not start, so fixes turn to `drainsafe run` instead.
+DEADLINE_FLAGS: dict[str, tuple[str, tuple[int, ...] | None]] = {
+    "vllm": ("--shutdown-timeout", (0, 18, 0)),
+    "tgi": ("--graceful-termination-timeout", (3, 2, 2)),
+    "triton": ("--exit-timeout-secs", None),
+    "uvicorn": ("--timeout-graceful-shutdown", None),
+    "gunicorn": ("--graceful-timeout", None),
+    "hypercorn": ("--graceful-timeout", None),
+    "drainsafe": ("--shutdown-timeout", None),
+}
+
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?![\d.])")
+
+
+_IMAGE_CACHE: dict[str, ServerImage | None] = {}
+
+
+def server_image(image: str) -> ServerImage | None:
+    """The known server image `image` names, with the release its tag gives."""
+    if not image:
+        return None
+    # A fleet runs few distinct images: each is parsed once.
+    if image in _IMAGE_CACHE:
+        return _IMAGE_CACHE[image]
+    found = _server_image(image)
+    if len(_IMAGE_CACHE) < 10_000:
+        _IMAGE_CACHE[image] = found
+    return found
+
+
+def _server_image(image: str) -> ServerImage | None:
+    name = image.split("@", 1)[0]
+    tag = ""
+    colon = name.rfind(":")
+    if colon > name.rfind("/"):
+        name, tag = name[:colon], name[colon + 1:]
+    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        name = name.removeprefix(prefix)
+    known = IMAGES.get(name.lower())
+    if known is None:
+        return None
+    match = _RELEASE.match(tag)
+    release = tuple(int(g) for g in match.groups() if g is not None) if match else None
+    return ServerImage(known[0], known[1], release)
+
+
+@dataclass(frozen=True)
 class ServerShutdown:
     server: str
     """uvicorn, gunicorn, hypercorn, vllm, triton, sglang, tgi, drainsafe."""
@@ -55,6 +149,28 @@ class ServerShutdown:
     """drainsafe serve/run: the port of readiness, liveness and the drain trigger."""
     drain_path: str | None = None
     """drainsafe serve/run: the drain trigger's path on the admin port."""
+    release: tuple[int, ...] | None = None
+    """The server's release, when its image's tag names one."""
+
+    @property
+    def deadline_flag(self) -> str | None:
+        """The flag that sets this server's drain deadline, None when its release has none
+        (an unknown release is taken to be recent)."""
+        found = DEADLINE_FLAGS.get(self.server)
+        if found is None:
+            return None
+        flag, since = found
+        if since is not None and self.release is not None and self.release < since:
+            return None
+        return flag
+
+    @property
+    def deadline_flag_since(self) -> str | None:
+        """`vLLM >= 0.18.0` when the flag needs a release newer than some in use."""
+        found = DEADLINE_FLAGS.get(self.server)
+        if found is None or found[1] is None:
+            return None
+        return f"{self.server} >= {'.'.join(map(str, found[1]))}"
 
 
 @dataclass(frozen=True)
@@ -64,16 +180,26 @@ class CommandLine:
     argv: tuple[str, ...]
     shell_script: str | None = None
     """The script when the container runs `sh -c SCRIPT`."""
+    image: ServerImage | None = None
+    """The known server image the container runs, if any."""
+    entrypoint: int = 0
+    """How many leading words of argv come from the image's ENTRYPOINT."""
 
     @property
     def text(self) -> str:
         return self.shell_script if self.shell_script is not None else shlex.join(self.argv)
 
 
-def command_line(command: object, args: object) -> CommandLine | None:
-    """command + args as the kubelet joins them; None when the image's entrypoint is used."""
+def command_line(command: object, args: object, image: str = "") -> CommandLine | None:
+    """command + args as the kubelet joins them, after a known image's ENTRYPOINT when
+    `command` is unset; None when an unknown image's entrypoint is used."""
     cmd = _strings(command)
     arg = _strings(args)
+    known = server_image(image)
+    entrypoint = 0
+    if not cmd and known is not None and known.entrypoint:
+        cmd = list(known.entrypoint)
+        entrypoint = len(cmd)
     if not cmd and not arg:
         return None
     argv = tuple(cmd + arg)
@@ -81,9 +207,9 @@ def command_line(command: object, args: object) -> CommandLine | None:
         for i, item in enumerate(argv[1:], start=1):
             if item.startswith("-") and "c" in item.lstrip("-") and not item.startswith("--"):
                 if i + 1 < len(argv):
-                    return CommandLine(argv, argv[i + 1])
+                    return CommandLine(argv, argv[i + 1], known, entrypoint)
                 break
-    return CommandLine(argv)
+    return CommandLine(argv, None, known, entrypoint)
 
 
 def _strings(value: object) -> list[str]:
@@ -98,13 +224,22 @@ def _base(word: str) -> str:
     return word.rsplit("/", 1)[-1]
 
 
+_SCRIPT_WORDS: dict[str, tuple[str, ...]] = {}
+
+
 def _words(line: CommandLine) -> list[str]:
     if line.shell_script is None:
         return list(line.argv)
-    try:
-        return shlex.split(line.shell_script, comments=True)
-    except ValueError:
-        return line.shell_script.split()
+    # Many replicas of a chart share one script: shlex (pure Python) splits each once.
+    words = _SCRIPT_WORDS.get(line.shell_script)
+    if words is None:
+        try:
+            words = tuple(shlex.split(line.shell_script, comments=True))
+        except ValueError:
+            words = tuple(line.shell_script.split())
+        if len(_SCRIPT_WORDS) < 10_000:
+            _SCRIPT_WORDS[line.shell_script] = words
+    return list(words)
 
 
 def _flag(words: Sequence[str], *names: str) -> str | None:
@@ -152,16 +287,21 @@ def identify(line: CommandLine | None) -> ServerShutdown | None:
             admin_port=int(admin) if admin is not None and admin.isdigit()
             else DEFAULT_ADMIN_PORT,
             drain_path=_flag(words, "--drain-path") or DEFAULT_DRAIN_PATH)
+    release = line.image.release if line.image is not None else None
     if "vllm" in joined and ("serve" in words or "vllm.entrypoints" in joined):
-        return _vllm(words)
+        return _vllm(words, release if _image_is(line, "vllm") else None)
     if _has(words, "tritonserver"):
         timeout = _flag(words, "--exit-timeout-secs")
         return ServerShutdown("triton", _seconds(timeout) if timeout else 30.0, True,
                               _source(words, "--exit-timeout-secs"))
-    if "sglang.launch_server" in joined:
+    if "sglang.launch_server" in joined or (_has(words, "sglang") and "serve" in words):
         return ServerShutdown("sglang", None, True, "default")
     if _has(words, "text-generation-launcher"):
-        return ServerShutdown("tgi", 90.0, True, "default")
+        tgi = release if _image_is(line, "tgi") else None
+        flag = "--graceful-termination-timeout"
+        seconds = _seconds(_flag(words, flag))
+        return ServerShutdown("tgi", 90.0 if seconds is None else seconds, True,
+                              _source(words, flag), release=tgi)
     if _has(words, "gunicorn"):
         timeout = _flag(words, "--graceful-timeout")
         return ServerShutdown("gunicorn", _seconds(timeout) if timeout else 30.0, True,
@@ -177,16 +317,18 @@ def identify(line: CommandLine | None) -> ServerShutdown | None:
     return None
 
 
-def _vllm(words: Sequence[str]) -> ServerShutdown:
-    mode = _flag(words, "--shutdown-mode")
-    if mode == "drain":
-        timeout = _flag(words, "--shutdown-drain-timeout")
-        deadline = _seconds(timeout) if timeout else 120.0
-        return ServerShutdown("vllm", deadline, True, _source(words, "--shutdown-drain-timeout"))
+def _image_is(line: CommandLine, server: str) -> bool:
+    return line.image is not None and line.image.server == server
+
+
+def _vllm(words: Sequence[str], release: tuple[int, ...] | None) -> ServerShutdown:
+    # --shutdown-timeout (v0.18.0 on) is vLLM's only shutdown setting; 0, its default,
+    # aborts every in-flight request (module docstring).
     seconds = _seconds(_flag(words, "--shutdown-timeout"))
     if seconds:
-        return ServerShutdown("vllm", seconds, True, _source(words, "--shutdown-timeout"))
-    return ServerShutdown("vllm", 0.0, False, "no --shutdown-timeout")
+        return ServerShutdown("vllm", seconds, True, _source(words, "--shutdown-timeout"),
+                              release=release)
+    return ServerShutdown("vllm", 0.0, False, "no --shutdown-timeout", release=release)
 
 
 def _source(words: Sequence[str], flag: str) -> str:

@@ -63,6 +63,7 @@ def table(results: list[ScenarioResult]) -> Table:
     row("drain command returned after", [secs(r.command_seconds) for r in results])
     row("Ready replicas when it returned", [f"{r.ready_at_return}/{r.replicas}"
                                              for r in results])
+    row("lowest Ready during the drain", [f"{r.lowest_ready}/{r.replicas}" for r in results])
     row("full Ready capacity after", [secs(r.capacity_seconds) for r in results])
     row("replacement start-up", [secs(r.startup_seconds) for r in results])
     row("lower bound", [secs(r.lower_bound_seconds) for r in results])

@@ -8,9 +8,12 @@ after a propagation delay. Then one GPU node is drained, either with `drainsafe 
 (drain-aware pods: `drainsafe serve` with a drain delay) or with `kubectl drain` (naive
 pods: plain uvicorn, no drain delay; or the drain-aware pods, to compare the tools alone).
 
-Measured: every request's outcome, when the drain command returned, when the service was
-back at its full Ready count, the replacement's start-up time, and the lower bound
-drain delay + longest in-flight request + replacement start-up.
+Measured: every request's outcome, when the drain command returned, when the node was
+empty of the workload's pods, when the service was back at its full Ready count, the
+lowest Ready count (every 0.1 s and at every change), the replacement's start-up time, and
+the lower bound of make before break: replacement start-up + drain delay + longest
+in-flight request (the old pod may only go once its replacement serves, and then takes
+its drain delay and its last request).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drainsafe.kube import Informer, KubeClient, api_path
+from drainsafe.kube.objects import is_ready, is_terminating
 from drainsafe.verify.load import LoadRun, LoadSpec, run_load
 from drainsafe.verify.record import (
     POD_DELETED,
@@ -37,6 +41,7 @@ from drainsafe.verify.record import (
 )
 
 Tool = Literal["drainsafe", "kubectl"]
+Strategy = Literal["surge", "evict"]
 KUBECTL_VERSIONED = Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
 APP = "llm"
 NAMESPACE = "default"
@@ -54,6 +59,9 @@ class ScenarioSettings:
     warmup: float = 1.5
     grace: int = 30
     drain_aware: bool = True
+    strategy: Strategy = "surge"  # drainsafe drain --strategy
+    min_available: int | None = None  # the PDB: minAvailable N instead of maxUnavailable 1
+    hpa_min: int | None = None  # an HPA owns the scale: minReplicas N (maxReplicas +2)
 
 
 def kubectl_binary() -> str | None:
@@ -107,7 +115,15 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
                   "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
          "metadata": {"name": APP, "namespace": NAMESPACE},
-         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
+         "spec": {**({"maxUnavailable": 1} if s.min_available is None
+                     else {"minAvailable": s.min_available}),
+                  "selector": {"matchLabels": labels}}},
+        *([] if s.hpa_min is None else [
+            {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+             "metadata": {"name": APP, "namespace": NAMESPACE},
+             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                         "name": APP},
+                      "minReplicas": s.hpa_min, "maxReplicas": s.replicas + 2}}]),
     ]
 
 
@@ -119,9 +135,19 @@ class ScenarioResult:
     ok: int = 0
     failed: dict[str, int] = field(default_factory=dict)
     truncated: int = 0
+    strategy: str = ""
     command_seconds: float = 0.0  # drain start -> the drain command returned
     capacity_seconds: float | None = None  # drain start -> full Ready count again
+    empty_seconds: float | None = None  # drain start -> no pod of the workload on the node
     ready_at_return: int = 0
+    lowest_ready: int = 0  # during the drain, every 0.1 s sample and every change
+    samples: int = 0
+    old_pods: list[str] = field(default_factory=list)
+    evicted_by_api: list[str] = field(default_factory=list)  # DisruptionTarget seen
+    pods_created: int = 0  # pods of the workload created during the drain
+    replicas_after: int | None = None  # the Deployment's spec.replicas afterwards
+    annotations_left: list[str] = field(default_factory=list)  # drainsafe.io/* afterwards
+    longest_request_seconds: float = 0.0  # the longest successful request of the run
     replicas: int = 0
     startup_seconds: float | None = None  # replacement created -> Ready
     lower_bound_seconds: float = 0.0
@@ -149,6 +175,9 @@ class ReadyTracker:
         self.events: list[LifecycleEvent] = []
         self.created: dict[str, float] = {}
         self.ready_at: dict[str, float] = {}
+        self.node_of: dict[str, str] = {}
+        self.deleted_at: dict[str, float] = {}
+        self.disruption_target: set[str] = set()
         self._state: dict[str, tuple[bool, bool]] = {}
 
     def on_event(self, kind: str, pod: dict[str, Any]) -> None:
@@ -157,13 +186,18 @@ class ReadyTracker:
         if (meta.get("labels") or {}).get("app") != APP:
             return
         name = str(meta.get("name"))
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (pod.get("status") or {}).get("conditions") or [])
-        terminating = bool(meta.get("deletionTimestamp"))
+        ready = is_ready(pod)
+        terminating = is_terminating(pod)
         self.created.setdefault(name, now)
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.node_of[name] = str(pod["spec"]["nodeName"])
+        if any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or []):
+            self.disruption_target.add(name)
         before = self._state.get(name, (False, False))
         if kind == "DELETED":
             self._state.pop(name, None)
+            self.deleted_at[name] = now
             self.events.append(LifecycleEvent(t=now - self.t0(), kind=POD_DELETED, pod=name))
         else:
             self._state[name] = (ready and not terminating, terminating)
@@ -193,6 +227,12 @@ class ReadyTracker:
             elif dipped and back is None:
                 back = t
         return back if dipped else (since if self.ready() >= want else None)
+
+    def lowest_since(self, since: float) -> int:
+        """The lowest Ready count from `since` on, at every change."""
+        before = [c for t, c in self.history if t < since]
+        counts = [c for t, c in self.history if t >= since] + before[-1:]
+        return min(counts) if counts else self.ready()
 
 
 async def _kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) -> tuple[int, str]:
@@ -240,12 +280,31 @@ async def run_drain_under_load(
         await informer.start()
         stop = asyncio.Event()
         loader = asyncio.ensure_future(run_load(spec, stop=stop, clock_zero=zero))
+        old = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node]
+        result.old_pods = old
+        samples: list[int] = []
+        sampling = asyncio.Event()
+
+        async def sample() -> None:
+            await sampling.wait()
+            while True:  # the issue's 0.1 s samples, beside the change history
+                samples.append(tracker.ready())
+                await asyncio.sleep(0.1)
+
+        sampler = asyncio.ensure_future(sample())
         try:
             await asyncio.sleep(s.warmup)
             say(f"draining {node} with {tool} drain under load")
             started = time.time()
+            known = set(tracker.created)
+            sampling.set()
             if tool == "drainsafe":
-                report = await NodeDrainer(client, node, DrainSettings(timeout=300)).run()
+                from drainsafe.drain.plan import DrainOptions
+
+                settings = DrainSettings(timeout=300,
+                                         options=DrainOptions(strategy=s.strategy))
+                result.strategy = s.strategy
+                report = await NodeDrainer(client, node, settings).run()
                 result.exit_code = 0 if report.ok else 1
                 result.detail = report.failure
             else:
@@ -257,24 +316,43 @@ async def run_drain_under_load(
                                            "--timeout=300s", timeout=330)
                 result.exit_code = code
                 result.detail = out.strip().splitlines()[-1] if out.strip() else ""
+                result.strategy = "evict"
             returned = time.time()
             result.command_seconds = returned - started
             result.ready_at_return = tracker.ready()
             # Keep the load on until capacity is back and the endpoint changes have landed.
             await informer.wait_for(lambda _c: tracker.ready() >= s.replicas, timeout=120,
                                     what="full Ready capacity")
+            await informer.wait_for(lambda _c: all(n in tracker.deleted_at for n in old),
+                                    timeout=120, what="the old pods gone")
             await asyncio.sleep(s.propagation + 1)
         finally:
             stop.set()
             run: LoadRun = await loader
             await informer.stop()
+            sampler.cancel()
+        result.samples = len(samples)
+        result.lowest_ready = min([*samples, tracker.lowest_since(started)])
+        result.evicted_by_api = sorted(n for n in old if n in tracker.disruption_target)
+        result.pods_created = len(set(tracker.created) - known)
+        gone = [tracker.deleted_at[n] for n in old if n in tracker.deleted_at]
+        result.empty_seconds = max(gone) - started if gone and len(gone) == len(old) else None
+        dep = await client.get(api_path("apps/v1", "deployments", namespace=NAMESPACE,
+                                        name=APP))
+        result.replicas_after = (dep.get("spec") or {}).get("replicas")
+        result.annotations_left = sorted(
+            k for k in ((dep.get("metadata") or {}).get("annotations") or {})
+            if k.startswith("drainsafe.io/"))
         back = tracker.capacity_back(started, s.replicas)
         result.capacity_seconds = None if back is None else back - started
         new = [n for n in tracker.ready_at if tracker.created.get(n, 0) >= started]
         if new:
             result.startup_seconds = max(tracker.ready_at[n] - tracker.created[n] for n in new)
+        longest = max((r.total for r in run.results if r.outcome.ok),
+                      default=s.stream_seconds)
+        result.longest_request_seconds = longest
         result.lower_bound_seconds = (
-            (s.drain_delay if s.drain_aware else 0.0) + s.stream_seconds
+            (s.drain_delay if s.drain_aware else 0.0) + longest
             + (result.startup_seconds or s.model_load)
         )
         record = Record.from_run(run, [

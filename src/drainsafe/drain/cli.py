@@ -20,19 +20,25 @@ def _connection(p: argparse.ArgumentParser) -> None:
 def register(subparsers: Any) -> None:
     d = subparsers.add_parser(
         "drain", help="drain nodes without killing in-flight requests",
-        description="Cordon (with an ownership record), then evict pods through the "
-        "Eviction API one workload replica at a time, each after its previous replacement "
-        "is Ready; refuse up front when a budget can never allow it, a pod is under two "
-        "PDBs, or there is no room (GPU) for a replacement. Exit codes: 0 drained; 1 "
-        "refused or failed (the node stays cordoned and recorded; run again to continue); "
-        "2 usage or input error (bad kubeconfig, a node that does not exist); 3 the API "
-        "server cannot be reached or answers with an error; 130 Ctrl-C and 143 SIGTERM "
-        "(the node is recorded as interrupted).",
+        description="Cordon (with an ownership record), then move each workload's pods off "
+        "the node: make before break for Deployments (scale up, wait until the new pods are "
+        "Available elsewhere, evict the old ones through the Eviction API, restore the "
+        "recorded scale), break before make for the rest (one pod at a time, each after the "
+        "previous replacement is Ready); refuse up front when a budget can never allow it, "
+        "a pod is under two PDBs, or there is no room (GPU) for a replacement. Exit codes: 0 "
+        "drained; 1 refused or failed (the node stays cordoned and recorded; run again to "
+        "continue); 2 usage or input error (bad kubeconfig, a node that does not exist); 3 "
+        "the API server cannot be reached or answers with an error; 130 Ctrl-C and 143 "
+        "SIGTERM (the node is recorded as interrupted).",
     )
     d.add_argument("nodes", nargs="*", metavar="NODE")
     d.add_argument("--selector", "-l", help="drain the nodes matching this label selector")
     d.add_argument("--pod-selector", help="only evict pods matching this label selector")
     d.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    d.add_argument("--strategy", choices=("surge", "evict"), default="surge",
+                   help="surge (default): make before break where the workload allows it "
+                   "(a Deployment not mid-rollout), evict-first for the rest; evict: break "
+                   "before make everywhere")
     d.add_argument("--timeout", type=float, default=3600.0, metavar="S",
                    help="give up on a node after S seconds (default 3600); the node stays "
                    "cordoned and recorded")
@@ -122,7 +128,8 @@ def run_drain(args: argparse.Namespace) -> int:
 async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
     import sys
 
-    from drainsafe.drain.execute import DrainSettings, drain_fleet
+    from drainsafe.drain.execute import DrainSettings
+    from drainsafe.drain.fleet import drain_fleet
     from drainsafe.drain.plan import DrainOptions
     from drainsafe.drain.report import render_plan, render_report, reports_json
     from drainsafe.kube import NotFound, api_path
@@ -143,30 +150,30 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
                 console.print(f"no nodes match {args.selector!r}")
                 return 1
         settings = DrainSettings(
-            options=DrainOptions(delete_emptydir_data=args.delete_emptydir_data),
+            options=DrainOptions(delete_emptydir_data=args.delete_emptydir_data,
+                                 strategy=args.strategy),
             timeout=args.timeout, reason=args.reason, pod_selector=args.pod_selector,
             surge=args.surge, surge_timeout=args.surge_timeout,
             surge_priority_class=args.surge_priority_class,
         )
         with console.status("draining") as status:
-            reports = await drain_fleet(
+            fleet = await drain_fleet(
                 client, nodes, settings, max_parallel=args.max_parallel_nodes,
                 dry_run=args.dry_run, on_progress=lambda m: status.update(m),
             )
     if args.output == "json":
-        print(reports_json(reports))
+        print(reports_json(fleet.reports))
     else:
-        shown: set[int] = set()  # a fleet shares one plan: print it once
-        for r in reports:
-            if r.plan is not None and (args.dry_run or r.refused) and id(r.plan) not in shown:
-                shown.add(id(r.plan))
-                render_plan(console, r.plan)
+        shown = [p for p in fleet.plans
+                 if args.dry_run or any(r.refused and r.plan is p for r in fleet.reports)]
+        for plan in shown:
+            render_plan(console, plan)
+        for r in fleet.reports:
             if not args.dry_run and not r.refused:
                 render_report(console, r)
-        skipped = [n for n in nodes if n not in {r.node for r in reports}]
-        if skipped:
-            console.print(f"not started after the failure: {', '.join(skipped)}")
-    return 0 if reports and all(r.ok for r in reports) and len(reports) == len(nodes) else 1
+        if fleet.not_started:
+            console.print(f"not started after the failure: {', '.join(fleet.not_started)}")
+    return 0 if fleet.ok else 1
 
 
 def run_uncordon(args: argparse.Namespace) -> int:
@@ -214,19 +221,26 @@ def run_audit(args: argparse.Namespace) -> int:
         print(f"drainsafe audit: {exc}", file=sys.stderr)
         return 2
 
-    async def go() -> list[Any]:
+    from drainsafe.drain.report import render_surged
+    from drainsafe.drain.scale import audit_surged
+
+    async def go() -> tuple[list[Any], list[Any]]:
         async with client:
-            return await audit(client, all_nodes=args.all)
+            return await audit(client, all_nodes=args.all), await audit_surged(client)
 
     try:
-        records = asyncio.run(go())
+        records, surged = asyncio.run(go())
     except KubeError as exc:
         # Not 1, which means "a forgotten cordon": a script must tell the two apart.
         print(f"drainsafe audit: API error: {exc}", file=sys.stderr)
         return EXIT_API
     if args.output == "json":
-        print(json.dumps([asdict(r) for r in records], indent=2))
+        print(json.dumps({"nodes": [asdict(r) for r in records],
+                          "scaled_up": [asdict(s) for s in surged]}, indent=2))
     else:
         render_audit(console(), records)
-    # Cordoned nodes with no drainsafe record are the forgotten cordons worth a look.
-    return 1 if any(r.cordoned and r.owner.startswith("unknown") for r in records) else 0
+        render_surged(console(), surged)
+    # Cordoned nodes with no drainsafe record are the forgotten cordons worth a look, and
+    # so is a workload an unfinished drain left scaled up.
+    forgotten = any(r.cordoned and r.owner.startswith("unknown") for r in records)
+    return 1 if forgotten or surged else 0

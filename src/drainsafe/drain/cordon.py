@@ -1,12 +1,57 @@
-"""`uncordon` and `audit`: the I/O around drain.ownership."""
+"""Cordon and uncordon in one place, and `audit`: the I/O around drain.ownership.
+
+Both go through `retry_on_conflict`: read, decide, write with the resourceVersion as a
+compare-and-swap, and on a 409 read and decide again (client-go's
+util/retry.RetryOnConflict, which kubectl's cordon helper uses: kubectl pkg/drain/cordon.go).
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from drainsafe.drain import ownership
 from drainsafe.drain.plan import DrainOptions, classify
 from drainsafe.kube import Conflict, KubeClient, api_path
+
+T = TypeVar("T")
+
+
+class KeptChanging(RuntimeError):
+    """Every attempt met a concurrent writer (409)."""
+
+
+async def retry_on_conflict(
+    client: KubeClient, path: str, decide: Callable[[dict[str, Any]], Awaitable[T]],
+    *, attempts: int = 5, pause: float = 0.1,
+) -> T:
+    """Read the object at `path` and pass it to `decide`, which writes (guarded by its
+    resourceVersion) and returns; a Conflict means someone else wrote first: read again."""
+    for attempt in range(attempts):
+        obj = await client.get(path)
+        try:
+            return await decide(obj)
+        except Conflict:
+            await asyncio.sleep(pause * (attempt + 1))
+    raise KeptChanging(f"{path}: the object kept changing (409 on every attempt)")
+
+
+async def cordon(client: KubeClient, node: str, *, reason: str, state: str = "draining",
+                 attempts: int = 8) -> ownership.Progress:
+    """Cordon with the ownership record and the drain state; returns the progress record
+    (with the pods an earlier run evicted)."""
+    path = api_path("v1", "nodes", name=node)
+
+    async def decide(obj: dict[str, Any]) -> ownership.Progress:
+        progress = ownership.Progress.of(obj)
+        progress.state = state
+        await client.patch(path, ownership.cordon_patch(
+            obj, actor=client.identity.actor(), reason=reason, progress=progress))
+        return progress
+
+    return await retry_on_conflict(client, path, decide, attempts=attempts)
 
 
 @dataclass(frozen=True)
@@ -24,11 +69,19 @@ class NotOwned(RuntimeError):
 
 
 async def uncordon(client: KubeClient, node: str, *, force: bool = False) -> UncordonResult:
+    """Remove drainsafe's cordon (or anyone's, with force). Giving a drain up also restores
+    the scale of workloads an unfinished surge of this node left scaled up."""
+    from drainsafe.drain.scale import restore_all_for_node
+
     path = api_path("v1", "nodes", name=node)
+    restored: list[str] | None = None
+    note = ""
     for _ in range(5):
         obj = await client.get(path)
         if not ownership.is_cordoned(obj):
-            return UncordonResult(node, False, f"{node} is not cordoned")
+            restored = await restore_all_for_node(client, node)
+            note = f"; restored the scale of {', '.join(restored)}" if restored else ""
+            return UncordonResult(node, bool(restored), f"{node} is not cordoned{note}")
         if not ownership.owned_by_drainsafe(obj) and not force:
             ann = ownership.node_annotations(obj)
             why = (
@@ -40,12 +93,17 @@ async def uncordon(client: KubeClient, node: str, *, force: bool = False) -> Unc
                 f"{node}: refusing to uncordon: {why}; whoever cordoned it may still need "
                 "it out of service. Pass --force to uncordon anyway."
             )
+        if restored is None:
+            restored = await restore_all_for_node(client, node)
+            note = f"; restored the scale of {', '.join(restored)}" if restored else ""
+            continue  # restoring took time: read the node again
         try:
             await client.patch(path, ownership.uncordon_patch(obj))
         except Conflict:
             continue  # the node changed between read and write: decide again
         owner = ownership.node_annotations(obj).get(ownership.CORDONED_BY, "someone else")
-        return UncordonResult(node, True, f"{node} uncordoned (was cordoned by {owner})")
+        return UncordonResult(node, True,
+                              f"{node} uncordoned (was cordoned by {owner}){note}")
     raise RuntimeError(f"{node}: the node kept changing; uncordon not applied")
 
 

@@ -1,25 +1,26 @@
-"""Executing a drain: the I/O shell around the pure plan.
+"""Executing a drain: the I/O shell around the pure plan (drain.plan), in order:
 
-Order of work for one node (the seed's procedure, made one command):
-1. read the cluster, plan (drain.plan); any blocker refuses before cordoning;
-2. cordon with ownership annotations, in one resourceVersion-guarded patch;
-3. run the plan's queues: queues in parallel, the pods of one queue one at a time; before
-   each eviction the workload must be back at its desired Ready count (replacement
-   first); the eviction goes through the Eviction API only, with a UID precondition;
-4. per pod wait until it is gone, until its address has left every EndpointSlice, and
-   until its replacement is Ready;
+1. read the cluster and plan; any blocker refuses before anything changes;
+2. cordon with ownership annotations, in one resourceVersion-guarded patch (drain.cordon);
+3. per workload, as its plan says (drain.plan.WorkloadPlan), workloads in parallel:
+   - surge (make before break, drain.scale): record the scale on the Deployment, scale up
+     by its pods on the node in one step (an HPA's minReplicas raised instead), wait until
+     that many new pods are Available on other nodes, evict the old pods through the
+     Eviction API as fast as their PodDisruptionBudgets allow (waiting for the budget's
+     status to allow instead of taking a predictable 429), lower the scale by one per
+     accepted eviction, and restore exactly the recorded scale;
+   - evict (break before make): one pod at a time, each only once the workload is back at
+     its Ready count;
+   every eviction goes through drain.evict (typed outcomes, UID preconditions, never a
+   DELETE, never a budget bypass);
+4. per pod, wait until it is gone and its address has left every EndpointSlice
+   (drain.nodewatch);
 5. done means: only DaemonSet and mirror pods left, every affected workload at its
    desired Ready count, no Pending pod of those workloads, endpoints settled.
 
-Eviction errors, Karpenter-like (terminator/eviction.go) but with the gaps closed:
-budget 429 (cause DisruptionBudget) and rate-limit 429 are told apart and both backed off
-with jitter, Retry-After as a floor; 404 and 409 (UID precondition) mean the old pod is
-gone; the multi-PDB 500 and RBAC 403 stop the drain with the reason; a transport error
-or 5xx leaves the outcome unknown, so the pod is re-read before any retry (an eviction
-is never sent for a pod already terminating: no pod is evicted twice).
-
-Progress is recorded on the node after every eviction (drain.ownership); Ctrl-C or a
-crash leaves the node cordoned, owned and recorded, and running again continues.
+Progress is recorded on the node after every eviction and the surge on the workload before
+every scale change (drain.ownership); Ctrl-C or a crash leaves both, and running the same
+drain again continues: no pod is evicted twice and the recorded scale is restored.
 """
 
 from __future__ import annotations
@@ -29,36 +30,34 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from drainsafe.drain import ownership
+from drainsafe.drain import ownership, scale
+from drainsafe.drain.cordon import KeptChanging, cordon
+from drainsafe.drain.evict import EvictCounts, EvictionStopped, Evictor
+from drainsafe.drain.nodewatch import NodeWatch, Stopped, Unschedulable, WorkloadSelector
 from drainsafe.drain.plan import (
     ClusterState,
     DrainOptions,
     DrainPlan,
     PodPlan,
-    is_ready,
-    key_of,
+    WorkloadPlan,
+    classify,
     plan_drain,
 )
 from drainsafe.kube import (
     Backoff,
-    BudgetBlocked,
-    Conflict,
-    Forbidden,
-    Informer,
     KubeClient,
     KubeError,
-    MultiplePdbs,
     NotFound,
-    RateLimited,
     WaitTimeout,
     api_path,
 )
-from drainsafe.labels import Selector, from_label_selector
+from drainsafe.kube.objects import is_active, is_ready, is_terminal, key_of, uid_of
+from drainsafe.labels import from_label_selector
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -73,7 +72,7 @@ class DrainFailed(RuntimeError):
 class DrainSettings:
     options: DrainOptions = field(default_factory=DrainOptions)
     timeout: float = 3600.0  # bound on one node's whole drain
-    unschedulable_after: float = 20.0  # a replacement Unschedulable this long stops the drain
+    unschedulable_after: float = 20.0  # a new pod Unschedulable this long stops the drain
     gone_margin: float = 60.0  # beyond the pod's grace, before we call it stuck
     reason: str = "drainsafe drain"
     backoff: Backoff = field(default_factory=lambda: Backoff(base=1.0, cap=15.0))
@@ -93,6 +92,7 @@ class PodReport:
     action: str
     reason: str
     outcome: str = "pending"  # evicted | already-gone | skipped | failed | waited | pending
+    strategy: str = ""  # surge | evict, for pods that need a replacement
     evicted_at: float | None = None
     terminated_at: float | None = None
     endpoints_clear_at: float | None = None
@@ -122,6 +122,7 @@ class NodeReport:
     pods: list[PodReport] = field(default_factory=list)
     done_checks: dict[str, bool] = field(default_factory=dict)
     surge_nodes: list[str] = field(default_factory=list)  # where placeholders found room
+    scaled: dict[str, str] = field(default_factory=dict)  # workload -> what the surge did
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -144,12 +145,14 @@ async def read_cluster(client: KubeClient) -> ClusterState:
     nodes, _ = await client.list(api_path("v1", "nodes"))
     pods, _ = await client.list(api_path("v1", "pods"))
     pdbs = await _list_or_empty(client, api_path("policy/v1", "poddisruptionbudgets"))
+    hpas = await _list_or_empty(client, api_path("autoscaling/v2", "horizontalpodautoscalers"))
     controllers: dict[str, Obj] = {}
     for plural, kind in (("replicasets", "ReplicaSet"), ("deployments", "Deployment"),
                          ("statefulsets", "StatefulSet")):
         for obj in await _list_or_empty(client, api_path("apps/v1", plural)):
             controllers[f"{kind}/{key_of(obj)}"] = obj
-    return ClusterState(nodes=nodes, pods=pods, pdbs=pdbs, controllers=controllers)
+    return ClusterState(nodes=nodes, pods=pods, pdbs=pdbs, controllers=controllers,
+                        autoscalers=hpas)
 
 
 async def plan_nodes(
@@ -172,7 +175,11 @@ async def plan_nodes(
 
 
 class NodeDrainer:
-    """Drains one node. Create, then `await run()`; the report is filled as it goes."""
+    """Drains one node. Create, then `await run()`; the report is filled as it goes.
+
+    `locks` (shared by the drainers of one fleet run) serialises surges of one workload:
+    two nodes never surge the same Deployment at once.
+    """
 
     def __init__(
         self,
@@ -184,6 +191,7 @@ class NodeDrainer:
         clock: Clock = time.time,
         rng: random.Random | None = None,
         on_progress: Callable[[str], None] | None = None,
+        locks: dict[str, asyncio.Lock] | None = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -197,13 +205,19 @@ class NodeDrainer:
         self._failure = ""
         self._progress = ownership.Progress()
         self._progress_lock = asyncio.Lock()
-        self._pods: dict[str, Informer] = {}
-        self._slices: dict[str, Informer] = {}
-        self._node_pods: Informer | None = None
-        self._selectors: dict[str, Selector] = {}
+        self._locks = locks if locks is not None else {}
+        self._watch: NodeWatch | None = None
+        self._selectors: dict[str, WorkloadSelector] = {}
         self._replicas: dict[str, int] = {}
         self._deadline = 0.0
         self._state = ClusterState(nodes=(), pods=())
+        self._evictor = Evictor(client, backoff=settings.backoff, rng=self.rng,
+                                sleep=self._sleep_or_stop, say=self._say)
+
+    @property
+    def watch(self) -> NodeWatch:
+        assert self._watch is not None, "watches not started"
+        return self._watch
 
     # -- top level ---------------------------------------------------------------------------
 
@@ -211,10 +225,13 @@ class NodeDrainer:
         plan, self._state = await plan_nodes(self.client, [self.node], self.settings,
                                              draining=self.draining)
         self.report.plan = plan
+        strategies = {w.workload: w.strategy for w in plan.workload_plans}
         self.report.pods = [
             PodReport(namespace=p.namespace, name=p.name, uid=p.uid, workload=p.workload,
                       action=p.action, reason=p.reason,
-                      outcome="skipped" if p.action == "skip" else "pending")
+                      outcome="skipped" if p.action == "skip" else "pending",
+                      strategy=strategies.get(p.workload or "", "") if p.needs_replacement
+                      else "")
             for p in plan.pods
         ]
         return plan
@@ -255,18 +272,20 @@ class NodeDrainer:
             await self._confirm_done(plan)
             self.report.ok = True
             await self._record("drained", "")
-        except (DrainFailed, KubeError, WaitTimeout) as exc:
+        except (DrainFailed, KubeError, WaitTimeout, KeptChanging) as exc:
             self.report.failure = str(exc)
             with contextlib.suppress(KubeError, asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(self._record("failed", str(exc)[:500]), 10)
         except asyncio.CancelledError:
-            # Ctrl-C: the node stays cordoned and owned; say so on it, briefly.
+            # Ctrl-C: the node stays cordoned and owned, a surge stays recorded on its
+            # workload; say so on the node, briefly. Running the same drain again continues.
             with contextlib.suppress(BaseException):
                 await asyncio.shield(asyncio.wait_for(
                     self._record("interrupted", "stopped by the operator"), 5))
             raise
         finally:
-            await self._stop_watches()
+            if self._watch is not None:
+                await self._watch.stop()
             self.report.finished_at = self.clock()
         return self.report
 
@@ -277,24 +296,14 @@ class NodeDrainer:
     # -- cordon and progress -----------------------------------------------------------------
 
     async def _cordon(self, state: str = "draining") -> None:
-        path = api_path("v1", "nodes", name=self.node)
-        for attempt in range(self.settings.request_retries):
-            node = await self._retrying(lambda: self.client.get(path))
-            self._progress = ownership.Progress.of(node)
-            self._progress.state = state
-            patch = ownership.cordon_patch(
-                node, actor=self.client.identity.actor(), reason=self.settings.reason,
-                progress=self._progress,
-            )
-            try:
-                await self.client.patch(path, patch)
-            except Conflict:
-                await asyncio.sleep(self.settings.backoff.delay(attempt, self.rng))
-                continue  # someone else wrote the node: re-read and decide again
-            self.report.cordoned_at = self.clock()
-            self._say(f"cordoned {self.node}")
-            return
-        raise DrainFailed(f"could not cordon {self.node}: the node kept changing (409)")
+        try:
+            self._progress = await cordon(self.client, self.node, reason=self.settings.reason,
+                                          state=state, attempts=self.settings.request_retries)
+        except KeptChanging as exc:
+            raise DrainFailed(f"could not cordon {self.node}: the node kept changing (409)"
+                              ) from exc
+        self.report.cordoned_at = self.clock()
+        self._say(f"cordoned {self.node}")
 
     async def _record(self, state: str, detail: str) -> None:
         async with self._progress_lock:
@@ -321,39 +330,48 @@ class NodeDrainer:
     # -- watches -----------------------------------------------------------------------------
 
     async def _start_watches(self, plan: DrainPlan) -> None:
-        namespaces = sorted({p.namespace for p in plan.pods if p.action in ("evict", "wait")})
+        namespaces = {p.namespace for p in plan.pods if p.action in ("evict", "wait")}
         for wkey, workload in plan.workloads.items():
             obj = self._state.controllers.get(wkey)
-            if obj is None or workload.replicas is None:
+            wplan = plan.workload_plan(wkey)
+            replicas = wplan.replicas if wplan is not None else workload.replicas
+            if obj is None or replicas is None:
                 continue
-            raw = (obj.get("spec") or {}).get("selector")
-            if raw:
-                self._selectors[wkey] = from_label_selector(raw)
-                self._replicas[wkey] = workload.replicas
-        self._node_pods = Informer(self.client, api_path("v1", "pods"),
-                                   field_selector=f"spec.nodeName={self.node}")
-        for ns in namespaces:
-            self._pods[ns] = Informer(self.client, api_path("v1", "pods", namespace=ns))
-            self._slices[ns] = Informer(
-                self.client, api_path("discovery.k8s.io/v1", "endpointslices", namespace=ns))
-        await asyncio.gather(self._node_pods.start(), *(i.start() for i in self._pods.values()),
-                             *(i.start() for i in self._slices.values()))
-
-    async def _stop_watches(self) -> None:
-        informers = [*self._pods.values(), *self._slices.values()]
-        if self._node_pods is not None:
-            informers.append(self._node_pods)
-        for inf in informers:
-            await inf.stop()
+            spec = obj.get("spec") or {}
+            if spec.get("selector"):
+                self._selectors[wkey] = WorkloadSelector(
+                    key=wkey, namespace=workload.namespace,
+                    selector=from_label_selector(spec["selector"]),
+                    min_ready_seconds=float(spec.get("minReadySeconds") or 0))
+                self._replicas[wkey] = replicas
+        for w in plan.workload_plans:
+            namespaces.add(w.workload.split("/")[1])
+            if w.workload not in self._selectors:
+                obj = self._state.controllers.get(w.workload) or {}
+                raw = (obj.get("spec") or {}).get("selector")
+                if raw and w.replicas is not None:
+                    self._selectors[w.workload] = WorkloadSelector(
+                        key=w.workload, namespace=w.workload.split("/")[1],
+                        selector=from_label_selector(raw),
+                        min_ready_seconds=float((obj.get("spec") or {})
+                                                .get("minReadySeconds") or 0))
+                    self._replicas[w.workload] = w.replicas
+        self._watch = NodeWatch(self.client, self.node, sorted(namespaces))
+        await self._watch.start()
 
     def _remaining(self) -> float:
         return max(self._deadline - time.monotonic(), 0.0)
 
-    # -- queues ------------------------------------------------------------------------------
+    # -- workloads ---------------------------------------------------------------------------
 
     async def _execute(self, plan: DrainPlan) -> None:
         waits = [p for p in plan.pods if p.action == "wait"]
-        tasks = [asyncio.create_task(self._run_queue(plan, q.pods)) for q in plan.queues]
+        surged = {w.workload for w in plan.workload_plans if w.strategy == "surge"}
+        tasks = [asyncio.create_task(self._guarded(self._surge_workload(plan, w), w.workload))
+                 for w in plan.workload_plans if w.strategy == "surge"]
+        tasks += [asyncio.create_task(self._run_queue(plan, q.pods)) for q in plan.queues
+                  if q.workload not in surged or not all(
+                      plan.pod(k).needs_replacement for k in q.pods)]
         tasks += [asyncio.create_task(self._await_terminating(p)) for p in waits]
         try:
             await asyncio.gather(*tasks)
@@ -361,6 +379,13 @@ class NodeDrainer:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _guarded(self, work: Any, what: str) -> None:
+        try:
+            await work
+        except (DrainFailed, KubeError, WaitTimeout, Stopped, EvictionStopped, TimeoutError,
+                KeptChanging) as exc:
+            self._fail(f"{what}: {exc}")
 
     def _fail(self, message: str) -> None:
         if not self._failure:
@@ -373,6 +398,135 @@ class NodeDrainer:
                 return r
         raise KeyError(key)
 
+    # -- surge (make before break) -----------------------------------------------------------
+
+    async def _surge_workload(self, plan: DrainPlan, w: WorkloadPlan) -> None:
+        lock = self._locks.setdefault(w.workload, asyncio.Lock())
+        async with lock:
+            await self._surge_locked(plan, w)
+
+    async def _surge_locked(self, plan: DrainPlan, w: WorkloadPlan) -> None:
+        pods = [plan.pod(k) for k in w.pods if plan.pod(k).needs_replacement]
+        namespace = w.workload.split("/")[1]
+        remaining = []
+        for p in pods:
+            rep = self._report(p.key)
+            if self._progress.evicted.get(p.key) == p.uid:
+                rep.outcome = "evicted"  # a previous run evicted it; never again
+            elif self.watch.terminating(namespace, p.key, p.uid):
+                rep.outcome = "waited"
+                rep.detail = "already terminating: waited for, not evicted"
+            else:
+                remaining.append(p)
+        record = await scale.begin(self.client, w.workload, node=self.node,
+                                   autoscaler=w.autoscaler, pods={p.key: p.uid for p in pods})
+        if record.node != self.node:
+            raise DrainFailed(f"{w.workload} is surged for a drain of {record.node}")
+        base = record.replicas
+        gone_waits: list[asyncio.Task[None]] = []
+        try:
+            if remaining:
+                target = base + len(remaining)
+                await scale.set_scale(self.client, w.workload, record, target)
+                how = (f"HPA {record.autoscaler.name} minReplicas and " if record.autoscaler
+                       else "")
+                self.report.scaled[w.workload] = f"{how}replicas {base} -> {target}"
+                self._say(f"{w.workload}: surged {base} -> {target}; waiting for "
+                          f"{len(remaining)} new pod(s) Available elsewhere")
+                await self._wait_surge(w, remaining, base)
+                await self._evict_paced(w.workload, namespace, remaining, record, base,
+                                        gone_waits)
+            await scale.finish(self.client, w.workload, record)
+            self._say(f"{w.workload}: scale restored to {base}")
+            if gone_waits:
+                await asyncio.gather(*gone_waits)
+        finally:
+            for t in gone_waits:
+                t.cancel()
+
+    async def _wait_surge(self, w: WorkloadPlan, remaining: Sequence[PodPlan],
+                          base: int) -> None:
+        selector = self._selectors.get(w.workload)
+        if selector is None:
+            raise DrainFailed(f"{w.workload}: no selector; cannot tell its pods")
+        old = {p.uid for p in remaining}
+        try:
+            serving = await self.watch.wait_serving(
+                selector, base, excluding=(self.node,), timeout=self._remaining(),
+                unschedulable_after=self.settings.unschedulable_after, stop=self._stop)
+        except Unschedulable as exc:
+            # Nothing of this workload was evicted yet: take the surge back, then stop.
+            record = await scale.begin(self.client, w.workload, node=self.node,
+                                       autoscaler=w.autoscaler, pods={})
+            with contextlib.suppress(KubeError):
+                await scale.finish(self.client, w.workload, record)
+            raise DrainFailed(f"{exc}; the surge was taken back, no pod was evicted (the "
+                              "node stays cordoned)") from exc
+        fresh = sorted((p for p in serving if uid_of(p) not in old),
+                       key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")),
+                       reverse=True)
+        if any(self.watch.listed(selector.namespace, u) for u in old):
+            # Behind a Service: the new pods serve once they are ready endpoints, not when
+            # the kubelet calls them Ready. Evicting before that puts their share of the
+            # traffic on the old pods for one more hop of the control plane.
+            await self.watch.wait_endpoints_ready(
+                selector.namespace, [uid_of(p) for p in fresh[:len(remaining)]],
+                timeout=min(60.0, self._remaining()), stop=self._stop)
+        now = self.clock()
+        for i, p in enumerate(remaining):
+            rep = self._report(p.key)
+            if i < len(fresh):
+                rep.replacement = key_of(fresh[i])
+                rep.replacement_node = (fresh[i].get("spec") or {}).get("nodeName")
+            rep.replacement_ready_at = now
+        self._say(f"{w.workload}: {len(serving)} pods Available off {self.node}")
+
+    async def _evict_paced(self, workload: str, namespace: str, remaining: Sequence[PodPlan],
+                           record: ownership.SurgeRecord, base: int,
+                           gone_waits: list[asyncio.Task[None]]) -> None:
+        """Evict as many at once as the budgets allow; lower the scale after each batch."""
+        left = list(remaining)
+        surged = len(left)
+        lock = asyncio.Lock()
+
+        async def lower() -> None:
+            # Right after the server accepted an eviction, before anything else (the node's
+            # record included): the ReplicaSet then has no replica to make up for, or only
+            # the one it has just started, which is not Ready and so removed first.
+            nonlocal surged
+            async with lock:
+                surged -= 1
+                await scale.set_scale(self.client, workload, record, base + surged)
+
+        while left:
+            allowed = await self._budget_allows(namespace, left)
+            batch, left = left[:max(allowed, 1)], left[max(allowed, 1):]
+            await asyncio.gather(*(self._evict(p, self._report(p.key), after_accept=lower)
+                                   for p in batch))
+            async with lock:
+                if surged > len(left):  # pods that left without our eviction
+                    surged = len(left)
+                    await scale.set_scale(self.client, workload, record, base + surged)
+            for p in batch:
+                gone_waits.append(asyncio.create_task(self._after_eviction(p)))
+
+    async def _budget_allows(self, namespace: str, pods: Sequence[PodPlan]) -> int:
+        """How many of `pods` the budgets let go now, waiting until it is at least one.
+        Only Ready pods are held by a budget's status: an unready one may be evictable
+        whatever it says (unhealthyPodEvictionPolicy), so for those the API decides."""
+        serving = [p for p in pods
+                   if is_ready(self.watch.pod(namespace, p.key) or {})]
+        budgets = sorted({b for p in serving for b in p.pdbs})
+        return await self.watch.wait_budget(namespace, budgets, timeout=self._remaining(),
+                                            stop=self._stop)
+
+    async def _after_eviction(self, pod: PodPlan) -> None:
+        rep = self._report(pod.key)
+        await self._wait_gone(pod, rep)
+        await self._wait_endpoints_clear(pod, rep)
+
+    # -- evict (break before make) -----------------------------------------------------------
+
     async def _run_queue(self, plan: DrainPlan, keys: Sequence[str]) -> None:
         for key in keys:
             if self._stop.is_set():
@@ -381,7 +535,8 @@ class NodeDrainer:
             rep = self._report(key)
             try:
                 await self._drain_pod(pod, rep)
-            except (DrainFailed, KubeError, WaitTimeout) as exc:
+            except (DrainFailed, KubeError, WaitTimeout, Stopped, EvictionStopped,
+                    TimeoutError, Unschedulable) as exc:
                 rep.outcome = "failed"
                 rep.detail = str(exc)
                 self._fail(f"{key}: {exc}")
@@ -398,38 +553,51 @@ class NodeDrainer:
             self._fail(f"{pod.key}: {exc}")
 
     async def _drain_pod(self, pod: PodPlan, rep: PodReport) -> None:
-        if pod.needs_replacement and pod.workload in self._selectors:
+        selector = self._selectors.get(pod.workload or "")
+        if pod.needs_replacement and selector is not None:
             # Replacement first: evict only with the workload fully Ready.
             self._say(f"{pod.key}: waiting for {pod.workload} to be fully Ready")
-            await self._wait_workload_ready(pod.workload, rep, before=True)
+            await self._wait_workload_ready(selector)
         if self._stop.is_set():
             return
+        await self._budget_allows(pod.namespace, [pod])  # rather than a predictable 429
         await self._evict(pod, rep)
         await self._wait_gone(pod, rep)
         await self._wait_endpoints_clear(pod, rep)
-        if pod.needs_replacement and pod.workload in self._selectors:
-            await self._wait_workload_ready(pod.workload, rep, before=False)
+        if pod.needs_replacement and selector is not None:
+            ok = await self._wait_workload_ready(selector)
+            newest = max(ok, key=lambda p: str((p.get("metadata") or {}).get(
+                "creationTimestamp") or ""))
+            rep.replacement = key_of(newest)
+            rep.replacement_node = (newest.get("spec") or {}).get("nodeName")
+            rep.replacement_ready_at = self.clock()
+            self._say(f"{rep.key}: replacement {rep.replacement} Ready on "
+                      f"{rep.replacement_node}")
+
+    async def _wait_workload_ready(self, selector: WorkloadSelector) -> list[Obj]:
+        try:
+            return await self.watch.wait_serving(
+                selector, self._replicas[selector.key], timeout=self._remaining(),
+                unschedulable_after=self.settings.unschedulable_after, stop=self._stop)
+        except Unschedulable as exc:
+            raise DrainFailed(f"replacement {exc}; stopping further evictions (the node "
+                              "stays cordoned)") from exc
 
     # -- eviction ----------------------------------------------------------------------------
 
-    async def _current(self, pod: PodPlan) -> Obj | None:
-        """A fresh read (not the cache) of the pod, None when it is gone or replaced."""
-        path = api_path("v1", "pods", namespace=pod.namespace, name=pod.name)
-        try:
-            obj: Obj = await self._retrying(lambda: self.client.get(path))
-        except NotFound:
-            return None
-        if (obj.get("metadata") or {}).get("uid") != pod.uid:
-            return None
-        return obj
-
-    async def _evict(self, pod: PodPlan, rep: PodReport) -> None:
-        attempt = 0
+    async def _evict(self, pod: PodPlan, rep: PodReport,
+                     after_accept: Callable[[], Awaitable[None]] | None = None) -> None:
         if self._progress.evicted.get(pod.key) == pod.uid:
             # A previous run evicted it; never again. Its state decides what is left.
             rep.outcome = "evicted"
             return
-        if self._terminating_now(pod):
+        if self.watch.gone(pod.namespace, pod.key, pod.uid):
+            # The namespace's pods were listed after the plan: a pod missing there left
+            # meanwhile (say, evicted by a killed earlier run that had not recorded it).
+            rep.outcome = "already-gone"
+            rep.detail = "gone before its turn: not evicted"
+            return
+        if self.watch.terminating(pod.namespace, pod.key, pod.uid):
             # The plan saw it running, but by its turn something else is deleting it (a
             # killed earlier run whose eviction the server processed late, another tool).
             # An eviction now would be accepted without a budget check (the registry's
@@ -438,74 +606,30 @@ class NodeDrainer:
             rep.detail = "already terminating when its turn came: waited for, not evicted"
             self._say(f"{pod.key}: {rep.detail}")
             return
-        while True:
-            if self._remaining() <= 0:
-                raise DrainFailed(f"timed out before {pod.key} could be evicted ({rep.detail})")
-            try:
-                await self.client.evict(pod.namespace, pod.name, uid=pod.uid)
-            except (NotFound, Conflict) as exc:
-                # 404: gone. 409: the UID precondition failed, so a different pod now has
-                # this name; the one we meant is gone either way.
-                rep.outcome = "already-gone"
-                rep.detail = type(exc).__name__
-                return
-            except BudgetBlocked as exc:
-                rep.budget_429s += 1
-                rep.detail = f"budget: {exc.budget_message}"
-                delay = self.settings.backoff.delay(attempt, self.rng, exc.retry_after)
-            except RateLimited as exc:
-                rep.rate_429s += 1
-                rep.detail = f"rate limited: {exc.message[:100]}"
-                delay = self.settings.backoff.delay(attempt, self.rng, exc.retry_after)
-            except MultiplePdbs as exc:
-                raise DrainFailed(
-                    f"the eviction API refuses {pod.key}: it is under several "
-                    f"PodDisruptionBudgets ({exc.message}); make their selectors disjoint"
-                ) from exc
-            except Forbidden as exc:
-                if not exc.namespace_terminating:
-                    raise DrainFailed(f"eviction of {pod.key} forbidden: {exc.message}") from exc
-                rep.transient_errors += 1
-                delay = self.settings.backoff.delay(attempt, self.rng, exc.retry_after)
-            except KubeError as exc:
-                if not exc.retryable:
-                    raise DrainFailed(f"eviction of {pod.key} failed: {exc}") from exc
-                # Outcome unknown (5xx, timeout, reset): look before trying again.
-                rep.transient_errors += 1
-                rep.detail = f"transient: {exc}"
-                current = await self._current(pod)
-                if current is None or (current.get("metadata") or {}).get("deletionTimestamp"):
-                    await self._mark_evicted(pod, rep)
-                    return
-                delay = self.settings.backoff.delay(attempt, self.rng, exc.retry_after)
-            else:
-                await self._mark_evicted(pod, rep)
-                return
-            attempt += 1
-            self._say(f"{pod.key}: {rep.detail}; retry in {delay:.1f}s")
-            await self._sleep_or_stop(min(delay, self._remaining()))
-            if self._stop.is_set():
-                raise DrainFailed(f"stopped before evicting {pod.key}")
-            # Before retrying, make sure the pod still needs evicting (no double eviction).
-            current = await self._current(pod)
-            if current is None:
-                rep.outcome = "already-gone"
-                return
-            if (current.get("metadata") or {}).get("deletionTimestamp"):
-                await self._mark_evicted(pod, rep)
-                return
+        counts = EvictCounts()
+        try:
+            result = await self._evictor.evict(pod.namespace, pod.name, pod.uid, counts,
+                                               deadline=self._remaining)
+        except EvictionStopped as exc:
+            raise DrainFailed(str(exc)) from exc
+        except TimeoutError as exc:
+            raise DrainFailed(str(exc)) from exc
+        finally:
+            rep.budget_429s += counts.budget_429s
+            rep.rate_429s += counts.rate_429s
+            rep.transient_errors += counts.transient_errors
+            rep.detail = counts.detail
+        if result == "gone":
+            rep.outcome = "already-gone"
+            return
+        if after_accept is not None:
+            await after_accept()
+        await self._mark_evicted(pod, rep)
 
-    def _terminating_now(self, pod: PodPlan) -> bool:
-        """The namespace's pod watch says this pod (same UID) has a deletionTimestamp.
-        Only positive evidence counts: a pod missing from the cache is left to the
-        eviction's own 404."""
-        obj = self._pods[pod.namespace].cache.get(pod.key)
-        meta = (obj or {}).get("metadata") or {}
-        return meta.get("uid") == pod.uid and bool(meta.get("deletionTimestamp"))
-
-    async def _sleep_or_stop(self, seconds: float) -> None:
+    async def _sleep_or_stop(self, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), max(seconds, 0.0))
+        return not self._stop.is_set()
 
     async def _mark_evicted(self, pod: PodPlan, rep: PodReport) -> None:
         rep.outcome = "evicted"
@@ -517,221 +641,54 @@ class NodeDrainer:
     # -- waits -------------------------------------------------------------------------------
 
     async def _wait_gone(self, pod: PodPlan, rep: PodReport) -> None:
-        informer = self._pods[pod.namespace]
         bound = min(pod.grace_seconds + self.settings.gone_margin, self._remaining())
-
-        def gone(cache: Mapping[str, Obj]) -> bool:
-            obj = cache.get(pod.key)
-            return obj is None or (obj.get("metadata") or {}).get("uid") != pod.uid
-
-        await informer.wait_for(gone, timeout=bound, what=f"{pod.key} to terminate")
+        await self.watch.wait_gone(pod.namespace, pod.key, pod.uid, timeout=bound)
         rep.terminated_at = self.clock()
         self._say(f"{pod.key}: terminated")
 
     async def _wait_endpoints_clear(self, pod: PodPlan, rep: PodReport) -> None:
-        informer = self._slices[pod.namespace]
-
-        def clear(cache: Mapping[str, Obj]) -> bool:
-            return not any(_slice_lists(s, pod.uid) for s in cache.values())
-
-        await informer.wait_for(clear, timeout=min(120.0, self._remaining()),
-                                what=f"{pod.key} to leave every EndpointSlice")
+        await self.watch.wait_endpoints_clear(pod.namespace, pod.key, pod.uid,
+                                              timeout=min(120.0, self._remaining()))
         rep.endpoints_clear_at = self.clock()
-
-    def _workload_pods(self, wkey: str, namespace: str) -> list[Obj]:
-        selector = self._selectors[wkey]
-        return [
-            p for p in self._pods[namespace].cache.values()
-            if selector.matches((p.get("metadata") or {}).get("labels"))
-        ]
-
-    async def _wait_workload_ready(self, wkey: str, rep: PodReport, *, before: bool) -> None:
-        namespace = wkey.split("/")[1]
-        want = self._replicas[wkey]
-        informer = self._pods[namespace]
-        pending_since: dict[str, float] = {}
-
-        def ready(_: Mapping[str, Obj]) -> list[Obj] | None:
-            live = [p for p in self._workload_pods(wkey, namespace)
-                    if not (p.get("metadata") or {}).get("deletionTimestamp")]
-            ok = [p for p in live if is_ready(p)]
-            for p in live:
-                reason = _unschedulable(p)
-                k = key_of(p)
-                if reason:
-                    pending_since.setdefault(k, time.monotonic())
-                    if time.monotonic() - pending_since[k] > self.settings.unschedulable_after:
-                        raise DrainFailed(
-                            f"replacement {k} cannot be scheduled: {reason}; stopping further "
-                            "evictions (the node stays cordoned)"
-                        )
-                else:
-                    pending_since.pop(k, None)
-            return ok if len(ok) >= want else None
-
-        # Re-check at least every few seconds so the Unschedulable clock advances.
-        while True:
-            try:
-                ok = await informer.wait_for(
-                    ready, timeout=min(2.0, self._remaining()),
-                    what=f"{wkey} to have {want} Ready pods")
-                break
-            except WaitTimeout:
-                ok = None
-                if self._remaining() <= 0:
-                    raise
-                if self._stop.is_set():
-                    raise DrainFailed("stopped") from None
-        if not before and ok:
-            newest = max(ok, key=lambda p: str((p.get("metadata") or {}).get(
-                "creationTimestamp") or ""))
-            rep.replacement = key_of(newest)
-            rep.replacement_node = (newest.get("spec") or {}).get("nodeName")
-            rep.replacement_ready_at = self.clock()
-            self._say(f"{rep.key}: replacement {rep.replacement} Ready on "
-                      f"{rep.replacement_node}")
 
     # -- done --------------------------------------------------------------------------------
 
     async def _confirm_done(self, plan: DrainPlan) -> None:
         checks: dict[str, bool] = {}
-        assert self._node_pods is not None
+        watch = self.watch
 
-        def only_daemons(cache: Mapping[str, Obj]) -> bool:
-            from drainsafe.drain.plan import classify
+        def only_daemons() -> bool:
+            return all(classify(p, self.settings.options).action == "skip" or is_terminal(p)
+                       for p in watch.node_pods.cache.values())
 
-            return all(classify(p, self.settings.options).action == "skip" or
-                       _finished(p) for p in cache.values())
-
-        await self._node_pods.wait_for(only_daemons, timeout=min(60.0, self._remaining()),
-                                       what=f"only DaemonSet/mirror pods on {self.node}")
+        await watch.until([watch.node_pods], only_daemons, timeout=min(60.0, self._remaining()),
+                          what=f"only DaemonSet/mirror pods on {self.node}")
         checks["only DaemonSet/mirror pods left"] = True
-        for wkey in self._selectors:
-            ns = wkey.split("/")[1]
-            dummy = PodReport(namespace=ns, name="", uid="", workload=wkey, action="", reason="")
-            await self._wait_workload_ready(wkey, dummy, before=True)
-            pending = [key_of(p) for p in self._workload_pods(wkey, ns)
-                       if (p.get("status") or {}).get("phase") == "Pending"]
-            if pending:
-                raise DrainFailed(f"{wkey} has Pending pods after the drain: {pending}")
+        for selector in self._selectors.values():
+            await self._wait_workload_ready(selector)
+
+            def no_pending(selector: WorkloadSelector = selector) -> bool:
+                # A replacement the ReplicaSet made for an evicted pod before the scale
+                # came back is removed by it (drain.scale): wait for that, bounded.
+                return not [key_of(p) for p in watch.workload_pods(selector)
+                            if is_active(p) and (p.get("status") or {}).get("phase") == "Pending"]
+
+            try:
+                await watch.until([watch.pods[selector.namespace]], no_pending,
+                                  timeout=min(30.0, self._remaining()),
+                                  what=f"{selector.key} to have no Pending pods")
+            except WaitTimeout as exc:
+                raise DrainFailed(f"{selector.key} has Pending pods after the drain") from exc
         checks["workloads at desired Ready count"] = True
         checks["no Pending pods of affected workloads"] = True
         drained = {p.uid for p in plan.pods if p.action in ("evict", "wait")}
-        for ns, slices in self._slices.items():
-            pods = self._pods[ns]
-
-            # Settled: no slice lists a pod of this drain, nor a pod that no longer exists.
-            # (Other pods terminating for their own reasons may legitimately be listed.)
-            def settled(cache: Mapping[str, Obj], pods: Informer = pods) -> bool:
-                present = {(p.get("metadata") or {}).get("uid") for p in pods.cache.values()}
-                for s in cache.values():
-                    for e in s.get("endpoints") or []:
-                        uid = _endpoint_uid(e)
-                        if uid is not None and (uid in drained or uid not in present):
-                            return False
-                return True
-
-            # Two caches feed the predicate; re-check every second so a change seen by the
-            # pods informer (but not the slices one) is not missed.
-            limit = time.monotonic() + min(60.0, self._remaining())
-            while True:
-                try:
-                    await slices.wait_for(settled, timeout=1.0,
-                                          what=f"EndpointSlices in {ns} to settle")
-                    break
-                except WaitTimeout:
-                    if time.monotonic() >= limit:
-                        raise
+        for ns in watch.slices:
+            await watch.until([watch.slices[ns], watch.pods[ns]],
+                              lambda ns=ns: watch.slices_settled(ns, drained),  # type: ignore[misc]
+                              timeout=min(60.0, self._remaining()),
+                              what=f"EndpointSlices in {ns} to settle")
         checks["endpoints settled"] = True
         self.report.done_checks = checks
-
-
-def _finished(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _endpoint_uid(endpoint: Mapping[str, Any]) -> Any:
-    return (endpoint.get("targetRef") or {}).get("uid")
-
-
-def _slice_lists(endpoint_slice: Mapping[str, Any], uid: str) -> bool:
-    return any(_endpoint_uid(e) == uid for e in endpoint_slice.get("endpoints") or [])
-
-
-def _unschedulable(pod: Mapping[str, Any]) -> str | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get(
-                "reason") == "Unschedulable":
-            return str(c.get("message") or "Unschedulable")
-    return None
-
-
-# -- fleet -----------------------------------------------------------------------------------
-
-
-async def drain_fleet(
-    client: KubeClient,
-    nodes: Sequence[str],
-    settings: DrainSettings,
-    *,
-    max_parallel: int = 1,
-    dry_run: bool = False,
-    on_progress: Callable[[str], None] | None = None,
-) -> list[NodeReport]:
-    """Drain nodes in sequence, or up to `max_parallel` at once; stop at the first failure.
-
-    With several nodes, the fleet is planned as one (every replacement needs room outside
-    the fleet, and no free GPU is counted twice) and refused as one; then every node is
-    cordoned first, as kubectl drain does, so no replacement lands on a node drained later.
-    Nodes not started because of a failure get their queued cordon back off.
-    """
-    if len(nodes) > 1:
-        combined, _ = await plan_nodes(client, nodes, settings)
-        surge_fixable = settings.surge and all(b.kind == "no-room" for b in combined.blockers)
-        if (not combined.ok and not surge_fixable) or dry_run:
-            now = time.time()
-            failure = "; ".join(f"{b.object}: {b.message}" for b in combined.blockers)
-            return [NodeReport(node=n, started_at=now, plan=combined, ok=combined.ok,
-                               refused=not combined.ok, failure=failure, finished_at=now)
-                    for n in nodes]
-        for name in nodes:
-            await NodeDrainer(client, name, settings)._cordon(state="queued")
-    reports: list[NodeReport] = []
-    gate = asyncio.Semaphore(max(1, max_parallel))
-    failed = asyncio.Event()
-    started: set[str] = set()
-
-    async def one(name: str) -> None:
-        async with gate:
-            if failed.is_set():
-                return
-            started.add(name)
-            # The rest of the fleet offers no room for this node's replacements.
-            others = [n for n in nodes if n != name]
-            drainer = NodeDrainer(client, name, settings, draining=others,
-                                  on_progress=on_progress)
-            reports.append(drainer.report)
-            report = await drainer.run(dry_run=dry_run)
-            if not report.ok:
-                failed.set()
-
-    await asyncio.gather(*(one(n) for n in nodes))
-    if len(nodes) > 1:
-        await _release_queued([n for n in nodes if n not in started], client)
-    order = {n: i for i, n in enumerate(nodes)}
-    reports.sort(key=lambda r: order[r.node])
-    return reports
-
-
-async def _release_queued(names: Sequence[str], client: KubeClient) -> None:
-    from drainsafe.drain.cordon import NotOwned, uncordon
-
-    for name in names:
-        node = await client.get(api_path("v1", "nodes", name=name))
-        if ownership.Progress.of(node).state != "queued":
-            continue
-        with contextlib.suppress(NotOwned):
-            await uncordon(client, name)
 
 
 def iso(ts: float | None) -> str:

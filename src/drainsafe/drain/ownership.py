@@ -1,10 +1,12 @@
 """Who cordoned a node, when and why, and how far a drain got: node annotations.
 
-A forgotten cordon is the seed's most expensive invisible failure ("the node reports Ready
-and takes no work"), and no drain tool but draino records why a node was cordoned
-(research drain-anchors.md, feature table). drainsafe writes these on the node together
+A forgotten cordon is an expensive invisible failure (the node reports Ready and takes no
+work), and kubectl's cordon (kubectl pkg/drain/cordon.go) records nothing but
+spec.unschedulable; among drain tools only draino annotates why. drainsafe writes these on
+the node together
 with spec.unschedulable, in one patch, and reads them back for uncordon, audit and resume.
-Pure helpers; the patches are sent by drain.execute.
+The surge record (drainsafe.io/surge) does the same for a workload scaled up by a
+surge-first drain. Pure helpers; the patches are sent by drain.cordon and drain.scale.
 """
 
 from __future__ import annotations
@@ -151,3 +153,88 @@ def audit_record(node: Mapping[str, Any], pods_on_node: int, daemon_pods: int) -
         pods=pods_on_node,
         daemon_pods=daemon_pods,
     )
+
+
+# -- the surge record on a workload ----------------------------------------------------------
+
+SURGE = PREFIX + "surge"
+
+
+@dataclass(frozen=True)
+class AutoscalerBounds:
+    """The HorizontalPodAutoscaler that owns a workload's scale, and its bounds before."""
+
+    name: str
+    min_replicas: int | None  # None: the field was absent (the API defaults it to 1)
+    max_replicas: int
+
+
+@dataclass(frozen=True)
+class SurgeRecord:
+    """What drainsafe changed on a workload to surge it, written on the workload before
+    the change: who, when, for which node, the scale before (or the HPA's bounds before),
+    and the old pods it surges for. A rerun, `drainsafe uncordon` and `drainsafe audit`
+    read it back; the restore sets exactly these values again."""
+
+    node: str
+    replicas: int
+    by: str = ""
+    at: str = ""
+    autoscaler: AutoscalerBounds | None = None
+    pods: Mapping[str, str] = field(default_factory=dict)  # "ns/name" -> uid
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> SurgeRecord | None:
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(SURGE)
+        if not raw:
+            return None
+        try:
+            doc = json.loads(raw)
+            hpa = doc.get("autoscaler")
+            return cls(
+                node=str(doc["node"]), replicas=int(doc["replicas"]), by=str(doc.get("by") or ""),
+                at=str(doc.get("at") or ""),
+                autoscaler=None if not hpa else AutoscalerBounds(
+                    name=str(hpa["name"]),
+                    min_replicas=None if hpa.get("minReplicas") is None
+                    else int(hpa["minReplicas"]),
+                    max_replicas=int(hpa["maxReplicas"])),
+                pods={str(k): str(v) for k, v in (doc.get("pods") or {}).items()},
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"unreadable {SURGE} annotation: {exc}") from exc
+
+    def to_json(self) -> str:
+        hpa = None if self.autoscaler is None else {
+            "name": self.autoscaler.name, "minReplicas": self.autoscaler.min_replicas,
+            "maxReplicas": self.autoscaler.max_replicas}
+        return json.dumps({"node": self.node, "replicas": self.replicas, "by": self.by,
+                           "at": self.at or now_rfc3339(), "autoscaler": hpa,
+                           "pods": dict(self.pods)}, sort_keys=True)
+
+
+def surge_record_patch(obj: Mapping[str, Any], record: SurgeRecord) -> dict[str, Any]:
+    """Record the surge on the workload, guarded by resourceVersion (a concurrent writer,
+    say a rollout, makes it a 409 and drainsafe decides again)."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                         "annotations": {SURGE: record.to_json()}}}
+
+
+def surge_clear_patch(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                         "annotations": {SURGE: None}}}
+
+
+@dataclass(frozen=True)
+class SurgedWorkload:
+    """For `drainsafe audit`: a workload left scaled up by an unfinished drain."""
+
+    workload: str
+    node: str
+    replicas_now: int
+    replicas_before: int
+    autoscaler: str
+    by: str
+    since: str

@@ -6,15 +6,17 @@ kubectl there is no --force and no --ignore-daemonsets: DaemonSet and mirror pod
 stay (the NVIDIA device plugin must be the last thing on a GPU node), unmanaged pods always
 block (drainsafe never deletes a pod outside the Eviction API).
 
-On top, what no drain tool checks before cordoning (research drain-anchors.md section 6):
+On top, what kubectl drain (pkg/drain/drain.go) does not check before cordoning:
 - the PDBs each pod is under: several means the eviction API answers HTTP 500 ("This pod
   has more than one PodDisruptionBudget"), so refuse now, naming the budgets;
-- whether each budget can ever allow a disruption at its workload's scale
-  (drainsafe.pdb.best_case_disruptions); zero is a wedge that would retry forever;
-- room for every replacement on the other schedulable nodes (drain.room);
-- grace periods and the longest expected wait, and the eviction order: pods of one
-  workload one at a time (the next only once the previous one's replacement is Ready),
-  independent workloads in parallel.
+- whether each budget can ever allow a disruption at the scale the drain runs it at (its
+  workload's, plus the surge while surged: drainsafe.pdb.best_case_disruptions); zero is a
+  wedge that would retry forever;
+- room for every replacement (or surge pod) on the other schedulable nodes (drain.room);
+- the strategy per workload (plan_workloads): surge (make before break) for a Deployment
+  not mid-rollout, evict (one pod at a time, each after the previous replacement is Ready)
+  for the rest, with the Ready floor and the expected time of each; independent workloads
+  in parallel.
 """
 
 from __future__ import annotations
@@ -24,12 +26,31 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from drainsafe import pdb as pdbmath
-from drainsafe.budget import DEFAULT_GRACE_SECONDS
+from drainsafe.drain.ownership import SurgeRecord
 from drainsafe.drain.room import Placement, gpu_requests, place_replacements
+from drainsafe.kube.objects import (
+    controller_ref,
+    grace_seconds,
+    is_active,
+    is_ready,
+    is_terminating,
+    key_of,
+    meta,
+    node_of,
+    started_up_seconds,
+)
+from drainsafe.kube.objects import is_terminal as is_finished
 from drainsafe.labels import Selector, SelectorError, from_label_selector
 
 Obj = Mapping[str, Any]
 Action = Literal["evict", "skip", "block", "wait"]
+# Why a pod got its action (kubectl's PodDeleteStatus reason, typed): code decides, the
+# message explains.
+VerdictCode = Literal["finished", "terminating", "daemonset", "mirror", "local-data",
+                      "unmanaged", "managed"]
+Strategy = Literal["surge", "evict"]
+BlockerKind = Literal["no-node", "unmanaged", "local-data", "multiple-pdbs", "wedged-budget",
+                      "no-room", "bad-budget", "surge-owned"]
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 REPLICATED_KINDS = ("ReplicaSet", "StatefulSet", "ReplicationController", "Job")
@@ -38,46 +59,23 @@ REPLICATED_KINDS = ("ReplicaSet", "StatefulSet", "ReplicationController", "Job")
 @dataclass(frozen=True)
 class Verdict:
     action: Action
+    code: VerdictCode
     reason: str
 
 
 @dataclass(frozen=True)
 class DrainOptions:
     delete_emptydir_data: bool = False
+    # surge: make before break where the workload allows it (a Deployment not mid-rollout);
+    # evict: break before make everywhere (one pod of a workload at a time).
+    strategy: Strategy = "surge"
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
+_meta = meta
 
 
-def key_of(obj: Obj) -> str:
-    meta = _meta(obj)
-    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
-
-
-def controller_ref(obj: Obj) -> Obj | None:
-    for ref in _meta(obj).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
-def is_finished(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def is_terminating(pod: Obj) -> bool:
-    return bool(_meta(pod).get("deletionTimestamp"))
-
-
-def is_ready(pod: Obj) -> bool:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return bool(c.get("status") == "True")
-    return False
-
-
-# -- filters (kubectl pkg/drain/filters.go, in its order, plus "finished" first) ------------
+# -- filters (kubectl pkg/drain/filters.go, in its order, plus "terminating" and "finished"
+# first) --------------------------------------------------------------------------------------
 
 PodFilter = Callable[[Obj, DrainOptions], Verdict | None]
 
@@ -86,26 +84,26 @@ def finished_filter(pod: Obj, _: DrainOptions) -> Verdict | None:
     # kubectl lets Succeeded/Failed pods through every filter: nothing is lost.
     if is_finished(pod):
         phase = (pod.get("status") or {}).get("phase")
-        return Verdict("evict", f"finished ({phase}); no replacement needed")
+        return Verdict("evict", "finished", f"finished ({phase}); no replacement needed")
     return None
 
 
 def terminating_filter(pod: Obj, _: DrainOptions) -> Verdict | None:
     if is_terminating(pod):
-        return Verdict("wait", "already terminating; waiting for it to go")
+        return Verdict("wait", "terminating", "already terminating; waiting for it to go")
     return None
 
 
 def daemonset_filter(pod: Obj, _: DrainOptions) -> Verdict | None:
     ref = controller_ref(pod)
     if ref is not None and ref.get("kind") == "DaemonSet":
-        return Verdict("skip", f"DaemonSet {ref.get('name')} pod stays on the node")
+        return Verdict("skip", "daemonset", f"DaemonSet {ref.get('name')} pod stays on the node")
     return None
 
 
 def mirror_filter(pod: Obj, _: DrainOptions) -> Verdict | None:
     if MIRROR_ANNOTATION in (_meta(pod).get("annotations") or {}):
-        return Verdict("skip", "mirror (static) pod stays; the kubelet owns it")
+        return Verdict("skip", "mirror", "mirror (static) pod stays; the kubelet owns it")
     return None
 
 
@@ -116,7 +114,7 @@ def local_storage_filter(pod: Obj, options: DrainOptions) -> Verdict | None:
     ]
     if volumes and not options.delete_emptydir_data:
         return Verdict(
-            "block",
+            "block", "local-data",
             f"emptyDir data ({', '.join(map(str, volumes))}) would be lost; "
             "pass --delete-emptydir-data if that is acceptable (model caches, /dev/shm)",
         )
@@ -126,16 +124,19 @@ def local_storage_filter(pod: Obj, options: DrainOptions) -> Verdict | None:
 def unreplicated_filter(pod: Obj, _: DrainOptions) -> Verdict | None:
     if controller_ref(pod) is None:
         return Verdict(
-            "block",
+            "block", "unmanaged",
             "not managed by a controller: evicting it would lose it for good; delete or "
             "re-create it under a Deployment yourself (drainsafe has no --force)",
         )
     return None
 
 
+# Terminating first: a pod being deleted is waited for, never sent an eviction, even when
+# its containers have already finished (an evicted pod whose process exited is Succeeded
+# and terminating at once; a second eviction of it would be one too many).
 FILTERS: tuple[PodFilter, ...] = (
-    finished_filter,
     terminating_filter,
+    finished_filter,
     daemonset_filter,
     mirror_filter,
     local_storage_filter,
@@ -149,7 +150,7 @@ def classify(pod: Obj, options: DrainOptions, filters: Sequence[PodFilter] = FIL
         if verdict is not None:
             return verdict
     ref = controller_ref(pod) or {}
-    return Verdict("evict", f"managed by {ref.get('kind')} {ref.get('name')}")
+    return Verdict("evict", "managed", f"managed by {ref.get('kind')} {ref.get('name')}")
 
 
 # -- workloads and budgets ------------------------------------------------------------------
@@ -220,7 +221,7 @@ def matching_pdbs(pod: Obj, pdbs: Sequence[Obj]) -> list[Obj]:
 
 @dataclass(frozen=True)
 class Blocker:
-    kind: str  # unmanaged | local-data | multiple-pdbs | wedged-budget | no-room | bad-budget
+    kind: BlockerKind
     object: str
     message: str
     fix: str
@@ -236,6 +237,7 @@ class PodPlan:
     reason: str
     workload: str | None
     pdbs: tuple[str, ...]
+    code: VerdictCode
     grace_seconds: int
     gpus: Mapping[str, str]
     ready: bool
@@ -247,9 +249,7 @@ class PodPlan:
 
     @property
     def needs_replacement(self) -> bool:
-        return self.action == "evict" and self.workload is not None and "finished" not in (
-            self.reason
-        )
+        return self.action == "evict" and self.workload is not None and self.code != "finished"
 
 
 @dataclass(frozen=True)
@@ -261,10 +261,36 @@ class BudgetPlan:
     best_case_disruptions: int
     disruptions_allowed_now: int | None
     pods_on_node: tuple[str, ...]
+    surge: int = 0  # extra replicas of its workloads while they are surged
+    best_case_with_surge: int = 0  # disruptions allowed with the surge Ready
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """How one workload's pods leave the nodes, and what that costs in capacity and time.
+
+    surge (make before break): scale up by `surge`, wait until that many new pods are Ready
+    and Available on other nodes, evict the old pods, scale back. Ready never drops below
+    `replicas`.
+    evict (break before make): one pod at a time, each only when the workload is back at its
+    Ready count; during each replacement's start-up Ready is `replicas - 1`.
+    """
+
+    workload: str
+    strategy: Strategy
+    pods: tuple[str, ...]  # its pods on the nodes that need a replacement
+    replicas: int | None  # desired before the drain (the surge record's, on a rerun)
+    surge: int  # extra replicas during the drain; 0 for evict
+    floor: int | None  # lowest Ready count expected during the drain
+    startup_seconds: float | None  # a replacement's start-up, as observed on its pods
+    expected_seconds: float | None  # upper estimate: start-up(s) plus grace period(s)
+    why: str
+    autoscaler: str | None = None  # "ns/name" of the HPA that owns the scale
+    resumed: bool = False  # a surge record of an earlier run on these nodes exists
 
 
 @dataclass(frozen=True)
@@ -285,6 +311,14 @@ class DrainPlan:
     blockers: tuple[Blocker, ...]
     warnings: tuple[str, ...]
     placements: tuple[Placement, ...] = field(default=())
+    workload_plans: tuple[WorkloadPlan, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
+
+    def workload_plan(self, key: str | None) -> WorkloadPlan | None:
+        for w in self.workload_plans:
+            if w.workload == key:
+                return w
+        return None
 
     @property
     def ok(self) -> bool:
@@ -330,11 +364,7 @@ class ClusterState:
     pods: Sequence[Obj]
     pdbs: Sequence[Obj] = ()
     controllers: Mapping[str, Obj] = field(default_factory=dict)
-
-
-def _grace(pod: Obj) -> int:
-    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-    return int(value) if isinstance(value, int) else int(DEFAULT_GRACE_SECONDS)
+    autoscalers: Sequence[Obj] = ()  # HorizontalPodAutoscalers (autoscaling/v2)
 
 
 def _describe_budget(spec: pdbmath.PdbSpec, replicas: int) -> tuple[str, str]:
@@ -403,14 +433,15 @@ def plan_drain(
                 reason=verdict.reason,
                 workload=workload.key if workload else None,
                 pdbs=tuple(sorted(key_of(b) for b in matched)),
-                grace_seconds=_grace(pod),
+                code=verdict.code,
+                grace_seconds=grace_seconds(pod),
                 gpus={k: f"{v.normalize():f}" for k, v in gpu_requests(pod.get("spec") or {})
                       .items()},
                 ready=is_ready(pod),
             )
         )
         if verdict.action == "block":
-            kind = "local-data" if "emptyDir" in verdict.reason else "unmanaged"
+            kind: BlockerKind = "local-data" if verdict.code == "local-data" else "unmanaged"
             fix = (
                 "pass --delete-emptydir-data" if kind == "local-data"
                 else "move it under a controller or delete it yourself"
@@ -429,8 +460,11 @@ def plan_drain(
                 )
             )
 
-    budgets = _plan_budgets(state, pods, pdbs_of, blockers, warnings)
-    placements = _plan_room(state, (*targets, *draining), pods, on_nodes, blockers)
+    notes: list[str] = []
+    workload_plans = plan_workloads(state, targets, pods, workloads, options, blockers)
+    budgets = _plan_budgets(state, pods, pdbs_of, blockers, warnings, workload_plans, notes)
+    placements = _plan_room(state, (*targets, *draining), pods, on_nodes, blockers,
+                            workload_plans)
     by_key = {p.key: p for p in pods}
     pods = [
         _with_placement(by_key[p.key], placements) for p in pods
@@ -458,6 +492,8 @@ def plan_drain(
         blockers=tuple(blockers),
         warnings=tuple(warnings),
         placements=tuple(placements),
+        workload_plans=tuple(workload_plans),
+        notes=tuple(notes),
     )
 
 
@@ -474,7 +510,11 @@ def _plan_budgets(
     pdbs_of: Mapping[str, list[Obj]],
     blockers: list[Blocker],
     warnings: list[str],
+    workload_plans: Sequence[WorkloadPlan] = (),
+    notes: list[str] | None = None,
 ) -> list[BudgetPlan]:
+    surged = {w.workload: w for w in workload_plans if w.strategy == "surge"}
+    workload_of = {p.key: p.workload for p in pods}
     seen: dict[str, Obj] = {}
     for matched in pdbs_of.values():
         for b in matched:
@@ -492,6 +532,10 @@ def _plan_budgets(
         best = pdbmath.best_case_disruptions(spec, replicas)
         status = pdb.get("status") or {}
         now = status.get("disruptionsAllowed")
+        covered = {workload_of.get(k) for k in on_node}
+        surge = sum(surged[w].surge for w in covered if w in surged)
+        all_surged = bool(covered) and all(w in surged for w in covered)
+        best_surged = pdbmath.best_case_disruptions(spec, replicas + surge) if surge else best
         plans.append(
             BudgetPlan(
                 namespace=str(_meta(pdb).get("namespace")),
@@ -501,14 +545,25 @@ def _plan_budgets(
                 best_case_disruptions=best,
                 disruptions_allowed_now=int(now) if isinstance(now, int) else None,
                 pods_on_node=on_node,
+                surge=surge,
+                best_case_with_surge=best_surged,
             )
         )
         # An unready pod under AlwaysAllow is evictable whatever the budget says.
         evictable_anyway = spec.unhealthy_pod_eviction_policy == "AlwaysAllow" and all(
             not p.ready for p in pods if p.key in on_node
         )
-        if best == 0 and not evictable_anyway:
+        if best == 0 and best_surged > 0 and all_surged and notes is not None:
+            what, _ = _describe_budget(spec, replicas)
+            notes.append(
+                f"PodDisruptionBudget {bkey}: {what} allows no eviction evict-first (a wedge), "
+                f"but with the surge of {surge} Ready pod(s) the same budget allows "
+                f"{best_surged}; the budget is respected, not bypassed"
+            )
+        elif best_surged == 0 and not evictable_anyway:
             what, fix = _describe_budget(spec, replicas)
+            if surge:
+                what += f" (and {replicas + surge} while surged)"
             blockers.append(
                 Blocker(
                     "wedged-budget",
@@ -560,9 +615,21 @@ def _plan_room(
     pods: Sequence[PodPlan],
     raw: Sequence[Obj],
     blockers: list[Blocker],
+    workload_plans: Sequence[WorkloadPlan] = (),
 ) -> list[Placement]:
     specs = {key_of(p): p.get("spec") or {} for p in raw}
-    wanted = [(p.key, specs[p.key]) for p in pods if p.needs_replacement]
+    # A workload needs room for as many new pods as it lacks off the drained nodes: all of
+    # its pods here on a first run, none on a rerun whose surge pods already run elsewhere.
+    lacking = {w.workload: _lacking(state, w, targets) for w in workload_plans}
+    wanted = []
+    for p in pods:
+        if not p.needs_replacement:
+            continue
+        if p.workload in lacking:
+            if lacking[p.workload] <= 0:
+                continue
+            lacking[p.workload] -= 1
+        wanted.append((p.key, specs[p.key]))
     if not wanted:
         return []
     placements = place_replacements(wanted, state.nodes, state.pods, excluded=targets)
@@ -599,3 +666,180 @@ def _queues(pods: Sequence[PodPlan]) -> tuple[Queue, ...]:
     queues = [Queue(workload=w, pods=tuple(keys)) for w, keys in sorted(
         by_workload.items(), key=lambda kv: str(kv[0]))]
     return tuple(queues + singles)
+
+
+def _lacking(state: ClusterState, plan: WorkloadPlan, targets: Sequence[str]) -> int:
+    """How many pods the workload lacks off the drained nodes to be at its replicas."""
+    if plan.replicas is None:
+        return len(plan.pods)
+    excluded = set(targets)
+    elsewhere = sum(
+        1 for p in state.pods
+        if is_active(p) and node_of(p) is not None and node_of(p) not in excluded
+        and (w := resolve_workload(p, state.controllers)) is not None and w.key == plan.workload
+    )
+    return min(len(plan.pods), max(0, plan.replicas - elsewhere))
+
+
+# -- strategy per workload --------------------------------------------------------------------
+
+
+def _condition(obj: Obj, kind: str) -> Obj:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return {}
+
+
+def rollout_in_progress(deployment: Obj, replicasets: Sequence[Obj]) -> str | None:
+    """Why the Deployment is mid-rollout, or None. A scale during a rollout is spread over
+    the ReplicaSets (proportional scaling, kubernetes.io/docs/concepts/workloads/controllers/
+    deployment/#proportional-scaling), so the surge would not land where the old pods are;
+    the checks follow `kubectl rollout status` (kubectl pkg/polymorphichelpers/rollout_status.go:
+    observedGeneration, updatedReplicas, then the Progressing condition)."""
+    m = meta(deployment)
+    status = deployment.get("status") or {}
+    generation, observed = m.get("generation"), status.get("observedGeneration")
+    if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
+        return f"observedGeneration {observed} is behind generation {generation}"
+    progressing = _condition(deployment, "Progressing")
+    if progressing and progressing.get("reason") not in (None, "NewReplicaSetAvailable"):
+        return f"Progressing: {progressing.get('reason')}"
+    live = [rs for rs in replicasets if int((rs.get("spec") or {}).get("replicas") or 0) > 0]
+    if len(live) > 1:
+        return f"{len(live)} ReplicaSets have replicas"
+    replicas = (deployment.get("spec") or {}).get("replicas")
+    updated = status.get("updatedReplicas")
+    if isinstance(replicas, int) and isinstance(updated, int) and updated < replicas:
+        return f"{updated}/{replicas} replicas updated"
+    return None
+
+
+def autoscaler_for(kind: str, namespace: str, name: str,
+                   autoscalers: Sequence[Obj]) -> Obj | None:
+    for hpa in autoscalers:
+        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if (meta(hpa).get("namespace") == namespace and ref.get("kind") == kind
+                and ref.get("name") == name):
+            return hpa
+    return None
+
+
+def _owned_replicasets(state: ClusterState, deployment: Obj) -> list[Obj]:
+    ns, name = meta(deployment).get("namespace"), meta(deployment).get("name")
+    out = []
+    for key, obj in state.controllers.items():
+        if not key.startswith("ReplicaSet/") or meta(obj).get("namespace") != ns:
+            continue
+        ref = controller_ref(obj)
+        if ref is not None and ref.get("kind") == "Deployment" and ref.get("name") == name:
+            out.append(obj)
+    return out
+
+
+def _startup(state: ClusterState, workload: str, template: Obj) -> float | None:
+    """A replacement's start-up: the longest observed on the workload's Ready pods, else the
+    readiness probe's initialDelaySeconds."""
+    seen = [
+        t for p in state.pods
+        if (w := resolve_workload(p, state.controllers)) is not None and w.key == workload
+        and (t := started_up_seconds(p)) is not None
+    ]
+    if seen:
+        return max(seen)
+    delays = [
+        float((c.get("readinessProbe") or c.get("startupProbe") or {})
+               .get("initialDelaySeconds") or 0)
+        for c in ((template.get("spec") or {}).get("containers") or [])
+    ]
+    return max(delays) if delays and max(delays) > 0 else None
+
+
+def plan_workloads(
+    state: ClusterState,
+    targets: Sequence[str],
+    pods: Sequence[PodPlan],
+    workloads: Mapping[str, Workload],
+    options: DrainOptions,
+    blockers: list[Blocker],
+) -> list[WorkloadPlan]:
+    """Choose surge or evict for each workload with pods to replace on the nodes. Pure."""
+    out = []
+    for key, w in sorted(workloads.items()):
+        mine = [p for p in pods if p.workload == key and p.needs_replacement]
+        if not mine:
+            continue
+        obj = state.controllers.get(key) or {}
+        record = _surge_record(obj)
+        replicas = record.replicas if record is not None else w.replicas
+        template = (obj.get("spec") or {}).get("template") or {}
+        startup = _startup(state, key, template)
+        grace = max(p.grace_seconds for p in mine)
+        autoscaler = None
+        strategy: Strategy = "evict"
+        why = ""
+        if record is not None and record.node not in targets:
+            blockers.append(Blocker(
+                "surge-owned", f"{w.kind} {w.namespace}/{w.name}",
+                f"is surged for an unfinished drain of node {record.node} (recorded "
+                f"{record.at} by {record.by})",
+                f"finish that drain first (drainsafe drain {record.node}), or give it up "
+                f"(drainsafe uncordon {record.node}) which restores the scale"))
+        if options.strategy == "evict" and record is None:
+            why = "--strategy evict"
+        elif w.kind != "Deployment" or not obj:
+            why = {
+                "StatefulSet": "a StatefulSet pod keeps its name and identity: its "
+                "replacement can only start once it is gone",
+                "ReplicaSet": "a bare ReplicaSet (no Deployment): evict-first",
+            }.get(w.kind, f"{w.kind}: evict-first")
+        else:
+            rollout = None if record is not None else rollout_in_progress(
+                obj, _owned_replicasets(state, obj))
+            if rollout is not None:
+                why = (f"mid-rollout ({rollout}): a scale now is spread over the "
+                       "ReplicaSets, so drainsafe stands down to evict-first")
+            else:
+                strategy = "surge"
+                hpa = autoscaler_for("Deployment", w.namespace, w.name, state.autoscalers)
+                if hpa is not None:
+                    autoscaler = key_of(hpa)
+                why = (f"Deployment: {len(mine)} more pod(s) first, Ready elsewhere before "
+                       "the old ones are evicted"
+                       + (f"; the HPA {autoscaler} owns the scale: its minReplicas is "
+                          "raised instead" if autoscaler else ""))
+        k = len(mine)
+        if strategy == "surge":
+            floor = replicas
+            expected = None if startup is None else startup + grace
+        else:
+            floor = None if replicas is None else max(replicas - 1, 0)
+            expected = None if startup is None else k * (startup + grace)
+        out.append(WorkloadPlan(
+            workload=key, strategy=strategy, pods=tuple(p.key for p in mine),
+            replicas=replicas, surge=k if strategy == "surge" else 0, floor=floor,
+            startup_seconds=startup, expected_seconds=expected, why=why,
+            autoscaler=autoscaler, resumed=record is not None))
+    # A rerun after the old pods were all evicted but before the scale was restored: nothing
+    # left to move, but the scale (or the HPA's bounds) still to restore.
+    planned = {w.workload for w in out}
+    for key, obj in sorted(state.controllers.items()):
+        record = _surge_record(obj)
+        if key in planned or record is None or record.node not in targets:
+            continue
+        bounds = record.autoscaler
+        out.append(WorkloadPlan(
+            workload=key, strategy="surge", pods=(), replicas=record.replicas, surge=0,
+            floor=record.replicas, startup_seconds=None, expected_seconds=0.0,
+            why="an earlier run surged it and was stopped before the restore: restore",
+            autoscaler=None if bounds is None
+            else f"{meta(obj).get('namespace')}/{bounds.name}",
+            resumed=True))
+    return out
+
+
+def _surge_record(obj: Obj) -> SurgeRecord | None:
+    try:
+        return SurgeRecord.of(obj)
+    except ValueError:
+        return None

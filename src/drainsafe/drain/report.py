@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from drainsafe.drain.execute import NodeReport, iso
-from drainsafe.drain.ownership import CordonRecord
+from drainsafe.drain.ownership import CordonRecord, SurgedWorkload
 from drainsafe.drain.plan import DrainPlan
 
 
@@ -33,16 +33,35 @@ def render_plan(console: Console, plan: DrainPlan) -> None:
             f"PDB {budget.key}: {budget.replicas} replicas, allows "
             f"{budget.best_case_disruptions} disruption(s) when all are Ready "
             f"(now: {budget.disruptions_allowed_now})"
+            + (f"; {budget.best_case_with_surge} with the surge of {budget.surge}"
+               if budget.surge else "")
         )
-    if plan.queues:
-        console.print("Order (queues run in parallel; within one, one pod at a time, "
-                      "the next after the previous one's replacement is Ready):")
-        for q in plan.queues:
+    if plan.workload_plans:
+        wt = Table(title="Per workload (workloads run in parallel)", title_justify="left")
+        for col in ("workload", "strategy", "pods", "surge", "Ready floor", "expected",
+                    "why"):
+            wt.add_column(col)
+        for w in plan.workload_plans:
+            floor = "-" if w.floor is None or not w.replicas else (
+                f"{w.floor}/{w.replicas} ({100 * w.floor // w.replicas}%)")
+            expected = "?" if w.expected_seconds is None else f"<= {w.expected_seconds:.0f}s"
+            if w.startup_seconds is not None:
+                expected += f" (start-up {w.startup_seconds:.0f}s)"
+            wt.add_row(w.workload, w.strategy, str(len(w.pods)), f"+{w.surge}", floor,
+                       expected, w.why + (" [continues an earlier run]" if w.resumed else ""))
+        console.print(wt)
+    evict_queues = [q for q in plan.queues if (plan.workload_plan(q.workload) is None
+                    or plan.workload_plan(q.workload).strategy == "evict")]  # type: ignore[union-attr]
+    if evict_queues:
+        console.print("Evict-first order (within a queue one pod at a time, the next after "
+                      "the previous one's replacement is Ready):")
+        for q in evict_queues:
             console.print(f"  {q.workload or 'no workload'}: {' -> '.join(q.pods)}")
-    console.print(f"Longest grace period: {plan.longest_grace}s; slowest queue up to "
-                  f"{plan.longest_queue_grace}s of termination plus replacement start-up.")
-    for w in plan.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+    console.print(f"Longest grace period: {plan.longest_grace}s.")
+    for n in plan.notes:
+        console.print(f"note: {n}")
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
     for b in plan.blockers:
         console.print(f"[red]refused:[/] {b.object}: {b.message}\n  fix: {b.fix}")
 
@@ -71,6 +90,8 @@ def render_report(console: Console, report: NodeReport) -> None:
         f"{took:.1f}s (started {iso(start)} UTC); {evicted} pod(s) moved, {stayed} stayed "
         "(DaemonSet/mirror)."
     )
+    for workload, what in report.scaled.items():
+        console.print(f"  surged {workload}: {what}, restored")
     for name, ok in report.done_checks.items():
         console.print(f"  {'ok' if ok else 'FAILED'}: {name}")
     if report.failure:
@@ -102,3 +123,17 @@ def render_audit(console: Console, records: Sequence[CordonRecord]) -> None:
                       r.reason or "-", r.drain_state or "-", "yes" if r.takes_work else "NO",
                       f"{r.pods} ({r.daemon_pods} DaemonSet/mirror)")
     console.print(table)
+
+
+def render_surged(console: Console, surged: Sequence[SurgedWorkload]) -> None:
+    if not surged:
+        return
+    table = Table(title="Workloads left scaled up by an unfinished drain", title_justify="left")
+    for col in ("workload", "replicas now", "before", "HPA", "for node", "by", "since"):
+        table.add_column(col)
+    for s in surged:
+        table.add_row(s.workload, str(s.replicas_now), str(s.replicas_before),
+                      s.autoscaler or "-", s.node, s.by, s.since)
+    console.print(table)
+    console.print("Run the same drain again to finish it, or `drainsafe uncordon NODE` to give "
+                  "it up; both restore the recorded scale.")

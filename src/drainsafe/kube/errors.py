@@ -198,7 +198,8 @@ def error_from_response(
 
     A 2xx whose body is a Status with status "Failure" is an error too: the eviction
     handler returns the multi-PDB refusal as a result object, and the HTTP code it ends up
-    with is not something to rely on (research k8s-clients.md C.3).
+    with is not something to rely on (pkg/registry/core/pod/storage/eviction.go returns
+    it through the REST result, not as an error).
     """
     status = decode_status(body)
     if 200 <= code < 300:

@@ -1,7 +1,8 @@
 """Our own list+watch loop (an informer) with a local cache callers can wait on.
 
-Why not a library's watch: every Python client gets some part of this wrong
-(research k8s-clients.md A.2). The protocol followed here
+Why not a library's watch: the Python clients' watches miss parts of the protocol below
+(relist on a 410 sent as an ERROR event, bookmarks, an idle timeout for a silent stream).
+The protocol followed here
 (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes):
 
 - LIST (paginated), remember the list's resourceVersion, then WATCH from it with
@@ -36,6 +37,7 @@ from drainsafe.kube.retry import Backoff
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+K = TypeVar("K")
 Cache = Mapping[str, Obj]
 EventHook = Callable[[str, Obj], None]
 
@@ -44,6 +46,32 @@ def cache_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace") or ""
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+def relist_events(old: Mapping[K, Obj], fresh: Mapping[K, Obj]) -> list[tuple[str, Obj]]:
+    """What changed across a relist, as watch events: ADDED for new keys, MODIFIED for
+    objects whose resourceVersion changed (a pod that turned terminating or unready during
+    the gap), DELETED for keys gone. client-go's reflector does the same through its
+    DeltaFIFO Replace (tools/cache/delta_fifo.go: Replaced deltas become updates).
+    The lab's node-side informer (drainsafe.lab.informer) uses this function too, so both
+    list+watch loops agree on what a relist reports."""
+    events: list[tuple[str, Obj]] = []
+    for key, obj in fresh.items():
+        before = old.get(key)
+        if before is None:
+            events.append(("ADDED", obj))
+        elif _rv(before) != _rv(obj) or _uid(before) != _uid(obj):
+            events.append(("MODIFIED", obj))
+    events.extend(("DELETED", obj) for key, obj in old.items() if key not in fresh)
+    return events
+
+
+def _rv(obj: Mapping[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _uid(obj: Mapping[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("uid")
 
 
 class WaitTimeout(TimeoutError):
@@ -168,12 +196,8 @@ class Informer:
         self.stats.lists += 1
         fresh = {cache_key(o): o for o in items}
         if self._on_event is not None:
-            for key, obj in fresh.items():
-                if key not in self._cache:
-                    self._on_event("ADDED", obj)
-            for key, obj in self._cache.items():
-                if key not in fresh:
-                    self._on_event("DELETED", obj)
+            for kind, obj in relist_events(self._cache, fresh):
+                self._on_event(kind, obj)
         self._cache = fresh
         self._rv = rv
         self._synced.set()

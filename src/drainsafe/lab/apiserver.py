@@ -31,8 +31,13 @@ from starlette.types import Receive, Scope, Send
 from drainsafe.lab import apply as ssa
 from drainsafe.lab import discovery, fields, openapi, podproxy, schema, table
 from drainsafe.lab import status as st
+from drainsafe.lab.admission_webhook import (
+    WebhookDispatcher,
+    eviction_attributes,
+    warning_headers,
+)
 from drainsafe.lab.discovery import ResourceType
-from drainsafe.lab.eviction import evict
+from drainsafe.lab.eviction import check_request, evict
 from drainsafe.lab.patch import APPLY_PATCH, apply_patch
 from drainsafe.lab.store import Event, Obj, Store, clone, meta
 from drainsafe.labels import SelectorError
@@ -105,6 +110,7 @@ class ApiServer:
         self.bookmark_seconds = bookmark_seconds
         self.request_log: list[tuple[str, str]] | None = None
         store.admission.append(lambda rt, obj, old: ssa.record(rt, obj, old, store.clock()))
+        self.webhooks = WebhookDispatcher(store)
         self.app = Starlette(routes=[
             Route("/{path:path}", self._handle,
                   methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
@@ -242,9 +248,7 @@ class ApiServer:
                     created = self.store.create(rt, obj, namespace=namespace, dry_run=dry_run)
                 return _warned(json_response(created, 201), warnings)
             if sub == "eviction":
-                code, result = evict(self.store, namespace or "", name, _dict(body),
-                                     query_dry_run=dry_run)
-                return json_response(result, code)
+                return await self._evict(namespace or "", name, _dict(body), dry_run)
             if sub == "binding":
                 return self._bind(namespace or "", name, _dict(body), dry_run)
             raise st.method_not_allowed("the server does not allow this method on the "
@@ -268,6 +272,20 @@ class ApiServer:
         if method == "DELETE":
             return self._delete(request, rt, namespace or "", name, _dict(body or {}))
         raise st.method_not_allowed("method not allowed")
+
+    async def _evict(self, namespace: str, name: str, body: dict[str, Any],
+                     dry_run: bool) -> Response:
+        _, dry = check_request(name, body, query_dry_run=dry_run)
+        warnings = await self.webhooks.validate(
+            eviction_attributes(namespace, name, body, dry_run=dry))
+        try:
+            code, result = evict(self.store, namespace, name, body, query_dry_run=dry_run)
+            response = json_response(result, code)
+        except st.StatusError as err:
+            response = status_response(err)
+        for value in warning_headers(warnings):
+            response.headers.append("Warning", value)
+        return response
 
     def _render(self, request: Request, rt: ResourceType, objs: list[Obj], *,
                 single: bool = False, list_meta: dict[str, Any] | None = None) -> Response:

@@ -123,6 +123,7 @@ class ControlPlane:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(t, 10)
         self._tasks.clear()
+        await self.api.webhooks.aclose()
         if self._socket is not None:
             self._socket.close()
             self._socket = None

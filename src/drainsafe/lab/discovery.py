@@ -105,7 +105,18 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",),
                  subresources=(_status("PodDisruptionBudget"),), has_status=True),
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
+    ResourceType("", "v1", "secrets", "Secret", True),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # Stored only: the lab authorises every valid token (RBAC objects are accepted, so that
+    # real install manifests apply, but not enforced).
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings",
+                 "ClusterRoleBinding", False),
+    # Called on pods/eviction by drainsafe.lab.admission_webhook.
+    ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+                 "ValidatingWebhookConfiguration", False),
     ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
                  True, ("hpa",), ("all",),
                  subresources=(_status("HorizontalPodAutoscaler"),), has_status=True),

@@ -85,14 +85,24 @@ def _dry_run(body: dict[str, Any], query_dry_run: bool) -> tuple[dict[str, Any],
     return opts, bool(in_body or in_query)
 
 
-def evict(store: Store, namespace: str, name: str, body: dict[str, Any], *,
-          query_dry_run: bool = False) -> tuple[int, dict[str, Any]]:
-    """Handle POST pods/{name}/eviction; returns (HTTP code, body) or raises StatusError."""
+def check_request(name: str, body: dict[str, Any], *, query_dry_run: bool = False
+                  ) -> tuple[dict[str, Any], bool]:
+    """The checks EvictionREST.Create makes before admission: (deleteOptions, dry run)."""
     if body.get("kind") not in (None, "Eviction"):
         raise st.bad_request(f"not a Eviction object: {body.get('kind')}")
     if (body.get("metadata") or {}).get("name") != name:
         raise st.bad_request("name in URL does not match name in Eviction object")
-    opts, dry_run = _dry_run(body, query_dry_run)
+    return _dry_run(body, query_dry_run)
+
+
+def evict(store: Store, namespace: str, name: str, body: dict[str, Any], *,
+          query_dry_run: bool = False) -> tuple[int, dict[str, Any]]:
+    """Handle POST pods/{name}/eviction; returns (HTTP code, body) or raises StatusError.
+
+    Validating admission (drainsafe.lab.admission_webhook) runs before this, after
+    check_request, as createValidation does at the start of EvictionREST.Create.
+    """
+    opts, dry_run = check_request(name, body, query_dry_run=query_dry_run)
     preconditions = dict(opts.get("preconditions") or {})
     pod = store.get(PODS, namespace, name)
     phase = pod.get("status", {}).get("phase", "Pending")

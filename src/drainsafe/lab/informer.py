@@ -19,6 +19,8 @@ from lightkube import ApiError, AsyncClient
 from lightkube.core.exceptions import ObjectDeleted
 from lightkube.types import OnErrorAction, OnErrorResult
 
+from drainsafe.kube.watch import relist_events
+
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
@@ -62,17 +64,10 @@ class Informer:
             data = obj.to_dict()
             fresh[key_of(data)] = data
         version = str(listing.resourceVersion)
-        for key, old in list(self.cache.items()):
-            if key not in fresh:
-                del self.cache[key]
-                self.on_event("DELETED", old)
-        for key, data in fresh.items():
-            before = self.cache.get(key)
-            self.cache[key] = data
-            if before is None:
-                self.on_event("ADDED", data)
-            elif _rv(before) != _rv(data):
-                self.on_event("MODIFIED", data)
+        events = relist_events(self.cache, fresh)
+        self.cache = fresh
+        for kind, data in events:
+            self.on_event(kind, data)
         return version
 
     async def _watch(self, version: str) -> None:
@@ -93,6 +88,3 @@ class Informer:
                 self.cache[key] = data
             self.on_event(kind, data)
 
-
-def _rv(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

@@ -345,7 +345,9 @@ class PodWorker:
                 ctx = self._ctx()
                 env = container_env(c.spec, ctx)
                 argv = container_argv(c.spec, env)
-                proc = ProcessContainer(argv, env=process_environment(env, ctx),
+                proc = ProcessContainer(argv, env=process_environment(
+                                            env, ctx,
+                                            kubeconfig=self.kubelet.state_dir / "kubeconfig"),
                                         cwd=self.dir / c.name,
                                         log_path=self.dir / f"{c.name}.log")
                 await proc.start()

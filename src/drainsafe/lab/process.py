@@ -164,11 +164,16 @@ def container_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list
     return command + args
 
 
-def process_environment(env: Mapping[str, str], ctx: PodContext) -> dict[str, str]:
+def process_environment(env: Mapping[str, str], ctx: PodContext, *,
+                        kubeconfig: Path | None = None) -> dict[str, str]:
     """The full environment of the local process: the host's (standing in for the image's),
-    HOSTNAME as in a pod, then the container's env on top."""
+    HOSTNAME as in a pod, KUBECONFIG set to the lab's kubeconfig (standing in for the
+    service-account credentials a pod gets mounted; never the host's own cluster), then the
+    container's env on top."""
     full = dict(os.environ)
     full["HOSTNAME"] = ctx.name
+    if kubeconfig is not None:
+        full["KUBECONFIG"] = str(kubeconfig)
     full.update(env)
     return full
 

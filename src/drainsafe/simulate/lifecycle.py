@@ -19,11 +19,14 @@ Kubernetes behaviour modelled (and where it comes from):
   after its own propagation delay (sampled per pod and consumer).
 - kubectl-like drain: cordon, evict every pod on the node at once; the ReplicaSet creates a
   replacement as soon as a pod is deleted; it runs only where a schedulable node has free GPUs.
-- drainsafe drain (what `drainsafe drain` does, src/drainsafe/drain/execute.py): cordon, then
-  per workload one pod at a time, each eviction only once the workload is back at its desired
-  Ready count and there is room (free GPUs) for the replacement; still through the PDB.
-- surge (make before break): cordon, start a replacement for each pod first, evict the old pod
-  only when its replacement is Ready (still through the PDB); capacity never dips.
+- drainsafe drain (what `drainsafe drain --strategy surge` does for Deployments,
+  src/drainsafe/drain/execute.py): cordon, scale each workload up by all of its pods on the
+  node in one step, and once all of those new pods are Ready evict the old ones as fast as
+  the PDB allows (the drain watches the budget's status, so a refused eviction is retried as
+  soon as a pod turns Ready, not on a 5 s timer); each accepted eviction lowers the scale by
+  one, so the ReplicaSet does not replace the evicted pod. Still through the PDB.
+- surge (make before break, per pod): cordon, start a replacement for each pod first, evict
+  the old pod only when its own replacement is Ready (still through the PDB).
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
   takes Pending pods; `parallelism` nodes are in the upgrade at once. Surge nodes join at the
   start, already upgraded, and are not drained.
@@ -174,11 +177,11 @@ class _Engine:
         self.pending_of = [0] * nw
         self.routed = [0] * nw
         self.waiters: list[list[int]] = [[] for _ in range(nw)]
-        # drainsafe strategy: per (node, workload) the pods still to evict, one at a time;
-        # gated[w]: nodes whose queue for w waits for w to be fully Ready or for room.
-        self.queues: dict[tuple[int, int], deque[int]] = {}
-        self.gated: list[set[int]] = [set() for _ in range(nw)]
-        self.handed: set[int] = set()
+        # drainsafe strategy: the surge of one workload on one node is one group: its old
+        # pods are evicted once every new pod of the group is Ready.
+        self.group_old: dict[tuple[int, int], list[int]] = {}
+        self.group_new: dict[tuple[int, int], set[int]] = {}
+        self.group_of: dict[int, tuple[int, int]] = {}  # new pod -> its group
         self.pending: deque[int] = deque()
 
         self.heap: list[tuple[float, int, int, int]] = []
@@ -335,15 +338,10 @@ class _Engine:
             if waiting:
                 return (f"workload {s.workloads[w].name}: its PodDisruptionBudget allows no "
                         f"eviction and nothing will change that ({len(waiting)} pods waiting)")
-        gated = sum(len(nodes) for nodes in self.gated)
-        if gated:
-            names = sorted(s.workloads[w].name for w, nodes in enumerate(self.gated) if nodes)
-            return (f"drains of {gated} node(s) wait for room (free GPUs) to replace pods of "
-                    f"{', '.join(names)}: add surge nodes or free GPUs")
         if self.pending:
             names = sorted({s.workloads[self.pod_w[p]].name for p in self.pending})
             hint = ("; make-before-break needs spare GPUs: add surge nodes"
-                    if s.upgrade.strategy == "surge" else "")
+                    if s.upgrade.strategy in ("surge", "drainsafe") else "")
             return (f"{len(self.pending)} pods of {', '.join(names)} wait for free GPUs that "
                     f"never come{hint}")
         return "the upgrade stopped before every node was drained"
@@ -362,18 +360,19 @@ class _Engine:
             for p in pods:
                 self.try_evict(p)
         elif strategy == "drainsafe":
-            keys: list[tuple[int, int]] = []
+            # One step per workload: all of its pods here get a new pod at once (a starting
+            # one too: the drain counts it in the surge).
             for p in pods:
-                if self.pod_state[p] != _READY_STATE:
-                    self.try_evict(p)  # not serving yet: nothing to protect
+                if self.pod_state[p] in (_TERMINATING, _DELETED):
                     continue
                 key = (node, self.pod_w[p])
-                if key not in self.queues:
-                    self.queues[key] = deque()
-                    keys.append(key)
-                self.queues[key].append(p)
-            for key in keys:
-                self.advance(*key)
+                r = self.new_pod(self.pod_w[p], replaces=p)
+                self.replaced_by[p] = r
+                self.group_old.setdefault(key, []).append(p)
+                self.group_new.setdefault(key, set()).add(r)
+                self.group_of[r] = key
+                self.pending.append(r)
+            self.schedule_pending()
         else:
             # Make before break for every pod on the node, a starting one included: evicting
             # it now would only be refused by the budget and retried once it serves.
@@ -383,29 +382,21 @@ class _Engine:
                 self.pending.append(r)
             self.schedule_pending()
 
-    def advance(self, node: int, w: int) -> None:
-        """drainsafe: evict the next pod of w on node once w is fully Ready and has room."""
-        queue = self.queues.get((node, w))
-        while queue and self.pod_state[queue[0]] in (_TERMINATING, _DELETED):
-            self.handed.discard(queue.popleft())
-        if not queue:
-            self.queues.pop((node, w), None)
-            self.gated[w].discard(node)
+    def group_ready(self, r: int) -> None:
+        """drainsafe: a new pod is Ready; when its whole group is, evict the group's old pods
+        (the budget decides how many go now; the rest wait for it)."""
+        key = self.group_of.get(r)
+        if key is None:
+            old = self.pod_replaces[r]
+            if old >= 0:
+                self.try_evict(old)
             return
-        self.gated[w].add(node)
-        head = queue[0]
-        if head in self.handed:
-            return  # refused by the PDB; the eviction retry takes it from here
-        wl = self.s.workloads[w]
-        if self.ready[w] < wl.replicas or self.fit(wl.gpus) < 0:
+        if any(self.pod_state[n] != _READY_STATE for n in self.group_new[key]):
             return
-        self.handed.add(head)
-        self.try_evict(head)
-
-    def recheck_gated(self, w: int | None = None) -> None:
-        for wi in range(len(self.gated)) if w is None else (w,):
-            for node in sorted(self.gated[wi]):
-                self.advance(node, wi)
+        for n in self.group_new.pop(key):
+            self.group_of.pop(n, None)
+        for old in self.group_old.pop(key):
+            self.try_evict(old)
 
     def evictable(self, p: int) -> bool:
         w = self.pod_w[p]
@@ -467,7 +458,7 @@ class _Engine:
         # The ReplicaSet replaces a deleted pod at once. drainsafe started the replacement
         # of a Ready pod before evicting it; a pod evicted before it was Ready (say a
         # replacement on a node drained meanwhile) is re-made and keeps its duty.
-        if self.s.upgrade.strategy in ("kubectl", "drainsafe"):
+        if self.s.upgrade.strategy == "kubectl":
             self.pending.append(self.new_pod(w))
             self.schedule_pending()
         else:
@@ -480,13 +471,32 @@ class _Engine:
                     # p's own replacement takes over: it now replaces the pod p replaced.
                     self.pod_replaces[heir] = old
                     self.replaced_by[old] = heir
+                    self.pass_duty(p, heir)
                     if self.pod_state[heir] == _READY_STATE:
-                        self.try_evict(old)
+                        self.on_new_ready(heir)
                 else:
                     r = self.new_pod(w, replaces=old)
                     self.replaced_by[old] = r
+                    self.pass_duty(p, r)
                     self.pending.append(r)
                     self.schedule_pending()
+
+    def pass_duty(self, p: int, heir: int) -> None:
+        """A new pod of a drainsafe group was evicted before it served: its heir joins the
+        group in its place."""
+        key = self.group_of.pop(p, None)
+        if key is not None:
+            self.group_new[key].discard(p)
+            self.group_new[key].add(heir)
+            self.group_of[heir] = key
+
+    def on_new_ready(self, r: int) -> None:
+        if self.s.upgrade.strategy == "drainsafe":
+            self.group_ready(r)
+        else:
+            old = self.pod_replaces[r]
+            if old >= 0:
+                self.try_evict(old)
 
     def exit_after(self, w: int, rate: float, props: list[float]) -> float:
         """Seconds from deletion to the process exiting: when its last request is done.
@@ -533,7 +543,6 @@ class _Engine:
         else:
             self.open_node(node)
             self.schedule_pending()
-            self.recheck_gated()
 
     def node_emptied(self, node: int) -> None:
         self.emptied[node] = self.now
@@ -547,7 +556,6 @@ class _Engine:
         self.nodes_done += 1
         self.open_node(node)
         self.schedule_pending()
-        self.recheck_gated()
         if self.to_drain:
             self.push(self.now, _DRAIN, self.to_drain.popleft())
 
@@ -555,7 +563,6 @@ class _Engine:
         self.up[node] = True
         self.open_node(node)
         self.schedule_pending()
-        self.recheck_gated()
 
     def on_ready(self, p: int) -> None:
         if self.pod_state[p] != _STARTING:
@@ -565,12 +572,8 @@ class _Engine:
         self.ready[w] += 1
         self.routed[w] += 1
         self.record_ready()
-        old = self.pod_replaces[p]
-        if old >= 0:
-            self.try_evict(old)
+        self.on_new_ready(p)
         self.wake_waiters(w)
-        if self.gated[w]:
-            self.recheck_gated(w)
 
     def wake_waiters(self, w: int) -> None:
         waiting = self.waiters[w]
@@ -579,6 +582,10 @@ class _Engine:
         self.waiters[w] = []
         retry = self.s.upgrade.eviction_retry
         for p in waiting:
+            if self.s.upgrade.strategy == "drainsafe":
+                # drainsafe waits on the budget's status, not on a retry timer.
+                self.push(self.now, _EVICT, p)
+                continue
             first = self.pod_first_refusal[p]
             ticks = math.ceil((self.now - first) / retry - 1e-9)
             self.push(first + max(ticks, 1) * retry, _EVICT, p)

@@ -7,11 +7,12 @@ which a drain must still be possible.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
-from drainsafe.check.context import Context
+from drainsafe.check.context import STARTUP_ANNOTATION, Context
 from drainsafe.check.findings import Finding, Severity
-from drainsafe.check.model import SCALED_KINDS, Index, Pdb, Workload
+from drainsafe.check.model import SCALED_KINDS, Index, Pdb, Workload, mapping, number
 from drainsafe.check.rules import rule
 from drainsafe.check.rules.termination import serves_traffic
 from drainsafe.check.snippets import dump
@@ -58,7 +59,17 @@ def _budget_text(pdb: Pdb) -> str:
 
 
 def _max_unavailable_fix(pdb: Pdb) -> str:
-    return dump({"spec": {"maxUnavailable": 1}}) + "\n# and remove spec.minAvailable"
+    """maxUnavailable: 1 in place of what the budget says (null deletes minAvailable in a
+    strategic merge patch; the two fields are exclusive)."""
+    spec: dict[str, object] = {"maxUnavailable": 1}
+    if "minAvailable" in _spec(pdb):
+        spec["minAvailable"] = None
+    return dump({"spec": spec})
+
+
+def _spec(pdb: Pdb) -> dict[str, object]:
+    spec = pdb.obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
 
 
 PDB_INVALID = rule(
@@ -80,7 +91,7 @@ def _pdb_invalid(index: Index, context: Context) -> Iterator[Finding]:
         if pdb.spec_error is None:
             continue
         yield PDB_INVALID.finding(pdb, f"invalid PodDisruptionBudget: {pdb.spec_error}",
-                                  dump({"spec": {"maxUnavailable": 1}}), path=("spec",))
+                                  _max_unavailable_fix(pdb), path=("spec",))
 
 
 PDB_WEDGE = rule(
@@ -98,8 +109,7 @@ as minReplicas, so that is the scale checked here.
 
 Sources: kubernetes/kubernetes pkg/controller/disruption/disruption.go (getExpectedPodCount,
 updatePdbStatus); apimachinery intstr.GetScaledValueFromIntOrPercent;
-kubernetes.io/docs/tasks/run-application/configure-pdb/; seed "Draining a GPU node"
-("minAvailable: 2 on a Deployment with two replicas means no pod may ever be evicted").
+kubernetes.io/docs/tasks/run-application/configure-pdb/.
 """)
 
 
@@ -140,7 +150,7 @@ which the eviction subresource does not support", whatever the budgets allow, so
 Charts that hard-code selectors (two releases in one namespace) produce this.
 
 Sources: kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go (getPodDisruptionBudgets,
-the "more than one PodDisruptionBudget" error); lint-anchors.md section 3(d).
+the "more than one PodDisruptionBudget" error).
 """)
 
 
@@ -155,8 +165,9 @@ def _pdb_overlap(index: Index, context: Context) -> Iterator[Finding]:
             w,
             f"pods are selected by {len(pdbs)} PodDisruptionBudgets ({names}): every eviction "
             "fails with HTTP 500 and drains wedge",
-            "# keep one PodDisruptionBudget per pod; make the selectors disjoint, e.g.\n"
-            + dump({"spec": {"selector": {"matchLabels": w.pod_labels or {"app": w.ref.name}}}}),
+            f"# keep one PodDisruptionBudget for these pods: delete all but one of {names}\n"
+            f"# (kubectl delete pdb -n {w.ref.namespace} NAME), or make their selectors "
+            "disjoint",
             path=("metadata", "name"),
         )
 
@@ -187,9 +198,23 @@ def _selects_nothing(index: Index, context: Context) -> Iterator[Finding]:
         yield PDB_SELECTS_NOTHING.finding(
             pdb, f"selector {why} among the {len(index.workloads)} workload(s) checked "
             f"(namespace {pdb.ref.namespace}); it protects nothing",
-            dump({"spec": {"selector": {"matchLabels": {"app": "<your workload's pod label>"}}}}),
-            path=("spec", "selector"),
+            _selector_fix(index, pdb), path=("spec", "selector"),
         )
+
+
+def _selector_fix(index: Index, pdb: Pdb) -> str:
+    """The selector of the one unprotected workload in the PDB's namespace, else advice."""
+    candidates = [w for w in index.workloads
+                  if w.ref.namespace == pdb.ref.namespace and not w.embedded
+                  and w.ref.kind in SCALED_KINDS and not index.pdbs_for(w)]
+    if len(candidates) != 1 or not candidates[0].selector_labels:
+        return ("# select the pods this budget protects: spec.selector.matchLabels with the "
+                "labels of their pod template")
+    selector: dict[str, object] = {"matchLabels": candidates[0].selector_labels}
+    if "matchExpressions" in (_spec(pdb).get("selector") or {}):  # type: ignore[operator]
+        selector["matchExpressions"] = None
+    return (f"# for {candidates[0].ref.kind} {candidates[0].ref.name}\n"
+            + dump({"spec": {"selector": selector}}))
 
 
 PDB_PREFER_MAX_UNAVAILABLE = rule(
@@ -200,9 +225,10 @@ An integer minAvailable is fixed while the replica count moves: minAvailable 2 o
 allows one eviction today and none after a scale-down to 2 (a wedged drain). maxUnavailable: 1
 keeps one eviction possible at any scale and still protects the rest.
 
-Sources: seed "Draining a GPU node" ("Express the budget as maxUnavailable: 1 instead when the
-replica count is small, so it scales with the deployment"); kubernetes.io/docs/tasks/
-run-application/configure-pdb/#think-about-how-your-application-reacts-to-disruptions.
+Sources: kubernetes.io/docs/tasks/run-application/configure-pdb/
+#think-about-how-your-application-reacts-to-disruptions; kubernetes/kubernetes
+pkg/controller/disruption/disruption.go (desiredHealthy for an int minAvailable does not
+follow the scale).
 """)
 
 
@@ -304,4 +330,83 @@ def _single_replica(index: Index, context: Context) -> Iterator[Finding]:
             w, "replicas 1: a drain or rollout leaves no replica serving",
             dump({"spec": {"replicas": 2}}),
             path=("spec", "replicas") if "replicas" in (w.obj.get("spec") or {}) else ("spec",),
+        )
+
+
+UPGRADE_SLOW_HOURS = 4.0
+"""An upgrade estimated to take at least this long is reported."""
+UPGRADE_TARGET_HOURS = 2.0
+"""The fix sizes the allowance so the estimate drops to about this."""
+
+PDB_UPGRADE_SLOW = rule(
+    "pdb-upgrade-slow", Severity.WARNING,
+    "A PDB whose allowance, with the replicas and their start-up time, serialises a node-pool "
+    "upgrade into many hours.",
+    """
+A node-pool upgrade drains every node, and each drain's evictions go through the
+PodDisruptionBudget: with disruptionsAllowed = N, at most N of the selected pods are away at
+a time, and the next eviction waits until a replacement is Ready. A replacement takes its
+start-up time (scheduling, image pull, model load: minutes for a large model). So the
+upgrade takes at least ceil(pods / N) x start-up, plus each wave's termination:
+maxUnavailable 1 on 300 replicas that need 10 minutes to load means 50 hours. Raise the
+allowance (maxUnavailable as a larger number or a percentage) to what capacity can spare, or
+add capacity first: a surge-first drain (drainsafe drain starts the replacement before it
+evicts) keeps serving capacity while the budget allows more at once.
+
+The start-up time is the annotation drainsafe.io/startup-seconds on the workload or its pod
+template, else the larger initialDelaySeconds of its startup and readiness probes (no probe
+runs earlier, so no pod is Ready sooner). The allowance is drainsafe.pdb's, as the
+disruption controller computes it, at the expected scale (the HPA minimum where an HPA
+targets the workload).
+
+Sources: kubernetes/kubernetes pkg/controller/disruption/disruption.go (disruptionsAllowed);
+pkg/registry/core/pod/storage/eviction.go (an eviction is refused while disruptionsAllowed
+is 0); kubernetes.io/docs/concepts/workloads/pods/disruptions/.
+""")
+
+
+def startup_seconds(w: Workload) -> float | None:
+    """A lower bound on how long a replacement takes to become Ready, if anything says."""
+    text = w.annotation(STARTUP_ANNOTATION)
+    value = number(text) if text is not None else None
+    if value is not None and value > 0:
+        return value
+    delays = [number(mapping(c.spec.get(p)).get("initialDelaySeconds")) or 0.0
+              for c in w.containers for p in ("startupProbe", "readinessProbe")]
+    longest = max(delays, default=0.0)
+    return longest if longest > 0 else None
+
+
+@PDB_UPGRADE_SLOW.check
+def _upgrade_slow(index: Index, context: Context) -> Iterator[Finding]:
+    for pdb in index.pdbs:
+        if pdb.spec is None:
+            continue
+        total = expected_pods(index, pdb)
+        if total is None or total <= 0:
+            continue
+        allowed = best_case_disruptions(pdb.spec, total)
+        if allowed <= 0:
+            continue  # pdb-wedge reports it
+        starts = [s for s in (startup_seconds(w) for w in index.workloads_selected_by(pdb))
+                  if s is not None]
+        if not starts:
+            continue
+        startup = max(starts)
+        waves = math.ceil(total / allowed)
+        seconds = waves * startup
+        if seconds < UPGRADE_SLOW_HOURS * 3600:
+            continue
+        want = min(total, math.ceil(total * startup / (UPGRADE_TARGET_HOURS * 3600)))
+        spec: dict[str, object] = {"maxUnavailable": want}
+        if "minAvailable" in _spec(pdb):
+            spec["minAvailable"] = None
+        yield PDB_UPGRADE_SLOW.finding(
+            pdb,
+            f"{_budget_text(pdb)} allows {allowed} eviction(s) at a time on {total} pod(s) "
+            f"({scale_detail(index, pdb)}) that take {startup:g}s to start: a node-pool "
+            f"upgrade takes at least {waves} x {startup:g}s = {seconds / 3600:.1f} h; allow "
+            f"{want} at a time (about {math.ceil(total / want) * startup / 3600:.1f} h) or "
+            "drain surge-first",
+            dump({"spec": spec}), path=("spec",),
         )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
-from drainsafe.check.model import Index, mapping, sequence
+from drainsafe.check.model import Container, Index, mapping, sequence
 from drainsafe.check.rules import rule
 from drainsafe.check.rules.termination import is_sidecar
 from drainsafe.check.snippets import dump, pod_fix
@@ -36,22 +37,43 @@ def _sidecars(index: Index, context: Context) -> Iterator[Finding]:
         if len(w.containers) < 2:
             continue
         for c in w.containers:
-            if not is_sidecar(c):
+            if not is_sidecar(c) or _drains_itself(c):
                 continue
             if context.at_least(1, 29):
-                fix = pod_fix(w.pod_path, {"initContainers": [
-                    {"name": c.name, "image": c.image or "...", "restartPolicy": "Always"}]})
-                fix += "\n# and remove it from containers"
+                # Moved whole (a strategic merge patch deletes the plain container by name).
+                fix = pod_fix(w.pod_path, {
+                    "initContainers": [{**c.spec, "restartPolicy": "Always"}],
+                    "containers": [{"name": c.name, "$patch": "delete"}]})
                 advice = "make it a native sidecar"
-            else:
+            elif _istio(c):
                 fix = pod_fix(w.pod_path, {"containers": [{"name": c.name, "env": [
                     {"name": "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "value": "true"}]}]})
                 advice = (f"native sidecars need >= 1.29 (cluster {context.version_text}); "
                           "make the proxy drain until the server is done")
+            else:
+                wait = max(math.floor(w.grace - context.buffer_seconds), 1)
+                fix = pod_fix(w.pod_path, {"containers": [{"name": c.name, "lifecycle": {
+                    "preStop": {"exec": {"command": ["sleep", str(wait)]}}}}]})
+                advice = (f"native sidecars need >= 1.29 (cluster {context.version_text}); "
+                          "keep it running while the server drains (a preStop that waits)")
             yield SIDECAR_ORDERING.finding(
                 w, f"container {c.name} looks like a proxy/sidecar but is a plain container: it "
                 f"may stop before the server finishes draining; {advice}",
                 fix, path=c.path)
+
+
+def _istio(c: Container) -> bool:
+    return any(m in f"{c.name} {c.image}" for m in ("istio-proxy", "proxyv2"))
+
+
+def _drains_itself(c: Container) -> bool:
+    """A sidecar told to outlast the server: Istio's EXIT_ON_ZERO_ACTIVE_CONNECTIONS
+    (istio pilot-agent: exit once no connection is active), or a preStop hook that waits."""
+    if mapping(mapping(c.spec.get("lifecycle")).get("preStop")):
+        return True
+    return _istio(c) and any(
+        isinstance(e, dict) and e.get("name") == "EXIT_ON_ZERO_ACTIVE_CONNECTIONS"
+        and str(e.get("value")).lower() == "true" for e in sequence(c.spec.get("env")))
 
 
 EMPTYDIR_DATA = rule(
@@ -63,7 +85,7 @@ given, because their data is deleted with the pod. GPU inference pods usually ha
 caches, /dev/shm), so plan the flag, and expect the replacement to download the model again.
 
 Sources: kubernetes/kubectl pkg/drain/filters.go (localStorageFilter);
-kubernetes.io/docs/reference/kubectl/generated/kubectl_drain/; seed "Draining a GPU node".
+kubernetes.io/docs/reference/kubectl/generated/kubectl_drain/.
 """)
 
 
@@ -101,8 +123,16 @@ def _unmanaged(index: Index, context: Context) -> Iterator[Finding]:
     for w in index.workloads:
         if w.ref.kind != "Pod" or mapping(w.obj.get("metadata")).get("ownerReferences"):
             continue
+        labels = w.pod_labels or {"app": w.ref.name}
+        meta = {"name": w.ref.name, "namespace": w.ref.namespace}
+        deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                  "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                           "template": {"metadata": {"labels": labels}, "spec": w.pod}}}
+        budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
+                  "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}
+        fix = "# replaces the Pod\n" + dump(deploy)
+        if not index.pdbs_for(w):
+            fix += "\n---\n" + dump(budget)
         yield UNMANAGED_POD.finding(
             w, "bare Pod without a controller: kubectl drain refuses it without --force and "
-            "nothing recreates it", dump({"apiVersion": "apps/v1", "kind": "Deployment",
-                                          "spec": {"replicas": 2, "template": "<this pod>"}}),
-            path=("metadata",))
+            "nothing recreates it", fix, path=("metadata",))

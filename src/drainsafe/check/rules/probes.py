@@ -12,6 +12,8 @@ from drainsafe.check.hooks import on_admin_port
 from drainsafe.check.model import Index, integer, mapping, number
 from drainsafe.check.rules import rule
 from drainsafe.check.rules.termination import serves_traffic, serving
+from drainsafe.check.serverfix import pre_stop, probe
+from drainsafe.check.servers import ServerShutdown
 from drainsafe.check.snippets import container_fix
 
 # Probe defaults (kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#Probe).
@@ -19,11 +21,12 @@ DEFAULT_PERIOD = 10
 DEFAULT_FAILURE_THRESHOLD = 3
 DEFAULT_TIMEOUT = 1
 
-# Endpoints that a server fails on purpose while it drains (vLLM /health returns 503 during
-# drain and documents /live for liveness; SGLang /health and /health_generate return 503 once
-# shutdown starts): server-shutdown.md, lint-anchors.md 3(e).
+# Endpoints that a server fails on purpose while it drains: SGLang's /health and
+# /health_generate answer 503 once SIGTERM set gracefully_exit (sgl-project/sglang 0.5.23
+# python/sglang/srt/entrypoints/http_server.py). vLLM's /health stays 200 while
+# --shutdown-timeout drains; it answers 503 only for a dead engine (vllm 0.18.0 and 0.32.0
+# vllm/entrypoints/serve/instrumentator/health.py).
 DRAIN_FAILING_PATHS = {
-    "vllm": ("/health",),
     "sglang": ("/health", "/health_generate"),
 }
 
@@ -53,19 +56,36 @@ def _readiness_missing(index: Index, context: Context) -> Iterator[Finding]:
             c = s.container
             if c.spec.get("readinessProbe") or not (c.spec.get("ports") or behind_service):
                 continue
-            port, path = _first_port(c.spec), "/ready"
-            if s.server is not None and s.server.admin_port is not None:
-                # drainsafe serve/run: readiness is on the admin port only.
-                port, path = s.server.admin_port, "/readyz"
             yield READINESS_MISSING.finding(
                 w,
                 f"container {c.name}: no readinessProbe; traffic reaches it before it can "
                 "serve and a rollout cannot tell when a replacement is ready",
-                container_fix(w.pod_path, c.name, {"readinessProbe": {
-                    "httpGet": {"path": path, "port": port},
-                    "periodSeconds": 2, "failureThreshold": 1}}),
+                container_fix(w.pod_path, c.name, _readiness(c.spec, s.server)),
                 path=c.path,
             )
+
+
+# Readiness endpoints each server has at a release: vLLM /health (vllm 0.18.0 and 0.32.0
+# vllm/entrypoints/serve/instrumentator/health.py), TGI /health
+# (huggingface/text-generation-inference v3.3.6 router/src/server.rs), SGLang /health (sglang
+# 0.5.23 srt/entrypoints/http_server.py), Triton /v2/health/ready
+# (triton-inference-server/server v2.71.0 src/http_server.cc server_regex_).
+READY_PATHS = {"vllm": "/health", "tgi": "/health", "sglang": "/health",
+               "triton": "/v2/health/ready"}
+
+
+def _readiness(spec: dict[str, Any], server: ServerShutdown | None) -> dict[str, Any]:
+    timing = {"periodSeconds": 2, "failureThreshold": 1}
+    name = server.server if server is not None else ""
+    if server is not None and server.admin_port is not None:
+        # drainsafe serve/run: readiness is on the admin port only.
+        return {"readinessProbe": {"httpGet": {"path": "/readyz", "port": server.admin_port},
+                                   **timing}}
+    if name in READY_PATHS:
+        return {"readinessProbe": {"httpGet": {"path": READY_PATHS[name],
+                                               "port": _first_port(spec)}, **timing}}
+    # An unknown server's endpoints are unknown: a TCP check needs none.
+    return {"readinessProbe": {"tcpSocket": {"port": _first_port(spec)}, **timing}}
 
 
 def _first_port(container: dict[str, Any]) -> int | str:
@@ -130,8 +150,8 @@ def _readiness_slow(index: Index, context: Context) -> Iterator[Finding]:
                 container_fix(w.pod_path, s.container.name, {
                     "readinessProbe": {"periodSeconds": 2, "failureThreshold": 1,
                                        "timeoutSeconds": 1},
-                    "lifecycle": {"preStop": {"sleep": {
-                        "seconds": max(math.ceil(context.propagation_seconds), 3)}}}}),
+                    "lifecycle": pre_stop(s.container, "sleep", {
+                        "seconds": max(math.ceil(context.propagation_seconds), 3)})}),
                 path=(*s.container.path, "readinessProbe"),
             )
 
@@ -155,13 +175,17 @@ LIVENESS_ON_READINESS = rule(
     """
 Readiness should fail while a server drains (so traffic moves away); liveness must not, or
 the kubelet restarts the container in the middle of its drain and the in-flight requests die
-with it. vLLM's /health returns 503 during drain and vLLM documents /live for liveness;
-SGLang's /health returns 503 once shutdown starts. A liveness probe identical to the
-readiness probe has the same problem, and also restarts a server that is merely overloaded.
+with it. SGLang's /health and /health_generate return 503 once SIGTERM starts its shutdown.
+A liveness probe identical to the readiness probe restarts a server that is merely
+overloaded, and one that fails readiness on purpose while it drains. The fix is a TCP
+liveness check on the serving port: it needs no endpoint the server may not have (vLLM has
+/health and /ping, no /live or /livez), and it passes while the process drains.
 
-Sources: vLLM docs "Using Kubernetes" (readiness /health, liveness /live);
-sgl-project/sglang http_server.py (503 once gracefully_exit is set); kube-score
-pod-probes-identical.
+Sources: sgl-project/sglang 0.5.23 python/sglang/srt/entrypoints/http_server.py (503 "during
+shutdown" once gracefully_exit is set); vllm 0.18.0 and 0.32.0
+vllm/entrypoints/serve/instrumentator/health.py (/health is 503 only for a dead engine);
+kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/ (a failed
+liveness probe restarts the container); kube-score pod-probes-identical.
 """)
 
 
@@ -183,15 +207,19 @@ def _liveness(index: Index, context: Context) -> Iterator[Finding]:
                 reason = f"it probes the readiness endpoint {live[0]}"
             else:
                 continue
-            fix_path = "/live" if s.server and s.server.server == "vllm" else "/livez"
             port = mapping(liveness.get("httpGet")).get("port") or _first_port(c.spec)
-            if s.server is not None and s.server.admin_port is not None \
-                    and not on_admin_port(c, s.server, port):
-                port = s.server.admin_port  # drainsafe serve/run: liveness is there only
+            if s.server is not None and s.server.admin_port is not None:
+                # drainsafe serve/run: /livez on the admin port (and only there).
+                if not on_admin_port(c, s.server, port):
+                    port = s.server.admin_port
+                fixed = probe(liveness, "httpGet", {"path": "/livez", "port": port})
+            else:
+                # A TCP check: the process is up and listening. It needs no endpoint the
+                # server may lack, and it passes while the server drains or is overloaded.
+                fixed = probe(liveness, "tcpSocket", {"port": port})
             yield LIVENESS_ON_READINESS.finding(
                 w,
                 f"container {c.name}: liveness restarts a draining server: {reason}",
-                container_fix(w.pod_path, c.name, {"livenessProbe": {"httpGet": {
-                    "path": fix_path, "port": port}}}),
+                container_fix(w.pod_path, c.name, {"livenessProbe": fixed}),
                 path=(*c.path, "livenessProbe"),
             )

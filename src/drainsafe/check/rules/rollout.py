@@ -126,8 +126,9 @@ them: the surge pod stays Pending and the rollout stalls. Roll GPU workloads wit
 and maxUnavailable: 1 (which needs >= 2 replicas to keep serving), or add a node first.
 
 Sources: kubernetes.io/docs/concepts/workloads/controllers/deployment/#max-surge;
-kubernetes/kubernetes pkg/controller/deployment/util (ResolveFenceposts); seed "Draining a GPU
-node" ("the recreated pod needs a free device").
+kubernetes/kubernetes pkg/controller/deployment/util (ResolveFenceposts);
+kubernetes.io/docs/concepts/scheduling-eviction/ (a pod whose requested extended resources
+no node has free stays Pending).
 """)
 
 

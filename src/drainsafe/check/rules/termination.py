@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -12,13 +13,14 @@ from drainsafe.check.findings import Edit, Finding, Severity
 from drainsafe.check.hooks import DrainDelay, drain_delay, needs_shell
 from drainsafe.check.model import Container, Index, Workload, number
 from drainsafe.check.rules import rule
+from drainsafe.check.serverfix import WRAPPER_NOTE, pre_stop, with_flag, wrapped
 from drainsafe.check.servers import (
     CommandLine,
     ServerShutdown,
     identify,
     signal_forwarded,
 )
-from drainsafe.check.snippets import container_fix, pod_fix
+from drainsafe.check.snippets import container_fix, dump, pod_fix
 
 SIDECAR_MARKERS = ("istio-proxy", "proxyv2", "envoy", "linkerd-proxy", "linkerd2-proxy",
                    "cloud-sql-proxy", "cloudsql-proxy", "oauth2-proxy", "sidecar",
@@ -142,17 +144,22 @@ grace period must hold the drain delay (preStop sleep), then the server's shutdo
 lands in the middle of the drain and cuts the responses the server was still finishing.
 
 The deadline comes from the annotation drainsafe.io/shutdown-seconds, or from the server's
-own flags on the command line: uvicorn --timeout-graceful-shutdown, gunicorn/hypercorn
---graceful-timeout (defaults 30 s / 3 s), vLLM --shutdown-timeout or --shutdown-mode drain
---shutdown-drain-timeout (default 120 s), Triton --exit-timeout-secs (default 30 s),
-drainsafe serve/run --shutdown-timeout. A server that waits without limit is budgeted for
-the declared longest request.
+own flags on the command line (or a known image's entrypoint and tag): uvicorn
+--timeout-graceful-shutdown, gunicorn/hypercorn --graceful-timeout (defaults 30 s / 3 s),
+vLLM --shutdown-timeout (v0.18.0 on), TGI --graceful-termination-timeout (default 90 s),
+Triton --exit-timeout-secs (default 30 s), drainsafe serve/run --shutdown-timeout. A server
+that waits without limit (uvicorn's default, SGLang) is budgeted for the declared longest
+request.
 
 Sources: kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ ("the grace period
 applies to the total time it takes for both the PreStop hook to execute and for the Container
 to stop normally"); kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination
-(the one-off 2 s extension for an overrunning hook); vLLM docs "Using Kubernetes" (grace "at
-least drain-timeout plus a buffer").
+(the one-off 2 s extension for an overrunning hook); the servers' flags and defaults, each
+read at a release: vllm 0.18.0 vllm/engine/arg_utils.py (--shutdown-timeout, default 0);
+huggingface/text-generation-inference v3.3.6 launcher/src/main.rs
+(graceful_termination_timeout, default 90); triton-inference-server/server v2.71.0
+src/command_line_parser.h (exit_timeout_secs_ 30); encode/uvicorn 0.55.0 config.py;
+gunicorn 27.0.1 gunicorn/config.py; hypercorn 0.18.0 src/hypercorn/config.py.
 """)
 
 
@@ -187,9 +194,17 @@ what is still running then is cancelled, however long the grace period is. Defau
 for LLM generations that run up to 90 s: hypercorn's graceful_timeout is 3 s, gunicorn's 30 s,
 Triton's --exit-timeout-secs 30 s. Set the deadline to at least the longest request.
 
-Sources: pgjones/hypercorn src/hypercorn/config.py (graceful_timeout = 3); gunicorn settings
-docs (graceful_timeout 30); triton-inference-server/server src/command_line_parser.cc
-(--exit-timeout-secs); ../shared/research/server-shutdown.md.
+The fix sets the server's own flag, in the container's args shown whole (a strategic merge
+patch replaces the list); on a release that has no such flag (TGI before v3.2.2, which waits
+a fixed 90 s) it runs the server under drainsafe run, which holds SIGTERM until nothing is
+in flight.
+
+Sources: hypercorn 0.18.0 src/hypercorn/config.py (graceful_timeout: float = 3 * SECONDS);
+gunicorn 27.0.1 gunicorn/config.py (GracefulTimeout, default 30); triton-inference-server/
+server v2.71.0 src/command_line_parser.cc ("Timeout (in seconds) when exiting to wait for
+in-flight inferences to finish") and command_line_parser.h (default 30);
+huggingface/text-generation-inference v3.3.6 launcher/src/main.rs (--graceful-termination-
+timeout, default 90; added in #3126, first released in v3.2.2).
 """)
 
 
@@ -204,25 +219,38 @@ def _shutdown_short(index: Index, context: Context) -> Iterator[Finding]:
                 continue
             if s.server.deadline >= longest:
                 continue
-            flag = _deadline_flag(s.server)
             want = math.ceil(longest)
             yield SHUTDOWN_SHORT.finding(
                 w,
                 f"container {s.container.name}: {s.server.server} shutdown deadline "
                 f"{s.server.deadline:g}s ({s.server.source}) < longest request {longest:g}s "
                 f"({source})",
-                container_fix(w.pod_path, s.container.name, {"args": [f"{flag}={want}"]}),
+                deadline_fix(w, s, context, want),
                 path=(*s.container.path, "args") if "args" in s.container.spec
                 else s.container.path,
             )
 
 
-def _deadline_flag(server: ServerShutdown) -> str:
-    return {
-        "uvicorn": "--timeout-graceful-shutdown", "gunicorn": "--graceful-timeout",
-        "hypercorn": "--graceful-timeout", "vllm": "--shutdown-timeout",
-        "triton": "--exit-timeout-secs", "drainsafe": "--shutdown-timeout",
-    }.get(server.server, "--shutdown-timeout")
+def deadline_fix(w: Workload, s: Serving, context: Context, deadline: int) -> str:
+    """The snippet that gives the server `deadline` seconds to drain: its own flag where
+    its release has one, else `drainsafe run`; the grace period grows to fit."""
+    assert s.server is not None
+    flag = s.server.deadline_flag
+    if flag is not None:
+        fields = with_flag(s.container, s.line, flag, str(deadline))
+        delay = s.delay.known
+        note = ""
+        if s.server.release is None and s.server.deadline_flag_since:
+            note = (f"\n# {flag} needs {s.server.deadline_flag_since}; on older releases "
+                    "run the server under drainsafe run")
+    else:
+        delay = 0 if s.delay.present else math.ceil(context.propagation_seconds)
+        fields = wrapped(s.container, s.line, s.server, drain_delay=delay, deadline=deadline)
+        delay = max(delay, s.delay.known)
+        note = "\n" + WRAPPER_NOTE
+    need = math.ceil(delay + deadline + context.buffer_seconds)
+    pod = {"terminationGracePeriodSeconds": need} if need > w.grace else None
+    return container_fix(w.pod_path, s.container.name, fields, pod) + note
 
 
 GRACE_DEFAULT = rule(
@@ -235,8 +263,7 @@ request is not declared (--max-request-seconds or the annotation
 drainsafe.io/max-request-seconds) this rule says so instead of guessing.
 
 Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/ ("The default
-terminationGracePeriodSeconds setting is 30 seconds"); seed "Draining a GPU node" ("A
-generation request can take ninety seconds. The default termination grace period is thirty").
+terminationGracePeriodSeconds setting is 30 seconds").
 """)
 
 
@@ -252,12 +279,17 @@ def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
         if source != MAX_REQUEST_ANNOTATION and not serves_traffic(index, w):
             continue  # nothing says this workload serves requests
         if longest is None:
+            assumed = 90  # an LLM generation's usual upper end; the user states their own
+            delay = max((s.delay.known for s in servers), default=0.0)
             yield GRACE_DEFAULT.finding(
                 w,
                 f"grace unset (default {w.grace:g}s) and the longest request is unknown: "
                 f"declare it with --max-request-seconds or the {MAX_REQUEST_ANNOTATION} "
                 "annotation to check the budget",
-                "metadata:\n  annotations:\n    drainsafe.io/max-request-seconds: \"90\"",
+                f"# {assumed} s is an example: declare your longest request\n" + dump(
+                    {"metadata": {"annotations": {MAX_REQUEST_ANNOTATION: str(assumed)}}})
+                + "\n" + pod_fix(w.pod_path, {"terminationGracePeriodSeconds": math.ceil(
+                    delay + assumed + context.buffer_seconds)}),
                 path=w.pod_path, severity=Severity.INFO,
             )
             continue
@@ -292,7 +324,8 @@ is over; SIGTERM waits for the hook. A longer grace period alone does not help.
 
 Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination;
 kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ (the hook must complete
-before TERM is sent); seed "Drain connections before pod termination".
+before TERM is sent); kubernetes.io/docs/concepts/services-networking/endpoint-slices/
+#conditions (a terminating endpoint is not ready; proxies follow on their own schedule).
 """)
 
 
@@ -385,8 +418,8 @@ def _sleep_unsupported(index: Index, context: Context) -> Iterator[Finding]:
             if delay.kind != "sleep-action":
                 continue
             seconds = delay.known
-            exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": {"preStop": {
-                "exec": {"command": ["sleep", f"{seconds:g}"]}}}})
+            exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": pre_stop(
+                c, "exec", {"command": ["sleep", f"{seconds:g}"]})})
             if not context.at_least(1, 30):
                 yield SLEEP_UNSUPPORTED.finding(
                     w,
@@ -432,7 +465,7 @@ def _exec_no_shell(index: Index, context: Context) -> Iterator[Finding]:
                 f"container {c.name}: preStop runs {delay.command[0]!r} but image {c.image} "
                 "has no shell; the hook fails and SIGTERM comes at once",
                 container_fix(w.pod_path, c.name,
-                              {"lifecycle": {"preStop": {"sleep": {"seconds": seconds}}}}),
+                              {"lifecycle": pre_stop(c, "sleep", {"seconds": seconds})}),
                 path=delay.path,
             )
 
@@ -448,8 +481,7 @@ execs it, which is fine). Start the server with `exec` as the script's last comm
 init such as tini, or put the server in command/args directly.
 
 Sources: kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination (TERM to
-the main process); seed "Draining a GPU node" ("the kubelet sends SIGTERM to the container's
-process 1"); POSIX sh, which leaves signal handling of children to them.
+the main process); POSIX sh, which leaves signal handling of children to them.
 """)
 
 
@@ -462,17 +494,30 @@ def _signal(index: Index, context: Context) -> Iterator[Finding]:
             line = c.command_line
             if line is None or line.shell_script is None or signal_forwarded(line):
                 continue
-            last = [part.strip() for part in line.shell_script.strip().splitlines()
-                    if part.strip()][-1:]
-            tail = last[0] if last else ""
+            tail, script = _exec_last(line.shell_script)
+            field = "args" if line.shell_script in (c.spec.get("args") or ()) else "command"
+            words = [str(word) for word in c.spec.get(field) or ()]
             yield SIGNAL_NOT_FORWARDED.finding(
                 w,
                 f"container {c.name}: {line.argv[0]} -c runs several commands and does not "
                 f"exec the last one ({tail[:60]!r}); SIGTERM stops at the shell",
-                container_fix(w.pod_path, c.name, {"args": [
-                    "setup-steps && exec " + (tail.removeprefix("exec ") or "server ...")]}),
-                path=(*c.path, "args") if "args" in c.spec else (*c.path, "command"),
+                container_fix(w.pod_path, c.name, {
+                    field: [script if word == line.shell_script else word for word in words]}),
+                path=(*c.path, field),
             )
+
+
+def _exec_last(script: str) -> tuple[str, str]:
+    """The script's last command, and the script with that command started by `exec`."""
+    statements = [part for part in re.split(r";|&&|\|\||\n", script)
+                  if part.strip() and not part.strip().startswith("#")]
+    if not statements:
+        return "", script
+    tail = statements[-1].strip()
+    at = script.rfind(tail)
+    if tail.startswith("exec "):
+        return tail, script
+    return tail, script[:at] + "exec " + script[at:]
 
 
 SERVER_ABORTS = rule(
@@ -480,14 +525,22 @@ SERVER_ABORTS = rule(
     "A known server whose default shutdown aborts in-flight requests.",
     """
 Some servers drop in-flight work on SIGTERM unless told to drain. vLLM's default shutdown
-aborts every running generation (--shutdown-timeout defaults to 0; the documented drain mode
-is --shutdown-mode drain with --shutdown-drain-timeout); no preStop hook or grace period can
-save those requests. Turn draining on with a deadline that fits the grace period.
+aborts every running generation: --shutdown-timeout defaults to 0 ("0 = abort, >0 = wait"),
+and it is vLLM's only shutdown setting (there is no --shutdown-mode or
+--shutdown-drain-timeout; an unknown flag stops the server at start). No preStop hook or
+grace period can save those requests. The server is found from the command line, or from
+the image when only args are given (vllm/vllm-openai runs `vllm serve`), and its tag decides
+the fix: from v0.18.0, --shutdown-timeout with a deadline that fits the grace period, in the
+args shown whole; before v0.18.0 the flag does not exist, so the fix runs vLLM under
+drainsafe run --mode signal, which holds SIGTERM until no request is in flight (its
+endpoints on the admin port drainsafe-admin, 8490). An image without a release in its tag
+gets the flag with a note on the release it needs.
 
-Sources: vllm-project/vllm PR #36666 (--shutdown-timeout, default 0 = abort); vLLM docs
-"Using Kubernetes" (--shutdown-mode drain, --shutdown-drain-timeout default 120, grace "at
-least drain-timeout plus a buffer"); KServe PR #5496 ("Without this, SIGTERM caused vLLM to
-abort in-flight requests immediately").
+Sources: vllm 0.18.0 and 0.32.0 vllm/engine/arg_utils.py (--shutdown-timeout, int, default
+0), absent from vllm 0.17.1; vllm-project/vllm PR #36666 (the flag; "Default, no timeout -
+abort all in-flight requests immediately"); vllm-project/vllm docker/Dockerfile, stage
+vllm-openai (ENTRYPOINT ["vllm", "serve"]); KServe PR #5496 ("Without this, SIGTERM caused
+vLLM to abort in-flight requests immediately").
 """)
 
 
@@ -505,8 +558,7 @@ def _server_aborts(index: Index, context: Context) -> Iterator[Finding]:
                 w,
                 f"container {s.container.name}: {s.server.server} runs without a drain setting "
                 f"({s.server.source}): SIGTERM aborts every in-flight request",
-                container_fix(w.pod_path, s.container.name,
-                              {"args": [f"--shutdown-timeout={fix_deadline}"]}),
+                deadline_fix(w, s, context, fix_deadline),
                 path=(*s.container.path, "args") if "args" in s.container.spec
                 else s.container.path,
             )

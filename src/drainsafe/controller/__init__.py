@@ -1,0 +1,1 @@
+"""drainsafe controller: an eviction guard that makes every drainer make-before-break."""

@@ -1,0 +1,181 @@
+"""Whether an eviction waits for a stand-in: a pure function of plain data.
+
+The guard answers a pods/eviction admission review (kube-apiserver calls it before the
+PodDisruptionBudget check, EvictionREST.Create's createValidation) with one of:
+
+- **Allow** at once when no stand-in is needed: the pod did not opt in, it has finished
+  (Succeeded/Failed), it is already terminating, it is not Ready (it serves nothing, and the
+  eviction API itself lets not-Ready pods go without using the budget), or the workload
+  already has an Available pod beyond its desired scale (recorded before a surge), so the
+  eviction leaves at least the desired count Available. The PDB still decides afterwards.
+- **Hold** (429, the guard's message): a surge is asked for (or already recorded, by the
+  guard or by `drainsafe drain`, so the same workload is never surged twice) and the stand-in
+  is not yet Ready and Available.
+- **Release** (allow, with an Event saying why) when a stand-in cannot help: a StatefulSet or
+  a pod without a Deployment (a stand-in cannot take a StatefulSet pod's identity), and,
+  after the hold limit, no room for a stand-in, a rollout in progress (a scale is spread
+  over the ReplicaSets by proportional scaling, website deployment.md), or a stand-in that
+  never became Available. So the guard never fails a managed upgrade (EKS gives a node
+  15 minutes before PodEvictionFailure, AKS 30 by default).
+
+Only Deployment-owned pods are surged (through their ReplicaSet's owner).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+GUARD_LABEL = "drainsafe.io/guard"
+
+
+class AllowReason(enum.StrEnum):
+    DRAIN_SURGED = "surged-by-drain"
+    NOT_OPTED_IN = "not-opted-in"
+    FINISHED = "finished"
+    TERMINATING = "terminating"
+    NOT_READY = "not-ready"
+    CAPACITY = "capacity-beyond-desired"
+    STAND_IN_READY = "stand-in-available"
+    DRY_RUN = "dry-run"
+
+
+class ReleaseReason(enum.StrEnum):
+    STATEFULSET = "statefulset"
+    NO_CONTROLLER = "no-deployment"
+    NO_ROOM = "no-room"
+    MID_ROLLOUT = "mid-rollout"
+    TIMEOUT = "stand-in-not-available"
+    NO_ENGINE = "no-surge-engine"
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    namespace: str
+    name: str
+    uid: str
+    opted_in: bool
+    phase: str
+    terminating: bool
+    ready: bool
+    owner_kind: str | None  # "Deployment", "StatefulSet", "ReplicaSet" (bare), "DaemonSet"...
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """The Deployment behind the pod, from its status."""
+
+    name: str
+    replicas: int  # spec.replicas now
+    available: int  # status.availableReplicas, counting no terminating pod
+    mid_rollout: bool  # more than one ReplicaSet with pods, or a template not yet rolled out
+
+
+@dataclass(frozen=True)
+class SurgeFacts:
+    """The surge record on the workload (drainsafe.io/surge), whoever wrote it."""
+
+    replicas: int  # the scale before the surge
+    pods: frozenset[str]  # "ns/name" of the active pods it surges for (and the held ones)
+    owned: bool = True  # written by the guard; False: by `drainsafe drain`, which paces itself
+
+
+@dataclass(frozen=True)
+class Facts:
+    pod: PodFacts
+    workload: WorkloadFacts | None
+    surge: SurgeFacts | None
+    room: bool  # a stand-in fits on a schedulable node other than the pod's
+    held_for: float | None  # seconds since the first hold of this pod, None if never held
+    dry_run: bool = False
+    can_surge: bool = True  # False: this build has no surge engine, so no stand-in will come
+
+
+@dataclass(frozen=True)
+class Allow:
+    reason: AllowReason
+
+
+@dataclass(frozen=True)
+class Hold:
+    message: str
+    surge_to: int | None  # the scale to ask for; None: hold without surging (waiting for room)
+    waiting_for: str  # a short label for metrics: "surge", "stand-in", "room", "rollout"
+
+
+@dataclass(frozen=True)
+class Release:
+    reason: ReleaseReason
+    message: str
+
+
+Verdict = Allow | Hold | Release
+
+
+def decide(facts: Facts, *, hold_limit: float) -> Verdict:
+    """The guard's answer for one eviction (see the module docstring)."""
+    pod = facts.pod
+    if not pod.opted_in:
+        return Allow(AllowReason.NOT_OPTED_IN)
+    if pod.phase in ("Succeeded", "Failed"):
+        return Allow(AllowReason.FINISHED)
+    if pod.terminating:
+        return Allow(AllowReason.TERMINATING)
+    if not pod.ready:
+        return Allow(AllowReason.NOT_READY)
+    if pod.owner_kind == "StatefulSet":
+        return Release(ReleaseReason.STATEFULSET,
+                       f"pod {pod.namespace}/{pod.name} belongs to a StatefulSet: a stand-in "
+                       "cannot take its identity, so the eviction is not held")
+    workload = facts.workload
+    if pod.owner_kind != "Deployment" or workload is None:
+        return Release(ReleaseReason.NO_CONTROLLER,
+                       f"pod {pod.namespace}/{pod.name} is not part of a Deployment: there is "
+                       "nothing to surge, so the eviction is not held")
+    surge = facts.surge
+    desired = surge.replicas if surge is not None else workload.replicas
+    key = f"{pod.namespace}/{pod.name}"
+    if surge is not None and not surge.owned and key in surge.pods:
+        # `drainsafe drain` surged for this very pod and evicts it only once its stand-in
+        # is Ready: holding it would hold the drain against itself.
+        return Allow(AllowReason.DRAIN_SURGED)
+    # Stand-ins already promised to other pods of the record are not this pod's.
+    reserved = len(surge.pods - {key}) if surge is not None else 0
+    if workload.available - 1 >= desired + reserved:
+        surged = surge is not None and key in surge.pods
+        return Allow(AllowReason.STAND_IN_READY if surged else AllowReason.CAPACITY)
+    if facts.dry_run:
+        return Allow(AllowReason.DRY_RUN)
+    held = facts.held_for or 0.0
+    over = held >= hold_limit
+    where = f"deployment {pod.namespace}/{workload.name}"
+    if workload.mid_rollout and surge is None:
+        if over:
+            return Release(ReleaseReason.MID_ROLLOUT,
+                           f"{where} is mid-rollout: a surge would be spread over its "
+                           f"ReplicaSets; released after {held:.0f} s")
+        return Hold(f"drainsafe guard: {where} is mid-rollout; holding the eviction of "
+                    f"{key} until it finishes (at most {hold_limit:.0f} s)", None, "rollout")
+    if not facts.room and surge is None:
+        if over:
+            return Release(ReleaseReason.NO_ROOM,
+                           f"no room for a stand-in of {where} on another schedulable node; "
+                           f"released after {held:.0f} s")
+        return Hold(f"drainsafe guard: no room for a stand-in of {where} on another node; "
+                    f"holding the eviction of {key} (at most {hold_limit:.0f} s)", None, "room")
+    if over:
+        return Release(ReleaseReason.TIMEOUT,
+                       f"the stand-in of {where} was not Available after {held:.0f} s")
+    if surge is not None and not surge.owned:
+        return Hold(f"drainsafe guard: {where} is being surged by a drainsafe drain; holding "
+                    f"the eviction of {key} until that surge is done (at most "
+                    f"{hold_limit:.0f} s)", None, "surge")
+    if surge is None and not facts.can_surge:
+        return Release(ReleaseReason.NO_ENGINE,
+                       f"this drainsafe build cannot surge {where}, so no stand-in will come; "
+                       "the eviction is not held")
+    pods = (surge.pods if surge is not None else frozenset()) | {key}
+    target = desired + len(pods)
+    return Hold(f"drainsafe guard: holding the eviction of {key} until a stand-in is Ready "
+                f"and Available ({where}: {workload.available} of {target} available, "
+                f"scaled {desired} -> {target})", target, "stand-in")

@@ -1,0 +1,224 @@
+"""What a drain watches, and the typed waits on it.
+
+One object owns the informers a node drain needs (drainsafe.kube.watch.Informer, list+watch
+with relist and bookmarks): the node's pods, the pods, EndpointSlices and
+PodDisruptionBudgets of the affected namespaces. The drainer asks it questions
+(`gone`, `endpoints_clear`, `serving`, `budget_allows`) and waits on them with a bound; it
+writes no poll loops of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from drainsafe.kube import Informer, KubeClient, WaitTimeout, api_path
+from drainsafe.kube.objects import (
+    endpoint_uid,
+    is_active,
+    is_available,
+    is_terminating,
+    key_of,
+    node_of,
+    slice_lists,
+    uid_of,
+    unschedulable_reason,
+)
+from drainsafe.labels import Selector
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+NO_LIMIT = 1 << 30
+
+
+class Stopped(RuntimeError):
+    """The drain was stopped (another queue failed) while waiting."""
+
+
+class Unschedulable(RuntimeError):
+    """A new pod of the workload stayed Unschedulable for too long."""
+
+
+@dataclass(frozen=True)
+class WorkloadSelector:
+    key: str  # "Kind/ns/name"
+    namespace: str
+    selector: Selector
+    min_ready_seconds: float = 0.0
+
+
+class NodeWatch:
+    def __init__(self, client: KubeClient, node: str, namespaces: Sequence[str]) -> None:
+        self.node = node
+        self.node_pods = Informer(client, api_path("v1", "pods"),
+                                  field_selector=f"spec.nodeName={node}")
+        self.pods = {ns: Informer(client, api_path("v1", "pods", namespace=ns))
+                     for ns in namespaces}
+        self.slices = {ns: Informer(client, api_path("discovery.k8s.io/v1", "endpointslices",
+                                                     namespace=ns)) for ns in namespaces}
+        self.budgets = {ns: Informer(client, api_path("policy/v1", "poddisruptionbudgets",
+                                                      namespace=ns)) for ns in namespaces}
+
+    def _all(self) -> list[Informer]:
+        return [self.node_pods, *self.pods.values(), *self.slices.values(),
+                *self.budgets.values()]
+
+    async def start(self) -> None:
+        await asyncio.gather(*(i.start() for i in self._all()))
+
+    async def stop(self) -> None:
+        for inf in self._all():
+            await inf.stop()
+
+    # -- questions ---------------------------------------------------------------------------
+
+    def pod(self, namespace: str, key: str) -> Obj | None:
+        return self.pods[namespace].cache.get(key)
+
+    def terminating(self, namespace: str, key: str, uid: str) -> bool:
+        """Only positive evidence: this pod (same UID) has a deletionTimestamp."""
+        obj = self.pod(namespace, key)
+        return obj is not None and uid_of(obj) == uid and is_terminating(obj)
+
+    def gone(self, namespace: str, key: str, uid: str) -> bool:
+        obj = self.pod(namespace, key)
+        return obj is None or uid_of(obj) != uid
+
+    def endpoints_clear(self, namespace: str, uid: str) -> bool:
+        return not any(slice_lists(s, uid) for s in self.slices[namespace].cache.values())
+
+    def workload_pods(self, w: WorkloadSelector) -> list[Obj]:
+        return [p for p in self.pods[w.namespace].cache.values()
+                if w.selector.matches((p.get("metadata") or {}).get("labels"))]
+
+    def serving(self, w: WorkloadSelector, *, excluding: Sequence[str] = ()) -> list[Obj]:
+        """Active pods of the workload that are Available (Ready for minReadySeconds),
+        not on the `excluding` nodes."""
+        now = time.time()
+        return [p for p in self.workload_pods(w)
+                if is_active(p) and node_of(p) not in excluding
+                and is_available(p, w.min_ready_seconds, now)]
+
+    def endpoint_ready(self, namespace: str, uid: str) -> bool:
+        """Some EndpointSlice lists the pod as ready (a nil `ready` counts as ready:
+        discovery.k8s.io/v1 EndpointConditions)."""
+        for s in self.slices[namespace].cache.values():
+            for e in s.get("endpoints") or []:
+                if endpoint_uid(e) == uid and (e.get("conditions") or {}).get(
+                        "ready") is not False:
+                    return True
+        return False
+
+    def listed(self, namespace: str, uid: str) -> bool:
+        return any(slice_lists(s, uid) for s in self.slices[namespace].cache.values())
+
+    async def wait_endpoints_ready(self, namespace: str, uids: Sequence[str], *,
+                                   timeout: float, stop: asyncio.Event | None = None) -> None:
+        await self.until([self.slices[namespace]],
+                         lambda: all(self.endpoint_ready(namespace, u) for u in uids),
+                         timeout=timeout, what="the new pods to be ready in the EndpointSlices",
+                         recheck=1.0, stop=stop)
+
+    def budget(self, namespace: str, key: str) -> Obj | None:
+        return self.budgets[namespace].cache.get(key)
+
+    def budget_allows(self, namespace: str, key: str) -> int:
+        """status.disruptionsAllowed once the disruption controller has observed the current
+        spec (observedGeneration), else 0: a stale status would only earn a 429."""
+        pdb = self.budget(namespace, key)
+        if pdb is None:
+            return NO_LIMIT  # deleted meanwhile: nothing to wait for (the API decides)
+        status = pdb.get("status") or {}
+        generation = (pdb.get("metadata") or {}).get("generation")
+        observed = status.get("observedGeneration")
+        if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
+            return 0
+        allowed = status.get("disruptionsAllowed")
+        return int(allowed) if isinstance(allowed, int) else 0
+
+    def slices_settled(self, namespace: str, drained: set[str]) -> bool:
+        """No slice lists a pod of this drain, nor a pod that no longer exists."""
+        present = {uid_of(p) for p in self.pods[namespace].cache.values()}
+        for s in self.slices[namespace].cache.values():
+            for e in s.get("endpoints") or []:
+                uid = endpoint_uid(e)
+                if uid is not None and (uid in drained or uid not in present):
+                    return False
+        return True
+
+    # -- waits -------------------------------------------------------------------------------
+
+    async def until(self, informers: Sequence[Informer], predicate: Callable[[], T | None], *,
+                    timeout: float, what: str, recheck: float = 1.0,
+                    stop: asyncio.Event | None = None) -> T:
+        """The first truthy predicate() value, re-checked on every change of any of
+        `informers` and at least every `recheck` seconds (a predicate may read several
+        caches, or a clock)."""
+        deadline = time.monotonic() + timeout
+        first = informers[0]
+        while True:
+            if stop is not None and stop.is_set():
+                raise Stopped(f"stopped while waiting for {what}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}")
+            try:
+                value = await first.wait_for(lambda _c: predicate(), what=what,
+                                             timeout=min(recheck, remaining))
+            except WaitTimeout:
+                continue
+            if value is not None:
+                return value
+
+    async def wait_gone(self, namespace: str, key: str, uid: str, *, timeout: float) -> None:
+        await self.until([self.pods[namespace]], lambda: self.gone(namespace, key, uid),
+                         timeout=timeout, what=f"{key} to terminate", recheck=5.0)
+
+    async def wait_endpoints_clear(self, namespace: str, key: str, uid: str, *,
+                                   timeout: float) -> None:
+        await self.until([self.slices[namespace]], lambda: self.endpoints_clear(namespace, uid),
+                         timeout=timeout, what=f"{key} to leave every EndpointSlice",
+                         recheck=5.0)
+
+    async def wait_serving(self, w: WorkloadSelector, want: int, *, timeout: float,
+                           excluding: Sequence[str] = (), unschedulable_after: float,
+                           stop: asyncio.Event | None = None) -> list[Obj]:
+        """Until `want` pods of the workload are Available off the `excluding` nodes. A pod
+        of the workload Unschedulable for `unschedulable_after` seconds raises Unschedulable."""
+        pending_since: dict[str, float] = {}
+
+        def check() -> list[Obj] | None:
+            for p in self.workload_pods(w):
+                reason = unschedulable_reason(p) if is_active(p) else None
+                k = key_of(p)
+                if reason:
+                    since = pending_since.setdefault(k, time.monotonic())
+                    if time.monotonic() - since > unschedulable_after:
+                        raise Unschedulable(f"{k} cannot be scheduled: {reason}")
+                else:
+                    pending_since.pop(k, None)
+            ok = self.serving(w, excluding=excluding)
+            return ok if len(ok) >= want else None
+
+        return await self.until([self.pods[w.namespace]], check, timeout=timeout,
+                                what=f"{w.key} to have {want} Available pods", recheck=0.5,
+                                stop=stop)
+
+    async def wait_budget(self, namespace: str, keys: Sequence[str], *, timeout: float,
+                          stop: asyncio.Event | None = None) -> int:
+        """Until every budget in `keys` allows a disruption; returns the smallest allowance."""
+        if not keys:
+            return NO_LIMIT
+
+        def allowed() -> int:
+            return min(self.budget_allows(namespace, k) for k in keys)
+
+        return await self.until([self.budgets[namespace]], allowed, timeout=timeout,
+                                what=f"PodDisruptionBudget {', '.join(keys)} to allow an "
+                                "eviction", recheck=1.0, stop=stop)
+
+    def cache_of(self, namespace: str) -> Mapping[str, Obj]:
+        return self.pods[namespace].cache

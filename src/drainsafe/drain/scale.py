@@ -1,0 +1,156 @@
+"""Surge-first scaling: a workload scaled up by k and back, recorded on it before any change.
+
+The record (drain.ownership.SurgeRecord, annotation drainsafe.io/surge) is written on the
+Deployment in a resourceVersion-guarded patch before the first scale change, and holds the
+scale before the drain, or the HorizontalPodAutoscaler's minReplicas/maxReplicas before it.
+Whatever stops the drain (Ctrl-C, SIGKILL, a crash), a rerun of the same drain, or
+`drainsafe uncordon`, sets exactly those values again and only then removes the record.
+
+An HPA owns its target's spec.replicas and would take a direct scale back on its next sync
+(kubernetes/kubernetes pkg/controller/podautoscaler/horizontal.go normalizeDesiredReplicas
+clamps to [minReplicas, maxReplicas]), so for an HPA-managed Deployment the surge raises
+minReplicas (and maxReplicas when needed) first, then scales the Deployment to the same
+count, which the HPA then agrees with instead of waiting a sync period for it.
+
+What the ReplicaSet removes when the scale comes back (pkg/controller/controller_utils.go
+ActivePodsWithRanks, the order of getPodsToDelete): among *active* pods only (a pod with a
+deletionTimestamp, which every evicted pod has, is no longer counted) it deletes unassigned
+before assigned, Pending before Running, not Ready before Ready, lower
+controller.kubernetes.io/pod-deletion-cost first, more pods of the set on the same node
+first, then the most recently Ready and the newest. drainsafe lowers the scale by one only
+after each eviction the server accepted, so the scale-down either finds nothing to remove
+(the ReplicaSet had not yet replaced the evicted pod) or removes the replacement it had just
+created for the evicted pod, which is not Ready yet (it has not started up), so it ranks
+first. A Ready serving pod is removed only when restoring a surge that is given up before
+its evictions (uncordon, or a restore after the old pods left some other way); Ready stays
+at the recorded scale then too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drainsafe.drain.cordon import retry_on_conflict
+from drainsafe.drain.ownership import (
+    AutoscalerBounds,
+    SurgedWorkload,
+    SurgeRecord,
+    now_rfc3339,
+    surge_clear_patch,
+    surge_record_patch,
+)
+from drainsafe.kube import KubeClient, NotFound, api_path
+from drainsafe.kube.objects import key_of
+
+Obj = dict[str, Any]
+
+
+def deployment_path(namespace: str, name: str) -> str:
+    return api_path("apps/v1", "deployments", namespace=namespace, name=name)
+
+
+def hpa_path(namespace: str, name: str) -> str:
+    return api_path("autoscaling/v2", "horizontalpodautoscalers", namespace=namespace, name=name)
+
+
+def split_workload(key: str) -> tuple[str, str, str]:
+    kind, namespace, name = key.split("/", 2)
+    return kind, namespace, name
+
+
+async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str | None,
+                pods: dict[str, str]) -> SurgeRecord:
+    """Record the surge on the Deployment (if no record is there yet) and return the record.
+    Changes no scale: call `set_scale` after."""
+    _, namespace, name = split_workload(workload)
+    path = deployment_path(namespace, name)
+
+    async def decide(obj: Obj) -> SurgeRecord:
+        existing = SurgeRecord.of(obj)
+        if existing is not None:
+            return existing
+        bounds = None
+        if autoscaler is not None:
+            hpa = await client.get(hpa_path(namespace, autoscaler.split("/", 1)[1]))
+            spec = hpa.get("spec") or {}
+            bounds = AutoscalerBounds(
+                name=str((hpa.get("metadata") or {}).get("name")),
+                min_replicas=spec.get("minReplicas"), max_replicas=int(spec["maxReplicas"]))
+        record = SurgeRecord(node=node, replicas=int((obj.get("spec") or {}).get("replicas", 1)),
+                             by=client.identity.actor(), at=now_rfc3339(), autoscaler=bounds,
+                             pods=pods)
+        await client.patch(path, surge_record_patch(obj, record))
+        return record
+
+    return await retry_on_conflict(client, path, decide)
+
+
+async def set_scale(client: KubeClient, workload: str, record: SurgeRecord, target: int) -> None:
+    """Scale to `target` (the record's replicas plus what is still surged). With an HPA,
+    its bounds first: minReplicas up to the target while surged, exactly the recorded
+    values once the target is back at the recorded scale."""
+    _, namespace, name = split_workload(workload)
+    bounds = record.autoscaler
+    if bounds is not None:
+        spec: dict[str, int | None]
+        if target > record.replicas:
+            spec = {"minReplicas": max(bounds.min_replicas or 1, target),
+                    "maxReplicas": max(bounds.max_replicas, target)}
+        else:
+            spec = {"minReplicas": bounds.min_replicas, "maxReplicas": bounds.max_replicas}
+        await client.patch(hpa_path(namespace, bounds.name), {"spec": spec})
+    await client.patch(deployment_path(namespace, name), {"spec": {"replicas": target}})
+
+
+async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None:
+    """Restore exactly the recorded scale (and HPA bounds), then remove the record."""
+    _, namespace, name = split_workload(workload)
+    await set_scale(client, workload, record, record.replicas)
+    path = deployment_path(namespace, name)
+
+    async def decide(obj: Obj) -> None:
+        if SurgeRecord.of(obj) is not None:
+            await client.patch(path, surge_clear_patch(obj))
+
+    await retry_on_conflict(client, path, decide)
+
+
+async def surged(client: KubeClient) -> list[tuple[Obj, SurgeRecord]]:
+    """Every Deployment carrying a surge record."""
+    try:
+        items, _ = await client.list(api_path("apps/v1", "deployments"))
+    except NotFound:
+        return []
+    out = []
+    for obj in items:
+        try:
+            record = SurgeRecord.of(obj)
+        except ValueError:
+            continue
+        if record is not None:
+            out.append((obj, record))
+    return out
+
+
+async def restore_all_for_node(client: KubeClient, node: str) -> list[str]:
+    """Give up every surge recorded for `node`: restore and un-record. Returns the keys."""
+    done = []
+    for obj, record in await surged(client):
+        if record.node != node:
+            continue
+        workload = f"Deployment/{key_of(obj)}"
+        await finish(client, workload, record)
+        done.append(workload)
+    return done
+
+
+async def audit_surged(client: KubeClient) -> list[SurgedWorkload]:
+    out = []
+    for obj, record in await surged(client):
+        out.append(SurgedWorkload(
+            workload=f"Deployment/{key_of(obj)}", node=record.node,
+            replicas_now=int((obj.get("spec") or {}).get("replicas", 1)),
+            replicas_before=record.replicas,
+            autoscaler=record.autoscaler.name if record.autoscaler else "",
+            by=record.by, since=record.at))
+    return out

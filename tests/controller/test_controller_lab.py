@@ -1,0 +1,182 @@
+"""`kubectl apply -k deploy/controller` on the lab: two controller replicas as lab pods,
+the real webhook path (Service -> ready endpoint -> HTTPS with the controller's own CA)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import pathlib
+import ssl
+import time
+
+import httpx
+import pytest
+
+from drainsafe.lab.cluster import Lab
+from drainsafe.lab.discovery import BY_KEY
+
+from .guardlab import (
+    DEPLOY,
+    KUBECTL_DIR,
+    guarded_deployment,
+    kubectl,
+    lab_path_env,
+    pdb,
+    ready_pods,
+    until,
+)
+
+pytestmark = pytest.mark.e2e
+VWC = BY_KEY["admissionregistration.k8s.io/validatingwebhookconfigurations"]
+LEASES = BY_KEY["coordination.k8s.io/leases"]
+SECRETS = BY_KEY["secrets"]
+SLICES = BY_KEY["discovery.k8s.io/endpointslices"]
+EVENTS = BY_KEY["events"]
+PODS = BY_KEY["pods"]
+
+
+@pytest.fixture
+async def guard_lab(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    if not (KUBECTL_DIR / "kubectl.1.33").exists():
+        pytest.skip("kubectl 1.33 is not installed")
+    monkeypatch.setenv("PATH", lab_path_env())
+    async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
+                   restart_backoff=0.5) as lab:
+        code, out = await kubectl(lab, "1.33", "apply", "-k", str(DEPLOY))
+        assert code == 0, out
+        await lab.wait_available("drainsafe-system", "drainsafe-controller", timeout=90)
+        yield lab
+
+
+async def _ca_written(lab: Lab) -> None:
+    assert lab.control_plane is not None
+    store = lab.control_plane.store
+
+    def written() -> bool:
+        config = store.peek(VWC, "", "drainsafe-guard")
+        return bool(config and config["webhooks"][0]["clientConfig"].get("caBundle"))
+
+    await until(written, timeout=30, what="the controller's CA in the webhook configuration")
+    secret = store.get(SECRETS, "drainsafe-system", "drainsafe-controller-tls")
+    config = store.get(VWC, "", "drainsafe-guard")
+    assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert base64.b64decode(secret["data"]["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE")
+
+
+async def evict(lab: Lab, pod: str, namespace: str = "default") -> tuple[int, str]:
+    """POST the Eviction, as every drainer sends it; (HTTP code, decoded message)."""
+    cp = lab.control_plane
+    assert cp is not None
+    async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cp.ca_path)),
+                                 headers={"Authorization": f"Bearer {cp.token}"}) as client:
+        resp = await client.post(
+            f"{cp.url}/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
+            json={"apiVersion": "policy/v1", "kind": "Eviction",
+                  "metadata": {"name": pod, "namespace": namespace}}, timeout=30)
+    return resp.status_code, str(resp.json().get("message", ""))
+
+
+async def test_installed_with_kubectl_apply_k_holds_a_guarded_eviction(guard_lab: Lab) -> None:
+    lab = guard_lab
+    await _ca_written(lab)
+    assert lab.control_plane is not None
+    store = lab.control_plane.store
+    await until(lambda: bool((store.peek(LEASES, "drainsafe-system", "drainsafe-controller")
+                              or {}).get("spec", {}).get("holderIdentity")),
+                timeout=30, what="a leader")
+    # Three GPU pods on three one-GPU nodes: no room for a stand-in, so the guard holds
+    # (until --hold-limit) whether or not this build can surge.
+    await lab.apply(guarded_deployment(replicas=3), pdb())
+    await lab.wait_available("default", "llm", timeout=60)
+    victim = ready_pods(lab, "llm")[0]["metadata"]["name"]
+    code, message = await evict(lab, victim)
+    assert code == 429, message
+    assert message.startswith('admission webhook "guard.drainsafe.io" denied the request: '
+                              "drainsafe guard: no room for a stand-in of deployment "
+                              f"default/llm on another node; holding the eviction of "
+                              f"default/{victim}")
+    held = store.get(PODS, "default", victim)
+    assert "drainsafe.io/eviction-held-since" in held["metadata"]["annotations"]
+    # Prometheus metrics of the replicas: one first hold, counted by whichever answered.
+    holds = 0.0
+    async with httpx.AsyncClient(timeout=10) as client:
+        for pod in store.items(PODS, "drainsafe-system"):
+            text = (await client.get(f"http://{pod['status']['podIP']}:9090/metrics")).text
+            holds += sum(float(line.split()[-1]) for line in text.splitlines()
+                         if line.startswith("drainsafe_guard_holds_total "))
+    assert holds == 1
+    # A pod that did not opt in is let through at once (its PDB allows one).
+    plain = guarded_deployment("plain", replicas=2, gpus=0)
+    del plain["spec"]["template"]["metadata"]["labels"]["drainsafe.io/guard"]
+    await lab.apply(plain, pdb("plain"))
+    await lab.wait_available("default", "plain", timeout=60)
+    code, message = await evict(lab, ready_pods(lab, "plain")[0]["metadata"]["name"])
+    assert code == 201, message
+
+
+async def test_no_controller_running_means_plain_budget_behaviour(guard_lab: Lab) -> None:
+    lab = guard_lab
+    await lab.apply(guarded_deployment(replicas=2), pdb())
+    await lab.wait_available("default", "llm", timeout=60)
+    code, out = await kubectl(lab, "1.33", "-n", "drainsafe-system", "scale",
+                              "deployment/drainsafe-controller", "--replicas=0")
+    assert code == 0, out
+    assert lab.control_plane is not None
+    store = lab.control_plane.store
+    await until(lambda: not any(ep.get("addresses") for es in store.items(
+        SLICES, "drainsafe-system") for ep in es.get("endpoints") or []),
+        timeout=60, what="the controller's endpoints to go")
+    first, second = (p["metadata"]["name"] for p in ready_pods(lab, "llm"))
+    started = time.monotonic()
+    code, message = await evict(lab, first)
+    assert code == 201, message  # failurePolicy Ignore: the budget decides
+    code, message = await evict(lab, second)
+    assert code == 429 and "disruption budget" in message  # ... and it still does
+    assert time.monotonic() - started < 5  # well within timeoutSeconds
+
+
+async def test_a_hold_that_cannot_succeed_is_released_with_an_event(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (KUBECTL_DIR / "kubectl.1.33").exists():
+        pytest.skip("kubectl 1.33 is not installed")
+    monkeypatch.setenv("PATH", lab_path_env())
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(f"""
+resources: [{os.path.relpath(DEPLOY, overlay)}]
+patches:
+  - target: {{kind: Deployment, name: drainsafe-controller}}
+    patch: |
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --hold-limit=2
+""")
+    # Two GPU nodes, both taken: no room for a stand-in anywhere.
+    async with Lab(tmp_path / "lab", nodes=2, gpus_per_node=1, propagation_seconds=0.2,
+                   restart_backoff=0.5) as lab:
+        code, out = await kubectl(lab, "1.33", "apply", "-k", str(overlay))
+        assert code == 0, out
+        await lab.wait_available("drainsafe-system", "drainsafe-controller", timeout=90)
+        await _ca_written(lab)
+        await lab.apply(guarded_deployment(replicas=2), pdb())
+        await lab.wait_available("default", "llm", timeout=60)
+        victim = ready_pods(lab, "llm")[0]["metadata"]["name"]
+        code, message = await evict(lab, victim)
+        assert code == 429 and "no room for a stand-in" in message, message
+        await asyncio.sleep(2.5)
+        code, message = await evict(lab, victim)
+        assert code == 201, message  # released; the budget allowed one
+        assert lab.control_plane is not None
+        store = lab.control_plane.store
+        reasons = [(e["involvedObject"]["kind"], e["reason"], e["message"])
+                   for e in store.items(EVENTS, "default")
+                   if e["reason"] == "EvictionHoldReleased"]
+        await until(lambda: len([e for e in store.items(EVENTS, "default")
+                                 if e["reason"] == "EvictionHoldReleased"]) >= 2,
+                    timeout=10, what="the release events")
+        reasons = [(e["involvedObject"]["kind"], e["message"])
+                   for e in store.items(EVENTS, "default")
+                   if e["reason"] == "EvictionHoldReleased"]
+        assert {k for k, _ in reasons} == {"Pod", "Deployment"}
+        assert all("no room for a stand-in" in m for _, m in reasons)

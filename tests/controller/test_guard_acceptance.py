@@ -1,0 +1,302 @@
+"""Acceptance (issue 14): with the guard installed by `kubectl apply -k deploy/controller`, a
+plain `kubectl drain` becomes make-before-break.
+
+Real processes throughout: the lab's API server (calling the guard's webhook through its
+Service over HTTPS), controllers and kubelets; two controller replicas as lab pods; the
+streaming workload under `drainsafe serve` in each GPU pod; constant streaming load with a
+new connection per request through the ClusterIP path; the real kubectl 1.27 and 1.33.
+The Ready count is sampled every 0.1 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from drainsafe.demo.scenario import APP, NAMESPACE, ScenarioSettings, llm_manifests
+from drainsafe.kube import KubeClient, api_path
+from drainsafe.lab.cluster import Lab
+from drainsafe.lab.discovery import BY_KEY
+from drainsafe.verify.load import LoadSpec, run_load
+
+from .guardlab import (
+    DEPLOY,
+    KUBECTL_DIR,
+    guarded_deployment,
+    kubectl,
+    lab_path_env,
+    pdb,
+    ready_pods,
+    until,
+)
+
+pytestmark = [pytest.mark.e2e]
+SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=4, warmup=1.5)
+DEPLOYMENTS = BY_KEY["apps/deployments"]
+LEASES = BY_KEY["coordination.k8s.io/leases"]
+
+
+async def _install(lab: Lab, *extra_args: str) -> None:
+    source = str(DEPLOY)
+    if extra_args:
+        overlay = lab.state_dir / "overlay"
+        overlay.mkdir()
+        ops = "\n".join(f"      - op: add\n        path: /spec/template/spec/containers/0/args/-"
+                        f"\n        value: {a}" for a in extra_args)
+        (overlay / "kustomization.yaml").write_text(
+            f"resources: [{os.path.relpath(DEPLOY, overlay)}]\npatches:\n"
+            f"  - target: {{kind: Deployment, name: drainsafe-controller}}\n"
+            f"    patch: |\n{ops}\n")
+        source = str(overlay)
+    code, out = await kubectl(lab, "1.33", "apply", "-k", source)
+    assert code == 0, out
+    await lab.wait_available("drainsafe-system", "drainsafe-controller", timeout=90)
+    assert lab.control_plane is not None
+    store = lab.control_plane.store
+    await until(lambda: bool((store.peek(BY_KEY["admissionregistration.k8s.io/"
+                                             "validatingwebhookconfigurations"], "",
+                                         "drainsafe-guard") or {})
+                             .get("webhooks", [{}])[0].get("clientConfig", {})
+                             .get("caBundle")), timeout=30, what="the caBundle")
+
+
+def _opt_in_namespace(on: bool) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": NAMESPACE, "labels": {"drainsafe.io/guard": "true" if on else "false"}}}
+
+
+async def _drain_under_load(lab: Lab, version: str, node: str) -> tuple[int, str, list[int],
+                                                                         dict[str, int], int]:
+    """kubectl drain `node` under streaming load: (exit code, output, Ready samples every
+    0.1 s, failed requests by cause, ok requests)."""
+    url = lab.service_url(NAMESPACE, APP)
+    body = json.dumps({"stream": True, "duration": SETTINGS.stream_seconds,
+                       "token_interval": 0.05}).encode()
+    spec = LoadSpec(url=f"{url}/v1/completions", method="POST", body=body, duration=600,
+                    concurrency=SETTINGS.concurrency, timeout=SETTINGS.stream_seconds * 5 + 10,
+                    headers=(("content-type", "application/json"),), keepalive=False)
+    samples: list[int] = []
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            samples.append(len(ready_pods(lab, APP)))
+            await asyncio.sleep(0.1)
+
+    sampler = asyncio.ensure_future(sample())
+    loader = asyncio.ensure_future(run_load(spec, stop=stop,
+                                            clock_zero=(asyncio.get_running_loop().time(),
+                                                        time.time())))
+    try:
+        await asyncio.sleep(SETTINGS.warmup)
+        code, out = await kubectl(lab, version, "drain", node, "--ignore-daemonsets",
+                                  "--delete-emptydir-data", "--timeout=240s", timeout=260)
+        await until(lambda: len(ready_pods(lab, APP)) >= 2, timeout=60, what="2 Ready")
+        await asyncio.sleep(SETTINGS.propagation + 1)
+    finally:
+        stop.set()
+        run = await loader
+        await sampler
+    failed: dict[str, int] = {}
+    ok = 0
+    for r in run.results:
+        if r.outcome.ok:
+            ok += 1
+        else:
+            failed[r.outcome.label] = failed.get(r.outcome.label, 0) + 1
+    return code, out, samples, failed, ok
+
+
+def _scale_and_record(lab: Lab, name: str = APP) -> tuple[int, bool]:
+    assert lab.control_plane is not None
+    dep = lab.control_plane.store.get(DEPLOYMENTS, NAMESPACE, name)
+    annotations = dep["metadata"].get("annotations") or {}
+    return int(dep["spec"]["replicas"]), "drainsafe.io/surge" in annotations
+
+
+@pytest.mark.parametrize("version", ["1.27", "1.33"])
+async def test_kubectl_drain_keeps_two_ready_with_the_guard_and_drops_without(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+    if not (KUBECTL_DIR / f"kubectl.{version}").exists():
+        pytest.skip(f"kubectl {version} is not installed")
+    monkeypatch.setenv("PATH", lab_path_env())
+    async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1,
+                   propagation_seconds=SETTINGS.propagation, restart_backoff=0.5) as lab:
+        await _install(lab)
+        await lab.apply(_opt_in_namespace(True), *llm_manifests(SETTINGS))
+        await lab.wait_available(NAMESPACE, APP, timeout=120)
+        await lab.wait_backends(NAMESPACE, APP, 2, timeout=60)
+        node = sorted(p["spec"]["nodeName"] for p in ready_pods(lab, APP))[0]
+
+        code, out, samples, failed, ok = await _drain_under_load(lab, version, node)
+        assert code == 0, out
+        assert 'admission webhook "guard.drainsafe.io" denied the request: drainsafe guard: ' \
+               "holding the eviction of default/" in out
+        assert min(samples) >= 2, samples
+        assert failed == {} and ok >= 20, (failed, ok)
+        await until(lambda: _scale_and_record(lab) == (2, False), timeout=30,
+                    what="the scale restored and the record removed")
+
+        if version != "1.33":
+            return  # the comparison without the guard runs once, with the newest kubectl
+        # The same drain without the guard (the namespace opted out) drops to 1 Ready.
+        code, out = await kubectl(lab, "1.33", "uncordon", node)
+        assert code == 0, out
+        await lab.apply(_opt_in_namespace(False))
+        other = sorted(p["spec"]["nodeName"] for p in ready_pods(lab, APP))[0]
+        code, out, samples, failed, _ = await _drain_under_load(lab, version, other)
+        assert code == 0, out
+        assert "guard.drainsafe.io" not in out
+        assert min(samples) == 1, samples
+
+
+async def test_leader_killed_mid_hold_another_replica_finishes(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (KUBECTL_DIR / "kubectl.1.33").exists():
+        pytest.skip("kubectl 1.33 is not installed")
+    monkeypatch.setenv("PATH", lab_path_env())
+    async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
+                   restart_backoff=0.5) as lab:
+        await _install(lab, "--lease-seconds=4")
+        # A stand-in that takes 8 s to start: the leader dies while it starts.
+        await lab.apply(guarded_deployment(replicas=2, startup=8.0), pdb())
+        await lab.wait_available(NAMESPACE, "llm", timeout=60)
+        assert lab.control_plane is not None
+        store = lab.control_plane.store
+        victim = ready_pods(lab, "llm")[0]["metadata"]["name"]
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            from drainsafe.kube import TooManyRequests
+
+            with pytest.raises(TooManyRequests):
+                await client.evict(NAMESPACE, victim, uid=None)
+            await until(lambda: int(store.get(DEPLOYMENTS, NAMESPACE, "llm")["spec"]
+                                    ["replicas"]) == 3, timeout=20, what="the surge")
+            leader = store.get(LEASES, "drainsafe-system",
+                               "drainsafe-controller")["spec"]["holderIdentity"]
+            assert lab.nodes is not None
+            worker = lab.nodes.worker("drainsafe-system", leader)
+            assert worker is not None
+            pid = next(c.process.pid for c in worker.containers if c.process is not None)
+            assert pid is not None
+            os.killpg(pid, signal.SIGKILL)
+            await client.request("DELETE", api_path("v1", "pods", namespace="drainsafe-system",
+                                                    name=leader),
+                                 params={"gracePeriodSeconds": "0"})
+            # The drainer keeps retrying, as kubectl drain does.
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    await client.evict(NAMESPACE, victim, uid=None)
+                    break
+                except TooManyRequests:
+                    assert time.monotonic() < deadline, "the eviction was never allowed"
+                    await asyncio.sleep(1)
+            await until(lambda: len(ready_pods(lab, "llm")) >= 2, timeout=30, what="2 Ready")
+        await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
+                    what="nothing left scaled up")
+        # The restore was made by another replica, the new leader.
+        restored = [e for e in store.items(BY_KEY["events"], NAMESPACE)
+                    if e["reason"] == "SurgeRestored"]
+        assert restored and all(e["reportingInstance"] != leader for e in restored)
+        assert store.get(LEASES, "drainsafe-system",
+                         "drainsafe-controller")["spec"]["holderIdentity"] != leader
+
+
+async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (KUBECTL_DIR / "kubectl.1.33").exists():
+        pytest.skip("kubectl 1.33 is not installed")
+    monkeypatch.setenv("PATH", lab_path_env())
+    async with Lab(tmp_path / "lab", nodes=4, gpus_per_node=1, propagation_seconds=0.2,
+                   restart_backoff=0.5) as lab:
+        await _install(lab)
+        await lab.apply(guarded_deployment(replicas=2, startup=2.0), pdb())
+        await lab.wait_available(NAMESPACE, "llm", timeout=60)
+        first, second = sorted(p["spec"]["nodeName"] for p in ready_pods(lab, "llm"))
+        scales: list[int] = []
+        ready: list[int] = []
+        stop = asyncio.Event()
+
+        async def sample() -> None:
+            while not stop.is_set():
+                scales.append(_scale_and_record(lab, "llm")[0])
+                ready.append(len(ready_pods(lab, "llm")))
+                await asyncio.sleep(0.1)
+
+        async def drainsafe_drain() -> tuple[int, str]:
+            proc = await asyncio.create_subprocess_exec(
+                "drainsafe", "drain", first, "--delete-emptydir-data", "--timeout=120",
+                env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)},
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            out, _ = await proc.communicate()
+            return int(proc.returncode or 0), out.decode()
+
+        sampler = asyncio.ensure_future(sample())
+        (code, out), (ours, ours_out) = await asyncio.gather(
+            kubectl(lab, "1.33", "drain", second, "--ignore-daemonsets",
+                    "--delete-emptydir-data", "--timeout=120s", timeout=150),
+            drainsafe_drain())
+        assert code == 0, out
+        if ours != 0:
+            # The guard surged first: drainsafe drain refuses before changing anything
+            # (a workload surged for another node); once the guard is done it goes ahead.
+            assert "refused" in ours_out, ours_out
+            await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
+                        what="the guard's surge restored")
+            ours, ours_out = await drainsafe_drain()
+        assert ours == 0, ours_out
+        await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
+                    what="the scale restored and every record removed")
+        stop.set()
+        await sampler
+        assert max(scales) <= 3, scales  # one stand-in at a time, never a double surge
+        assert min(ready) >= 2, ready
+
+
+async def test_an_hpa_managed_workload_is_surged_through_min_replicas_and_restored(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (KUBECTL_DIR / "kubectl.1.33").exists():
+        pytest.skip("kubectl 1.33 is not installed")
+    monkeypatch.setenv("PATH", lab_path_env())
+    hpas = BY_KEY["autoscaling/horizontalpodautoscalers"]
+    async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
+                   restart_backoff=0.5) as lab:
+        await _install(lab)
+        await lab.apply(guarded_deployment(replicas=2, startup=2.0), pdb(), {
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "llm", "namespace": NAMESPACE},
+            "spec": {"minReplicas": 2, "maxReplicas": 2, "scaleTargetRef": {
+                "apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"}}})
+        await lab.wait_available(NAMESPACE, "llm", timeout=60)
+        assert lab.control_plane is not None
+        store = lab.control_plane.store
+        victim = ready_pods(lab, "llm")[0]["metadata"]["name"]
+        bounds: list[tuple[int, int]] = []
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            from drainsafe.kube import TooManyRequests
+
+            deadline = time.monotonic() + 60
+            while True:
+                spec = store.get(hpas, NAMESPACE, "llm")["spec"]
+                bounds.append((int(spec["minReplicas"]), int(spec["maxReplicas"])))
+                try:
+                    await client.evict(NAMESPACE, victim, uid=None)
+                    break
+                except TooManyRequests:
+                    assert time.monotonic() < deadline, "the eviction was never allowed"
+                    await asyncio.sleep(0.5)
+        # The HPA's bounds were raised for the stand-in (an HPA takes a plain scale back)...
+        assert max(b[0] for b in bounds) == 3, bounds
+        # ... and come back exactly, with the scale, once the eviction is done.
+        await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
+                    what="the scale restored")
+        spec = store.get(hpas, NAMESPACE, "llm")["spec"]
+        assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 2)
+        assert len(ready_pods(lab, "llm")) >= 2

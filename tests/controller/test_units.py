@@ -1,0 +1,134 @@
+"""Pure parts of the controller's shell: the Lease rule, the review answer, the shared
+certificate's Secret, Events, and the facts gathered from a cache snapshot."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+from cryptography import x509
+
+from drainsafe.controller.certs import make_serving_cert, service_dns_names
+from drainsafe.controller.config import ControllerConfig
+from drainsafe.controller.decision import Allow, AllowReason, Hold, Release, ReleaseReason
+from drainsafe.controller.events import event_manifest
+from drainsafe.controller.guard import review_response
+from drainsafe.controller.leader import may_take
+from drainsafe.controller.serving import cert_from_secret, secret_manifest
+from drainsafe.controller.view import gather
+
+NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def _lease(holder: str | None, renewed: dt.datetime, seconds: int = 15) -> dict[str, Any]:
+    return {"spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds,
+                     "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+
+
+def test_lease_is_taken_when_absent_ours_free_or_expired() -> None:
+    assert may_take(None, "a", NOW)
+    assert may_take(_lease("a", NOW), "a", NOW)
+    assert may_take(_lease(None, NOW), "a", NOW)
+    assert not may_take(_lease("b", NOW - dt.timedelta(seconds=10)), "a", NOW)
+    assert may_take(_lease("b", NOW - dt.timedelta(seconds=16)), "a", NOW)
+
+
+def test_review_answers() -> None:
+    held = review_response("u1", Hold("wait for it", 3, "stand-in"), retry_after=0)
+    assert held == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": "u1", "allowed": False, "status": {
+                        "code": 429, "reason": "TooManyRequests", "message": "wait for it"}}}
+    with_retry = review_response("u1", Hold("w", 3, "stand-in"), retry_after=5)
+    assert with_retry["response"]["status"]["details"] == {"retryAfterSeconds": 5}
+    allowed = review_response("u2", Allow(AllowReason.CAPACITY), retry_after=5)
+    assert allowed["response"] == {"uid": "u2", "allowed": True}
+    released = review_response("u3", Release(ReleaseReason.NO_ROOM, "no room"), retry_after=0)
+    assert released["response"]["allowed"] is True
+    assert released["response"]["warnings"] == [
+        "drainsafe guard released the hold: no room"]
+
+
+def test_serving_cert_names_the_service_and_round_trips_through_its_secret() -> None:
+    cfg = ControllerConfig()
+    cert = make_serving_cert(service_dns_names(cfg.service, cfg.namespace))
+    leaf = x509.load_pem_x509_certificate(cert.cert_pem)
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "drainsafe-controller.drainsafe-system.svc" in names.get_values_for_type(
+        x509.DNSName)
+    ssl.create_default_context(cadata=cert.ca_pem.decode())  # a loadable CA
+    secret = secret_manifest(cfg, cert)
+    assert secret["type"] == "kubernetes.io/tls"
+    assert cert_from_secret(secret) == cert
+    assert cert_from_secret({"data": {"tls.crt": "eA=="}}) is None
+
+
+def test_event_names_the_object() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
+    event = event_manifest(pod, reason="EvictionHeld", message="m" * 2000, kind="Pod",
+                           api_version="v1", event_type="Normal", now=NOW, instance="c-0")
+    assert event["involvedObject"] == {"kind": "Pod", "apiVersion": "v1", "name": "p",
+                                       "namespace": "ns", "uid": "u", "resourceVersion": "7"}
+    assert event["metadata"]["namespace"] == "ns" and len(event["message"]) == 1024
+    assert event["firstTimestamp"] == "2026-12-03T12:00:00Z"
+
+
+# ---- gather: a cache snapshot -> the decision's facts ---------------------------------
+
+def _pod(name: str, node: str, *, ready: bool = True, terminating: bool = False,
+         labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name, "namespace": "ml", "uid": f"uid-{name}",
+        "labels": {"app": "llm", **(labels or {})},
+        "ownerReferences": [{"kind": "ReplicaSet", "name": "llm-1", "controller": True}]}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-12-03T11:59:00Z"
+    return {"metadata": meta,
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False",
+                 "lastTransitionTime": "2026-12-03T11:00:00Z"}]}}
+
+
+def _node(name: str, gpus: int = 1) -> dict[str, Any]:
+    return {"metadata": {"name": name},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110",
+                                       "nvidia.com/gpu": str(gpus)}}}
+
+
+DEPLOYMENT = {"metadata": {"name": "llm", "namespace": "ml", "uid": "d1"},
+              "spec": {"replicas": 2}}
+RS = {"metadata": {"name": "llm-1", "namespace": "ml", "uid": "r1", "ownerReferences": [
+    {"kind": "Deployment", "name": "llm", "uid": "d1", "controller": True}]},
+    "spec": {"replicas": 2}, "status": {"replicas": 2}}
+
+
+def _gather(pods: list[dict[str, Any]], nodes: list[dict[str, Any]], *,
+            namespace_labels: Mapping[str, str] | None = None, **kw: Any) -> Any:
+    return gather(pods[0], namespace={"metadata": {"name": "ml",
+                                                   "labels": dict(namespace_labels or {})}},
+                  deployments={"ml/llm": DEPLOYMENT}, replicasets={"ml/llm-1": RS},
+                  pods={f"ml/{p['metadata']['name']}": p for p in pods},
+                  nodes={n["metadata"]["name"]: n for n in nodes},
+                  record_of=lambda _d: None, now=NOW, **kw)
+
+
+def test_gather_counts_available_pods_from_the_cache_and_room_elsewhere() -> None:
+    pods = [_pod("a", "n0", labels={"drainsafe.io/guard": "true"}), _pod("b", "n1")]
+    facts = _gather(pods, [_node("n0"), _node("n1"), _node("n2")])
+    assert facts.pod.opted_in and facts.pod.owner_kind == "Deployment"
+    assert facts.workload.available == 2 and facts.workload.replicas == 2
+    assert facts.room is True and facts.held_for is None
+    # No free GPU on another node: no room. A pod just let go is counted as gone.
+    facts = _gather(pods, [_node("n0"), _node("n1")], let_go=["ml/b"])
+    assert facts.room is False and facts.workload.available == 1
+
+
+def test_gather_opt_in_by_namespace_and_terminating_pods_do_not_count() -> None:
+    pods = [_pod("a", "n0"), _pod("b", "n1", terminating=True), _pod("c", "n2", ready=False)]
+    facts = _gather(pods, [_node("n0")], namespace_labels={"drainsafe.io/guard": "true"})
+    assert facts.pod.opted_in
+    assert facts.workload.available == 1
+    assert not _gather(pods, [_node("n0")]).pod.opted_in

@@ -1,0 +1,134 @@
+"""The per-workload strategy: surge or evict, its size, capacity floor and the surge record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drainsafe.drain.ownership import AutoscalerBounds, SurgeRecord
+from drainsafe.drain.plan import ClusterState, DrainOptions, plan_drain, rollout_in_progress
+
+from .factory import node, pdb, pod, serving
+
+
+def hpa(name: str, target: str, lo: int, hi: int, ns: str = "ml") -> dict[str, Any]:
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                        "name": target},
+                     "minReplicas": lo, "maxReplicas": hi}}
+
+
+def three_nodes() -> list[dict[str, Any]]:
+    return [node("g1", gpus=2), node("g2", gpus=2), node("g3", gpus=2)]
+
+
+def test_deployment_surges_by_its_pods_on_the_node_in_one_step() -> None:
+    pods, ctrl = serving("llm", ["g1", "g1", "g2"])
+    plan = plan_drain(ClusterState(three_nodes(), pods, controllers=ctrl), ["g1"])
+    assert plan.ok, plan.blockers
+    [w] = plan.workload_plans
+    assert (w.strategy, w.surge, w.replicas, w.floor) == ("surge", 2, 3, 3)
+    assert w.pods == ("ml/llm-0", "ml/llm-1")
+    # Room is checked for both surge pods, no GPU counted twice.
+    assert {p.replacement_on for p in plan.pods} <= {"g2", "g3"}
+
+
+def test_evict_strategy_and_its_capacity_floor() -> None:
+    pods, ctrl = serving("llm", ["g1", "g2"])
+    plan = plan_drain(ClusterState(three_nodes(), pods, controllers=ctrl), ["g1"],
+                      DrainOptions(strategy="evict"))
+    [w] = plan.workload_plans
+    assert (w.strategy, w.surge, w.floor) == ("evict", 0, 1)
+    assert w.why == "--strategy evict"
+
+
+def test_statefulset_is_evict_first_with_the_floor_stated() -> None:
+    pods = [pod(f"db-{i}", n, owner=("StatefulSet", "db"), labels={"app": "db"})
+            for i, n in enumerate(["g1", "g2", "g3"])]
+    ctrl = {"StatefulSet/ml/db": {"kind": "StatefulSet",
+                                  "metadata": {"name": "db", "namespace": "ml"},
+                                  "spec": {"replicas": 3}}}
+    plan = plan_drain(ClusterState(three_nodes(), pods, controllers=ctrl), ["g1"])
+    [w] = plan.workload_plans
+    assert (w.strategy, w.floor, w.replicas) == ("evict", 2, 3)
+    assert "identity" in w.why
+
+
+def test_mid_rollout_stands_down_to_evict() -> None:
+    pods, ctrl = serving("llm", ["g1", "g2"])
+    dep = ctrl["Deployment/ml/llm"]
+    dep["metadata"]["generation"] = 3
+    dep["status"] = {"observedGeneration": 2}
+    plan = plan_drain(ClusterState(three_nodes(), pods, controllers=ctrl), ["g1"])
+    [w] = plan.workload_plans
+    assert w.strategy == "evict" and "mid-rollout" in w.why
+    assert rollout_in_progress(dep, []) == "observedGeneration 2 is behind generation 3"
+    steady = {"metadata": {"generation": 3},
+              "spec": {"replicas": 2},
+              "status": {"observedGeneration": 3, "updatedReplicas": 2, "conditions": [
+                  {"type": "Progressing", "status": "True",
+                   "reason": "NewReplicaSetAvailable"}]}}
+    assert rollout_in_progress(steady, []) is None
+    rolling = {**steady, "status": {**steady["status"], "conditions": [
+        {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]}}
+    assert rollout_in_progress(rolling, []) == "Progressing: ReplicaSetUpdated"
+    two = [{"spec": {"replicas": 1}}, {"spec": {"replicas": 1}}]
+    assert rollout_in_progress(steady, two) == "2 ReplicaSets have replicas"
+
+
+def test_hpa_owned_scale_is_named() -> None:
+    pods, ctrl = serving("llm", ["g1", "g2"])
+    plan = plan_drain(ClusterState(three_nodes(), pods, controllers=ctrl,
+                                   autoscalers=[hpa("llm", "llm", 2, 4)]), ["g1"])
+    [w] = plan.workload_plans
+    assert w.strategy == "surge" and w.autoscaler == "ml/llm" and "minReplicas" in w.why
+
+
+def test_no_room_for_the_surge_is_refused() -> None:
+    pods, ctrl = serving("llm", ["g1", "g2"])
+    nodes = [node("g1"), node("g2")]
+    plan = plan_drain(ClusterState(nodes, pods, controllers=ctrl), ["g1"])
+    assert [b.kind for b in plan.blockers] == ["no-room"]
+
+
+def test_rerun_with_the_surge_running_needs_no_more_room() -> None:
+    # An earlier run scaled 2 -> 3 and was killed: the surge pod runs on g3; no free GPU.
+    pods, ctrl = serving("llm", ["g1", "g2", "g3"])
+    record = SurgeRecord(node="g1", replicas=2, pods={"ml/llm-0": "uid-llm-0"})
+    ctrl["Deployment/ml/llm"]["metadata"]["annotations"] = {
+        "drainsafe.io/surge": record.to_json()}
+    nodes = [node("g1"), node("g2"), node("g3")]
+    plan = plan_drain(ClusterState(nodes, pods, controllers=ctrl), ["g1"])
+    assert plan.ok, plan.blockers
+    [w] = plan.workload_plans
+    assert (w.strategy, w.replicas, w.resumed, w.surge) == ("surge", 2, True, 1)
+    # The same record does not let a drain of another node surge it again.
+    other = plan_drain(ClusterState(nodes, pods, controllers=ctrl), ["g2"])
+    assert "surge-owned" in [b.kind for b in other.blockers]
+
+
+def test_rerun_after_every_eviction_still_restores() -> None:
+    pods, ctrl = serving("llm", ["g2", "g3"])
+    record = SurgeRecord(node="g1", replicas=2)
+    ctrl["Deployment/ml/llm"]["metadata"]["annotations"] = {
+        "drainsafe.io/surge": record.to_json()}
+    plan = plan_drain(ClusterState(three_nodes(), pods, controllers=ctrl), ["g1"])
+    [w] = plan.workload_plans
+    assert (w.pods, w.strategy, w.resumed, w.replicas) == ((), "surge", True, 2)
+
+
+def test_surge_record_round_trip() -> None:
+    record = SurgeRecord(node="g1", replicas=2, by="me", at="2026-01-01T00:00:00Z",
+                         autoscaler=AutoscalerBounds("llm", None, 4), pods={"ml/a": "u1"})
+    obj = {"metadata": {"annotations": {"drainsafe.io/surge": record.to_json()}}}
+    assert SurgeRecord.of(obj) == record
+    assert SurgeRecord.of({"metadata": {}}) is None
+
+
+def test_budget_with_max_unavailable_paces_one_at_a_time() -> None:
+    pods, ctrl = serving("llm", ["g1", "g1", "g2", "g3"])
+    plan = plan_drain(ClusterState(three_nodes(), pods,
+                                   [pdb("llm", {"app": "llm"}, max_unavailable=1)], ctrl),
+                      ["g1"])
+    [b] = plan.budgets
+    assert (b.surge, b.best_case_disruptions, b.best_case_with_surge) == (2, 1, 1)
