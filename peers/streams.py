@@ -1,0 +1,141 @@
+"""One streaming completion against an OpenAI-compatible server, and how it ended.
+
+A stream counts as ok only when the server says it finished the generation it was asked
+for: HTTP 200, a final chunk with `finish_reason: "length"` (ignore_eos, so the model
+cannot stop early), usage reporting every requested token, then `data: [DONE]`. HTTP
+status and `[DONE]` alone are not enough: vLLM ends streams that its engine aborted with
+HTTP 200, `finish_reason: "abort"` and `[DONE]` (vllm-project/vllm issue #57082; the
+values are `FINISH_REASON_STRINGS` in vllm/v1/engine/__init__.py at 0.32.0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import httpx
+
+from drainsafe.marker import DRAIN_ERROR_TYPE
+
+OK = "ok"
+
+
+@dataclass
+class Stream:
+    """What one client saw; `outcome` is OK or what went wrong, as a short phrase."""
+
+    started: float = 0.0
+    outcome: str = "open"
+    chunks: int = 0
+    first_token: float | None = None
+    last_data: float | None = None
+    ended: float | None = None
+    detail: str = ""
+    """The client's error text, for the failure message."""
+    first_token_seen: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == OK
+
+
+def _error_event(data: dict[str, object]) -> str | None:
+    error = data.get("error")
+    if not isinstance(error, dict):
+        return None
+    if error.get("type") == DRAIN_ERROR_TYPE:
+        return "drainsafe deadline event"
+    return f"error event ({error.get('code') or error.get('type')})"
+
+
+def _usage(data: dict[str, object]) -> int | None:
+    """completion_tokens of the usage chunk (no choices), else None."""
+    usage = data.get("usage")
+    if isinstance(usage, dict) and not data.get("choices"):
+        tokens = usage.get("completion_tokens")
+        return tokens if isinstance(tokens, int) else -1
+    return None
+
+
+async def stream(base_url: str, model: str, max_tokens: int, *, read_timeout: float,
+                 into: Stream | None = None) -> Stream:
+    """POST one streaming completion on a connection of its own (a proxy that has not
+    caught up opens new connections to the pod) and follow it to its end; `into` shows
+    progress while it runs."""
+    result = into or Stream()
+    result.started = time.monotonic()
+    body = {"model": model, "prompt": "w1 w2 w3 w4", "max_tokens": max_tokens,
+            "stream": True, "ignore_eos": True, "temperature": 0,
+            "stream_options": {"include_usage": True}}
+    finish: str | None = None
+    error: str | None = None
+    tokens: int | None = None
+    done = False
+    timeout = httpx.Timeout(connect=5.0, read=read_timeout, write=5.0, pool=5.0)
+    try:
+        async with httpx.AsyncClient(timeout=timeout) as client, client.stream(
+                "POST", f"{base_url}/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                result.outcome = f"HTTP {response.status_code}"
+                return result
+            event = ""
+            async for line in response.aiter_lines():
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                    continue
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    continue
+                try:
+                    data = json.loads(payload)
+                except ValueError:
+                    error = error or f"unreadable chunk ({event or 'data'})"
+                    continue
+                error = error or _error_event(data)
+                tokens = _usage(data) if tokens is None else tokens
+                result.last_data = time.monotonic()
+                for choice in data.get("choices") or ():
+                    result.chunks += 1
+                    if result.first_token is None:
+                        result.first_token = time.monotonic()
+                        result.first_token_seen.set()
+                    finish = choice.get("finish_reason") or finish
+    except httpx.ConnectError as exc:
+        result.outcome, result.detail = "refused", repr(exc)
+    except httpx.ReadTimeout:
+        result.outcome = f"stalled (no data for {read_timeout:g} s)"
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        result.outcome = "closed mid-stream" if result.chunks else "closed before a token"
+        result.detail = repr(exc)
+    else:
+        then = "+ [DONE]" if done else "no [DONE]"
+        if error is not None:
+            result.outcome = error
+        elif finish is None:
+            result.outcome = f"ended without a final event, {then}"
+        elif finish != "length":
+            result.outcome = f"finish_reason {finish} {then}"
+        elif tokens != max_tokens:
+            result.outcome = f"usage {tokens} of {max_tokens} tokens"
+        elif not done:
+            result.outcome = "no [DONE]"
+        else:
+            result.outcome = OK
+    finally:
+        result.ended = time.monotonic()
+        result.first_token_seen.set()
+    return result
+
+
+def summary(streams: Iterable[Stream]) -> str:
+    """`4 ok` or `1 HTTP 500, 5 refused`: outcomes by count, most frequent first."""
+    counts = Counter(s.outcome for s in streams)
+    return ", ".join(f"{n} {outcome}" for outcome, n in counts.most_common()) or "none"
