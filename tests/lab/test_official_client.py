@@ -43,6 +43,8 @@ class Clients:
         self.discovery = client.DiscoveryV1Api(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
         self.autoscaling = client.AutoscalingV2Api(self.api)
+        self.rbac = client.RbacAuthorizationV1Api(self.api)
+        self.admission = client.AdmissionregistrationV1Api(self.api)
 
     async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -324,6 +326,48 @@ KINDS: list[tuple[str, dict[str, Any], str, str]] = [
                      "target": {"type": "AverageValue", "averageValue": "10"}}}]}},
      "autoscaling.read_namespaced_horizontal_pod_autoscaler",
      "autoscaling.list_namespaced_horizontal_pod_autoscaler"),
+    # Stored only (not enforced), so that install manifests such as deploy/controller apply.
+    ("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tls"},
+                 "type": "kubernetes.io/tls",
+                 "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}},
+     "core.read_namespaced_secret", "core.list_namespaced_secret"),
+    ("rbac.authorization.k8s.io/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "lease"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                   "verbs": ["get", "update"]}]},
+     "rbac.read_namespaced_role", "rbac.list_namespaced_role"),
+    ("rbac.authorization.k8s.io/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "lease"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lease"},
+        "subjects": [{"kind": "ServiceAccount", "name": "guard", "namespace": "default"}]},
+     "rbac.read_namespaced_role_binding", "rbac.list_namespaced_role_binding"),
+    ("rbac.authorization.k8s.io/clusterroles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "guard"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+     "rbac.read_cluster_role", "rbac.list_cluster_role"),
+    ("rbac.authorization.k8s.io/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "guard"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "guard"},
+        "subjects": [{"kind": "ServiceAccount", "name": "guard", "namespace": "default"}]},
+     "rbac.read_cluster_role_binding", "rbac.list_cluster_role_binding"),
+    ("admissionregistration.k8s.io/validatingwebhookconfigurations", {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "guard"},
+        "webhooks": [{"name": "guard.drainsafe.io", "admissionReviewVersions": ["v1"],
+                      "sideEffects": "NoneOnDryRun", "failurePolicy": "Ignore",
+                      "timeoutSeconds": 5,
+                      "clientConfig": {"service": {"name": "guard", "namespace": "default",
+                                                   "path": "/evict", "port": 443}},
+                      "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                 "operations": ["CREATE"], "resources": ["pods/eviction"],
+                                 "scope": "Namespaced"}]}]},
+     "admission.read_validating_webhook_configuration",
+     "admission.list_validating_webhook_configuration"),
 ]
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
