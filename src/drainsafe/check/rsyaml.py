@@ -151,29 +151,31 @@ def gate(text: str) -> str | None:
     return _gate(text)[0]
 
 
-def _gate(text: str) -> tuple[str | None, str]:
-    """gate's answer, and the text with block scalars' bodies blanked (spaces, line breaks
+def _gate(text: str) -> tuple[str | None, str, bool]:
+    """gate's answer; the text with block scalars' bodies blanked (spaces, line breaks
     kept, so offsets and lines stay) for the checks that look at structure (aliases, flow
-    keys); when those find nothing outside the bodies, just the text outside them."""
+    keys), or when those find nothing outside the bodies, just the text outside them; and
+    whether a flow collection may be a mapping key there (_maybe_collection_key, asked once)."""
     why = _refusal(text)
     if why is not None:
-        return why, text
+        return why, text, True
     if "|" not in text and ">" not in text:
-        return _tokens(text), text
+        return _tokens(text), text, _maybe_collection_key(text)
     found = _block_scalars(text)
     if isinstance(found, str):
-        return found, text
+        return found, text, True
     if found is None:
-        return _tokens(text), text
+        return _tokens(text), text, _maybe_collection_key(text)
     outside = "".join(found[::2])
-    if "*" not in outside and not _maybe_collection_key(outside):
+    # The bodies blanked add only spaces after line breaks: the same answer in both texts.
+    keys = _maybe_collection_key(outside)
+    if "*" not in outside and not keys:
         # Nothing for the structure checks to find: they need no offsets into the text.
-        return _tokens(outside), outside
+        return _tokens(outside), outside, False
     blanked = "".join(piece if n % 2 == 0 else
                       "\n".join(" " * len(line) for line in piece.split("\n"))
                       for n, piece in enumerate(found))
-    return _tokens(outside), blanked
-
+    return _tokens(outside), blanked, keys
 
 
 def _refusal(text: str) -> str | None:
@@ -200,8 +202,11 @@ def _refusal(text: str) -> str | None:
 def _tokens(words: str) -> str | None:
     """What the token check refuses in `words` (the text outside block scalar bodies)."""
     verdicts = _VERDICTS
-    words = _without_comments(words) if "#" in words else words
-    for token in frozenset(words.split()):
+    # Tokens and comments never span lines, and most lines repeat (`containers:`, `- name:
+    # http`): the distinct lines hold every token, in a sixth of the text.
+    lines = "\n".join(set(words.split("\n")))
+    lines = _without_comments(lines) if "#" in lines else lines
+    for token in frozenset(lines.split()):
         verdict = verdicts.get(token)
         if verdict is None:
             verdict = _token_ok(token)
@@ -228,11 +233,9 @@ def _block_scalars(text: str) -> str | list[str] | None:
     if text[:1] in ("|", ">") or "\n|" in text or "\n>" in text or "-- |" in text \
             or "-- >" in text:
         return "block scalar in an unusual form"
-    if _TAIL.search(text) is None:
-        return None
     kept: list[str] = []
     at = 0
-    for tail in _TAIL.finditer(text):
+    for tail in _tails(text):
         if tail.start() < at:
             continue  # a line inside a body already skipped
         start = text.rfind("\n", 0, tail.start()) + 1
@@ -270,6 +273,24 @@ def _block_scalars(text: str) -> str | list[str] | None:
         at = end
     kept.append(text[at:])
     return kept if len(kept) > 1 else None
+
+
+def _tails(text: str) -> Iterator[re.Match[str]]:
+    """_TAIL's matches, as finditer gives them, tried only where a `|` or `>` is (found by
+    a find in C): finditer tries every space, and indentation is mostly spaces."""
+    end = 0  # matches do not overlap: the next one starts at or after the last one's end
+    pipe, fold = text.find("|"), text.find(">")
+    while pipe != -1 or fold != -1:
+        at = pipe if fold == -1 or (pipe != -1 and pipe < fold) else fold
+        if at > end:
+            tail = _TAIL.match(text, at - 1)
+            if tail is not None:
+                end = tail.end()
+                yield tail
+        if at == pipe:
+            pipe = text.find("|", at + 1)
+        else:
+            fold = text.find(">", at + 1)
 
 
 _BODY_ENDS: dict[int, re.Pattern[str]] = {}
@@ -411,7 +432,7 @@ def _separators(text: str) -> list[int]:
 def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     """(object, first line, last line, has aliases) per document, as fastyaml.documents gives
     them; raise Unsupported (before yielding anything) for input the gate refuses."""
-    why, structure = _gate(text)
+    why, structure, keys = _gate(text)
     if why is not None:
         raise Unsupported(why)
     count, content = text.count, _CONTENT.search
@@ -454,7 +475,7 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     docs = data if len(found) > 1 else [data]
     if not isinstance(docs, list) or len(docs) != len(found):
         raise Unsupported("yaml-rs saw other documents")
-    if _maybe_collection_key(structure) and _collection_key(docs):
+    if keys and _collection_key(docs):
         # `{{ x }}` (a Helm template) is a mapping with a mapping as its key: PyYAML refuses
         # it, yaml-rs makes a frozenset. Only a flow mapping can hide such a key.
         raise Unsupported("collection as a mapping key")
