@@ -270,10 +270,24 @@ def _has(words: Sequence[str], *needles: str) -> bool:
     return any(_base(w) in needles or w in needles for w in words)
 
 
+_IDENTIFIED: dict[CommandLine, ServerShutdown | None] = {}
+_UNSEEN = object()
+
+
 def identify(line: CommandLine | None) -> ServerShutdown | None:
     """The known server on the command line, with its shutdown behaviour."""
     if line is None:
         return None
+    # Replicas of a chart share their command lines: each distinct one is read once.
+    found = _IDENTIFIED.get(line, _UNSEEN)
+    if found is _UNSEEN:
+        found = _identify(line)
+        if len(_IDENTIFIED) < 10_000:
+            _IDENTIFIED[line] = found
+    return found  # type: ignore[return-value]
+
+
+def _identify(line: CommandLine) -> ServerShutdown | None:
     words = _words(line)
     joined = " ".join(words)
     if _has(words, "drainsafe", "kubectl-drainsafe") and (" serve" in joined or " run" in joined):

@@ -412,15 +412,17 @@ PodLifecycleSleepActionAllowZero.md; KEP-3960; VictoriaMetrics/operator#2522.
 
 @SLEEP_UNSUPPORTED.check
 def _sleep_unsupported(index: Index, context: Context) -> Iterator[Finding]:
+    if context.at_least(1, 33):
+        return  # the sleep action, zero seconds too, is on by default (most clusters)
     for w in _workloads(index):
         for c in w.containers:
             delay = drain_delay(c)
             if delay.kind != "sleep-action":
                 continue
             seconds = delay.known
-            exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": pre_stop(
-                c, "exec", {"command": ["sleep", f"{seconds:g}"]})})
             if not context.at_least(1, 30):
+                exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": pre_stop(
+                    c, "exec", {"command": ["sleep", f"{seconds:g}"]})})
                 yield SLEEP_UNSUPPORTED.finding(
                     w,
                     f"container {c.name}: preStop sleep action needs Kubernetes >= 1.30; "
