@@ -57,8 +57,8 @@ manifests = st.sampled_from([
 ])
 
 
-def _docs(items: list[tuple[Any, int, int, bool]]) -> list[tuple[Any, int, int]]:
-    return [(repr(data), start, end) for data, start, end, _ in items]
+def _docs(items: list[tuple[Any, ...]]) -> list[tuple[Any, int, int]]:
+    return [(repr(data), start, end) for data, start, end, *_ in items]
 
 
 def _libyaml(text: str) -> list[tuple[Any, int, int]] | str:
@@ -86,7 +86,11 @@ def assert_same_reading(text: str, *, whole_parse: bool = True) -> bool:
         taken = False
     else:
         taken = True
-        assert _docs(list(quick)) == _libyaml(text), text
+        docs = list(quick)
+        assert _docs(docs) == _libyaml(text), text
+        lines = text.splitlines()
+        for _, start, end, _, (a, b) in docs:  # what locate reads: the document's lines
+            assert text[a:b] == "\n".join(lines[start - 1:min(end, len(lines))]), text
     if whole_parse:
         assert _parsed(text, True) == _parsed(text, False), text
     return taken

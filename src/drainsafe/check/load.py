@@ -81,6 +81,9 @@ class Document:
     end_line: int
     prefix: tuple[str | int, ...] = ()
     """Path of the object inside its document: ("items", 3) for a member of a List."""
+    span: tuple[int, int] | None = None
+    """Where lines start_line..end_line are in the source's text, when the reader knows
+    (yaml-rs: a text whose only line break is \\n); locate reads them there."""
 
     @property
     def file(self) -> str:
@@ -249,14 +252,16 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
         _add(loaded, source, data, 0, 1, text.count("\n") + 1)
         return
     found: list[tuple[Any, int, int, bool]] = []
+    spans: list[tuple[int, int]] | None = None
     error: InputError | None = None
     try:
         if quick and (taken := _quick(text)) is not None:
-            found = taken
-            if len(text) + rsyaml.MAX_REPLAYED_EVENTS < MAX_EXPANDED_NODES:
-                # yaml-rs bounds what aliases add (see rsyaml.MAX_REPLAYED_EVENTS): no
-                # document here can exceed the budget, so none needs walking.
-                found = [(data, start, end, False) for data, start, end, _ in taken]
+            # yaml-rs bounds what aliases add (see rsyaml.MAX_REPLAYED_EVENTS): when no
+            # document here can exceed the budget, none needs walking.
+            walk = len(text) + rsyaml.MAX_REPLAYED_EVENTS >= MAX_EXPANDED_NODES
+            found = [(data, start, end, aliased and walk)
+                     for data, start, end, aliased, _ in taken]
+            spans = [span for *_, span in taken]
         else:
             for item in fastyaml.documents(text):
                 found.append(item)
@@ -273,12 +278,13 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
                 f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
                 "(alias bomb or self-reference); document refused"))
         else:
-            _add(loaded, source, data, index, start, end)
+            _add(loaded, source, data, index, start, end,
+                 spans[index] if spans is not None else None)
     if error is not None:
         loaded.errors.append(error)
 
 
-def _quick(text: str) -> list[tuple[Any, int, int, bool]] | None:
+def _quick(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]] | None:
     try:
         return list(rsyaml.documents(text))
     except rsyaml.Unsupported:
@@ -323,7 +329,7 @@ def _yaml_error(source: SourceText, exc: yaml.YAMLError) -> InputError:
 
 
 def _add(loaded: Loaded, source: SourceText, data: object, index: int,
-         start: int, end: int) -> None:
+         start: int, end: int, span: tuple[int, int] | None = None) -> None:
     if data is None:
         loaded.empty_documents += 1
         return
@@ -342,12 +348,12 @@ def _add(loaded: Loaded, source: SourceText, data: object, index: int,
         for i, item in enumerate(items):
             if isinstance(item, dict):
                 loaded.documents.append(
-                    Document(item, source, index, start, end, ("items", i)))
+                    Document(item, source, index, start, end, ("items", i), span))
             else:
                 loaded.errors.append(InputError(
                     source.name, start, f"items[{i}] is not a Kubernetes object"))
         return
-    loaded.documents.append(Document(data, source, index, start, end))
+    loaded.documents.append(Document(data, source, index, start, end, span=span))
 
 
 def _within_budget(data: object) -> bool:

@@ -191,7 +191,7 @@ def _refusal(text: str) -> str | None:
         return "deep indentation"
     # Two scans that each start from a literal beat one alternation regex (which tries
     # every position); the earlier finding names the reason, as the alternation did.
-    merge = text.find("<<")
+    merge = _first_merge_key(text)
     if _NESTED_COMPACT.search(text, 0, len(text) if merge == -1 else merge) is not None:
         return "nested compact sequences"
     if merge != -1:
@@ -199,20 +199,28 @@ def _refusal(text: str) -> str | None:
     return None
 
 
+def _first_merge_key(text: str) -> int:
+    """text.find("<<"), from each `<` (memchr finds them, and they are few)."""
+    at = text.find("<")
+    while at != -1 and text[at + 1:at + 2] != "<":
+        at = text.find("<", at + 1)
+    return at
+
+
 def _tokens(words: str) -> str | None:
     """What the token check refuses in `words` (the text outside block scalar bodies)."""
     verdicts = _VERDICTS
     # Tokens and comments never span lines, and most lines repeat (`containers:`, `- name:
     # http`): the distinct lines hold every token, in a sixth of the text.
-    lines = "\n".join(set(words.split("\n")))
-    lines = _without_comments(lines) if "#" in lines else lines
+    distinct = "\n".join(set(words.split("\n")))
+    lines = _without_comments(distinct) if "#" in distinct else distinct
     for token in frozenset(lines.split()):
         verdict = verdicts.get(token)
         if verdict is None:
             verdict = _token_ok(token)
         if not verdict:
             return f"token {token[:40]!r} reads differently in YAML 1.1"
-    if "\n..." in words or words.startswith("..."):
+    if "\n..." in distinct or distinct.startswith("..."):  # a line starting with `...`
         return "document end marker"
     return None
 
@@ -230,8 +238,7 @@ def _block_scalars(text: str) -> str | list[str] | None:
     """
     # An indicator anywhere else (`|2`, `|x`) is a token the token check refuses; one at a
     # line's start (a document's root, `--- |`) is not a form taken here.
-    if text[:1] in ("|", ">") or "\n|" in text or "\n>" in text or "-- |" in text \
-            or "-- >" in text:
+    if _indicator_at_line_start(text):
         return "block scalar in an unusual form"
     kept: list[str] = []
     at = 0
@@ -273,6 +280,19 @@ def _block_scalars(text: str) -> str | list[str] | None:
         at = end
     kept.append(text[at:])
     return kept if len(kept) > 1 else None
+
+
+def _indicator_at_line_start(text: str) -> bool:
+    """Whether a `|` or `>` starts a line or follows `-- ` (`--- |`). Looked for from each
+    indicator, which memchr finds and which are few: a search for a two-character string
+    is several times slower than memchr over the whole text."""
+    for indicator in "|>":
+        at = text.find(indicator)
+        while at != -1:
+            if at == 0 or text[at - 1] == "\n" or (at >= 3 and text[at - 3:at] == "-- "):
+                return True
+            at = text.find(indicator, at + 1)
+    return False
 
 
 def _tails(text: str) -> Iterator[re.Match[str]]:
@@ -429,9 +449,11 @@ def _separators(text: str) -> list[int]:
     return found
 
 
-def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
+def documents(text: str) -> Iterator[tuple[Any, int, int, bool, tuple[int, int]]]:
     """(object, first line, last line, has aliases) per document, as fastyaml.documents gives
-    them; raise Unsupported (before yielding anything) for input the gate refuses."""
+    them, and where those lines are in the text (the gate takes no line break but \\n: they
+    are text.splitlines()[first - 1:last]); raise Unsupported (before yielding anything) for
+    input the gate refuses."""
     why, structure, keys = _gate(text)
     if why is not None:
         raise Unsupported(why)
@@ -453,8 +475,12 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     for a, b in pairwise(bounds[:-1]):
         firsts.append(firsts[-1] + count("\n", a, b))
     # libyaml ends the stream on a fresh line: after the last line break, or one line on.
-    stream_end = count("\n") + 1 + (1 if text and not text.endswith("\n") else 0)
-    found: list[tuple[int, int, bool]] = []  # (first line, last line, has aliases)
+    ends_line = text.endswith("\n")
+    lines = firsts[-1] + (count("\n", bounds[-2]) if len(bounds) > 1 else 0)  # counted to there
+    stream_end = lines + (0 if ends_line or not text else 1)
+    # (first line, last line, has aliases, span): the last line is the next `---` line, or
+    # the text's last line (splitlines drops what follows a final line break).
+    found: list[tuple[int, int, bool, tuple[int, int]]] = []
     segments = len(bounds) - 1
     for n in range(segments):
         start, end, first = bounds[n], bounds[n + 1], firsts[n]
@@ -462,13 +488,20 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
         body = start
         if marker:
             body = text.find("\n", start, end) + 1 or end  # past the `---` line
-        last = firsts[n + 1] if n + 1 < segments else stream_end
+        if n + 1 < segments:  # the last line is the next `---` line, from `end` to `stop`
+            last, stop = firsts[n + 1], text.find("\n", end)
+            if stop == -1:
+                stop = len(text)
+            last_at = end
+        else:  # the stream's end, past the text's last line
+            last, stop = stream_end, len(text) - 1 if ends_line else len(text)
+            last_at = stop
         node = content(text, body, end)
         if node is not None:
             found.append((first + count("\n", start, node.start()), last,
-                          aliases and _has_alias(structure, body, end)))
+                          aliases and _has_alias(structure, body, end), (node.start(), stop)))
         elif marker:  # `---` with nothing after it: an empty document, placed (as libyaml
-            found.append((last, last, False))  # places its empty node) at the next token
+            found.append((last, last, False, (last_at, stop)))  # its empty node) at the next token
     if not found:
         return iter(())
     data = _load(text)
@@ -479,4 +512,4 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
         # `{{ x }}` (a Helm template) is a mapping with a mapping as its key: PyYAML refuses
         # it, yaml-rs makes a frozenset. Only a flow mapping can hide such a key.
         raise Unsupported("collection as a mapping key")
-    return iter([(doc, a, b, c) for doc, (a, b, c) in zip(docs, found, strict=True)])
+    return iter([(doc, a, b, c, d) for doc, (a, b, c, d) in zip(docs, found, strict=True)])
