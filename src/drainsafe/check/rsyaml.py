@@ -92,6 +92,9 @@ _SYNTAX = frozenset(("-", "#"))
 
 _VERDICTS: dict[str, bool] = {}
 _VERDICT_LIMIT = 200_000
+_LINES_TAKEN: set[str] = set()
+"""Lines the token check passed (what makes a line pass or not lies on the line alone)."""
+_LINES_TAKEN_LIMIT = 100_000
 
 
 def _same_scalar(piece: str) -> bool:
@@ -211,8 +214,11 @@ def _tokens(words: str) -> str | None:
     """What the token check refuses in `words` (the text outside block scalar bodies)."""
     verdicts = _VERDICTS
     # Tokens and comments never span lines, and most lines repeat (`containers:`, `- name:
-    # http`): the distinct lines hold every token, in a sixth of the text.
-    distinct = "\n".join(set(words.split("\n")))
+    # http`), in a text and across a chart's files: only lines not yet taken are read.
+    fresh = set(words.split("\n")) - _LINES_TAKEN
+    if not fresh:
+        return None
+    distinct = "\n".join(fresh)
     lines = _without_comments(distinct) if "#" in distinct else distinct
     for token in frozenset(lines.split()):
         verdict = verdicts.get(token)
@@ -222,6 +228,8 @@ def _tokens(words: str) -> str | None:
             return f"token {token[:40]!r} reads differently in YAML 1.1"
     if "\n..." in distinct or distinct.startswith("..."):  # a line starting with `...`
         return "document end marker"
+    if len(_LINES_TAKEN) < _LINES_TAKEN_LIMIT:
+        _LINES_TAKEN.update(line for line in fresh if len(line) <= 200)
     return None
 
 
