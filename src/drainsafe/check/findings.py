@@ -49,8 +49,11 @@ class Edit:
     value: Any
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Finding:
+    """Not changed once made; not frozen, since a frozen dataclass sets each of its fields
+    through object.__setattr__ (three times the cost, and a run makes thousands)."""
+
     rule: str
     severity: Severity
     object: ObjectRef

@@ -270,7 +270,7 @@ def _has(words: Sequence[str], *needles: str) -> bool:
     return any(_base(w) in needles or w in needles for w in words)
 
 
-_IDENTIFIED: dict[CommandLine, ServerShutdown | None] = {}
+_IDENTIFIED: dict[tuple[object, ...], ServerShutdown | None] = {}
 _UNSEEN = object()
 
 
@@ -278,12 +278,16 @@ def identify(line: CommandLine | None) -> ServerShutdown | None:
     """The known server on the command line, with its shutdown behaviour."""
     if line is None:
         return None
-    # Replicas of a chart share their command lines: each distinct one is read once.
-    found = _IDENTIFIED.get(line, _UNSEEN)
+    # Replicas of a chart share their command lines: each distinct one is read once. The
+    # key is what _identify reads, as a plain tuple (a dataclass hashes in Python).
+    image = line.image
+    key = (line.argv, line.shell_script,
+           None if image is None else (image.server, image.release))
+    found = _IDENTIFIED.get(key, _UNSEEN)
     if found is _UNSEEN:
         found = _identify(line)
         if len(_IDENTIFIED) < 10_000:
-            _IDENTIFIED[line] = found
+            _IDENTIFIED[key] = found
     return found  # type: ignore[return-value]
 
 
