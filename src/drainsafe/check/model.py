@@ -179,6 +179,20 @@ class Workload(Subject):
     def annotation(self, key: str) -> str | None:
         return self.template_annotations.get(key, self.annotations.get(key))
 
+    def annotation_number(self, key: str) -> float | None:
+        """The annotation as a number (see number()), None when unset or not one. Several
+        rules ask for every workload's declared seconds: each key is read once."""
+        numbers = self._annotation_numbers
+        if key in numbers:
+            return numbers[key]
+        text = self.annotation(key)
+        value = numbers[key] = number(text) if text is not None else None
+        return value
+
+    @once
+    def _annotation_numbers(self) -> dict[str, float | None]:
+        return {}
+
     # Cached: most rules ask for the grace period and the strategy of every workload.
     @once
     def grace_set(self) -> bool:

@@ -11,7 +11,7 @@ from drainsafe.budget import Budget, fit_deadline, recommend
 from drainsafe.check.context import MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION, Context
 from drainsafe.check.findings import Edit, Finding, Severity
 from drainsafe.check.hooks import DrainDelay, drain_delay, needs_shell
-from drainsafe.check.model import Container, Index, Workload, number
+from drainsafe.check.model import Container, Index, Workload
 from drainsafe.check.rules import rule
 from drainsafe.check.serverfix import WRAPPER_NOTE, pre_stop, with_flag, wrapped
 from drainsafe.check.servers import (
@@ -76,8 +76,7 @@ def serves_traffic(index: Index, w: Workload) -> bool:
 def max_request(w: Workload, context: Context) -> tuple[float | None, str]:
     if context.max_request_seconds is not None:
         return context.max_request_seconds, "--max-request-seconds"
-    text = w.annotation(MAX_REQUEST_ANNOTATION)
-    value = number(text) if text is not None else None
+    value = w.annotation_number(MAX_REQUEST_ANNOTATION)
     if value is not None and value >= 0:
         return value, MAX_REQUEST_ANNOTATION
     return None, ""
@@ -85,8 +84,7 @@ def max_request(w: Workload, context: Context) -> tuple[float | None, str]:
 
 def shutdown_deadline(w: Workload, s: Serving, context: Context) -> tuple[float | None, str]:
     """The server's shutdown deadline and where it comes from (None: unknown)."""
-    text = w.annotation(SHUTDOWN_ANNOTATION)
-    value = number(text) if text is not None else None
+    value = w.annotation_number(SHUTDOWN_ANNOTATION)
     if value is not None and value >= 0:
         return value, SHUTDOWN_ANNOTATION
     if s.server is not None and not s.server.drains:
