@@ -254,17 +254,12 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
         _add(loaded, source, data, 0, 1, text.count("\n") + 1)
         return
     found: list[tuple[Any, int, int, bool]] = []
-    spans: list[tuple[int, int]] | None = None
+    taken = None
     error: InputError | None = None
     try:
-        if quick and (taken := _quick(text)) is not None:
-            # yaml-rs bounds what aliases add (see rsyaml.MAX_REPLAYED_EVENTS): when no
-            # document here can exceed the budget, none needs walking.
-            walk = len(text) + rsyaml.MAX_REPLAYED_EVENTS >= MAX_EXPANDED_NODES
-            found = [(data, start, end, aliased and walk)
-                     for data, start, end, aliased, _ in taken]
-            spans = [span for *_, span in taken]
-        else:
+        if quick:
+            taken = _quick(text)
+        if taken is None:
             for item in fastyaml.documents(text):
                 found.append(item)
     except fastyaml.Unsupported:
@@ -273,17 +268,28 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
         error = _yaml_error(source, exc)
     except (ValueError, TypeError, RecursionError) as exc:
         error = InputError(source.name, None, f"invalid YAML value: {exc}")
+    if taken is not None:
+        # yaml-rs bounds what aliases add (see rsyaml.MAX_REPLAYED_EVENTS): when no
+        # document here can exceed the budget, none needs walking.
+        walk = len(text) + rsyaml.MAX_REPLAYED_EVENTS >= MAX_EXPANDED_NODES
+        for index, (data, start, end, aliased, span) in enumerate(taken):
+            _take(loaded, source, data, index, start, end, aliased and walk, span)
     for index, (data, start, end, aliased) in enumerate(found):
-        if aliased and not _within_budget(data):
-            loaded.errors.append(InputError(
-                source.name, start,
-                f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
-                "(alias bomb or self-reference); document refused"))
-        else:
-            _add(loaded, source, data, index, start, end,
-                 spans[index] if spans is not None else None)
+        _take(loaded, source, data, index, start, end, aliased, None)
     if error is not None:
         loaded.errors.append(error)
+
+
+def _take(loaded: Loaded, source: SourceText, data: object, index: int, start: int, end: int,
+          aliased: bool, span: tuple[int, int] | None) -> None:
+    """Add a document read, unless its aliases expand past the node budget."""
+    if aliased and not _within_budget(data):
+        loaded.errors.append(InputError(
+            source.name, start,
+            f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
+            "(alias bomb or self-reference); document refused"))
+    else:
+        _add(loaded, source, data, index, start, end, span)
 
 
 def _quick(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]] | None:
