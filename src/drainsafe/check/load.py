@@ -61,12 +61,21 @@ class SourceText:
     """Line lookups already done (see locate.py)."""
     document_texts: dict[int, str] = field(default_factory=dict, repr=False)
     """A document's lines joined, by its first line (see locate.py)."""
+    _quoted_keys: bool | None = field(default=None, repr=False)
 
     @property
     def lines(self) -> list[str]:
         if self._lines is None:
             self._lines = self.text.splitlines()
         return self._lines
+
+    @property
+    def quoted_keys(self) -> bool:
+        """Whether the text may hold a quoted mapping key (`"k":`, `'k':`); most have none,
+        and locate then looks for keys as written plain only."""
+        if self._quoted_keys is None:
+            self._quoted_keys = '":' in self.text or "':" in self.text
+        return self._quoted_keys
 
 
 @dataclass(slots=True)

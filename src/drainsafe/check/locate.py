@@ -56,6 +56,7 @@ def locate(doc: Document, path: Path) -> int:
     visited = text is not None  # nothing is memoised for a document before its text is
     if text is None:  # every line, the first too, follows a line break (see _key_pattern)
         text = source.document_texts[start] = "\n" + _lines(doc)
+    quoted = source.quoted_keys
     memo = source.located
     full = (*doc.prefix, *path)
     # Findings of one object share path prefixes (spec.template.spec.containers.0...).
@@ -73,7 +74,7 @@ def locate(doc: Document, path: Path) -> int:
         if isinstance(key, int):
             found = _nth_item(text, pos, parent_indent, key, offset)
         else:
-            found = _key(text, pos, offset, parent_indent, key)
+            found = _key(text, pos, offset, parent_indent, key, quoted)
         if found is None:
             # Not found below here: remember the nearest line (negated) for this path.
             memo[(start, full[:d + 1])] = (-(pos + 1) if d else -doc.start_line, 0, 0)
@@ -83,10 +84,11 @@ def locate(doc: Document, path: Path) -> int:
     return pos + 1 if full else doc.start_line
 
 
-def _key(text: str, pos: int, offset: int, parent: int, key: str
+def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool = True
          ) -> tuple[int, int, int] | None:
     """The first line from `pos` (at `offset` in text) holding `key` deeper than `parent`,
-    before a later line leaves the parent's block: (line, key indent, line offset)."""
+    before a later line leaves the parent's block: (line, key indent, line offset).
+    `quoted`: whether the text may hold a quoted key at all."""
     if "\n" in key:
         return None  # a line never holds one
     found = None  # (line offset, key indent) of the first line holding the key
@@ -95,7 +97,7 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str
         forms = (key, f'"{key}"', f"'{key}'")
         if len(_FORMS) < 10_000:  # keys of CRDs' embedded pod templates come from input
             _FORMS[key] = forms
-    for form in forms:
+    for form in forms if quoted else forms[:1]:
         limit = found[0] if found else len(text)
         # A quoted form can only win before the plain one: look for it there, not in the
         # whole document (a find in C, before any regex).
