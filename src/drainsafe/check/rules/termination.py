@@ -29,9 +29,11 @@ SHELL_LESS_MARKERS = ("distroless", "scratch", "chainguard/static", "/static:", 
                       "-static@", "/static@")
 
 
+_SIDECAR = re.compile("|".join(re.escape(marker) for marker in SIDECAR_MARKERS))
+
+
 def is_sidecar(c: Container) -> bool:
-    text = f"{c.name} {c.image}".lower()
-    return any(marker in text for marker in SIDECAR_MARKERS)
+    return _SIDECAR.search(f"{c.name} {c.image}".lower()) is not None
 
 
 def shell_less(image: str) -> bool:
