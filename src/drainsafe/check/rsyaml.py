@@ -93,7 +93,7 @@ _SYNTAX = frozenset(("-", "#"))
 _VERDICTS: dict[str, bool] = {}
 _VERDICT_LIMIT = 200_000
 _LINES_TAKEN: set[str] = set()
-"""Lines the token check passed (what makes a line pass or not lies on the line alone)."""
+"""Lines that passed _lines_read (what makes a line pass lies on the line alone)."""
 _LINES_TAKEN_LIMIT = 100_000
 
 
@@ -158,27 +158,26 @@ def _gate(text: str) -> tuple[str | None, str, bool]:
     """gate's answer; the text with block scalars' bodies blanked (spaces, line breaks
     kept, so offsets and lines stay) for the checks that look at structure (aliases, flow
     keys), or when those find nothing outside the bodies, just the text outside them; and
-    whether a flow collection may be a mapping key there (_maybe_collection_key, asked once)."""
+    whether a flow collection may be a mapping key there (see _lines_read)."""
     why = _refusal(text)
     if why is not None:
         return why, text, True
-    if "|" not in text and ">" not in text:
-        return _tokens(text), text, _maybe_collection_key(text)
-    found = _block_scalars(text)
+    found = _block_scalars(text) if "|" in text or ">" in text else None
     if isinstance(found, str):
         return found, text, True
     if found is None:
-        return _tokens(text), text, _maybe_collection_key(text)
+        why, keys = _lines_read(text)
+        return why, text, keys
     outside = "".join(found[::2])
     # The bodies blanked add only spaces after line breaks: the same answer in both texts.
-    keys = _maybe_collection_key(outside)
+    why, keys = _lines_read(outside)
     if "*" not in outside and not keys:
         # Nothing for the structure checks to find: they need no offsets into the text.
-        return _tokens(outside), outside, False
+        return why, outside, False
     blanked = "".join(piece if n % 2 == 0 else
                       "\n".join(" " * len(line) for line in piece.split("\n"))
                       for n, piece in enumerate(found))
-    return _tokens(outside), blanked, keys
+    return why, blanked, keys
 
 
 def _refusal(text: str) -> str | None:
@@ -210,27 +209,38 @@ def _first_merge_key(text: str) -> int:
     return at
 
 
-def _tokens(words: str) -> str | None:
-    """What the token check refuses in `words` (the text outside block scalar bodies)."""
-    verdicts = _VERDICTS
-    # Tokens and comments never span lines, and most lines repeat (`containers:`, `- name:
-    # http`), in a text and across a chart's files: only lines not yet taken are read.
+def _lines_read(words: str) -> tuple[str | None, bool]:
+    """What the token check refuses in `words` (the text outside block scalar bodies), and
+    whether a flow collection may be a mapping key there (_maybe_collection_key).
+
+    Tokens and comments never span lines, and most lines repeat (`containers:`, `- name:
+    http`), in a text and across a chart's files: only lines not passed before are read.
+    A flow key found on no line can still span two, from a line that ends in `{` or `,`;
+    a line passes only when it has neither (so a text of passed lines has no flow key).
+    """
     fresh = set(words.split("\n")) - _LINES_TAKEN
     if not fresh:
-        return None
+        return None, False
     distinct = "\n".join(fresh)
     lines = _without_comments(distinct) if "#" in distinct else distinct
+    verdicts = _VERDICTS
     for token in frozenset(lines.split()):
         verdict = verdicts.get(token)
         if verdict is None:
             verdict = _token_ok(token)
         if not verdict:
-            return f"token {token[:40]!r} reads differently in YAML 1.1"
+            return f"token {token[:40]!r} reads differently in YAML 1.1", True
     if "\n..." in distinct or distinct.startswith("..."):  # a line starting with `...`
-        return "document end marker"
+        return "document end marker", True
+    if _maybe_collection_key(distinct) or _FLOW_GOES_ON.search(distinct) is not None:
+        return None, _maybe_collection_key(words)  # asked of the text as it stands
     if len(_LINES_TAKEN) < _LINES_TAKEN_LIMIT:
         _LINES_TAKEN.update(line for line in fresh if len(line) <= 200)
-    return None
+    return None, False
+
+
+_FLOW_GOES_ON = re.compile(r"[{,] *$", re.M)
+"""A line ending in `{` or `,` (then spaces): a flow collection may go on to the next."""
 
 
 def _block_scalars(text: str) -> str | list[str] | None:
