@@ -112,7 +112,8 @@ async def stop_verify(proc: asyncio.subprocess.Process) -> str:
     if proc.returncode is None:
         proc.send_signal(signal.SIGINT)
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), 90)
+        async with asyncio.timeout(90):
+            _, err = await proc.communicate()
     finally:
         if proc.returncode is None:
             proc.kill()

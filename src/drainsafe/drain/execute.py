@@ -68,6 +68,11 @@ class DrainFailed(RuntimeError):
     """The drain stopped; the node stays cordoned and recorded."""
 
 
+# How long past --timeout the backstop waits, so that a bounded wait's own message (what it
+# waited for) is what a timed-out drain reports.
+BACKSTOP_SLACK = 10.0
+
+
 @dataclass(frozen=True)
 class DrainSettings:
     options: DrainOptions = field(default_factory=DrainOptions)
@@ -265,23 +270,31 @@ class NodeDrainer:
         self._deadline = time.monotonic() + self.settings.timeout
         await self._cordon()
         try:
-            await self._start_watches(plan)
-            await self._execute(plan)
-            if self._failure:
-                raise DrainFailed(self._failure)
-            await self._confirm_done(plan)
+            # Each wait below is bounded by the deadline and says what it waited for; this
+            # bound is the guarantee that --timeout ends the drain whatever it awaits.
+            async with asyncio.timeout(self.settings.timeout + BACKSTOP_SLACK):
+                await self._start_watches(plan)
+                await self._execute(plan)
+                if self._failure:
+                    raise DrainFailed(self._failure)
+                await self._confirm_done(plan)
             self.report.ok = True
             await self._record("drained", "")
-        except (DrainFailed, KubeError, WaitTimeout, KeptChanging) as exc:
-            self.report.failure = str(exc)
+        except (DrainFailed, KubeError, WaitTimeout, KeptChanging, TimeoutError) as exc:
+            self.report.failure = str(exc) if not isinstance(exc, TimeoutError) else (
+                f"not drained within --timeout {self.settings.timeout:.0f}s")
             with contextlib.suppress(KubeError, asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(self._record("failed", str(exc)[:500]), 10)
+                async with asyncio.timeout(10):
+                    await self._record("failed", self.report.failure[:500])
         except asyncio.CancelledError:
             # Ctrl-C: the node stays cordoned and owned, a surge stays recorded on its
             # workload; say so on the node, briefly. Running the same drain again continues.
+            async def record_interrupted() -> None:
+                async with asyncio.timeout(5):
+                    await self._record("interrupted", "stopped by the operator")
+
             with contextlib.suppress(BaseException):
-                await asyncio.shield(asyncio.wait_for(
-                    self._record("interrupted", "stopped by the operator"), 5))
+                await asyncio.shield(record_interrupted())
             raise
         finally:
             if self._watch is not None:
@@ -628,7 +641,8 @@ class NodeDrainer:
 
     async def _sleep_or_stop(self, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), max(seconds, 0.0))
+            async with asyncio.timeout(max(seconds, 0.0)):
+                await self._stop.wait()
         return not self._stop.is_set()
 
     async def _mark_evicted(self, pod: PodPlan, rep: PodReport) -> None:
