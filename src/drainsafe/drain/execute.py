@@ -420,19 +420,30 @@ class NodeDrainer:
 
     async def _surge_locked(self, plan: DrainPlan, w: WorkloadPlan) -> None:
         pods = [plan.pod(k) for k in w.pods if plan.pod(k).needs_replacement]
-        namespace = w.workload.split("/")[1]
-        remaining = []
-        for p in pods:
-            rep = self._report(p.key)
-            if self._progress.evicted.get(p.key) == p.uid:
-                rep.outcome = "evicted"  # a previous run evicted it; never again
-            elif self.watch.terminating(namespace, p.key, p.uid):
-                rep.outcome = "waited"
-                rep.detail = "already terminating: waited for, not evicted"
-            else:
-                remaining.append(p)
-        record = await scale.begin(self.client, w.workload, node=self.node,
-                                   autoscaler=w.autoscaler, pods={p.key: p.uid for p in pods})
+        namespace, name = w.workload.split("/")[1:]
+        while True:
+            remaining = []
+            for p in pods:
+                rep = self._report(p.key)
+                if self._progress.evicted.get(p.key) == p.uid:
+                    rep.outcome = "evicted"  # a previous run evicted it; never again
+                elif self.watch.terminating(namespace, p.key, p.uid):
+                    rep.outcome = "waited"
+                    rep.detail = "already terminating: waited for, not evicted"
+                else:
+                    remaining.append(p)
+            record = await scale.begin(self.client, w.workload, node=self.node,
+                                       autoscaler=w.autoscaler,
+                                       pods={p.key: p.uid for p in pods})
+            if not record.guard:
+                break
+            # The eviction guard surged it for another drainer (kubectl drain, an
+            # autoscaler): never a second surge on top; wait for the guard's restore. The
+            # guard holds other evictions of the workload while ours is recorded.
+            self._say(f"{w.workload}: surged by the eviction guard for a drain of "
+                      f"{record.node}; waiting for its restore")
+            await self.watch.wait_no_guard_surge(namespace, name, timeout=self._remaining(),
+                                                 stop=self._stop)
         if record.node != self.node:
             raise DrainFailed(f"{w.workload} is surged for a drain of {record.node}")
         base = record.replicas

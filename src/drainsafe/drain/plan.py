@@ -772,6 +772,10 @@ def plan_workloads(
         obj = state.controllers.get(key) or {}
         record = _surge_record(obj)
         replicas = record.replicas if record is not None else w.replicas
+        if record is not None and record.guard:
+            # The eviction guard's surge for another drainer is a bounded hold, not a drain
+            # left unfinished: the drain waits for its restore before surging (execute).
+            record = None
         template = (obj.get("spec") or {}).get("template") or {}
         startup = _startup(state, key, template)
         grace = max(p.grace_seconds for p in mine)
@@ -825,7 +829,7 @@ def plan_workloads(
     planned = {w.workload for w in out}
     for key, obj in sorted(state.controllers.items()):
         record = _surge_record(obj)
-        if key in planned or record is None or record.node not in targets:
+        if key in planned or record is None or record.guard or record.node not in targets:
             continue
         bounds = record.autoscaler
         out.append(WorkloadPlan(
