@@ -114,6 +114,12 @@ async def _drain_under_load(lab: Lab, version: str, node: str) -> tuple[int, str
     return code, out, samples, failed, ok
 
 
+def _cordoned(lab: Lab, node: str) -> bool:
+    assert lab.control_plane is not None
+    obj = lab.control_plane.store.get(BY_KEY["nodes"], "", node)
+    return bool((obj.get("spec") or {}).get("unschedulable"))
+
+
 def _scale_and_record(lab: Lab, name: str = APP) -> tuple[int, bool]:
     assert lab.control_plane is not None
     dep = lab.control_plane.store.get(DEPLOYMENTS, NAMESPACE, name)
@@ -250,6 +256,16 @@ async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
         assert code == 0, out
         # Whichever recorded its surge first, the other waited for it: drainsafe drain for
         # the guard's restore, the guard (holding kubectl's eviction) for the drain's.
+        if ours != 0:
+            # Or drainsafe drain planned while the guard's stand-in and the ReplicaSet's
+            # replacement for kubectl's evicted pod held both free GPUs: refused up front
+            # for room, with nothing changed (no cordon, no record); it goes ahead once
+            # the guard is done.
+            assert "no other schedulable node has room" in ours_out, ours_out
+            assert not _cordoned(lab, first)
+            await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
+                        what="the guard's surge restored")
+            ours, ours_out = await drainsafe_drain()
         assert ours == 0, ours_out
         await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
                     what="the scale restored and every record removed")
