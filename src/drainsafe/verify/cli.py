@@ -199,7 +199,10 @@ def run_verify(args: argparse.Namespace) -> int:
     async def main() -> Any:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, stop.set)  # stop sending, keep the record
+        # Ctrl-C, or SIGTERM (a CI job cancelled, a Job deleted): stop sending, let what is
+        # in flight finish, keep the record.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         try:
             live = (Live(view, console=err, refresh_per_second=4, transient=True) if show
                     else nullcontext())
@@ -207,7 +210,8 @@ def run_verify(args: argparse.Namespace) -> int:
                 return await verify(spec, watch=watch, on_result=view.add,
                                     on_event=view.add_event, stop=stop)
         finally:
-            loop.remove_signal_handler(signal.SIGINT)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
 
     try:
         with _runner() as runner:
