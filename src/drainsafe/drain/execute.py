@@ -46,10 +46,12 @@ from drainsafe.drain.plan import (
     PodPlan,
     WorkloadPlan,
     classify,
+    guard_surges,
     plan_drain,
 )
 from drainsafe.kube import (
     Backoff,
+    Informer,
     KubeClient,
     KubeError,
     NotFound,
@@ -160,6 +162,21 @@ async def read_cluster(client: KubeClient) -> ClusterState:
                         autoscalers=hpas)
 
 
+async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
+                              timeout: float) -> None:
+    """Until none of `workloads` carries the eviction guard's surge record (or `timeout`:
+    then the plan that follows says what is still in the way)."""
+    keys = {w.split("/", 1)[1] for w in workloads}
+
+    def restored(cache: Mapping[str, Obj]) -> bool:
+        return not any(ownership.guard_surged(cache.get(k)) for k in keys)
+
+    async with Informer(client, api_path("apps/v1", "deployments")) as deployments:
+        with contextlib.suppress(WaitTimeout):
+            await deployments.wait_for(restored, timeout=timeout,
+                                       what="the eviction guard's restore")
+
+
 async def plan_nodes(
     client: KubeClient, nodes: Sequence[str], settings: DrainSettings,
     *, draining: Sequence[str] = (),
@@ -243,6 +260,14 @@ class NodeDrainer:
 
     async def run(self, *, dry_run: bool = False) -> NodeReport:
         plan = await self.preflight()
+        if not plan.ok and not dry_run and self._guard_restore_can_help(plan):
+            # Another drainer's eviction (kubectl drain, an autoscaler) is held by the
+            # eviction guard, whose stand-ins hold the room: plan again once it restored.
+            surged = guard_surges(self._state)
+            self._say(f"no room while the eviction guard surges {', '.join(surged)}: "
+                      "waiting for its restore")
+            await wait_guard_restored(self.client, surged, timeout=self.settings.timeout)
+            plan = await self.preflight()
         if not plan.ok and not dry_run and self._surge_can_help(plan):
             from drainsafe.drain.surge import SurgeFailed, surge
 
@@ -301,6 +326,10 @@ class NodeDrainer:
                 await self._watch.stop()
             self.report.finished_at = self.clock()
         return self.report
+
+    def _guard_restore_can_help(self, plan: DrainPlan) -> bool:
+        return bool(plan.blockers) and all(b.kind == "no-room" for b in plan.blockers) \
+            and bool(guard_surges(self._state))
 
     def _surge_can_help(self, plan: DrainPlan) -> bool:
         return self.settings.surge and bool(plan.blockers) and all(

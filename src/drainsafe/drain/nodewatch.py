@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from drainsafe.drain.ownership import SurgeRecord
+from drainsafe.drain.ownership import guard_surged
 from drainsafe.kube import Informer, KubeClient, WaitTimeout, api_path
 from drainsafe.kube.objects import (
     endpoint_uid,
@@ -144,12 +144,7 @@ class NodeWatch:
 
     def guard_surged(self, namespace: str, name: str) -> bool:
         """The Deployment carries a surge record of the eviction guard's."""
-        obj = self.deployments[namespace].cache.get(f"{namespace}/{name}")
-        try:
-            record = None if obj is None else SurgeRecord.of(obj)
-        except ValueError:
-            return False  # unreadable: the drain's own write reports it
-        return record is not None and record.guard
+        return guard_surged(self.deployments[namespace].cache.get(f"{namespace}/{name}"))
 
     def slices_settled(self, namespace: str, drained: set[str]) -> bool:
         """No slice lists a pod of this drain, nor a pod that no longer exists."""

@@ -221,6 +221,16 @@ class SurgeRecord:
         return json.dumps(doc, sort_keys=True)
 
 
+def guard_surged(obj: Mapping[str, Any] | None) -> bool:
+    """The workload carries a surge record of the eviction guard's (an unreadable record
+    is not the guard's: the drain's own write reports it)."""
+    try:
+        record = None if obj is None else SurgeRecord.of(obj)
+    except ValueError:
+        return False
+    return record is not None and record.guard
+
+
 def surge_record_patch(obj: Mapping[str, Any], record: SurgeRecord) -> dict[str, Any]:
     """Record the surge on the workload, guarded by resourceVersion (a concurrent writer,
     say a rollout, makes it a 409 and drainsafe decides again)."""
