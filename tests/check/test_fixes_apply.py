@@ -138,6 +138,10 @@ def scenarios() -> list[tuple[str, list[Obj], dict[str, Any]]]:
             readiness={"httpGet": {"path": "/v1/models", "port": 8000}},
             liveness={"httpGet": {"path": "/health", "port": 8000}})]), service(), pdb()],
          {"max_request_seconds": 90}),
+        ("readiness-not-drain-aware", [deployment(grace=60, containers=[container(
+            command=["drainsafe", "run", "--preset", "vllm", "--", "vllm", "serve", "m"],
+            readiness={"tcpSocket": {"port": 8000}, "periodSeconds": 2})]), service(), pdb()],
+         {}),
         ("rollout-unavailable", [deployment(grace=60, strategy={"type": "Recreate"}),
                                  service(), pdb()], {}),
         ("gpu-surge", [deployment(grace=60, containers=[gpu(container(pre_stop=SLEEP10))]),

@@ -57,6 +57,7 @@ from drainsafe.server.cli import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_DRAIN_DELAY,
     DEFAULT_DRAIN_PATH,
+    DEFAULT_READY_PATH,
     DEFAULT_SHUTDOWN_TIMEOUT,
 )
 
@@ -149,6 +150,8 @@ class ServerShutdown:
     """drainsafe serve/run: the port of readiness, liveness and the drain trigger."""
     drain_path: str | None = None
     """drainsafe serve/run: the drain trigger's path on the admin port."""
+    ready_path: str | None = None
+    """drainsafe serve/run: the readiness path on the admin port."""
     release: tuple[int, ...] | None = None
     """The server's release, when its image's tag names one."""
 
@@ -286,7 +289,8 @@ def identify(line: CommandLine | None) -> ServerShutdown | None:
             drain_delay=DEFAULT_DRAIN_DELAY if delay is None else delay,
             admin_port=int(admin) if admin is not None and admin.isdigit()
             else DEFAULT_ADMIN_PORT,
-            drain_path=_flag(words, "--drain-path") or DEFAULT_DRAIN_PATH)
+            drain_path=_flag(words, "--drain-path") or DEFAULT_DRAIN_PATH,
+            ready_path=_flag(words, "--ready-path") or DEFAULT_READY_PATH)
     release = line.image.release if line.image is not None else None
     if "vllm" in joined and ("serve" in words or "vllm.entrypoints" in joined):
         return _vllm(words, release if _image_is(line, "vllm") else None)
