@@ -168,6 +168,15 @@ class ServerShutdown:
         return flag
 
     @property
+    def unreleased_flag(self) -> str | None:
+        """The server's deadline flag when its release (from the image's tag) predates it:
+        on the command line, the server stops at start on an unknown argument."""
+        found = DEADLINE_FLAGS.get(self.server)
+        if found is None or found[1] is None or self.release is None:
+            return None
+        return found[0] if self.release < found[1] else None
+
+    @property
     def deadline_flag_since(self) -> str | None:
         """`vLLM >= 0.18.0` when the flag needs a release newer than some in use."""
         found = DEADLINE_FLAGS.get(self.server)
@@ -271,6 +280,12 @@ def _seconds(text: str | None) -> float | None:
 
 def _has(words: Sequence[str], *needles: str) -> bool:
     return any(_base(w) in needles or w in needles for w in words)
+
+
+def sets_flag(line: CommandLine | None, flag: str) -> bool:
+    """Whether the command line passes `flag` (as `flag value` or `flag=value`)."""
+    return line is not None and any(w == flag or w.startswith(flag + "=")
+                                    for w in _words(line))
 
 
 def identify(line: CommandLine | None) -> ServerShutdown | None:
