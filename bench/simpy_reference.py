@@ -9,10 +9,12 @@ Same model, simulated the obvious way:
 - a pod routed to after its listener closed refuses the request (race); a request still
   running when the pod's in-flight work is cut (shutdown deadline or SIGKILL) fails there;
   no routable pod, or a pod at its max concurrency, rejects it (capacity);
-- drains as processes: cordon, evict through the PDB with kubectl's 5 s retry: all at once
-  (kubectl), one pod per workload at a time once it is fully Ready with room for the
-  replacement (drainsafe), or replacement started first (surge); pods gone when their last
-  request ends or at the cut, nodes upgraded then back.
+- drains as processes: cordon, then evict through the PDB: all at once with kubectl's 5 s
+  retry (kubectl); a new pod for each of the node's pods first, and once all of a
+  workload's new pods are Ready its old pods, retried whenever the pods change and not
+  replaced by the ReplicaSet (drainsafe, surge-first); or per pod, its replacement first,
+  with kubectl's retry (surge); pods gone when their last request ends or at the cut, nodes
+  upgraded then back.
 """
 
 from __future__ import annotations
@@ -156,25 +158,30 @@ class Reference:
         return st.disruptions_allowed > 0
 
     def evict(self, pod: _Pod) -> Any:
-        """kubectl's loop: try, and on a PDB refusal sleep the retry interval and try again."""
+        """kubectl's loop: try, and on a PDB refusal sleep the retry interval and try again;
+        drainsafe tries again as soon as the pods change."""
         while pod.state in ("ready", "starting"):
             if self.evictable(pod):
                 self.delete(pod)
                 return
-            yield self.env.timeout(self.s.upgrade.eviction_retry)
+            if self.s.upgrade.strategy == "drainsafe":
+                yield self.changed()
+            else:
+                yield self.env.timeout(self.s.upgrade.eviction_retry)
 
     def delete(self, pod: _Pod) -> None:
         was_ready = pod.state == "ready"
         pod.state = "terminating"
-        pod.deleted_at = self.env.now
+        now = self.env.now
+        pod.deleted_at = now
         if was_ready:
             self.deletions += 1
-            pod.route_until = [self.env.now + self.draw(c.propagation)
-                               for c in self.s.consumers]
+            pod.route_until = [now + self.draw(c.propagation) for c in self.s.consumers]
         else:
-            pod.route_until = [self.env.now] * len(self.s.consumers)
+            pod.route_until = [now] * len(self.s.consumers)
         self.env.process(self.terminate(pod))
-        if self.s.upgrade.strategy in ("kubectl", "drainsafe"):
+        strategy = self.s.upgrade.strategy
+        if strategy == "kubectl":
             self.pending.append(self.new_pod(pod.w))
             self.schedule()
         elif pod.replaces is not None and pod.replaces.state in ("starting", "ready"):
@@ -182,14 +189,15 @@ class Reference:
             if heir is not None and heir.state in ("pending", "starting", "ready"):
                 heir.replaces = pod.replaces  # its own replacement takes over the duty
                 pod.replaces.replaced_by = heir
-                if heir.state == "ready":
+                if heir.state == "ready" and strategy == "surge":
                     self.env.process(self.evict(heir.replaces))
             else:
                 new = self.new_pod(pod.w, replaces=pod.replaces)
                 pod.replaces.replaced_by = new
                 self.pending.append(new)
                 self.schedule()
-                self.env.process(self.replace_then_evict(new))
+                if strategy == "surge":
+                    self.env.process(self.replace_then_evict(new))
 
     def terminate(self, pod: _Pod) -> Any:
         tt = self.times[pod.w]
@@ -260,19 +268,20 @@ class Reference:
             victims = [p for p in self.pods if p.node == node and p.state in ("ready",
                                                                               "starting")]
             strategy = self.s.upgrade.strategy
-            queues: dict[int, list[_Pod]] = {}
+            groups: dict[int, list[_Pod]] = {}
             for pod in victims:
-                if strategy == "kubectl" or (strategy == "drainsafe" and pod.state != "ready"):
+                if strategy == "kubectl":
                     self.env.process(self.evict(pod))
-                elif strategy == "drainsafe":
-                    queues.setdefault(pod.w, []).append(pod)
+                    continue
+                new = self.new_pod(pod.w, replaces=pod)
+                pod.replaced_by = new
+                self.pending.append(new)
+                if strategy == "drainsafe":
+                    groups.setdefault(pod.w, []).append(pod)
                 else:
-                    new = self.new_pod(pod.w, replaces=pod)
-                    pod.replaced_by = new
-                    self.pending.append(new)
                     self.env.process(self.replace_then_evict(new))
-            for w, pods in queues.items():
-                self.env.process(self.one_at_a_time(w, pods))
+            for olds in groups.values():
+                self.env.process(self.surge_then_evict(olds))
             self.schedule()
             while any(p.node == node and p.state != "gone" for p in self.pods):
                 yield self.env.timeout(0.05)
@@ -286,13 +295,14 @@ class Reference:
             self.notify()
         self.node_done[node].succeed()
 
-    def one_at_a_time(self, w: int, pods: list[_Pod]) -> Any:
-        """drainsafe: each eviction once the workload is fully Ready and has room."""
-        wl = self.s.workloads[w]
-        for pod in pods:
-            while self.ready_count(w) < wl.replicas or self.fit(wl.gpus) < 0:
-                yield self.changed()
-            yield self.env.process(self.evict(pod))
+    def surge_then_evict(self, olds: list[_Pod]) -> Any:
+        """drainsafe: once every new pod of the group (an old pod's current replacement)
+        is Ready, evict the old pods, all as far as the budget lets them."""
+        while any(old.replaced_by is not None and old.replaced_by.state != "ready"
+                  for old in olds if old.state in ("ready", "starting")):
+            yield self.changed()
+        for old in olds:
+            self.env.process(self.evict(old))
 
     def replace_then_evict(self, new: _Pod) -> Any:
         yield new.ready_event
