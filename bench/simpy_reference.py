@@ -5,7 +5,9 @@ simulator (bench_simulate.py) and a test checks that both agree statistically
 
 Same model, simulated the obvious way:
 - Poisson arrivals per workload (thinning for the diurnal rate); each request picks a consumer
-  by share and a pod uniformly among the pods that consumer still routes to;
+  by share and a pod uniformly among the pods that consumer routes to at that instant: from
+  a propagation delay after the pod turned Ready until one after its deletion (a consumer
+  that has not learnt of the pod by its deletion never routes to it);
 - a pod routed to after its listener closed refuses the request (race); a request still
   running when the pod's in-flight work is cut (shutdown deadline or SIGKILL) fails there;
   no routable pod, or a pod at its max concurrency, rejects it (capacity);
@@ -41,6 +43,8 @@ class _Pod:
     replaces: _Pod | None = None
     replaced_by: _Pod | None = None
     deleted_at: float = math.nan
+    # Per consumer: it routes to the pod from route_from until route_until.
+    route_from: list[float] = field(default_factory=list)
     route_until: list[float] = field(default_factory=list)
     inflight: set[int] = field(default_factory=set)
     closed: bool = False
@@ -104,7 +108,8 @@ class Reference:
         event.succeed()
 
     def new_pod(self, w: int, replaces: _Pod | None = None) -> _Pod:
-        pod = _Pod(w=w, replaces=replaces)
+        never = [math.inf] * len(self.s.consumers)
+        pod = _Pod(w=w, replaces=replaces, route_from=never, route_until=list(never))
         pod.ready_event = self.env.event()
         pod.empty_event = self.env.event()
         self.pods.append(pod)
@@ -140,6 +145,7 @@ class Reference:
         if pod.state != "starting":
             return
         pod.state = "ready"
+        pod.route_from = [self.env.now + self.draw(c.propagation) for c in self.s.consumers]
         pod.ready_event.succeed()
         self.notify()
 
@@ -176,7 +182,10 @@ class Reference:
         pod.deleted_at = now
         if was_ready:
             self.deletions += 1
-            pod.route_until = [now + self.draw(c.propagation) for c in self.s.consumers]
+            # A consumer that has not learnt of the pod yet never routes to it.
+            pod.route_until = [now + self.draw(c.propagation) if start <= now else now
+                               for c, start in zip(self.s.consumers, pod.route_from,
+                                                   strict=True)]
         else:
             pod.route_until = [now] * len(self.s.consumers)
         self.env.process(self.terminate(pod))
@@ -232,9 +241,8 @@ class Reference:
             self.requests += 1
             c = self.rnd.choices(range(len(shares)), shares)[0]
             now = self.env.now
-            routed = [p for p in self.pods if p.w == w and (
-                p.state == "ready" or (p.state in ("terminating", "gone")
-                                       and now < p.route_until[c]))]
+            routed = [p for p in self.pods
+                      if p.w == w and p.route_from[c] <= now < p.route_until[c]]
             if not routed:
                 self.failures["capacity"] += 1
                 continue
@@ -323,6 +331,7 @@ class Reference:
                 node = self.fit(wl.gpus)
                 self.place(pod, node)
                 pod.state = "ready"
+                pod.route_from = [-math.inf] * len(s.consumers)  # known to every consumer
                 pod.ready_event.succeed()
         for w in range(len(s.workloads)):
             self.env.process(self.arrivals(w))
