@@ -5,6 +5,11 @@ by `./dev test`. Installs the servers into `.peers/` (reused on later runs), mak
 model, measures every scenario once per session (sequentially: CPU is scarce), asserts
 on the measurements, and prints them as a table at the end.
 
+Nothing it starts outlives it: each scenario ends by killing every process of its pod, and
+the session's end kills whatever else this process started (peers/container.py), also when
+a test fails, times out or is interrupted (Ctrl-C, or SIGTERM / SIGHUP, which end the
+session as Ctrl-C does).
+
 DRAINSAFE_PEERS_VLLM_IN_FLIGHT_METRICS=a,b replaces the vLLM preset's in-flight metric
 names, in the contract test and in signal mode (as `--in-flight-metric`): a deliberately
 broken preset, which the suite must fail on (docs/server.md shows such a run).
@@ -15,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from container import become_subreaper
 from install import CACHE, VLLM, InstallError, install, installed_version, make_model
 from scenario import Load, Measurement, Setup, end_every_pod, measure
 from streams import summary
@@ -103,6 +110,18 @@ def measured(request: pytest.FixtureRequest, vllm: str,
         return results[key]
 
     return get
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Orphans of the pods are re-parented to this process, where the cleanup finds them.
+    become_subreaper()
+    # Default SIGTERM / SIGHUP would end this process at once, leaving the pods running.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

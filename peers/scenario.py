@@ -8,9 +8,8 @@ kuberuntime_container.go killContainer; the runtime's stop). Endpoint removal re
 kube-proxy and ingress controllers only after SIGTERM, so new connections keep arriving for
 a moment (`Load.late_window`, 1.5 s here, as in drainsafe issue 22).
 
-Every process a scenario starts carries a marker in its environment, which its children
-inherit: SIGKILL at the grace end (or when the main process exits) reaches them all, and
-nothing outlives the scenario.
+SIGKILL at the grace end (or when the main process exits) reaches every process of the pod
+(peers/container.py), and nothing outlives the scenario.
 """
 
 from __future__ import annotations
@@ -23,11 +22,11 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from container import PodProcesses, kill_all_descendants
 from install import CACHE, PeerServer
 from streams import Stream, stream
 
@@ -94,32 +93,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def marked(marker: str) -> list[int]:
-    """Pids of the live processes whose environment carries the marker."""
-    needle = f"DRAINSAFE_PEER_RUN={marker}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                pids.append(int(entry.name))
-    return pids
-
-
-def kill_marked(marker: str) -> None:
-    for pid in marked(marker):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-STARTED: set[str] = set()
-"""The markers of this process's pods (never another run's)."""
+PODS: list[PodProcesses] = []
+"""The processes of every pod this process started (never another run's)."""
 
 
 def end_every_pod() -> None:
-    for marker in STARTED:
-        kill_marked(marker)
+    """Every pod's processes, then whatever else this process started and is still there."""
+    for pod in PODS:
+        pod.kill()
+    kill_all_descendants()
 
 
 def server_argv(server: PeerServer, model: Path, port: int, extra: tuple[str, ...]) -> list[str]:
@@ -151,8 +133,6 @@ class Pod:
     """The main process of one scenario and the addresses clients use."""
 
     def __init__(self, server: PeerServer, model: Path, setup: Setup, load: Load) -> None:
-        self.marker = uuid.uuid4().hex
-        STARTED.add(self.marker)
         self.upstream = free_port()
         self.admin = free_port()
         self.listen = free_port() if setup.wrapper == "proxy" else self.upstream
@@ -172,7 +152,7 @@ class Pod:
         logs = CACHE / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         self.log = logs / f"{setup.key}.log"
-        env = {**os.environ, **server.environment(), "DRAINSAFE_PEER_RUN": self.marker,
+        env = {**os.environ, **server.environment(),
                "DRAINSAFE_GRACE_SECONDS": f"{load.grace:g}"}
         with self.log.open("wb") as out:
             out.write(f"$ {' '.join(argv)}\n".encode())
@@ -180,6 +160,8 @@ class Pod:
             # Own session: a terminal's Ctrl-C reaches the test, not the pod.
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          env=env, start_new_session=True)
+        self.processes = PodProcesses(self.proc.pid)
+        PODS.append(self.processes)
 
     @property
     def base_url(self) -> str:
@@ -207,9 +189,12 @@ class Pod:
             await asyncio.sleep(0.5)
 
     def end(self) -> None:
-        kill_marked(self.marker)
+        """SIGKILL to every process of the pod, as the runtime does when it stops it."""
+        left = self.processes.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
+        if left:
+            raise RuntimeError(f"{self.setup.key}: processes {sorted(left)} survive SIGKILL")
 
 
 async def calibrate(pod: Pod, load: Load) -> int:
@@ -239,6 +224,9 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
     result.log = pod.log
     try:
         await pod.wait_ready(load.start_timeout)
+        # Its sessions, while every process of it runs (drainsafe run starts vLLM in one
+        # of its own).
+        pod.processes.remember()
         result.max_tokens = tokens = await calibrate(pod, load)
         read_timeout = load.grace + 10
 
@@ -281,7 +269,7 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
             result.exit_code = pod.proc.returncode
             result.exit_after = time.monotonic() - sigterm_at
         # The container ends with its main process: what is left goes too.
-        kill_marked(pod.marker)
+        pod.end()
         await asyncio.wait_for(asyncio.gather(*(t for _, t in (*in_flight, *late))),
                                timeout=30)
         for s, _ in (*in_flight, *late):
@@ -312,9 +300,7 @@ async def _until_gone(pod: Pod, kill_at: float) -> float | None:
     while pod.proc.poll() is None:
         if time.monotonic() >= kill_at:
             killed = time.monotonic()
-            kill_marked(pod.marker)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                pod.proc.wait(5)
+            pod.end()
             return killed
         await asyncio.sleep(0.05)
     return None
