@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 from container import PodProcesses, kill_all_descendants
 from install import CACHE, PeerServer
-from streams import Stream, rate, stream
+from streams import Stream, plain_client, rate, stream
 
 from drainsafe.server import childmetrics
 from drainsafe.server.presets import PRESETS
@@ -197,7 +197,7 @@ def server_argv(server: PeerServer, model: Path, port: int, extra: tuple[str, ..
 
 async def _status(url: str, timeout: float = 2.0) -> int | None:
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with plain_client(timeout) as client:
             return (await client.get(url)).status_code
     except httpx.HTTPError:
         return None
@@ -306,7 +306,7 @@ async def _until_idle(pod: Pod, names: tuple[str, ...], timeout: float) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     url = f"http://127.0.0.1:{pod.upstream}/metrics"
-    async with httpx.AsyncClient(timeout=5.0) as client:
+    async with plain_client(5.0) as client:
         while True:
             text = (await client.get(url)).text
             if childmetrics.in_flight(text, names) == 0:
@@ -370,7 +370,7 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         await _first_tokens([s for s, _ in in_flight], pod, timeout=60)
         upstream = f"http://127.0.0.1:{pod.upstream}"
         paths = ("/health", "/livez", "/readyz", "/live", "/ready")
-        async with httpx.AsyncClient(timeout=5.0) as client:
+        async with plain_client(5.0) as client:
             metrics, statuses = await asyncio.gather(
                 client.get(f"{upstream}/metrics"),
                 asyncio.gather(*(_status(f"{pod.base_url}{path}") for path in paths)))
