@@ -109,8 +109,8 @@ def measured(request: pytest.FixtureRequest, vllm: str,
         if key not in results:
             earlier: list[str] = []
             for attempt in range(1, LOAD.attempts + 1):
-                m = asyncio.run(measure(VLLM, vllm, tiny_model, setups[key], LOAD))
-                m.attempt, m.earlier = attempt, list(earlier)
+                m = asyncio.run(measure(VLLM, vllm, tiny_model, setups[key], LOAD, attempt))
+                m.earlier = list(earlier)
                 if m.premise_failed is None:
                     break
                 earlier.append(m.premise_failed)

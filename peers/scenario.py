@@ -66,17 +66,18 @@ class Load:
     in_flight: int = 4
     late: int = 6
     late_window: float = 1.5
-    tail: float = 12.0
+    tail: float = 10.0
     """SIGTERM goes when the in-flight streams have about this long left at their rate."""
     rate_window: float = 3.0
     """A stream's rate is its progress over this many seconds."""
     margin: float = 1.0
     """In-flight streams must still run this long past the drain delay's end."""
     drain_delay: float = 3.0
-    shutdown_timeout: float = 60.0
-    """drainsafe's, and the server's own (--shutdown-timeout) where a setup sets it: 5x the
-    tail, so streams slowed five-fold after SIGTERM still end before it."""
-    grace: float = 90.0
+    shutdown_timeout: float = 90.0
+    """drainsafe's, and the server's own (--shutdown-timeout) where a setup sets it: 9x the
+    tail. The new streams slow the in-flight ones down after SIGTERM, up to five-fold in
+    the runs here, and more when other work takes the cores at that moment."""
+    grace: float = 120.0
     """terminationGracePeriodSeconds: SIGKILL to every process this long after SIGTERM; above
     drain delay + shutdown timeout + vLLM's own teardown (10-12 s here)."""
     start_timeout: float = 600.0
@@ -115,6 +116,8 @@ class Measurement:
     log: Path | None = None
     premise_failed: str | None = None
     """Why this measurement does not test what its row is for (None: it does)."""
+    client_cpu: tuple[float, float] = (0.0, 0.0)
+    """CPU seconds this process used while it started the new streams, and the wall time."""
     attempt: int = 1
     earlier: list[str] = field(default_factory=list)
     """The premise failures of earlier attempts."""
@@ -148,7 +151,9 @@ def premise(m: Measurement, load: Load) -> str | None:
                     f"{m.expected_tail:.1f} s at {m.rate:.0f} tokens/s)")
         started = max(s.started for s in m.late) - m.sigterm_at
         if started >= load.drain_delay:
-            return f"the last new stream started {started:.2f} s after SIGTERM"
+            cpu, wall = m.client_cpu
+            return (f"the last new stream started {started:.2f} s after SIGTERM (the client "
+                    f"had {cpu:.2f} s of CPU in those {wall:.2f} s)")
     deadline = m.sigterm_at + load.shutdown_timeout + (load.drain_delay if wrapped else 0)
     if wrapped or "--shutdown-timeout" in m.setup.server_args:
         over = [s for s in (*m.in_flight, *m.late)
@@ -206,7 +211,8 @@ async def _status(url: str, timeout: float = 2.0) -> int | None:
 class Pod:
     """The main process of one scenario and the addresses clients use."""
 
-    def __init__(self, server: PeerServer, model: Path, setup: Setup, load: Load) -> None:
+    def __init__(self, server: PeerServer, model: Path, setup: Setup, load: Load,
+                 attempt: int = 1) -> None:
         self.upstream = free_port()
         self.admin = free_port()
         self.listen = free_port() if setup.wrapper == "proxy" else self.upstream
@@ -225,7 +231,11 @@ class Pod:
         self.setup = setup
         logs = CACHE / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        self.log = logs / f"{setup.key}.log"
+        if attempt == 1:
+            for stale in logs.glob(f"{setup.key}.attempt*.log"):
+                stale.unlink()
+        self.log = logs / (f"{setup.key}.log" if attempt == 1
+                           else f"{setup.key}.attempt{attempt}.log")
         env = {**os.environ, **server.environment(),
                "DRAINSAFE_GRACE_SECONDS": f"{load.grace:g}"}
         with self.log.open("wb") as out:
@@ -343,9 +353,9 @@ async def until_tail(streams: list[tuple[Stream, asyncio.Task[Stream]]], tokens:
 
 
 async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
-                  load: Load) -> Measurement:
-    result = Measurement(setup=setup, release=release)
-    pod = Pod(server, model, setup, load)
+                  load: Load, attempt: int = 1) -> Measurement:
+    result = Measurement(setup=setup, release=release, attempt=attempt)
+    pod = Pod(server, model, setup, load, attempt)
     result.log = pod.log
     try:
         await pod.wait_ready(load.start_timeout)
@@ -354,10 +364,11 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         pod.processes.remember()
         longest = MAX_MODEL_LEN - 64
         guess = await warm_up(pod, load, longest, PRESETS[server.name].in_flight_metrics)
-        # Enough for a rate window and the tail at the rate measured, and a third more
-        # (the wait below sends SIGTERM when the tail is left, whatever the rate by then).
+        # Enough for a rate window and the tail at the rate measured, twice over: the
+        # in-flight streams ran up to three times as fast as that warm-up measured (the
+        # wait below sends SIGTERM when the tail is left, whatever the rate by then).
         result.max_tokens = tokens = max(256, min(longest, round(
-            guess * (load.rate_window + load.tail) * 1.3)))
+            guess * (load.rate_window + load.tail) * 2)))
         read_timeout = load.grace + 10
 
         def start(count: int) -> tuple[Stream, asyncio.Task[Stream]]:
@@ -386,12 +397,14 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         pod.proc.send_signal(signal.SIGTERM)
         late = []
         probes = []
+        cpu = time.process_time()
         for i in range(load.late):
             late.append(start(late_tokens))
             # In a task of its own: a slow answer must not hold back the next stream.
             probes.append(asyncio.create_task(_status(pod.ready_url, timeout=5.0)))
             await asyncio.sleep(max(sigterm_at + (i + 1) * load.late_window / load.late
                                     - time.monotonic(), 0))
+        result.client_cpu = (time.process_time() - cpu, time.monotonic() - sigterm_at)
         result.ready_during = list(await asyncio.gather(*probes))
         killed_at = await _until_gone(pod, sigterm_at + load.grace)
         if killed_at is not None:
