@@ -162,7 +162,8 @@ async def section_watch(cp: ControlPlane, args: argparse.Namespace,
             bump(cp, i, args.pods)
             if i % 200 == 0:
                 await asyncio.sleep(0)  # let the server write while we produce
-        await asyncio.wait_for(done.wait(), 300)
+        async with asyncio.timeout(300):
+            await done.wait()
         secs = time.perf_counter() - t0
         task.cancel()
         rows.append(("watch, HTTPS stream to httpx", f"{n / secs:,.0f} events/s",
@@ -264,7 +265,8 @@ async def _rolled_out(cp: ControlPlane, replicas: int, revision: str) -> None:
     stop = cp.store.listen(check)
     try:
         check()
-        await asyncio.wait_for(done.wait(), 600)
+        async with asyncio.timeout(600):
+            await done.wait()
     finally:
         stop()
 

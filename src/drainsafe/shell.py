@@ -8,8 +8,8 @@ tell outcomes apart (each command's --help lists its own):
   did not finish, a forgotten cordon (audit), lost requests (simulate).
 - 2: usage or input error: a bad flag, file, scenario, manifest or kubeconfig.
 - 3: the Kubernetes API server could not be reached or answered with an error (drain,
-  audit, verify -n); tune, which never calls the API, uses 3 for a propagation lag it
-  cannot bound.
+  audit, verify -n).
+- 4: tune: the measurements cannot bound the propagation lag (it names the run that would).
 - 70: an unexpected internal error (a bug); the message names the command line.
 - 130: interrupted (Ctrl-C); 143: terminated (SIGTERM), where a command handles it.
 
@@ -37,6 +37,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_API = 3
+EXIT_NOT_BOUNDED = 4
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143

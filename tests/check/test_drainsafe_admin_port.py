@@ -60,3 +60,24 @@ def test_probe_fixes_for_drainsafe_use_the_admin_port() -> None:
     found = of(check(deployment(grace=60, containers=[c]), service(), pdb()),
                "liveness-on-readiness")
     assert found and "/livez" in found[0].fix and "8490" in found[0].fix, found
+
+
+def test_readiness_must_be_drainsafes_on_the_admin_port() -> None:
+    def found(readiness: dict[str, Any], *args: str) -> list[Any]:
+        c = _serve({"sleep": {"seconds": 5}}, readiness=readiness, args=args)
+        return of(check(deployment(grace=60, containers=[c]), service(), pdb()),
+                  "readiness-not-drain-aware")
+
+    # On the application's port (by number or name), or a TCP check: ready while draining.
+    for probe in ({"httpGet": {"path": "/health", "port": 8000}},
+                  {"httpGet": {"path": "/readyz", "port": "http"}},
+                  {"tcpSocket": {"port": 8490}}):
+        hits = found(probe)
+        assert hits and "8490" in hits[0].fix and "/readyz" in hits[0].fix, probe
+    # drainsafe's own: on the admin port by name or number, or a custom admin port.
+    assert not found({"httpGet": {"path": "/readyz", "port": "drainsafe-admin"}})
+    assert not found({"httpGet": {"path": "/readyz", "port": 8490}})
+    hits = found({"httpGet": {"path": "/readyz", "port": 8490}}, "--admin-port", "9000",
+                 "--ready-path", "/ready")
+    assert hits and "9000" in hits[0].fix and "/ready\n" in hits[0].fix + "\n", hits
+    assert not found({"httpGet": {"path": "/ready", "port": 9000}}, "--admin-port", "9000")

@@ -138,6 +138,17 @@ def scenarios() -> list[tuple[str, list[Obj], dict[str, Any]]]:
             readiness={"httpGet": {"path": "/v1/models", "port": 8000}},
             liveness={"httpGet": {"path": "/health", "port": 8000}})]), service(), pdb()],
          {"max_request_seconds": 90}),
+        ("deadline-flag-unreleased", [deployment(grace=120, containers=[container(
+            image="vllm/vllm-openai:v0.11.0", args=[*VLLM_ARGS, "--shutdown-timeout=90"],
+            pre_stop=SLEEP10)]), service(), pdb()], {}),
+        ("deadline-flag-unreleased", [deployment(grace=120, containers=[container(
+            image="ghcr.io/huggingface/text-generation-inference:3.2.1",
+            args=["--model-id", "m", "--graceful-termination-timeout", "60"],
+            pre_stop=SLEEP10)]), service(), pdb()], {}),
+        ("readiness-not-drain-aware", [deployment(grace=60, containers=[container(
+            command=["drainsafe", "run", "--preset", "vllm", "--", "vllm", "serve", "m"],
+            readiness={"tcpSocket": {"port": 8000}, "periodSeconds": 2})]), service(), pdb()],
+         {}),
         ("rollout-unavailable", [deployment(grace=60, strategy={"type": "Recreate"}),
                                  service(), pdb()], {}),
         ("gpu-surge", [deployment(grace=60, containers=[gpu(container(pre_stop=SLEEP10))]),

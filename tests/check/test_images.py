@@ -171,3 +171,33 @@ def test_triton_image_with_drain_flag() -> None:
     findings = check(*served(f"{TRITON}:24.08-py3", args), max_request_seconds=90)
     assert not of(findings, "shutdown-deadline-short")
     assert not of(findings, "grace-budget")
+
+
+@pytest.mark.parametrize("image, args, flag", [
+    (f"{VLLM}:v0.11.0", ["--model", "m", "--shutdown-timeout=90"], "--shutdown-timeout"),
+    (f"{VLLM}:v0.17.1", ["--model", "m", "--shutdown-timeout", "90"], "--shutdown-timeout"),
+    (f"{TGI}:3.2.1", ["--model-id", "m", "--graceful-termination-timeout", "90"],
+     "--graceful-termination-timeout"),
+])
+def test_a_drain_flag_older_than_the_release_stops_the_server(
+        image: str, args: list[str], flag: str) -> None:
+    findings = check(*served(image, args))
+    found = of(findings, "deadline-flag-unreleased")
+    assert len(found) == 1 and flag in found[0].message, findings
+    fixed = patched_container(found[0].fix)
+    assert fixed["command"][:2] == ["drainsafe", "run"]
+    assert "--shutdown-timeout" in fixed["command"]  # drainsafe run's own, before the "--"
+    child = fixed["command"][fixed["command"].index("--") + 1:]
+    assert flag not in " ".join(child)
+    assert fixed["args"] == [a for a in args if a not in (flag, "90")
+                             and not a.startswith(flag + "=")]  # whole, without the flag
+
+
+@pytest.mark.parametrize("image, args", [
+    (f"{VLLM}:v0.18.0", ["--model", "m", "--shutdown-timeout=90"]),
+    (f"{VLLM}:latest", ["--model", "m", "--shutdown-timeout=90"]),  # release unknown
+    (f"{TGI}:3.2.2", ["--model-id", "m", "--graceful-termination-timeout", "90"]),
+    (f"{VLLM}:v0.11.0", ["--model", "m"]),  # no flag: server-aborts-on-sigterm's case
+])
+def test_a_drain_flag_the_release_has_is_fine(image: str, args: list[str]) -> None:
+    assert not of(check(*served(image, args)), "deadline-flag-unreleased")

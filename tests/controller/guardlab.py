@@ -30,7 +30,8 @@ async def kubectl(lab: Lab, version: str, *args: str, timeout: float = 120
         str(binary), f"--kubeconfig={lab.kubeconfig}",
         f"--cache-dir={lab.state_dir / ('kubectl-cache-' + version)}", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    async with asyncio.timeout(timeout):
+        out, _ = await proc.communicate()
     return int(proc.returncode or 0), out.decode()
 
 

@@ -114,6 +114,12 @@ async def _drain_under_load(lab: Lab, version: str, node: str) -> tuple[int, str
     return code, out, samples, failed, ok
 
 
+def _cordoned(lab: Lab, node: str) -> bool:
+    assert lab.control_plane is not None
+    obj = lab.control_plane.store.get(BY_KEY["nodes"], "", node)
+    return bool((obj.get("spec") or {}).get("unschedulable"))
+
+
 def _scale_and_record(lab: Lab, name: str = APP) -> tuple[int, bool]:
     assert lab.control_plane is not None
     dep = lab.control_plane.store.get(DEPLOYMENTS, NAMESPACE, name)
@@ -154,7 +160,7 @@ async def test_kubectl_drain_keeps_two_ready_with_the_guard_and_drops_without(
         code, out, samples, failed, _ = await _drain_under_load(lab, version, other)
         assert code == 0, out
         assert "guard.drainsafe.io" not in out
-        assert min(samples) == 1, samples
+        assert min(samples) <= 1, samples  # capacity lost (0 when the survivor misses a probe)
 
 
 async def test_leader_killed_mid_hold_another_replica_finishes(
@@ -213,10 +219,6 @@ async def test_leader_killed_mid_hold_another_replica_finishes(
                          "drainsafe-controller")["spec"]["holderIdentity"] != leader
 
 
-@pytest.mark.skip(reason="known bug, issue 14 stays open: with the guard surging for kubectl's "
-                  "drain, `drainsafe drain` of the other node hung for 7 min with the workload "
-                  "settled at 2/2 and no record left, past its --timeout=120 (clean-clone run, "
-                  "2026-12-03); it passed on the branch before the final engine merge")
 async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not (KUBECTL_DIR / "kubectl.1.33").exists():
@@ -252,10 +254,15 @@ async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
                     "--delete-emptydir-data", "--timeout=120s", timeout=150),
             drainsafe_drain())
         assert code == 0, out
+        # Whichever recorded its surge first, the other waited for it: drainsafe drain for
+        # the guard's restore, the guard (holding kubectl's eviction) for the drain's.
         if ours != 0:
-            # The guard surged first: drainsafe drain refuses before changing anything
-            # (a workload surged for another node); once the guard is done it goes ahead.
-            assert "refused" in ours_out, ours_out
+            # Or drainsafe drain planned while the guard's stand-in and the ReplicaSet's
+            # replacement for kubectl's evicted pod held both free GPUs: refused up front
+            # for room, with nothing changed (no cordon, no record); it goes ahead once
+            # the guard is done.
+            assert "no other schedulable node has room" in ours_out, ours_out
+            assert not _cordoned(lab, first)
             await until(lambda: _scale_and_record(lab, "llm") == (2, False), timeout=30,
                         what="the guard's surge restored")
             ours, ours_out = await drainsafe_drain()

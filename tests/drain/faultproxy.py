@@ -243,7 +243,8 @@ class FaultProxy:
             server.should_exit = True
             server.force_exit = True
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 10)
+                async with asyncio.timeout(10):
+                    await task
             sock.close()
             await self._client.aclose()
 

@@ -30,7 +30,8 @@ async def run(*argv: str, columns: int = 80, timeout: float = 90) -> tuple[int, 
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -52,7 +53,8 @@ async def signal_after_evictions(client: KubeClient, node: str, argv: list[str],
                 break
             await asyncio.sleep(0.05)
         proc.send_signal(sig)
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        async with asyncio.timeout(30):
+            _, err = await proc.communicate()
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):

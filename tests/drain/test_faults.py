@@ -154,7 +154,8 @@ async def stop_after_evictions(client: KubeClient, node: str, argv: list[str],
                 break
             await asyncio.sleep(0.05)
         os.killpg(proc.pid, sig)
-        await asyncio.wait_for(proc.communicate(), 30)
+        async with asyncio.timeout(30):
+            await proc.communicate()
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -195,7 +196,8 @@ async def test_interrupted_then_killed_mid_drain_then_run_again(tmp_path: Path) 
                 assert progress.state == "draining" and len(progress.evicted) == 2
                 rerun = await asyncio.create_subprocess_exec(
                     *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-                out, err = await asyncio.wait_for(rerun.communicate(), 90)
+                async with asyncio.timeout(90):
+                    out, err = await rerun.communicate()
                 assert rerun.returncode == 0, err.decode()[-2000:]
                 assert json.loads(out)["ok"] is True
                 assert not on_node(await pods_of(client, "w"), node)
@@ -234,7 +236,8 @@ async def test_killed_after_the_server_accepted_an_eviction_before_it_was_record
                     while not proxy.evictions_accepted() and time.monotonic() < deadline:
                         await asyncio.sleep(0.02)
                     os.killpg(proc.pid, signal.SIGKILL)
-                    await asyncio.wait_for(proc.communicate(), 30)
+                    async with asyncio.timeout(30):
+                        await proc.communicate()
                 finally:
                     if proc.returncode is None:
                         with contextlib.suppress(ProcessLookupError):
@@ -247,7 +250,8 @@ async def test_killed_after_the_server_accepted_an_eviction_before_it_was_record
                 assert progress.state == "draining" and progress.evicted == {}  # the window
                 rerun = await asyncio.create_subprocess_exec(
                     *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-                out, err = await asyncio.wait_for(rerun.communicate(), 90)
+                async with asyncio.timeout(90):
+                    out, err = await rerun.communicate()
                 assert rerun.returncode == 0, err.decode()[-2000:]
                 doc = json.loads(out)
                 assert doc["ok"] is True
@@ -304,7 +308,8 @@ async def test_a_pod_that_starts_terminating_before_its_turn_is_waited_for(
                                            for p in await pods_of(direct, "w")}
                     await direct.request("DELETE", api_path("v1", "pods", namespace=ns,
                                                             name=name))
-                    report = await asyncio.wait_for(task, 90)
+                    async with asyncio.timeout(90):
+                        report = await task
                 finally:
                     if not task.done():
                         task.cancel()

@@ -148,3 +148,93 @@ async def test_uncordon_gives_a_surge_up_and_restores_the_recorded_scale(tmp_pat
             assert dep["spec"]["replicas"] == 2
             assert ownership.SURGE not in (dep["metadata"].get("annotations") or {})
             assert await scale.audit_surged(client) == []
+
+
+async def test_a_drain_waits_for_the_guards_surge_and_never_surges_on_top(
+        tmp_path: Path) -> None:
+    """The eviction guard (drainsafe controller) surged the workload for a kubectl drain of
+    another node: the drain is not refused, does not surge on top (one stand-in at a time),
+    waits for the guard's restore, then makes before break as usual."""
+    from drainsafe.drain import scale
+
+    workload = "Deployment/default/web"
+    async with gpu_lab(tmp_path, nodes=3, gpus=0) as lab:
+        await lab.apply(virtual_deployment("web", replicas=2, startup_seconds=0.3))
+        await lab.wait_available("default", "web", timeout=60)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            drained = await node_of(client, "web")
+            elsewhere = next(n for n in ("node-0", "node-1", "node-2") if n != drained)
+            guard = await scale.begin(client, workload, node=elsewhere, autoscaler=None,
+                                      pods={}, guard=True)
+            await scale.set_scale(client, workload, guard, 3)
+            # Not an unfinished drain: no refusal, and uncordon never gives it up.
+            planned = await NodeDrainer(client, drained, DrainSettings()).run(dry_run=True)
+            assert planned.ok and planned.plan is not None, planned.failure
+            assert await scale.restore_all_for_node(client, elsewhere) == []
+
+            waiting = asyncio.Event()
+            said: list[str] = []
+
+            def progress(message: str) -> None:
+                said.append(message)
+                if "surged by the eviction guard" in message:
+                    waiting.set()
+
+            scales: list[int] = []
+            drain = asyncio.create_task(NodeDrainer(
+                client, drained, DrainSettings(timeout=120), on_progress=progress).run())
+            async with asyncio.timeout(60):
+                await waiting.wait()
+            for _ in range(10):  # the drain holds off while the guard's surge stands
+                dep = await client.get("/apis/apps/v1/namespaces/default/deployments/web")
+                scales.append(dep["spec"]["replicas"])
+                assert ownership.SurgeRecord.of(dep) == guard
+                await asyncio.sleep(0.1)
+            assert not drain.done()
+            await scale.finish(client, workload, guard)  # the guard's restore
+            report = await drain
+            assert report.ok, (report.failure, said)
+            assert report.scaled[workload] == "replicas 2 -> 3"
+            dep = await client.get("/apis/apps/v1/namespaces/default/deployments/web")
+            assert dep["spec"]["replicas"] == 2 and ownership.SurgeRecord.of(dep) is None
+            assert set(scales) == {3}, scales
+
+
+async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Path) -> None:
+    """The guard's stand-in holds the only free GPU: rather than refusing for room (and
+    advising a new node), the drain waits for the guard's restore, plans again and drains."""
+    from drainsafe.drain import scale
+
+    workload = "Deployment/default/llm"
+    async with gpu_lab(tmp_path, nodes=3, gpus=1) as lab:
+        await lab.apply(virtual_deployment("llm", replicas=2, gpus=1, grace=2,
+                                           startup_seconds=0.3))
+        await lab.wait_available("default", "llm", timeout=60)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            drained, other = sorted({p["spec"]["nodeName"] for p in await pods_of(client,
+                                                                                 "llm")})
+            guard = await scale.begin(client, workload, node=other, autoscaler=None,
+                                      pods={}, guard=True)
+            await scale.set_scale(client, workload, guard, 3)
+            async with asyncio.timeout(60):  # the stand-in holds the third GPU
+                while len({p["spec"].get("nodeName") for p in await pods_of(client, "llm")}
+                          - {None}) < 3:
+                    await asyncio.sleep(0.1)
+            waiting = asyncio.Event()
+            said: list[str] = []
+
+            def progress(message: str) -> None:
+                said.append(message)
+                if "waiting for its restore" in message:
+                    waiting.set()
+
+            drain = asyncio.create_task(NodeDrainer(
+                client, drained, DrainSettings(timeout=120), on_progress=progress).run())
+            async with asyncio.timeout(60):
+                await waiting.wait()
+            assert not drain.done()
+            assert not (await get_node(client, drained))["spec"].get("unschedulable"), said
+            await scale.finish(client, workload, guard)  # the guard's restore
+            report = await drain
+            assert report.ok, report.failure
+            assert all(p["spec"]["nodeName"] != drained for p in await pods_of(client, "llm"))

@@ -38,3 +38,15 @@ def test_every_path_the_drain_code_builds_is_granted() -> None:
     for _group, resource, _ in rules:
         base = resource.split("/")[0]
         assert any(p == base for _, p in used), resource
+
+
+def test_every_resource_the_drain_watches_may_be_listed_and_watched() -> None:
+    source = "\n".join(p.read_text() for p in (ROOT / "src/drainsafe/drain").glob("*.py"))
+    watched = set(re.findall(r'Informer\(\s*client,\s*api_path\(\s*"([^"]+)",\s*"([a-z]+)"',
+                             source))
+    assert ("apps/v1", "deployments") in watched, watched  # the guard-surge wait
+    rules = granted()
+    for group_version, plural in watched:
+        group = "" if group_version == "v1" else group_version.split("/")[0]
+        for verb in ("list", "watch"):
+            assert (group, plural, verb) in rules, (group, plural, verb)

@@ -95,7 +95,8 @@ async def run_until(argv: list[str], until: Callable[[], Awaitable[bool]], sig: 
             await asyncio.sleep(0.02)
         before()
         os.killpg(proc.pid, sig)
-        await asyncio.wait_for(proc.communicate(), 30)
+        async with asyncio.timeout(30):
+            await proc.communicate()
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -108,14 +109,16 @@ async def cli(*args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "drainsafe", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    async with asyncio.timeout(60):
+        out, _ = await proc.communicate()
     return proc.returncode if proc.returncode is not None else -1, out.decode()
 
 
 async def rerun(argv: list[str]) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    async with asyncio.timeout(120):
+        out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()[-3000:]
     doc: dict[str, Any] = json.loads(out)
     return doc

@@ -103,7 +103,8 @@ class FakeApi:
                     sent += 1
                 self.changed.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.changed.wait(), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await self.changed.wait()
 
         return StreamingResponse(body(), media_type="application/json")
 
@@ -126,7 +127,8 @@ async def serve(api: FakeApi) -> AsyncIterator[str]:
         server.should_exit = True
         server.force_exit = True
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 10)
+            async with asyncio.timeout(10):
+                await task
         sock.close()
 
 

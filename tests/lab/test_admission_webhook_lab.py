@@ -330,7 +330,8 @@ async def test_kubectl_drain_shows_the_webhooks_429_and_retries(
         assert loop.time() < deadline, "kubectl never reached the webhook"
         await asyncio.sleep(0.05)
     await lab.apply(_webhook_config("/allow", cert.ca_pem))
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
     text = out.decode() + err.decode()
     assert proc.returncode == 0, text
     assert ('admission webhook "peer.example.io" denied the request: waiting for a stand-in'

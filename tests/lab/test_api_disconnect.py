@@ -86,7 +86,8 @@ async def test_client_gone_mid_body_ends_the_request_quietly(
             control_plane, f"POST {BASE} HTTP/1.1\r\nContent-Type: application/json\r\n"
                            "Content-Length: 4096", b'{"metadata": {"name": "half"')
         writer.transport.abort()
-        await asyncio.wait_for(gone.wait(), 10)
+        async with asyncio.timeout(10):
+            await gone.wait()
     finally:
         logging.getLogger("drainsafe.lab.apiserver").removeHandler(seen)
     assert control_plane.store.peek(CONFIGMAPS, "default", "half") is None
@@ -118,7 +119,8 @@ async def test_client_gone_mid_watch_releases_the_watch(
     # ~3 MB queued for the client that just vanished, before the server hears of it:
     # it must stop at the disconnect, not write the backlog into a closed socket.
     create(range(10, backlog))
-    await asyncio.wait_for(released.wait(), 10)
+    async with asyncio.timeout(10):
+        await released.wait()
     assert watching(control_plane) == 0
     assert_quiet(server_logs)
 
@@ -157,9 +159,11 @@ async def test_watch_ends_when_client_goes_under_asgi_2_4(
              "client": ("127.0.0.1", 1), "server": ("127.0.0.1", control_plane.port)}
     call = asyncio.ensure_future(control_plane.api.app(scope, receive, send))
     try:
-        await asyncio.wait_for(started.wait(), 10)
+        async with asyncio.timeout(10):
+            await started.wait()
         gone.set()
-        await asyncio.wait_for(released.wait(), 10)
+        async with asyncio.timeout(10):
+            await released.wait()
         await asyncio.wait_for(call, 10)  # returns, no ClientDisconnect raised
     finally:
         call.cancel()

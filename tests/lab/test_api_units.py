@@ -13,7 +13,7 @@ from drainsafe.lab import fields
 from drainsafe.lab import status as st
 from drainsafe.lab.apiserver import status_response
 from drainsafe.lab.patch import json_patch, merge_patch, strategic_merge
-from drainsafe.lab.table import human_duration
+from drainsafe.lab.table import _hpa_row, human_duration
 
 SCALARS = hs.one_of(hs.integers(), hs.text(max_size=3), hs.booleans())
 KEYS = hs.sampled_from(["a", "b", "c", "spec", "replicas"])
@@ -112,3 +112,28 @@ def test_status_response_sets_retry_after_from_details() -> None:
                                                (10 * 86400, "10d")])
 def test_ages_read_like_kubectl(seconds: int, text: str) -> None:
     assert human_duration(seconds) == text
+
+
+def test_hpa_targets_column_reads_each_metric_type_as_kubectl_prints_it() -> None:
+    def metric(kind: str, source: dict) -> dict:
+        return {"type": kind, {"Resource": "resource", "Pods": "pods",
+                               "External": "external", "Object": "object"}[kind]: source}
+
+    hpa = {"metadata": {"name": "llm", "creationTimestamp": "2026-01-01T00:00:00Z"},
+           "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "llm"}, "maxReplicas": 8,
+                    "metrics": [
+                        metric("Resource", {"name": "memory",
+                                            "target": {"type": "AverageValue",
+                                                       "averageValue": "2Gi"}}),
+                        metric("Pods", {"metric": {"name": "queue"},
+                                        "target": {"type": "AverageValue",
+                                                   "averageValue": "10"}}),
+                        metric("External", {"metric": {"name": "lag"},
+                                            "target": {"type": "Value", "value": "5"}})]},
+           "status": {"currentReplicas": 3, "currentMetrics": [
+               {"type": "Resource", "resource": {"name": "memory",
+                                                 "current": {"averageValue": "1Gi"}}}]}}
+    row = _hpa_row(hpa, now=0.0)
+    assert row[:2] == ["llm", "Deployment/llm"]
+    assert row[2] == "memory: 1Gi/2Gi, <unknown>/10 + 1 more..."  # two shown, then a count
+    assert row[3:6] == ["<unset>", 8, 3]

@@ -50,7 +50,8 @@ async def _kubectl(lab: Lab, *args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
         "kubectl", f"--kubeconfig={lab.kubeconfig}", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
     assert proc.returncode == 0, (args, err.decode())
     return out.decode()
 
@@ -124,7 +125,8 @@ async def test_pod_deletion_runs_prestop_then_sigterm_and_deletes(lab: Lab) -> N
     worker = lab.nodes.worker("default", name)
     assert worker is not None
     await lab.client.delete(Pod, name, namespace="default")
-    await asyncio.wait_for(worker.finished.wait(), 30)
+    async with asyncio.timeout(30):
+        await worker.finished.wait()
     record = worker.records["web"]
     assert record.prestop_completed and record.sigterm_at is not None
     assert record.prestop_started is not None
@@ -192,7 +194,8 @@ async def test_kubectl_drain_with_real_kubelets(tmp_path: Path, version: str) ->
             str(binary), f"--kubeconfig={lab.kubeconfig}", "drain", "node-0",
             "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
+        async with asyncio.timeout(90):
+            out, err = await proc.communicate()
         assert proc.returncode == 0, (out.decode(), err.decode())
         assert "node/node-0 drained" in out.decode()
         await lab.wait_available("default", "infer", timeout=60)

@@ -226,3 +226,35 @@ async def test_unauthenticated_requests_get_401_status(kubectl: Kubectl,
     result = await kubectl("get", "pods")
     assert result.returncode != 0
     assert "Unauthorized" in result.stderr or "provide credentials" in result.stderr
+
+
+async def test_get_hpa_prints_the_servers_columns(kubectl: Kubectl) -> None:
+    """kubectl get hpa prints the Table the lab serves (printers.go
+    printHorizontalPodAutoscaler): reference, targets, min/max pods, replicas."""
+    hpa = """
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 2
+  maxReplicas: 5
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: bare}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: other}
+  maxReplicas: 3
+"""
+    await kubectl.ok("apply", "-f", "-", stdin=hpa)
+    out = await kubectl.ok("get", "hpa")
+    assert re.search(r"NAME\s+REFERENCE\s+TARGETS\s+MINPODS\s+MAXPODS\s+REPLICAS\s+AGE", out), out
+    assert re.search(r"\nweb\s+Deployment/web\s+cpu: <unknown>/80%\s+2\s+5\s+\d+\s", out), out
+    # minReplicas and metrics left out: the API server defaults them to 1 and to CPU at 80%
+    # (kubernetes pkg/apis/autoscaling/v2/defaults.go SetDefaults_HorizontalPodAutoscaler).
+    assert re.search(r"\nbare\s+Deployment/other\s+cpu: <unknown>/80%\s+1\s+3\s+\d+\s",
+                     out), out

@@ -128,7 +128,8 @@ async def test_delete_kills_at_the_deadline_after_prestop_overrun(lab: Lab) -> N
     worker = lab.nodes.worker("default", "stubborn")
     assert worker is not None
     await lab.client.delete(Pod, "stubborn", namespace="default")
-    await asyncio.wait_for(worker.finished.wait(), 30)
+    async with asyncio.timeout(30):
+        await worker.finished.wait()
     record = worker.records["c"]
     assert record.prestop_completed is False and record.killed
     assert record.sigterm_at is not None and record.sigkill_at is not None
@@ -152,7 +153,8 @@ async def test_virtual_pods_terminate_after_their_configured_time(lab: Lab) -> N
     worker = lab.nodes.worker("default", name)
     assert worker is not None
     await lab.client.delete(Pod, name, namespace="default")
-    await asyncio.wait_for(worker.finished.wait(), 30)
+    async with asyncio.timeout(30):
+        await worker.finished.wait()
     record = worker.records["main"]
     assert not record.killed and record.exit_code == 0
     assert record.exited_at is not None and record.sigterm_at is not None

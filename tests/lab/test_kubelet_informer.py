@@ -39,11 +39,13 @@ async def test_expired_watch_relists_and_reports_deletions(tmp_path: Path) -> No
                 {"metadata": {"name": f"new-{i}", "namespace": "default"}}))
         events.clear()
         # The watch from the old version gets 410 Expired and ends instead of hanging.
-        await asyncio.wait_for(informer._watch(version), 20)
+        async with asyncio.timeout(20):
+            await informer._watch(version)
         # run() relists: the deletion is reported even though its event expired.
         task = asyncio.ensure_future(informer.run())
         try:
-            await asyncio.wait_for(informer.synced.wait(), 20)
+            async with asyncio.timeout(20):
+                await informer.synced.wait()
             assert ("DELETED", "cm-0") in events
             assert sum(1 for kind, _ in events if kind == "ADDED") == 10
             assert sorted(name for _, name in informer.cache) == sorted(

@@ -158,7 +158,8 @@ async def test_l4_proxy_does_not_retry_a_refused_backend(proxy: L4Proxy) -> None
     r, w = await asyncio.open_connection(cluster_ip, port)
     w.write(b"hello\n")
     with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
-        data = await asyncio.wait_for(r.readline(), 10)
+        async with asyncio.timeout(10):
+            data = await r.readline()
         if not data:
             raise asyncio.IncompleteReadError(b"", None)
     assert proxy.stats.backend_refused == 1

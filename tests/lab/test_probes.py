@@ -36,7 +36,8 @@ async def http_server(tmp_path: Path) -> AsyncIterator[tuple[int, Path]]:
                                                 stdout=asyncio.subprocess.PIPE)
     try:
         assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        async with asyncio.timeout(20):
+            line = await proc.stdout.readline()
         yield int(line), code_file
     finally:
         proc.kill()
@@ -126,11 +127,13 @@ async def test_worker_reports_readiness_transitions(http_server: tuple[int, Path
                          clock=loop.time)
     worker.start()
     try:
-        await asyncio.wait_for(changed.wait(), 20)
+        async with asyncio.timeout(20):
+            await changed.wait()
         assert seen == [True]
         changed.clear()
         code_file.write_text("500")
-        await asyncio.wait_for(changed.wait(), 20)
+        async with asyncio.timeout(20):
+            await changed.wait()
         assert seen == [True, False]  # after 2 consecutive failures
     finally:
         await worker.stop()

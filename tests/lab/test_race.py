@@ -112,7 +112,8 @@ async def kubectl(lab: Lab, *args: str) -> str:
         binary, f"--kubeconfig={lab.kubeconfig}", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)})
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
     assert proc.returncode == 0, (args, out.decode(), err.decode())
     return out.decode()
 

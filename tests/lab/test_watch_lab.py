@@ -37,7 +37,8 @@ async def read_events(response: httpx.Response, count: int, timeout: float = 10)
                 if len(events) >= count:
                     return
 
-    await asyncio.wait_for(collect(), timeout)
+    async with asyncio.timeout(timeout):
+        await collect()
     return events
 
 

@@ -39,7 +39,8 @@ async def test_stream_longer_than_deadline_ends_with_marker(kind: str, tmp_path:
         stream = asyncio.create_task(collect_stream(url, LONG))
         await asyncio.sleep(0.5)
         replica.signal(signal.SIGTERM)
-        status, body, error = await asyncio.wait_for(stream, 10)
+        async with asyncio.timeout(10):
+            status, body, error = await stream
         code = await wait_exit(replica.proc, 10)
     finally:
         replica.stop()
@@ -65,8 +66,10 @@ async def test_deadline_ends_other_work_visibly(kind: str, tmp_path: Path) -> No
         await asyncio.sleep(0.5)
         replica.signal(signal.SIGTERM)
         slow.signal(signal.SIGTERM)
-        _, body, error = await asyncio.wait_for(chunked, 10)
-        status, answer, _ = await asyncio.wait_for(unanswered, 10)
+        async with asyncio.timeout(10):
+            _, body, error = await chunked
+        async with asyncio.timeout(10):
+            status, answer, _ = await unanswered
         codes = (await wait_exit(replica.proc, 10), await wait_exit(slow.proc, 10))
     finally:
         replica.stop()
@@ -87,7 +90,8 @@ async def test_stream_within_deadline_finishes_and_exit_is_clean(kind: str, tmp_
             url, {"stream": True, "duration": 1.2, "token_interval": 0.1}))
         await asyncio.sleep(0.3)
         replica.signal(signal.SIGTERM)
-        status, body, error = await asyncio.wait_for(stream, 10)
+        async with asyncio.timeout(10):
+            status, body, error = await stream
         code = await wait_exit(replica.proc, 10)
     finally:
         replica.stop()
@@ -109,7 +113,8 @@ async def test_second_signal_forces_exit(kind: str, tmp_path: Path) -> None:
         replica.signal(signal.SIGINT)
         code = await wait_exit(replica.proc, 5)
         took = time.monotonic() - started
-        _status, body, error = await asyncio.wait_for(stream, 10)
+        async with asyncio.timeout(10):
+            _status, body, error = await stream
     finally:
         replica.stop()
     assert code == EXIT_FORCED, replica.log_text()
@@ -296,7 +301,8 @@ async def test_run_signal_mode_waits_for_the_childs_in_flight_metric(tmp_path: P
             signalled = time.monotonic()
             await asyncio.sleep(0.1)
             ready = await client.get(f"http://127.0.0.1:{health}/readyz")
-        _, body, error = await asyncio.wait_for(stream, 10)
+        async with asyncio.timeout(10):
+            _, body, error = await stream
         code = await wait_exit(proc, 15)
         took = time.monotonic() - signalled
     finally:
@@ -320,7 +326,8 @@ async def test_run_turns_an_upstream_abort_into_the_marker(tmp_path: Path) -> No
             f"http://{replica.address}/v1/completions", LONG))
         await asyncio.sleep(0.5)
         subprocess.run(["kill", "-KILL", child.group(1)], check=True)
-        status, body, _error = await asyncio.wait_for(stream, 10)
+        async with asyncio.timeout(10):
+            status, body, _error = await stream
         code = await wait_exit(replica.proc, 10)
     finally:
         replica.stop()

@@ -105,7 +105,8 @@ async def kubectl(lab: Lab, *args: str) -> str:
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)})
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
+        async with asyncio.timeout(90):
+            out, err = await proc.communicate()
     except TimeoutError:
         proc.kill()
         await proc.wait()

@@ -137,3 +137,35 @@ def test_ctrl_c_while_waiting_for_the_api_server_stops_at_once(
     assert proc.returncode == 130, err
     assert time.monotonic() - started < 2.5
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_sigterm_stops_the_load_and_keeps_the_record(tmp_path: Path) -> None:
+    """A cancelled CI job or a deleted Job sends SIGTERM: verify stops sending, lets what is
+    in flight finish and writes its record, as for Ctrl-C."""
+    target = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1",
+                               "--directory", str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    out = tmp_path / "out"
+    try:
+        assert target.stdout is not None
+        port = int(target.stdout.readline().split(" port ")[1].split()[0])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drainsafe", "verify", f"http://127.0.0.1:{port}/",
+             "--duration", "300", "--no-progress", "--out", str(out), "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(3)  # some requests sent and answered
+            proc.send_signal(signal.SIGTERM)
+            stdout, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    finally:
+        target.kill()
+        target.wait()
+    assert proc.returncode == 0, err
+    record = yaml.safe_load((out / "record.json").read_text())
+    summary = record["summary"]
+    assert summary["total"] > 0 and summary["failed"] == 0, summary
+    assert record["elapsed"] < 60, record["elapsed"]  # stopped early, not at --duration
+    assert yaml.safe_load(stdout)["total"] == summary["total"]

@@ -9,7 +9,7 @@ load (fresh connections, 20/s by default) gives tune a bound:
 - measure: one `rollout restart` under generous settings (drain delay 6 s); verify reads the
   terminating pods' drainsafe figures through the pod proxy (no `kubectl logs`);
 - tune's drain delay is >= 1.1x the real lag; with the probe off (a second verify of the same
-  load, same rollout, --no-probe) tune still bounds it or exits 3 naming what to run;
+  load, same rollout, --no-probe) tune still bounds it or exits 4 naming what to run;
 - the tuned settings lose nothing over two rollouts; half the tuned drain delay loses requests.
 """
 
@@ -112,7 +112,8 @@ async def stop_verify(proc: asyncio.subprocess.Process) -> str:
     if proc.returncode is None:
         proc.send_signal(signal.SIGINT)
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), 90)
+        async with asyncio.timeout(90):
+            _, err = await proc.communicate()
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -188,7 +189,7 @@ async def test_bound_from_the_docs_load_holds_and_half_of_it_fails(
             code, off, err = run_tune(capsys, tmp_path / "no-probe")
             report["tune without probe"] = (code, off["measured"]["propagation_seconds"]
                                             if off else err.splitlines()[:3])
-            assert (code == 3 and "to bound it:" in err) or (
+            assert (code == 4 and "to bound it:" in err) or (
                 code == 0 and off["drain_delay_seconds"] >= 1.1 * PROPAGATION), report
 
             delay, shutdown = tuned["drain_delay_seconds"], tuned["shutdown_deadline_seconds"]

@@ -188,7 +188,7 @@ def test_tune_bounds_the_lag_from_the_probe_and_refuses_without_it(
     assert "--probe-rate" in raised.value.what_to_run
 
     record(probe=False).write(tmp_path / "run2")
-    assert main(["tune", "--from", str(tmp_path / "run2")]) == 3
+    assert main(["tune", "--from", str(tmp_path / "run2")]) == 4
     err = capsys.readouterr().err
     assert "not bounded" in err and "to bound it:" in err
     # A declared floor still gives settings, saying it is not a bound.

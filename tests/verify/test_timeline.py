@@ -42,7 +42,8 @@ async def test_sigterm_on_plain_uvicorn_is_seen_and_drawn(tmp_path: Path) -> Non
             # SIGTERM while the second round of 2 s streams is in flight, whatever the
             # machine's speed; stop the load shortly after the process is gone.
             try:
-                await asyncio.wait_for(first_streams_done.wait(), 30)
+                async with asyncio.timeout(30):
+                    await first_streams_done.wait()
                 await asyncio.sleep(0.3)
                 os.killpg(process.pid, signal.SIGTERM)
                 events.append(LifecycleEvent(now(), POD_TERMINATING, "web-5d8f7-x2k9q",
@@ -59,7 +60,8 @@ async def test_sigterm_on_plain_uvicorn_is_seen_and_drawn(tmp_path: Path) -> Non
                         concurrency=8, timeout=10)
         killer = asyncio.create_task(terminate())
         run = await run_load(spec, clock_zero=zero, on_result=on_result, stop=stop)
-        await asyncio.wait_for(killer, 15)
+        async with asyncio.timeout(15):
+            await killer
     finally:
         stop_process(process)
     record = Record.from_run(run, events)

@@ -20,7 +20,7 @@ from drainsafe.check.model import Container, mapping, sequence
 from drainsafe.check.servers import CommandLine, ServerShutdown
 
 # drainsafe run's admin port: /readyz, /livez, /drainsafe/drain, /metrics.
-from drainsafe.server.cli import ADMIN_PORT_NAME
+from drainsafe.server.cli import ADMIN_PORT_NAME, DEFAULT_READY_PATH
 from drainsafe.server.cli import DEFAULT_ADMIN_PORT as ADMIN_PORT
 
 PROBE_HANDLERS = ("httpGet", "tcpSocket", "exec", "grpc")
@@ -87,15 +87,23 @@ def wrapped(c: Container, line: CommandLine | None, server: ServerShutdown, *,
         child = [str(w) for w in sequence(c.spec.get("command"))]
     else:
         child = list(line.argv[:line.entrypoint]) if line is not None else []
+    # A deadline flag the release lacks stops the server at start: out of both lists.
+    unknown = server.unreleased_flag
+    args = [str(w) for w in sequence(c.spec.get("args"))]
+    if unknown is not None:
+        child = _without_flag(child, unknown)
     preset = ["--preset", server.server] if server.server in WRAPPED_PRESETS else []
-    return {
+    fields: dict[str, Any] = {
         "command": ["drainsafe", "run", "--mode", "signal", *preset,
                     "--drain-delay", str(drain_delay), "--shutdown-timeout", str(deadline),
                     "--", *child],
         "ports": [{"name": ADMIN_PORT_NAME, "containerPort": ADMIN_PORT}],
         "readinessProbe": probe(c.spec.get("readinessProbe"), "httpGet",
-                                {"path": "/readyz", "port": ADMIN_PORT_NAME}),
+                                {"path": DEFAULT_READY_PATH, "port": ADMIN_PORT_NAME}),
     }
+    if unknown is not None and _without_flag(args, unknown) != args:
+        fields["args"] = _without_flag(args, unknown)
+    return fields
 
 
 WRAPPER_NOTE = "# drainsafe must be installed in the image (pip install drainsafe)"

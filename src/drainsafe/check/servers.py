@@ -57,6 +57,7 @@ from drainsafe.server.cli import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_DRAIN_DELAY,
     DEFAULT_DRAIN_PATH,
+    DEFAULT_READY_PATH,
     DEFAULT_SHUTDOWN_TIMEOUT,
 )
 
@@ -149,6 +150,8 @@ class ServerShutdown:
     """drainsafe serve/run: the port of readiness, liveness and the drain trigger."""
     drain_path: str | None = None
     """drainsafe serve/run: the drain trigger's path on the admin port."""
+    ready_path: str | None = None
+    """drainsafe serve/run: the readiness path on the admin port."""
     release: tuple[int, ...] | None = None
     """The server's release, when its image's tag names one."""
 
@@ -163,6 +166,15 @@ class ServerShutdown:
         if since is not None and self.release is not None and self.release < since:
             return None
         return flag
+
+    @property
+    def unreleased_flag(self) -> str | None:
+        """The server's deadline flag when its release (from the image's tag) predates it:
+        on the command line, the server stops at start on an unknown argument."""
+        found = DEADLINE_FLAGS.get(self.server)
+        if found is None or found[1] is None or self.release is None:
+            return None
+        return found[0] if self.release < found[1] else None
 
     @property
     def deadline_flag_since(self) -> str | None:
@@ -270,6 +282,12 @@ def _has(words: Sequence[str], *needles: str) -> bool:
     return any(_base(w) in needles or w in needles for w in words)
 
 
+def sets_flag(line: CommandLine | None, flag: str) -> bool:
+    """Whether the command line passes `flag` (as `flag value` or `flag=value`)."""
+    return line is not None and any(w == flag or w.startswith(flag + "=")
+                                    for w in _words(line))
+
+
 def identify(line: CommandLine | None) -> ServerShutdown | None:
     """The known server on the command line, with its shutdown behaviour."""
     if line is None:
@@ -286,7 +304,8 @@ def identify(line: CommandLine | None) -> ServerShutdown | None:
             drain_delay=DEFAULT_DRAIN_DELAY if delay is None else delay,
             admin_port=int(admin) if admin is not None and admin.isdigit()
             else DEFAULT_ADMIN_PORT,
-            drain_path=_flag(words, "--drain-path") or DEFAULT_DRAIN_PATH)
+            drain_path=_flag(words, "--drain-path") or DEFAULT_DRAIN_PATH,
+            ready_path=_flag(words, "--ready-path") or DEFAULT_READY_PATH)
     release = line.image.release if line.image is not None else None
     if "vllm" in joined and ("serve" in words or "vllm.entrypoints" in joined):
         return _vllm(words, release if _image_is(line, "vllm") else None)

@@ -28,6 +28,10 @@ class SurgeRecordView(Protocol):
     @property
     def pods(self) -> Mapping[str, str]: ...
 
+    @property
+    def guard(self) -> bool:
+        """Written by the guard (True) or by a `drainsafe drain` (False)."""
+
 
 class SurgeEngine(Protocol):
     def record_of(self, deployment: Mapping[str, Any]) -> SurgeRecordView | None:
@@ -35,7 +39,8 @@ class SurgeEngine(Protocol):
 
     async def begin(self, workload: str, *, node: str, autoscaler: str | None,
                     pods: dict[str, str]) -> SurgeRecordView:
-        """Record the surge (or return the record already there); changes no scale."""
+        """Record the guard's surge (or return the record already there, which may be a
+        `drainsafe drain`'s: see its `guard`); changes no scale."""
 
     async def set_scale(self, workload: str, record: SurgeRecordView, target: int) -> None:
         """Scale to `target` (raising the HPA's bounds first when there is one)."""
@@ -62,7 +67,7 @@ class DrainScaleEngine:
     async def begin(self, workload: str, *, node: str, autoscaler: str | None,
                     pods: dict[str, str]) -> SurgeRecordView:
         record: SurgeRecordView = await self._scale.begin(
-            self._client, workload, node=node, autoscaler=autoscaler, pods=pods)
+            self._client, workload, node=node, autoscaler=autoscaler, pods=pods, guard=True)
         return record
 
     async def set_scale(self, workload: str, record: SurgeRecordView, target: int) -> None:

@@ -18,7 +18,6 @@ the leader after the hold limit too, so no surge outlives its reason.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -33,7 +32,6 @@ from drainsafe.controller.events import record_event
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.metrics import GuardMetrics
 from drainsafe.controller.record import (
-    GUARD_SURGE_ANNOTATION,
     HOLD_ANNOTATION,
     RELEASED_ANNOTATION,
     rfc3339,
@@ -242,22 +240,20 @@ class Guard:
                         wanting.add(pod_key(p))
             held = held_pods(members)
             record = self.engine.record_of(dep)
-            owned = (meta.get("annotations") or {}).get(GUARD_SURGE_ANNOTATION) == "true"
             workload = f"Deployment/{meta.get('namespace')}/{meta.get('name')}"
-            if record is not None and not owned:
+            if record is not None and not record.guard:
                 continue  # a `drainsafe drain` surge: it restores its own
             if record is None:
                 if not wanting:
-                    if owned:
-                        await self._disown(dep)
                     continue
                 first = next(p for p in members if pod_key(p) in wanting)
-                await self._own(dep)
                 record = await self.engine.begin(
                     workload, node=str((first.get("spec") or {}).get("nodeName") or ""),
                     autoscaler=self._autoscaler_of(dep),
                     pods={pod_key(p): str(p["metadata"].get("uid")) for p in members
                           if pod_key(p) in wanting})
+                if not record.guard:
+                    continue  # a `drainsafe drain` recorded first: its surge, not ours
                 self.metrics.surges.inc()
                 self._background(record_event(
                     self.client, dep, reason="SurgeForEviction",
@@ -270,24 +266,8 @@ class Guard:
                     await self.engine.set_scale(workload, record, target)
                 continue
             await self.engine.finish(workload, record)
-            await self._disown(dep)
             self.metrics.restores.inc()
             self._background(record_event(
                 self.client, dep, reason="SurgeRestored",
                 message=f"restored to {record.replicas} replicas: no eviction is held",
                 kind="Deployment", api_version="apps/v1", instance=self.cfg.identity))
-
-    async def _own(self, dep: Obj) -> None:
-        meta = dep["metadata"]
-        path = api_path("apps/v1", "deployments", namespace=meta["namespace"],
-                        name=meta["name"])
-        await self.client.patch(path, {"metadata": {"annotations": {
-            GUARD_SURGE_ANNOTATION: "true"}}})
-
-    async def _disown(self, dep: Obj) -> None:
-        meta = dep["metadata"]
-        path = api_path("apps/v1", "deployments", namespace=meta["namespace"],
-                        name=meta["name"])
-        with contextlib.suppress(NotFound):
-            await self.client.patch(path, {"metadata": {"annotations": {
-                GUARD_SURGE_ANNOTATION: None}}})

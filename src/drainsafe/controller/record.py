@@ -7,9 +7,11 @@ change (drainsafe.controller.engine); the guard adds only:
   the shared start of the hold, so every replica applies the same hold limit and the leader
   knows which pods want a stand-in;
 - `drainsafe.io/eviction-released` on a pod whose hold was given up (the reason), so the
-  leader stops surging for it and the Event is written once;
-- `drainsafe.io/guard-surge` on a Deployment the guard surged (the record's writer), so the
-  leader restores only surges it owns, never one a `drainsafe drain` is running.
+  leader stops surging for it and the Event is written once.
+
+Which tool owns a surge is in the record itself (SurgeRecord.guard), written in the same
+resourceVersion-guarded patch, so the leader restores only surges it owns, never one a
+`drainsafe drain` is running, and a drain waits for the guard's.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import datetime as dt
 
 HOLD_ANNOTATION = "drainsafe.io/eviction-held-since"
 RELEASED_ANNOTATION = "drainsafe.io/eviction-released"
-GUARD_SURGE_ANNOTATION = "drainsafe.io/guard-surge"
 
 
 def rfc3339(now: dt.datetime) -> str:

@@ -31,7 +31,6 @@ from drainsafe.controller.decision import (
 )
 from drainsafe.controller.engine import SurgeRecordView
 from drainsafe.controller.record import (
-    GUARD_SURGE_ANNOTATION,
     HOLD_ANNOTATION,
     RELEASED_ANNOTATION,
 )
@@ -193,10 +192,8 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
     surge = None
     if record is not None:
         active = {pod_key(p) for p in members if is_active(p)}
-        owned = ((_meta(deployment).get("annotations") or {}).get(GUARD_SURGE_ANNOTATION)
-                 == "true")
         surge = SurgeFacts(record.replicas,
                            frozenset((set(record.pods) & active) | held_pods(members)),
-                           owned=owned)
+                           owned=record.guard)
     room = room_for_stand_in(pod, nodes.values(), pods.values()) if surge is None else True
     return Facts(pfacts, workload, surge, room=room, held_for=held_for, dry_run=dry_run)

@@ -42,7 +42,8 @@ async def install(lab: Any, kubectl: str, namespace: str, *, timeout: float = 12
     proc = await asyncio.create_subprocess_exec(
         kubectl, f"--kubeconfig={lab.kubeconfig}", "apply", "-k", str(DEPLOY),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    async with asyncio.timeout(timeout):
+        out, _ = await proc.communicate()
     if proc.returncode:
         raise RuntimeError(f"kubectl apply -k {DEPLOY} failed: {out.decode()[-500:]}")
     await lab.wait_available(NAMESPACE, NAME, timeout=timeout)

@@ -284,7 +284,8 @@ async def _kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) ->
         binary, f"--kubeconfig={kubeconfig}", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        async with asyncio.timeout(timeout):
+            out, _ = await proc.communicate()
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -46,10 +46,12 @@ from drainsafe.drain.plan import (
     PodPlan,
     WorkloadPlan,
     classify,
+    guard_surges,
     plan_drain,
 )
 from drainsafe.kube import (
     Backoff,
+    Informer,
     KubeClient,
     KubeError,
     NotFound,
@@ -66,6 +68,11 @@ Clock = Callable[[], float]
 
 class DrainFailed(RuntimeError):
     """The drain stopped; the node stays cordoned and recorded."""
+
+
+# How long past --timeout the backstop waits, so that a bounded wait's own message (what it
+# waited for) is what a timed-out drain reports.
+BACKSTOP_SLACK = 10.0
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,21 @@ async def read_cluster(client: KubeClient) -> ClusterState:
                         autoscalers=hpas)
 
 
+async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
+                              timeout: float) -> None:
+    """Until none of `workloads` carries the eviction guard's surge record (or `timeout`:
+    then the plan that follows says what is still in the way)."""
+    keys = {w.split("/", 1)[1] for w in workloads}
+
+    def restored(cache: Mapping[str, Obj]) -> bool:
+        return not any(ownership.guard_surged(cache.get(k)) for k in keys)
+
+    async with Informer(client, api_path("apps/v1", "deployments")) as deployments:
+        with contextlib.suppress(WaitTimeout):
+            await deployments.wait_for(restored, timeout=timeout,
+                                       what="the eviction guard's restore")
+
+
 async def plan_nodes(
     client: KubeClient, nodes: Sequence[str], settings: DrainSettings,
     *, draining: Sequence[str] = (),
@@ -238,6 +260,14 @@ class NodeDrainer:
 
     async def run(self, *, dry_run: bool = False) -> NodeReport:
         plan = await self.preflight()
+        if not plan.ok and not dry_run and self._guard_restore_can_help(plan):
+            # Another drainer's eviction (kubectl drain, an autoscaler) is held by the
+            # eviction guard, whose stand-ins hold the room: plan again once it restored.
+            surged = guard_surges(self._state)
+            self._say(f"no room while the eviction guard surges {', '.join(surged)}: "
+                      "waiting for its restore")
+            await wait_guard_restored(self.client, surged, timeout=self.settings.timeout)
+            plan = await self.preflight()
         if not plan.ok and not dry_run and self._surge_can_help(plan):
             from drainsafe.drain.surge import SurgeFailed, surge
 
@@ -265,29 +295,41 @@ class NodeDrainer:
         self._deadline = time.monotonic() + self.settings.timeout
         await self._cordon()
         try:
-            await self._start_watches(plan)
-            await self._execute(plan)
-            if self._failure:
-                raise DrainFailed(self._failure)
-            await self._confirm_done(plan)
+            # Each wait below is bounded by the deadline and says what it waited for; this
+            # bound is the guarantee that --timeout ends the drain whatever it awaits.
+            async with asyncio.timeout(self.settings.timeout + BACKSTOP_SLACK):
+                await self._start_watches(plan)
+                await self._execute(plan)
+                if self._failure:
+                    raise DrainFailed(self._failure)
+                await self._confirm_done(plan)
             self.report.ok = True
             await self._record("drained", "")
-        except (DrainFailed, KubeError, WaitTimeout, KeptChanging) as exc:
-            self.report.failure = str(exc)
+        except (DrainFailed, KubeError, WaitTimeout, KeptChanging, TimeoutError) as exc:
+            self.report.failure = str(exc) if not isinstance(exc, TimeoutError) else (
+                f"not drained within --timeout {self.settings.timeout:.0f}s")
             with contextlib.suppress(KubeError, asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(self._record("failed", str(exc)[:500]), 10)
+                async with asyncio.timeout(10):
+                    await self._record("failed", self.report.failure[:500])
         except asyncio.CancelledError:
             # Ctrl-C: the node stays cordoned and owned, a surge stays recorded on its
             # workload; say so on the node, briefly. Running the same drain again continues.
+            async def record_interrupted() -> None:
+                async with asyncio.timeout(5):
+                    await self._record("interrupted", "stopped by the operator")
+
             with contextlib.suppress(BaseException):
-                await asyncio.shield(asyncio.wait_for(
-                    self._record("interrupted", "stopped by the operator"), 5))
+                await asyncio.shield(record_interrupted())
             raise
         finally:
             if self._watch is not None:
                 await self._watch.stop()
             self.report.finished_at = self.clock()
         return self.report
+
+    def _guard_restore_can_help(self, plan: DrainPlan) -> bool:
+        return bool(plan.blockers) and all(b.kind == "no-room" for b in plan.blockers) \
+            and bool(guard_surges(self._state))
 
     def _surge_can_help(self, plan: DrainPlan) -> bool:
         return self.settings.surge and bool(plan.blockers) and all(
@@ -407,19 +449,30 @@ class NodeDrainer:
 
     async def _surge_locked(self, plan: DrainPlan, w: WorkloadPlan) -> None:
         pods = [plan.pod(k) for k in w.pods if plan.pod(k).needs_replacement]
-        namespace = w.workload.split("/")[1]
-        remaining = []
-        for p in pods:
-            rep = self._report(p.key)
-            if self._progress.evicted.get(p.key) == p.uid:
-                rep.outcome = "evicted"  # a previous run evicted it; never again
-            elif self.watch.terminating(namespace, p.key, p.uid):
-                rep.outcome = "waited"
-                rep.detail = "already terminating: waited for, not evicted"
-            else:
-                remaining.append(p)
-        record = await scale.begin(self.client, w.workload, node=self.node,
-                                   autoscaler=w.autoscaler, pods={p.key: p.uid for p in pods})
+        namespace, name = w.workload.split("/")[1:]
+        while True:
+            remaining = []
+            for p in pods:
+                rep = self._report(p.key)
+                if self._progress.evicted.get(p.key) == p.uid:
+                    rep.outcome = "evicted"  # a previous run evicted it; never again
+                elif self.watch.terminating(namespace, p.key, p.uid):
+                    rep.outcome = "waited"
+                    rep.detail = "already terminating: waited for, not evicted"
+                else:
+                    remaining.append(p)
+            record = await scale.begin(self.client, w.workload, node=self.node,
+                                       autoscaler=w.autoscaler,
+                                       pods={p.key: p.uid for p in pods})
+            if not record.guard:
+                break
+            # The eviction guard surged it for another drainer (kubectl drain, an
+            # autoscaler): never a second surge on top; wait for the guard's restore. The
+            # guard holds other evictions of the workload while ours is recorded.
+            self._say(f"{w.workload}: surged by the eviction guard for a drain of "
+                      f"{record.node}; waiting for its restore")
+            await self.watch.wait_no_guard_surge(namespace, name, timeout=self._remaining(),
+                                                 stop=self._stop)
         if record.node != self.node:
             raise DrainFailed(f"{w.workload} is surged for a drain of {record.node}")
         base = record.replicas
@@ -628,7 +681,8 @@ class NodeDrainer:
 
     async def _sleep_or_stop(self, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), max(seconds, 0.0))
+            async with asyncio.timeout(max(seconds, 0.0)):
+                await self._stop.wait()
         return not self._stop.is_set()
 
     async def _mark_evicted(self, pod: PodPlan, rep: PodReport) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from drainsafe.drain.ownership import guard_surged
 from drainsafe.kube import Informer, KubeClient, WaitTimeout, api_path
 from drainsafe.kube.objects import (
     endpoint_uid,
@@ -61,10 +62,12 @@ class NodeWatch:
                                                      namespace=ns)) for ns in namespaces}
         self.budgets = {ns: Informer(client, api_path("policy/v1", "poddisruptionbudgets",
                                                       namespace=ns)) for ns in namespaces}
+        self.deployments = {ns: Informer(client, api_path("apps/v1", "deployments",
+                                                          namespace=ns)) for ns in namespaces}
 
     def _all(self) -> list[Informer]:
         return [self.node_pods, *self.pods.values(), *self.slices.values(),
-                *self.budgets.values()]
+                *self.budgets.values(), *self.deployments.values()]
 
     async def start(self) -> None:
         await asyncio.gather(*(i.start() for i in self._all()))
@@ -139,6 +142,10 @@ class NodeWatch:
         allowed = status.get("disruptionsAllowed")
         return int(allowed) if isinstance(allowed, int) else 0
 
+    def guard_surged(self, namespace: str, name: str) -> bool:
+        """The Deployment carries a surge record of the eviction guard's."""
+        return guard_surged(self.deployments[namespace].cache.get(f"{namespace}/{name}"))
+
     def slices_settled(self, namespace: str, drained: set[str]) -> bool:
         """No slice lists a pod of this drain, nor a pod that no longer exists."""
         present = {uid_of(p) for p in self.pods[namespace].cache.values()}
@@ -206,6 +213,13 @@ class NodeWatch:
         return await self.until([self.pods[w.namespace]], check, timeout=timeout,
                                 what=f"{w.key} to have {want} Available pods", recheck=0.5,
                                 stop=stop)
+
+    async def wait_no_guard_surge(self, namespace: str, name: str, *, timeout: float,
+                                  stop: asyncio.Event | None = None) -> None:
+        await self.until([self.deployments[namespace]],
+                         lambda: not self.guard_surged(namespace, name), timeout=timeout,
+                         what=f"the eviction guard to restore Deployment {namespace}/{name}",
+                         stop=stop)
 
     async def wait_budget(self, namespace: str, keys: Sequence[str], *, timeout: float,
                           stop: asyncio.Event | None = None) -> int:

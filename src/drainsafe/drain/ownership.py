@@ -174,7 +174,11 @@ class SurgeRecord:
     """What drainsafe changed on a workload to surge it, written on the workload before
     the change: who, when, for which node, the scale before (or the HPA's bounds before),
     and the old pods it surges for. A rerun, `drainsafe uncordon` and `drainsafe audit`
-    read it back; the restore sets exactly these values again."""
+    read it back; the restore sets exactly these values again.
+
+    `guard` says which tool owns the surge, in the same guarded write as the rest, so
+    the two never take each other's: the eviction guard (drainsafe controller) restores
+    only its own, a `drainsafe drain` waits for the guard's to be restored."""
 
     node: str
     replicas: int
@@ -182,6 +186,7 @@ class SurgeRecord:
     at: str = ""
     autoscaler: AutoscalerBounds | None = None
     pods: Mapping[str, str] = field(default_factory=dict)  # "ns/name" -> uid
+    guard: bool = False
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> SurgeRecord | None:
@@ -200,6 +205,7 @@ class SurgeRecord:
                     else int(hpa["minReplicas"]),
                     max_replicas=int(hpa["maxReplicas"])),
                 pods={str(k): str(v) for k, v in (doc.get("pods") or {}).items()},
+                guard=doc.get("guard") is True,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"unreadable {SURGE} annotation: {exc}") from exc
@@ -208,9 +214,21 @@ class SurgeRecord:
         hpa = None if self.autoscaler is None else {
             "name": self.autoscaler.name, "minReplicas": self.autoscaler.min_replicas,
             "maxReplicas": self.autoscaler.max_replicas}
-        return json.dumps({"node": self.node, "replicas": self.replicas, "by": self.by,
-                           "at": self.at or now_rfc3339(), "autoscaler": hpa,
-                           "pods": dict(self.pods)}, sort_keys=True)
+        doc = {"node": self.node, "replicas": self.replicas, "by": self.by,
+               "at": self.at or now_rfc3339(), "autoscaler": hpa, "pods": dict(self.pods)}
+        if self.guard:
+            doc["guard"] = True
+        return json.dumps(doc, sort_keys=True)
+
+
+def guard_surged(obj: Mapping[str, Any] | None) -> bool:
+    """The workload carries a surge record of the eviction guard's (an unreadable record
+    is not the guard's: the drain's own write reports it)."""
+    try:
+        record = None if obj is None else SurgeRecord.of(obj)
+    except ValueError:
+        return False
+    return record is not None and record.guard
 
 
 def surge_record_patch(obj: Mapping[str, Any], record: SurgeRecord) -> dict[str, Any]:

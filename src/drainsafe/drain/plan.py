@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from drainsafe import pdb as pdbmath
-from drainsafe.drain.ownership import SurgeRecord
+from drainsafe.drain.ownership import SurgeRecord, guard_surged
 from drainsafe.drain.room import Placement, gpu_requests, place_replacements
 from drainsafe.kube.objects import (
     controller_ref,
@@ -670,7 +670,9 @@ def _queues(pods: Sequence[PodPlan]) -> tuple[Queue, ...]:
 
 def _lacking(state: ClusterState, plan: WorkloadPlan, targets: Sequence[str]) -> int:
     """How many pods the workload lacks off the drained nodes to be at its replicas."""
-    if plan.replicas is None:
+    if plan.replicas is None or guard_surged(state.controllers.get(plan.workload)):
+        # The eviction guard's stand-ins run elsewhere but are not this drain's
+        # replacements: its restore takes them away again.
         return len(plan.pods)
     excluded = set(targets)
     elsewhere = sum(
@@ -772,6 +774,10 @@ def plan_workloads(
         obj = state.controllers.get(key) or {}
         record = _surge_record(obj)
         replicas = record.replicas if record is not None else w.replicas
+        if record is not None and record.guard:
+            # The eviction guard's surge for another drainer is a bounded hold, not a drain
+            # left unfinished: the drain waits for its restore before surging (execute).
+            record = None
         template = (obj.get("spec") or {}).get("template") or {}
         startup = _startup(state, key, template)
         grace = max(p.grace_seconds for p in mine)
@@ -825,7 +831,7 @@ def plan_workloads(
     planned = {w.workload for w in out}
     for key, obj in sorted(state.controllers.items()):
         record = _surge_record(obj)
-        if key in planned or record is None or record.node not in targets:
+        if key in planned or record is None or record.guard or record.node not in targets:
             continue
         bounds = record.autoscaler
         out.append(WorkloadPlan(
@@ -836,6 +842,13 @@ def plan_workloads(
             else f"{meta(obj).get('namespace')}/{bounds.name}",
             resumed=True))
     return out
+
+
+def guard_surges(state: ClusterState) -> list[str]:
+    """Deployments ("Deployment/ns/name") the eviction guard has surged right now: their
+    stand-ins hold room that its restore gives back within seconds to minutes."""
+    return sorted(key for key, obj in state.controllers.items()
+                  if key.startswith("Deployment/") and guard_surged(obj))
 
 
 def _surge_record(obj: Obj) -> SurgeRecord | None:

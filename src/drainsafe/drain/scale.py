@@ -59,9 +59,10 @@ def split_workload(key: str) -> tuple[str, str, str]:
 
 
 async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str | None,
-                pods: dict[str, str]) -> SurgeRecord:
-    """Record the surge on the Deployment (if no record is there yet) and return the record.
-    Changes no scale: call `set_scale` after."""
+                pods: dict[str, str], guard: bool = False) -> SurgeRecord:
+    """Record the surge on the Deployment (if no record is there yet) and return the record:
+    the one already there when there is one, whoever wrote it (see its `node` and
+    `guard`). Changes no scale: call `set_scale` after."""
     _, namespace, name = split_workload(workload)
     path = deployment_path(namespace, name)
 
@@ -78,7 +79,7 @@ async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str
                 min_replicas=spec.get("minReplicas"), max_replicas=int(spec["maxReplicas"]))
         record = SurgeRecord(node=node, replicas=int((obj.get("spec") or {}).get("replicas", 1)),
                              by=client.identity.actor(), at=now_rfc3339(), autoscaler=bounds,
-                             pods=pods)
+                             pods=pods, guard=guard)
         await client.patch(path, surge_record_patch(obj, record))
         return record
 
@@ -136,7 +137,7 @@ async def restore_all_for_node(client: KubeClient, node: str) -> list[str]:
     """Give up every surge recorded for `node`: restore and un-record. Returns the keys."""
     done = []
     for obj, record in await surged(client):
-        if record.node != node:
+        if record.node != node or record.guard:  # the guard restores its own
             continue
         workload = f"Deployment/{key_of(obj)}"
         await finish(client, workload, record)

@@ -203,7 +203,8 @@ class ExecCredentialAuth(httpx2.Auth):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
             )
-            stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+            async with asyncio.timeout(60):
+                stdout, stderr = await proc.communicate()
         except (OSError, TimeoutError) as exc:
             raise ExecPluginError(f"exec plugin {self._config.command!r}: {exc}") from exc
         self.runs += 1

@@ -26,7 +26,6 @@ import contextlib
 import json
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -131,7 +130,8 @@ class Informer:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"informer {self.path}")
         try:
-            await asyncio.wait_for(self._synced.wait(), sync_timeout)
+            async with asyncio.timeout(sync_timeout):
+                await self._synced.wait()
         except TimeoutError as exc:
             await self.stop()
             raise WaitTimeout(
@@ -142,10 +142,17 @@ class Informer:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        # Cancel until it is done: one cancel can be lost on Python 3.11, whose
+        # asyncio.wait_for returns the result instead of raising when the cancel lands as
+        # the awaited call completes (cpython gh-86296, fixed in 3.12), and a stop that
+        # waits on a lost cancel waits forever.
+        while not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task}, timeout=1.0)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def __aenter__(self) -> Informer:
         return await self.start()
@@ -169,21 +176,21 @@ class Informer:
     async def wait_for(
         self, predicate: Callable[[Cache], T], *, timeout: float, what: str = ""
     ) -> T:
-        """The first truthy value of predicate(cache), re-checked on every change."""
-        deadline = time.monotonic() + timeout
-        async with self._changed:
-            while True:
-                value = predicate(self._cache)
-                if value:
-                    return value
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise WaitTimeout(
-                        f"timed out after {timeout:.0f}s waiting for {what or 'a condition'}"
-                        f" on {self.path}"
-                    )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), remaining)
+        """The first truthy value of predicate(cache), re-checked on every change.
+
+        One bound covers the whole wait, the condition's lock included; asyncio.timeout
+        rather than asyncio.wait_for, which on Python 3.11 can swallow a cancel
+        (cpython gh-86296) and so outlive the drain that started it."""
+        try:
+            async with asyncio.timeout(timeout), self._changed:
+                while not (value := predicate(self._cache)):
+                    await self._changed.wait()
+                return value
+        except TimeoutError:
+            raise WaitTimeout(
+                f"timed out after {timeout:.0f}s waiting for {what or 'a condition'}"
+                f" on {self.path}"
+            ) from None
 
     # -- the loop --------------------------------------------------------------------
 
@@ -244,7 +251,8 @@ class Informer:
             iterator = lines.__aiter__()
             while True:
                 try:
-                    line = await asyncio.wait_for(iterator.__anext__(), self._idle_timeout)
+                    async with asyncio.timeout(self._idle_timeout):
+                        line = await iterator.__anext__()
                 except StopAsyncIteration:
                     return  # server-side timeout: reconnect from the last resourceVersion
                 except TimeoutError:

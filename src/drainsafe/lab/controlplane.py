@@ -121,7 +121,8 @@ class ControlPlane:
                 t.cancel()
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(t, 10)
+                async with asyncio.timeout(10):
+                    await t
         self._tasks.clear()
         await self.api.webhooks.aclose()
         if self._socket is not None:

@@ -96,7 +96,8 @@ async def run_exec(command: Sequence[str], target: Target, *, timeout: float | N
     except OSError as exc:
         return Outcome(False, f"exec {command[0]!r}: {exc}")
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        async with asyncio.timeout(timeout):
+            out, _ = await proc.communicate()
     except TimeoutError:
         return Outcome(False, f"command timed out after {timeout:g}s")
     finally:
@@ -142,7 +143,8 @@ async def run_tcp(spec: Mapping[str, Any], target: Target, *, timeout: float | N
     host = str(spec.get("host") or target.pod_ip)
     port = resolve_port(spec.get("port"), target)
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError) as exc:
         return Outcome(False, f"dial tcp {host}:{port}: {exc or 'timeout'}")
     writer.close()

@@ -568,7 +568,8 @@ class PodWorker:
         for c in self.containers:
             if c.process is not None:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(c.process.wait(), 5)
+                    async with asyncio.timeout(5):
+                        await c.process.wait()
         self.kubelet.ips.release(self.pod_ip)
 
 
@@ -733,7 +734,8 @@ class NodePool:
     async def start(self) -> None:
         await asyncio.gather(*(k.register() for k in self.kubelets.values()))
         self._watch = asyncio.ensure_future(self.informer.run())
-        await asyncio.wait_for(self.informer.synced.wait(), 30)
+        async with asyncio.timeout(30):
+            await self.informer.synced.wait()
 
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         for kubelet in self.kubelets.values():

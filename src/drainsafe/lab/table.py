@@ -1,5 +1,5 @@
 """meta.k8s.io/v1 Table responses for `kubectl get` (pods, nodes, workloads, services,
-PDBs, EndpointSlices, events).
+PDBs, HPAs, EndpointSlices, events).
 
 kubectl asks for `application/json;as=Table;v=v1;g=meta.k8s.io` first
 (kubernetes/kubectl pkg/cmd/get/get.go) and prints the server's columns; -o wide shows
@@ -166,7 +166,52 @@ def _event_row(ev: Obj, now: float) -> list[Any]:
             ev.get("message", "")]
 
 
+def _hpa_metric(spec: Obj, status: Obj | None) -> str:
+    """One entry of the Targets column, as printers.go formatHPAMetrics writes it."""
+    kind = spec.get("type")
+    source_key = {"Resource": "resource", "ContainerResource": "containerResource",
+                  "Pods": "pods", "Object": "object", "External": "external"}.get(str(kind))
+    if source_key is None:
+        return "<unknown type>"
+    source = spec.get(source_key) or {}
+    target = source.get("target") or {}
+    current = ((status or {}).get(source_key) or {}).get("current") or {}
+    if source_key in ("resource", "containerResource"):
+        name = source.get("name", "")
+        if target.get("averageValue") is not None:
+            return f"{name}: {current.get('averageValue', '<unknown>')}/{target['averageValue']}"
+        now = current.get("averageUtilization")
+        goal = target.get("averageUtilization")
+        return (f"{name}: {'<unknown>' if now is None else f'{now}%'}/"
+                f"{'<auto>' if goal is None else f'{goal}%'}")
+    if source_key == "pods":
+        return f"{current.get('averageValue', '<unknown>')}/{target.get('averageValue')}"
+    if target.get("averageValue") is not None:  # Object, External
+        return f"{current.get('averageValue', '<unknown>')}/{target['averageValue']} (avg)"
+    return f"{current.get('value', '<unknown>')}/{target.get('value')}"
+
+
+def _hpa_row(hpa: Obj, now: float) -> list[Any]:
+    spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
+    metrics = spec.get("metrics") or []
+    statuses = status.get("currentMetrics") or []
+    shown = [_hpa_metric(m, statuses[i] if i < len(statuses) else None)
+             for i, m in enumerate(metrics)]
+    targets = (", ".join(shown[:2]) + (f" + {len(shown) - 2} more..." if len(shown) > 2
+                                        else "")) if shown else "<none>"
+    ref = spec.get("scaleTargetRef") or {}
+    min_pods = spec.get("minReplicas")
+    return [hpa["metadata"]["name"], f"{ref.get('kind', '')}/{ref.get('name', '')}", targets,
+            "<unset>" if min_pods is None else str(min_pods), spec.get("maxReplicas", 0),
+            status.get("currentReplicas", 0), _age(hpa, now)]
+
+
 _TABLES: dict[str, tuple[list[Column], Callable[[Obj, float], list[Any]]]] = {
+    "autoscaling/horizontalpodautoscalers": ([("Name", "string", 0), ("Reference", "string", 0),
+                                              ("Targets", "string", 0), ("MinPods", "string", 0),
+                                              ("MaxPods", "string", 0),
+                                              ("Replicas", "string", 0), ("Age", "string", 0)],
+                                             _hpa_row),
     "apps/replicasets": ([("Name", "string", 0), ("Desired", "integer", 0),
                           ("Current", "integer", 0), ("Ready", "integer", 0),
                           ("Age", "string", 0), ("Containers", "string", 1),

@@ -134,7 +134,8 @@ async def kill_container(container: Container, *, grace: int, prestop: PreStop |
             container.send(signal.SIGTERM)
             record.sigterm_at = clock()
             try:
-                await asyncio.wait_for(container.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await container.wait()
             except TimeoutError:
                 container.send(signal.SIGKILL)
                 record.sigkill_at = clock()

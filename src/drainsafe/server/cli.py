@@ -13,6 +13,7 @@ its defaults)."""
 ADMIN_PORT_NAME = "drainsafe-admin"
 """The admin port's name in the pod spec."""
 DEFAULT_DRAIN_PATH = "/drainsafe/drain"
+DEFAULT_READY_PATH = "/readyz"
 DEFAULT_DRAIN_DELAY = 5.0
 DEFAULT_SHUTDOWN_TIMEOUT = 20.0
 """Defaults fit the default 30 s grace period with drainsafe.budget's 5 s buffer."""
@@ -69,7 +70,7 @@ def _lifecycle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-alive-timeout", type=seconds, default=5.0, metavar="S",
                    help="close a keep-alive connection idle this long (serve: uvicorn's "
                    "--timeout-keep-alive, the same default) [%(default)s]")
-    p.add_argument("--ready-path", default="/readyz",
+    p.add_argument("--ready-path", default=DEFAULT_READY_PATH,
                    help="readiness endpoint on the admin port [%(default)s]")
     p.add_argument("--live-path", default="/livez",
                    help="liveness endpoint on the admin port [%(default)s]")

@@ -261,7 +261,8 @@ class DrainRuntime:
             if remaining is not None and remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(event.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await event.wait()
             except TimeoutError:
                 return False
         return True

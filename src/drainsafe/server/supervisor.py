@@ -292,7 +292,8 @@ class Supervisor:
         path = self.options.child_ready_path
         if path is None:
             try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+                async with asyncio.timeout(1.0):
+                    _, writer = await asyncio.open_connection(host, port)
             except (OSError, TimeoutError):
                 return False
             writer.close()

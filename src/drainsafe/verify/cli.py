@@ -103,7 +103,7 @@ def _register_tune(subparsers: Any) -> None:
         "drain delay (propagation bound + margin), shutdown deadline (request duration p99 or "
         "declared maximum), terminationGracePeriodSeconds and readiness probe timing, "
         "stating the measurement behind each number. Exit codes: 0 settings printed, 1 "
-        "nothing measured, 2 usage or input error, 3 the record cannot bound the "
+        "nothing measured, 2 usage or input error, 4 the record cannot bound the "
         "propagation lag (tune names the run that would).",
     )
     p.add_argument("--from", dest="source", action="append", default=[], metavar="PATH",
@@ -130,7 +130,7 @@ def _register_tune(subparsers: Any) -> None:
                    help="confidence of the propagation bound, per pod (default 0.99)")
     p.add_argument("--max-resolution", type=float, default=0.5, metavar="F",
                    help="largest resolution accepted, as a fraction of the propagation "
-                   "bound (default 0.5; 0.5 s is always accepted); beyond it tune exits 3")
+                   "bound (default 0.5; 0.5 s is always accepted); beyond it tune exits 4")
     p.add_argument("--drain-via", choices=("prestop", "server"), default="prestop",
                    help="hold traffic with a preStop sleep (default) or with drainsafe "
                    "serve/run's own --drain-delay")
@@ -199,7 +199,10 @@ def run_verify(args: argparse.Namespace) -> int:
     async def main() -> Any:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, stop.set)  # stop sending, keep the record
+        # Ctrl-C, or SIGTERM (a CI job cancelled, a Job deleted): stop sending, let what is
+        # in flight finish, keep the record.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         try:
             live = (Live(view, console=err, refresh_per_second=4, transient=True) if show
                     else nullcontext())
@@ -207,7 +210,8 @@ def run_verify(args: argparse.Namespace) -> int:
                 return await verify(spec, watch=watch, on_result=view.add,
                                     on_event=view.add_event, stop=stop)
         finally:
-            loop.remove_signal_handler(signal.SIGINT)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
 
     try:
         with _runner() as runner:

@@ -201,7 +201,8 @@ async def _open_loop(spec: LoadSpec, t0: float, deadline: float, stop: asyncio.E
             delay = due - now()
             if delay > 0:
                 try:
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
                     break
                 except TimeoutError:
                     pass

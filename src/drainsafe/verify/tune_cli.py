@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from drainsafe.shell import console
+from drainsafe.shell import EXIT_NOT_BOUNDED, console
 from drainsafe.verify.propagation import CONFIDENCE, MAX_RESOLUTION
 from drainsafe.verify.record import RECORD_FILE, Record
 from drainsafe.verify.tune import (
@@ -32,8 +32,6 @@ from drainsafe.verify.tune import (
 
 EXIT_NOT_ENOUGH_DATA = 1
 EXIT_USAGE = 2
-EXIT_NOT_BOUNDED = 3
-"""The inputs cannot bound the propagation lag: tune names the run that would."""
 _METRIC_SUFFIXES = (".prom", ".metrics", ".txt", ".log", ".jsonl")
 
 
@@ -91,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     except CannotBound as exc:
         err.print(f"[red]drainsafe tune: {exc}[/]", highlight=False)
         err.print(f"to bound it: {exc.what_to_run}", markup=False, highlight=False)
-        err.print("no settings recommended (exit 3); --min-propagation S gives settings "
+        err.print("no settings recommended (exit 4); --min-propagation S gives settings "
                   "from a declared floor instead", markup=False, highlight=False)
         return EXIT_NOT_BOUNDED
     except NotEnoughData as exc:

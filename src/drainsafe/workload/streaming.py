@@ -201,7 +201,8 @@ class StreamingWorkload:
             watcher = loop.create_task(_watch_disconnect(receive, asyncio.Event()))
             try:
                 # Stop generating if the client goes away before the answer is ready.
-                await asyncio.wait_for(asyncio.shield(watcher), gen.duration)
+                async with asyncio.timeout(gen.duration):
+                    await asyncio.shield(watcher)
                 return
             except TimeoutError:
                 pass

@@ -79,13 +79,55 @@ def _readiness(spec: dict[str, Any], server: ServerShutdown | None) -> dict[str,
     name = server.server if server is not None else ""
     if server is not None and server.admin_port is not None:
         # drainsafe serve/run: readiness is on the admin port only.
-        return {"readinessProbe": {"httpGet": {"path": "/readyz", "port": server.admin_port},
-                                   **timing}}
+        return {"readinessProbe": {"httpGet": {"path": server.ready_path or "/readyz",
+                                               "port": server.admin_port}, **timing}}
     if name in READY_PATHS:
         return {"readinessProbe": {"httpGet": {"path": READY_PATHS[name],
                                                "port": _first_port(spec)}, **timing}}
     # An unknown server's endpoints are unknown: a TCP check needs none.
     return {"readinessProbe": {"tcpSocket": {"port": _first_port(spec)}, **timing}}
+
+
+READINESS_NOT_DRAIN_AWARE = rule(
+    "readiness-not-drain-aware", Severity.WARNING,
+    "drainsafe serve/run reports readiness on its admin port; the readinessProbe asks elsewhere.",
+    """
+drainsafe serve and run answer readiness on their admin port (drainsafe-admin, 8490 by
+default): 503 from the first instant of the drain, and, for run, while the wrapped server is
+not ready. The application's own port knows neither: it answers 200 through the drain delay
+(the window in which a load balancer that health-checks the pod must notice it going) and,
+behind run, as soon as the server listens, before its model is loaded. A TCP or exec probe,
+or an HTTP probe on another port, so reads a draining pod as ready. Probe GET /readyz on the
+admin port.
+
+Sources: drainsafe docs/server.md (the admin endpoints); kubernetes.io/docs/concepts/
+services-networking/endpoint-slices/#conditions (what watches EndpointSlices sees) and the
+readiness-slow rule (what a health-checking load balancer sees).
+""")
+
+
+@READINESS_NOT_DRAIN_AWARE.check
+def _readiness_not_drain_aware(index: Index, context: Context) -> Iterator[Finding]:
+    for w in index.workloads:
+        for s in serving(w):
+            c, server = s.container, s.server
+            readiness = mapping(c.spec.get("readinessProbe"))
+            if server is None or server.admin_port is None or not readiness:
+                continue
+            http = mapping(readiness.get("httpGet"))
+            if http and on_admin_port(c, server, http.get("port")):
+                continue
+            where = (f"port {http.get('port')}" if http else
+                     next((h for h in ("tcpSocket", "exec", "grpc") if h in readiness), "?"))
+            path = server.ready_path or "/readyz"
+            yield READINESS_NOT_DRAIN_AWARE.finding(
+                w,
+                f"container {c.name}: readinessProbe asks {where}, not drainsafe's {path} on "
+                f"the admin port {server.admin_port}: it stays ready through the drain",
+                container_fix(w.pod_path, c.name, {"readinessProbe": probe(
+                    readiness, "httpGet", {"path": path, "port": server.admin_port})}),
+                path=(*c.path, "readinessProbe"),
+            )
 
 
 def _first_port(container: dict[str, Any]) -> int | str:

@@ -18,6 +18,7 @@ from drainsafe.check.servers import (
     CommandLine,
     ServerShutdown,
     identify,
+    sets_flag,
     signal_forwarded,
 )
 from drainsafe.check.snippets import container_fix, dump, pod_fix
@@ -559,6 +560,44 @@ def _server_aborts(index: Index, context: Context) -> Iterator[Finding]:
                 f"container {s.container.name}: {s.server.server} runs without a drain setting "
                 f"({s.server.source}): SIGTERM aborts every in-flight request",
                 deadline_fix(w, s, context, fix_deadline),
+                path=(*s.container.path, "args") if "args" in s.container.spec
+                else s.container.path,
+            )
+
+
+FLAG_UNRELEASED = rule(
+    "deadline-flag-unreleased", Severity.ERROR,
+    "A server's drain flag on a release that does not have it yet: the server will not start.",
+    """
+vLLM's --shutdown-timeout first shipped in v0.18.0 and TGI's --graceful-termination-timeout
+in v3.2.2. Both parse their arguments strictly, so on an older image (the release read from
+the tag) the flag stops the server at start with an unknown-argument error, and the pod
+restarts forever. Either move to a release that has the flag, or drop the flag and run the
+server under drainsafe run --mode signal, which holds SIGTERM until nothing is in flight;
+the fix shows the second, with the server's arguments whole.
+
+Sources: vllm 0.18.0 vllm/engine/arg_utils.py (--shutdown-timeout), absent from vllm 0.17.1;
+huggingface/text-generation-inference v3.2.2 launcher/src/main.rs
+(graceful_termination_timeout), absent from v3.2.1; argparse and clap reject unknown
+arguments.
+""")
+
+
+@FLAG_UNRELEASED.check
+def _flag_unreleased(index: Index, context: Context) -> Iterator[Finding]:
+    for w in _workloads(index):
+        for s in serving(w):
+            flag = s.server.unreleased_flag if s.server is not None else None
+            if s.server is None or flag is None or not sets_flag(s.line, flag):
+                continue
+            release = ".".join(map(str, s.server.release or ()))
+            deadline = math.ceil(s.server.deadline or 0) or math.floor(fit_deadline(
+                grace=w.grace, drain_delay=s.delay.known, buffer=context.buffer_seconds))
+            yield FLAG_UNRELEASED.finding(
+                w,
+                f"container {s.container.name}: {flag} is not in {s.server.server} {release} "
+                f"({s.server.deadline_flag_since} has it): the server stops at start",
+                deadline_fix(w, s, context, max(deadline, 1)),
                 path=(*s.container.path, "args") if "args" in s.container.spec
                 else s.container.path,
             )

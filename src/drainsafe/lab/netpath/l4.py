@@ -101,8 +101,8 @@ class L4Proxy:
             return
         host, _, port = self.rng.choice(backends).rpartition(":")
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT)
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                up_reader, up_writer = await asyncio.open_connection(host, int(port))
         except (OSError, TimeoutError):
             self.stats.backend_refused += 1
             _reset(writer)

@@ -79,8 +79,8 @@ class NetPaths:
     async def start(self) -> None:
         self._tasks = [asyncio.ensure_future(self.services.run()),
                        asyncio.ensure_future(self.slices.run())]
-        await asyncio.wait_for(asyncio.gather(self.services.synced.wait(),
-                                              self.slices.synced.wait()), 30)
+        async with asyncio.timeout(30):
+            await asyncio.gather(self.services.synced.wait(), self.slices.synced.wait())
 
     def known(self, path: str, namespace: str, name: str) -> ServiceView | None:
         """The Service as the given path currently sees it (after propagation)."""
