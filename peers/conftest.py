@@ -169,7 +169,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
 
 def _readiness(m: Measurement) -> str:
     where = "vLLM /health" if m.setup.wrapper is None else "drainsafe /readyz"
-    counts = Counter("refused" if s is None else str(s) for s in m.ready_during)
+    counts = Counter(str(s) for s in m.ready_during)
     return f"{where}: " + ", ".join(f"{n}x {status}" for status, n in counts.items())
 
 
@@ -184,6 +184,8 @@ def _sizing(m: Measurement) -> str:
     first, last = m.in_flight_ended()
     text = (f"{m.max_tokens} tokens at {m.rate:.0f}/s, ~{m.expected_tail:.1f} s left at "
             f"SIGTERM; ended {first:.1f}-{last:.1f} s after it")
+    if m.sizings > 1:
+        text += f" (started {m.sizings} times: sized anew)"
     if m.premise_failed is not None:
         text += f"; PREMISE FAILED: {m.premise_failed}"
     for n, why in enumerate(m.earlier, 1):
@@ -199,5 +201,6 @@ def _record(m: Measurement) -> dict[str, object]:
             "in_flight_ended_after_sigterm": [round(first, 2), round(last, 2)],
             "in_flight": summary(m.in_flight), "late": summary(m.late),
             "readiness": _readiness(m), "main_process": _ending(m),
-            "lost": m.lost, "premise_failed": m.premise_failed, "attempt": m.attempt,
+            "lost": m.lost, "premise_failed": m.premise_failed, "sizings": m.sizings,
+            "attempt": m.attempt,
             "earlier_attempts": m.earlier, "log": str(m.log)}

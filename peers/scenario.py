@@ -83,6 +83,9 @@ class Load:
     start_timeout: float = 600.0
     sigterm_wait: float = 240.0
     """Longest wait for the in-flight streams to come within `tail` of their end."""
+    sizings: int = 3
+    """Times the in-flight streams are started and sized anew when they would leave too
+    short a tail (under 70 % of it)."""
     attempts: int = 2
     """Measurements of a row whose premise failed (a fresh server each): the machine's
     speed, not the setup under test, decided it."""
@@ -107,9 +110,9 @@ class Measurement:
     """GET status of paths on the pod's serving port, before SIGTERM."""
     sigterm_at: float = 0.0
     """time.monotonic() of the SIGTERM, as Stream's times."""
-    ready_during: list[int | None] = field(default_factory=list)
+    ready_during: list[int | str] = field(default_factory=list)
     """Readiness (the server's /health alone, drainsafe's admin /readyz) each time a new
-    stream starts after SIGTERM; None: refused."""
+    stream starts after SIGTERM: the status, REFUSED or NO_ANSWER."""
     exit_code: int | None = None
     exit_after: float | None = None
     killed_at_grace: bool = False
@@ -118,6 +121,8 @@ class Measurement:
     """Why this measurement does not test what its row is for (None: it does)."""
     client_cpu: tuple[float, float] = (0.0, 0.0)
     """CPU seconds this process used while it started the new streams, and the wall time."""
+    sizings: int = 1
+    """Times the in-flight streams were started before the ones SIGTERM met."""
     attempt: int = 1
     earlier: list[str] = field(default_factory=list)
     """The premise failures of earlier attempts."""
@@ -137,9 +142,11 @@ def premise(m: Measurement, load: Load) -> str | None:
     - behind drainsafe, the in-flight streams still ran `load.margin` past the drain delay
       (else they ended by themselves before the gate mattered), and every new stream
       started within the drain delay (else the client fell behind its schedule);
-    - no stream was still running at the deadline (drainsafe's, or the server's own
-      --shutdown-timeout): ending those is the deadline's job, not a loss of the gate.
-    A stream cut before the deadline is a loss and never excuses a row."""
+    - no stream was still making progress at the deadline (drainsafe's, or the server's
+      own --shutdown-timeout): ending those is the deadline's job, not a loss of the gate;
+    - every readiness probe got an answer (status or refusal) within 5 s: none is a fact
+      about the machine, not the server.
+    A stream cut before the deadline, or stalled, is a loss and never excuses a row."""
     wrapped = m.setup.wrapper is not None
     if wrapped:
         gate = m.sigterm_at + load.drain_delay + load.margin
@@ -156,8 +163,11 @@ def premise(m: Measurement, load: Load) -> str | None:
                     f"had {cpu:.2f} s of CPU in those {wall:.2f} s)")
     deadline = m.sigterm_at + load.shutdown_timeout + (load.drain_delay if wrapped else 0)
     if wrapped or "--shutdown-timeout" in m.setup.server_args:
+        if NO_ANSWER in m.ready_during:
+            return f"readiness probes after SIGTERM: {m.ready_during}"
         over = [s for s in (*m.in_flight, *m.late)
-                if not s.ok and s.ended is not None and s.ended >= deadline]
+                if not s.ok and s.ended is not None and s.ended >= deadline
+                and s.last_data is not None and s.last_data >= deadline - load.rate_window]
         if over:
             return (f"{len(over)} stream(s) still ran at the deadline, "
                     f"{deadline - m.sigterm_at:g} s after SIGTERM (sized for "
@@ -206,6 +216,21 @@ async def _status(url: str, timeout: float = 2.0) -> int | None:
             return (await client.get(url)).status_code
     except httpx.HTTPError:
         return None
+
+
+REFUSED = "refused"
+NO_ANSWER = "no answer in 5 s"
+
+
+async def _probe(url: str) -> int | str:
+    """A readiness probe's result: the status, or how it failed."""
+    try:
+        async with plain_client(5.0) as client:
+            return (await client.get(url)).status_code
+    except httpx.ConnectError:
+        return REFUSED
+    except httpx.HTTPError:
+        return NO_ANSWER
 
 
 class Pod:
@@ -362,13 +387,9 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         # Its sessions, while every process of it runs (drainsafe run starts vLLM in one
         # of its own).
         pod.processes.remember()
+        idle = PRESETS[server.name].in_flight_metrics
         longest = MAX_MODEL_LEN - 64
-        guess = await warm_up(pod, load, longest, PRESETS[server.name].in_flight_metrics)
-        # Enough for a rate window and the tail at the rate measured, twice over: the
-        # in-flight streams ran up to three times as fast as that warm-up measured (the
-        # wait below sends SIGTERM when the tail is left, whatever the rate by then).
-        result.max_tokens = tokens = max(256, min(longest, round(
-            guess * (load.rate_window + load.tail) * 2)))
+        guess = await warm_up(pod, load, longest, idle)
         read_timeout = load.grace + 10
 
         def start(count: int) -> tuple[Stream, asyncio.Task[Stream]]:
@@ -376,19 +397,29 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
             return progress, asyncio.create_task(stream(
                 pod.base_url, SERVED_MODEL, count, read_timeout=read_timeout, into=progress))
 
-        in_flight = [start(tokens) for _ in range(load.in_flight)]
-        # Started is not enough: every stream has a token before the pod is stopped.
-        await _first_tokens([s for s, _ in in_flight], pod, timeout=60)
-        upstream = f"http://127.0.0.1:{pod.upstream}"
-        paths = ("/health", "/livez", "/readyz", "/live", "/ready")
-        async with plain_client(5.0) as client:
-            metrics, statuses = await asyncio.gather(
-                client.get(f"{upstream}/metrics"),
-                asyncio.gather(*(_status(f"{pod.base_url}{path}") for path in paths)))
-        result.metrics_during = metrics.text
-        result.routes = {path: status or 0 for path, status in zip(paths, statuses,
-                                                                    strict=True)}
-        result.rate, result.expected_tail = await until_tail(in_flight, tokens, pod, load)
+        for sizing in range(1, load.sizings + 1):
+            # Enough for a rate window and the tail at the rate guessed, twice over (the
+            # wait below sends SIGTERM when the tail is left, whatever the rate by then).
+            result.max_tokens = tokens = max(256, min(longest, round(
+                guess * (load.rate_window + load.tail) * 2)))
+            result.sizings = sizing
+            in_flight = [start(tokens) for _ in range(load.in_flight)]
+            # Started is not enough: every stream has a token before the pod is stopped.
+            await _first_tokens([s for s, _ in in_flight], pod, timeout=60)
+            await _read_facts(pod, result)
+            result.rate, result.expected_tail = await until_tail(in_flight, tokens, pod,
+                                                                 load)
+            if (result.expected_tail >= load.tail * 0.7 or tokens == longest
+                    or sizing == load.sizings):
+                break
+            # The guess was low (the machine sped up several-fold since, in some runs):
+            # these would leave too short a tail. Drop them (a client that leaves aborts
+            # its request) and size again from the rate they ran at.
+            guess = result.rate
+            for _, task in in_flight:
+                task.cancel()
+            await asyncio.gather(*(t for _, t in in_flight), return_exceptions=True)
+            await _until_idle(pod, idle, timeout=30)
         # New streams with half as long to run: still past the drain delay, so signal
         # mode's gate has to wait for them too.
         result.late_tokens = late_tokens = max(64, round(result.rate * load.tail / 2))
@@ -401,7 +432,7 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         for i in range(load.late):
             late.append(start(late_tokens))
             # In a task of its own: a slow answer must not hold back the next stream.
-            probes.append(asyncio.create_task(_status(pod.ready_url, timeout=5.0)))
+            probes.append(asyncio.create_task(_probe(pod.ready_url)))
             await asyncio.sleep(max(sigterm_at + (i + 1) * load.late_window / load.late
                                     - time.monotonic(), 0))
         result.client_cpu = (time.process_time() - cpu, time.monotonic() - sigterm_at)
@@ -425,6 +456,19 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
     finally:
         pod.end()
     return result
+
+
+async def _read_facts(pod: Pod, result: Measurement) -> None:
+    """The server's own /metrics and the status of paths on the pod's port, while the
+    in-flight streams run."""
+    upstream = f"http://127.0.0.1:{pod.upstream}"
+    paths = ("/health", "/livez", "/readyz", "/live", "/ready")
+    async with plain_client(5.0) as client:
+        metrics, statuses = await asyncio.gather(
+            client.get(f"{upstream}/metrics"),
+            asyncio.gather(*(_status(f"{pod.base_url}{path}") for path in paths)))
+    result.metrics_during = metrics.text
+    result.routes = {path: status or 0 for path, status in zip(paths, statuses, strict=True)}
 
 
 async def _first_tokens(streams: list[Stream], pod: Pod, timeout: float) -> None:
