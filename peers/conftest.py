@@ -101,15 +101,29 @@ def vllm_help(vllm: str) -> str:
 @pytest.fixture(scope="session")
 def measured(request: pytest.FixtureRequest, vllm: str,
              tiny_model: Path) -> Callable[[str], Measurement]:
-    """Measure a setup (by key) once per session; later calls get the same result."""
+    """Measure a setup (by key) once per session; later calls get the same result. A
+    measurement that the machine spoilt (its premise failed, or the client gave up on the
+    server: a connect or read timeout on the loaded machine) is made again, with a fresh
+    server; the table shows why. One that fails every time fails each test that uses it."""
     results = request.config.stash.setdefault(MEASURED, {})
+    failed: dict[str, str] = {}
     setups = {s.key: s for s in vllm_setups()}
 
     def get(key: str) -> Measurement:
+        if key in failed:
+            pytest.fail(failed[key], pytrace=False)
         if key not in results:
             earlier: list[str] = []
             for attempt in range(1, LOAD.attempts + 1):
-                m = asyncio.run(measure(VLLM, vllm, tiny_model, setups[key], LOAD, attempt))
+                try:
+                    m = asyncio.run(measure(VLLM, vllm, tiny_model, setups[key], LOAD,
+                                            attempt))
+                except Exception as exc:
+                    earlier.append(f"{type(exc).__name__}: {exc}"[:2000])
+                    if attempt == LOAD.attempts:
+                        failed[key] = f"{key}: every attempt failed: {earlier}"
+                        raise
+                    continue
                 m.earlier = list(earlier)
                 if m.premise_failed is None:
                     break

@@ -341,7 +341,7 @@ async def _until_idle(pod: Pod, names: tuple[str, ...], timeout: float) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     url = f"http://127.0.0.1:{pod.upstream}/metrics"
-    async with plain_client(5.0) as client:
+    async with plain_client(15.0) as client:
         while True:
             text = (await client.get(url)).text
             if childmetrics.in_flight(text, names) == 0:
@@ -460,13 +460,15 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
 
 async def _read_facts(pod: Pod, result: Measurement) -> None:
     """The server's own /metrics and the status of paths on the pod's port, while the
-    in-flight streams run."""
+    in-flight streams run. Generous timeouts: on the loaded machine vLLM once took over 5 s
+    to accept a connection while it streamed."""
     upstream = f"http://127.0.0.1:{pod.upstream}"
     paths = ("/health", "/livez", "/readyz", "/live", "/ready")
-    async with plain_client(5.0) as client:
+    async with plain_client(15.0) as client:
         metrics, statuses = await asyncio.gather(
             client.get(f"{upstream}/metrics"),
-            asyncio.gather(*(_status(f"{pod.base_url}{path}") for path in paths)))
+            asyncio.gather(*(_status(f"{pod.base_url}{path}", timeout=15.0)
+                             for path in paths)))
     result.metrics_during = metrics.text
     result.routes = {path: status or 0 for path, status in zip(paths, statuses, strict=True)}
 
