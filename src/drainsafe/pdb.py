@@ -151,9 +151,9 @@ def best_case_disruptions(spec: PdbSpec, replicas: int) -> int:
 
     Zero means the budget can never allow a voluntary eviction at that scale: a wedge.
     """
-    return status(
-        spec, expected_scale=replicas, matched_pods=replicas, current_healthy=replicas
-    ).disruptions_allowed
+    # status() without its record: rules ask this for every budget, several times.
+    expected, desired = desired_healthy(spec, expected_scale=replicas, matched_pods=replicas)
+    return disruptions_allowed(current_healthy=replicas, desired=desired, expected=expected)
 
 
 def eviction_bypasses_budget(*, phase: str, terminating: bool) -> bool:

@@ -19,7 +19,6 @@ logs and pipes get whole lines whatever the runner's COLUMNS; on a terminal, its
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -100,6 +99,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     """asyncio.run, with SIGTERM handled the way asyncio handles Ctrl-C: the main task is
     cancelled (its `except CancelledError` and `finally` blocks run), then Terminated is
     raised. Ctrl-C still ends in KeyboardInterrupt."""
+    import asyncio  # here: every command imports this module, and check needs no event loop
 
     async def guarded() -> T:
         loop = asyncio.get_running_loop()

@@ -40,8 +40,13 @@ def _may_ignore(docs: list[Document]) -> bool:
     """Whether any object can carry the ignore annotation: its key is in the text as is, or
     spelled with escapes (a backslash). Most inputs have neither, and their findings then
     need no lookup of the object they are about."""
-    sources = {id(d.source): d.source.text for d in docs}
-    return any(IGNORE_ANNOTATION in text or "\\" in text for text in sources.values())
+    seen = None
+    for doc in docs:  # a source's documents are read together: each text is looked at once
+        if doc.source is not seen:
+            seen = doc.source
+            if IGNORE_ANNOTATION in seen.text or "\\" in seen.text:
+                return True
+    return False
 
 
 def check_documents(docs: list[Document], context: Context) -> tuple[list[Finding], Index]:

@@ -61,6 +61,7 @@ class SourceText:
     """Line lookups already done (see locate.py)."""
     document_texts: dict[int, str] = field(default_factory=dict, repr=False)
     """A document's lines joined, by its first line (see locate.py)."""
+    _quoted_keys: bool | None = field(default=None, repr=False)
 
     @property
     def lines(self) -> list[str]:
@@ -68,10 +69,20 @@ class SourceText:
             self._lines = self.text.splitlines()
         return self._lines
 
+    @property
+    def quoted_keys(self) -> bool:
+        """Whether the text may hold a quoted mapping key (`"k":`, `'k':`); most have none,
+        and locate then looks for keys as written plain only."""
+        if self._quoted_keys is None:
+            self._quoted_keys = '":' in self.text or "':" in self.text
+        return self._quoted_keys
 
-@dataclass(frozen=True)
+
+@dataclass(slots=True)
 class Document:
-    """A Kubernetes object as read: the parsed dict and where it came from."""
+    """A Kubernetes object as read: the parsed dict and where it came from. Not changed
+    once read; not frozen, since a frozen dataclass sets each field through
+    object.__setattr__ (three times the cost, for every object read)."""
 
     obj: dict[str, Any]
     source: SourceText
@@ -81,6 +92,9 @@ class Document:
     end_line: int
     prefix: tuple[str | int, ...] = ()
     """Path of the object inside its document: ("items", 3) for a member of a List."""
+    span: tuple[int, int] | None = None
+    """Where lines start_line..end_line are in the source's text, when the reader knows
+    (yaml-rs: a text whose only line break is \\n); locate reads them there."""
 
     @property
     def file(self) -> str:
@@ -249,15 +263,12 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
         _add(loaded, source, data, 0, 1, text.count("\n") + 1)
         return
     found: list[tuple[Any, int, int, bool]] = []
+    taken = None
     error: InputError | None = None
     try:
-        if quick and (taken := _quick(text)) is not None:
-            found = taken
-            if len(text) + rsyaml.MAX_REPLAYED_EVENTS < MAX_EXPANDED_NODES:
-                # yaml-rs bounds what aliases add (see rsyaml.MAX_REPLAYED_EVENTS): no
-                # document here can exceed the budget, so none needs walking.
-                found = [(data, start, end, False) for data, start, end, _ in taken]
-        else:
+        if quick:
+            taken = _quick(text)
+        if taken is None:
             for item in fastyaml.documents(text):
                 found.append(item)
     except fastyaml.Unsupported:
@@ -266,19 +277,31 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
         error = _yaml_error(source, exc)
     except (ValueError, TypeError, RecursionError) as exc:
         error = InputError(source.name, None, f"invalid YAML value: {exc}")
+    if taken is not None:
+        # yaml-rs bounds what aliases add (see rsyaml.MAX_REPLAYED_EVENTS): when no
+        # document here can exceed the budget, none needs walking.
+        walk = len(text) + rsyaml.MAX_REPLAYED_EVENTS >= MAX_EXPANDED_NODES
+        for index, (data, start, end, aliased, span) in enumerate(taken):
+            _take(loaded, source, data, index, start, end, aliased and walk, span)
     for index, (data, start, end, aliased) in enumerate(found):
-        if aliased and not _within_budget(data):
-            loaded.errors.append(InputError(
-                source.name, start,
-                f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
-                "(alias bomb or self-reference); document refused"))
-        else:
-            _add(loaded, source, data, index, start, end)
+        _take(loaded, source, data, index, start, end, aliased, None)
     if error is not None:
         loaded.errors.append(error)
 
 
-def _quick(text: str) -> list[tuple[Any, int, int, bool]] | None:
+def _take(loaded: Loaded, source: SourceText, data: object, index: int, start: int, end: int,
+          aliased: bool, span: tuple[int, int] | None) -> None:
+    """Add a document read, unless its aliases expand past the node budget."""
+    if aliased and not _within_budget(data):
+        loaded.errors.append(InputError(
+            source.name, start,
+            f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} nodes "
+            "(alias bomb or self-reference); document refused"))
+    else:
+        _add(loaded, source, data, index, start, end, span)
+
+
+def _quick(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]] | None:
     try:
         return list(rsyaml.documents(text))
     except rsyaml.Unsupported:
@@ -323,7 +346,7 @@ def _yaml_error(source: SourceText, exc: yaml.YAMLError) -> InputError:
 
 
 def _add(loaded: Loaded, source: SourceText, data: object, index: int,
-         start: int, end: int) -> None:
+         start: int, end: int, span: tuple[int, int] | None = None) -> None:
     if data is None:
         loaded.empty_documents += 1
         return
@@ -342,12 +365,12 @@ def _add(loaded: Loaded, source: SourceText, data: object, index: int,
         for i, item in enumerate(items):
             if isinstance(item, dict):
                 loaded.documents.append(
-                    Document(item, source, index, start, end, ("items", i)))
+                    Document(item, source, index, start, end, ("items", i), span))
             else:
                 loaded.errors.append(InputError(
                     source.name, start, f"items[{i}] is not a Kubernetes object"))
         return
-    loaded.documents.append(Document(data, source, index, start, end))
+    loaded.documents.append(Document(data, source, index, start, end, span=span))
 
 
 def _within_budget(data: object) -> bool:

@@ -51,13 +51,12 @@ def _exit_pattern(parent: int) -> re.Pattern[str]:
 
 def locate(doc: Document, path: Path) -> int:
     source = doc.source
-    lines = source.lines
     start = doc.start_line - 1
-    end = min(doc.end_line, len(lines))
     text = source.document_texts.get(start)
     visited = text is not None  # nothing is memoised for a document before its text is
     if text is None:  # every line, the first too, follows a line break (see _key_pattern)
-        text = source.document_texts[start] = "\n" + "\n".join(lines[start:end])
+        text = source.document_texts[start] = "\n" + _lines(doc)
+    quoted = source.quoted_keys
     memo = source.located
     full = (*doc.prefix, *path)
     # Findings of one object share path prefixes (spec.template.spec.containers.0...).
@@ -73,9 +72,9 @@ def locate(doc: Document, path: Path) -> int:
     for d in range(depth, len(full)):
         key = full[d]
         if isinstance(key, int):
-            found = _nth_item(lines, pos, end, parent_indent, key, offset)
+            found = _nth_item(text, pos, parent_indent, key, offset)
         else:
-            found = _key(text, pos, offset, parent_indent, key)
+            found = _key(text, pos, offset, parent_indent, key, quoted)
         if found is None:
             # Not found below here: remember the nearest line (negated) for this path.
             memo[(start, full[:d + 1])] = (-(pos + 1) if d else -doc.start_line, 0, 0)
@@ -85,10 +84,11 @@ def locate(doc: Document, path: Path) -> int:
     return pos + 1 if full else doc.start_line
 
 
-def _key(text: str, pos: int, offset: int, parent: int, key: str
+def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool = True
          ) -> tuple[int, int, int] | None:
     """The first line from `pos` (at `offset` in text) holding `key` deeper than `parent`,
-    before a later line leaves the parent's block: (line, key indent, line offset)."""
+    before a later line leaves the parent's block: (line, key indent, line offset).
+    `quoted`: whether the text may hold a quoted key at all."""
     if "\n" in key:
         return None  # a line never holds one
     found = None  # (line offset, key indent) of the first line holding the key
@@ -97,7 +97,7 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str
         forms = (key, f'"{key}"', f"'{key}'")
         if len(_FORMS) < 10_000:  # keys of CRDs' embedded pod templates come from input
             _FORMS[key] = forms
-    for form in forms:
+    for form in forms if quoted else forms[:1]:
         limit = found[0] if found else len(text)
         # A quoted form can only win before the plain one: look for it there, not in the
         # whole document (a find in C, before any regex).
@@ -127,26 +127,39 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str
     return pos + text.count("\n", offset, at), key_indent, at
 
 
-def _nth_item(lines: list[str], pos: int, end: int, parent: int, n: int, offset: int
+def _lines(doc: Document) -> str:
+    """The document's lines (start_line..end_line), joined: sliced from the text where the
+    reader noted them (no split of the whole file into lines)."""
+    if doc.span is not None:
+        return doc.source.text[doc.span[0]:doc.span[1]]
+    lines = doc.source.lines
+    return "\n".join(lines[doc.start_line - 1:min(doc.end_line, len(lines))])
+
+
+def _nth_item(text: str, pos: int, parent: int, n: int, offset: int
               ) -> tuple[int, int, int] | None:
+    """Item `n` of the block sequence on the lines after line `pos` (at `offset` in text)."""
     seen, item_indent = -1, None
-    for i in range(pos + 1, end):
-        line = lines[i]
+    i, at = pos, text.find("\n", offset) + 1
+    while at:
+        i += 1
+        after = text.find("\n", at)
+        line = text[at:] if after == -1 else text[at:after]
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        match = _ITEM.match(line)
-        if not match:
-            if _indent(line) <= parent:
-                return None
-            continue
-        indent = len(match.group(1))
-        if item_indent is None:
-            item_indent = indent
-        if indent < item_indent:
-            return None
-        if indent == item_indent:
-            seen += 1
-            if seen == n:
-                return i, indent, offset + sum(len(lines[j]) + 1 for j in range(pos, i))
+        if stripped and not stripped.startswith("#"):
+            match = _ITEM.match(line)
+            if not match:
+                if _indent(line) <= parent:
+                    return None
+            else:
+                indent = len(match.group(1))
+                if item_indent is None:
+                    item_indent = indent
+                if indent < item_indent:
+                    return None
+                if indent == item_indent:
+                    seen += 1
+                    if seen == n:
+                        return i, indent, at
+        at = after + 1
     return None

@@ -75,6 +75,14 @@ def integer(value: object) -> int | None:
 def number(value: object) -> float | None:
     """A finite number, or None: "inf", "nan" and "1e400" (infinite as a float) are unknown,
     never arithmetic (validate.py reports them as input errors)."""
+    # Most values are unset or plain ints (rules ask for every workload's fields).
+    if value is None:
+        return None
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:  # an int too large for a float
+            return None
     if isinstance(value, bool):
         return None
     found: float | None = None
@@ -170,6 +178,20 @@ class Workload(Subject):
 
     def annotation(self, key: str) -> str | None:
         return self.template_annotations.get(key, self.annotations.get(key))
+
+    def annotation_number(self, key: str) -> float | None:
+        """The annotation as a number (see number()), None when unset or not one. Several
+        rules ask for every workload's declared seconds: each key is read once."""
+        numbers = self._annotation_numbers
+        if key in numbers:
+            return numbers[key]
+        text = self.annotation(key)
+        value = numbers[key] = number(text) if text is not None else None
+        return value
+
+    @once
+    def _annotation_numbers(self) -> dict[str, float | None]:
+        return {}
 
     # Cached: most rules ask for the grace period and the strategy of every workload.
     @once
@@ -341,12 +363,15 @@ class Index:
         for pdb in self.pdbs:
             if pdb.selector is None:
                 continue
-            candidates = self._workloads_by_ns.get(pdb.ref.namespace, [])
+            candidates = by_ns = self._workloads_by_ns.get(pdb.ref.namespace, [])
             for req in pdb.selector.requirements:
                 if req.operator == "In" and len(req.values) == 1:
                     candidates = by_label.get((pdb.ref.namespace, req.key, req.values[0]), [])
                     break
-            selected = [w for w in candidates if pdb.selects(w.pod_labels)]
+            if len(pdb.selector.requirements) == 1 and candidates is not by_ns:
+                selected = list(candidates)  # its one requirement found them
+            else:
+                selected = [w for w in candidates if pdb.selects(w.pod_labels)]
             self._selected_by[id(pdb)] = selected
             for w in selected:
                 self._pdbs_of.setdefault(id(w), []).append(pdb)
@@ -354,8 +379,9 @@ class Index:
             if not svc.selector:
                 continue
             k, v = next(iter(svc.selector.items()))
+            single = len(svc.selector) == 1  # then every candidate matches it
             for w in by_label.get((svc.ref.namespace, k, v), []):
-                if svc.selects(w.pod_labels):
+                if single or svc.selects(w.pod_labels):
                     self._services_of.setdefault(id(w), []).append(svc)
 
     def hpa_for(self, w: Workload) -> Hpa | None:

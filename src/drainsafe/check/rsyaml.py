@@ -92,6 +92,9 @@ _SYNTAX = frozenset(("-", "#"))
 
 _VERDICTS: dict[str, bool] = {}
 _VERDICT_LIMIT = 200_000
+_LINES_TAKEN: set[str] = set()
+"""Lines that passed _lines_read (what makes a line pass lies on the line alone)."""
+_LINES_TAKEN_LIMIT = 100_000
 
 
 def _same_scalar(piece: str) -> bool:
@@ -151,29 +154,30 @@ def gate(text: str) -> str | None:
     return _gate(text)[0]
 
 
-def _gate(text: str) -> tuple[str | None, str]:
-    """gate's answer, and the text with block scalars' bodies blanked (spaces, line breaks
+def _gate(text: str) -> tuple[str | None, str, bool]:
+    """gate's answer; the text with block scalars' bodies blanked (spaces, line breaks
     kept, so offsets and lines stay) for the checks that look at structure (aliases, flow
-    keys); when those find nothing outside the bodies, just the text outside them."""
+    keys), or when those find nothing outside the bodies, just the text outside them; and
+    whether a flow collection may be a mapping key there (see _lines_read)."""
     why = _refusal(text)
     if why is not None:
-        return why, text
-    if "|" not in text and ">" not in text:
-        return _tokens(text), text
-    found = _block_scalars(text)
+        return why, text, True
+    found = _block_scalars(text) if "|" in text or ">" in text else None
     if isinstance(found, str):
-        return found, text
+        return found, text, True
     if found is None:
-        return _tokens(text), text
+        why, keys = _lines_read(text)
+        return why, text, keys
     outside = "".join(found[::2])
-    if "*" not in outside and not _maybe_collection_key(outside):
+    # The bodies blanked add only spaces after line breaks: the same answer in both texts.
+    why, keys = _lines_read(outside)
+    if "*" not in outside and not keys:
         # Nothing for the structure checks to find: they need no offsets into the text.
-        return _tokens(outside), outside
+        return why, outside, False
     blanked = "".join(piece if n % 2 == 0 else
                       "\n".join(" " * len(line) for line in piece.split("\n"))
                       for n, piece in enumerate(found))
-    return _tokens(outside), blanked
-
+    return why, blanked, keys
 
 
 def _refusal(text: str) -> str | None:
@@ -189,7 +193,7 @@ def _refusal(text: str) -> str | None:
         return "deep indentation"
     # Two scans that each start from a literal beat one alternation regex (which tries
     # every position); the earlier finding names the reason, as the alternation did.
-    merge = text.find("<<")
+    merge = _first_merge_key(text)
     if _NESTED_COMPACT.search(text, 0, len(text) if merge == -1 else merge) is not None:
         return "nested compact sequences"
     if merge != -1:
@@ -197,19 +201,46 @@ def _refusal(text: str) -> str | None:
     return None
 
 
-def _tokens(words: str) -> str | None:
-    """What the token check refuses in `words` (the text outside block scalar bodies)."""
+def _first_merge_key(text: str) -> int:
+    """text.find("<<"), from each `<` (memchr finds them, and they are few)."""
+    at = text.find("<")
+    while at != -1 and text[at + 1:at + 2] != "<":
+        at = text.find("<", at + 1)
+    return at
+
+
+def _lines_read(words: str) -> tuple[str | None, bool]:
+    """What the token check refuses in `words` (the text outside block scalar bodies), and
+    whether a flow collection may be a mapping key there (_maybe_collection_key).
+
+    Tokens and comments never span lines, and most lines repeat (`containers:`, `- name:
+    http`), in a text and across a chart's files: only lines not passed before are read.
+    A flow key found on no line can still span two, from a line that ends in `{` or `,`;
+    a line passes only when it has neither (so a text of passed lines has no flow key).
+    """
+    fresh = set(words.split("\n")) - _LINES_TAKEN
+    if not fresh:
+        return None, False
+    distinct = "\n".join(fresh)
+    lines = _without_comments(distinct) if "#" in distinct else distinct
     verdicts = _VERDICTS
-    words = _without_comments(words) if "#" in words else words
-    for token in frozenset(words.split()):
+    for token in frozenset(lines.split()):
         verdict = verdicts.get(token)
         if verdict is None:
             verdict = _token_ok(token)
         if not verdict:
-            return f"token {token[:40]!r} reads differently in YAML 1.1"
-    if "\n..." in words or words.startswith("..."):
-        return "document end marker"
-    return None
+            return f"token {token[:40]!r} reads differently in YAML 1.1", True
+    if "\n..." in distinct or distinct.startswith("..."):  # a line starting with `...`
+        return "document end marker", True
+    if _maybe_collection_key(distinct) or _FLOW_GOES_ON.search(distinct) is not None:
+        return None, _maybe_collection_key(words)  # asked of the text as it stands
+    if len(_LINES_TAKEN) < _LINES_TAKEN_LIMIT:
+        _LINES_TAKEN.update(line for line in fresh if len(line) <= 200)
+    return None, False
+
+
+_FLOW_GOES_ON = re.compile(r"[{,] *$", re.M)
+"""A line ending in `{` or `,` (then spaces): a flow collection may go on to the next."""
 
 
 def _block_scalars(text: str) -> str | list[str] | None:
@@ -225,14 +256,11 @@ def _block_scalars(text: str) -> str | list[str] | None:
     """
     # An indicator anywhere else (`|2`, `|x`) is a token the token check refuses; one at a
     # line's start (a document's root, `--- |`) is not a form taken here.
-    if text[:1] in ("|", ">") or "\n|" in text or "\n>" in text or "-- |" in text \
-            or "-- >" in text:
+    if _indicator_at_line_start(text):
         return "block scalar in an unusual form"
-    if _TAIL.search(text) is None:
-        return None
     kept: list[str] = []
     at = 0
-    for tail in _TAIL.finditer(text):
+    for tail in _tails(text):
         if tail.start() < at:
             continue  # a line inside a body already skipped
         start = text.rfind("\n", 0, tail.start()) + 1
@@ -270,6 +298,37 @@ def _block_scalars(text: str) -> str | list[str] | None:
         at = end
     kept.append(text[at:])
     return kept if len(kept) > 1 else None
+
+
+def _indicator_at_line_start(text: str) -> bool:
+    """Whether a `|` or `>` starts a line or follows `-- ` (`--- |`). Looked for from each
+    indicator, which memchr finds and which are few: a search for a two-character string
+    is several times slower than memchr over the whole text."""
+    for indicator in "|>":
+        at = text.find(indicator)
+        while at != -1:
+            if at == 0 or text[at - 1] == "\n" or (at >= 3 and text[at - 3:at] == "-- "):
+                return True
+            at = text.find(indicator, at + 1)
+    return False
+
+
+def _tails(text: str) -> Iterator[re.Match[str]]:
+    """_TAIL's matches, as finditer gives them, tried only where a `|` or `>` is (found by
+    a find in C): finditer tries every space, and indentation is mostly spaces."""
+    end = 0  # matches do not overlap: the next one starts at or after the last one's end
+    pipe, fold = text.find("|"), text.find(">")
+    while pipe != -1 or fold != -1:
+        at = pipe if fold == -1 or (pipe != -1 and pipe < fold) else fold
+        if at > end:
+            tail = _TAIL.match(text, at - 1)
+            if tail is not None:
+                end = tail.end()
+                yield tail
+        if at == pipe:
+            pipe = text.find("|", at + 1)
+        else:
+            fold = text.find(">", at + 1)
 
 
 _BODY_ENDS: dict[int, re.Pattern[str]] = {}
@@ -408,10 +467,12 @@ def _separators(text: str) -> list[int]:
     return found
 
 
-def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
+def documents(text: str) -> Iterator[tuple[Any, int, int, bool, tuple[int, int]]]:
     """(object, first line, last line, has aliases) per document, as fastyaml.documents gives
-    them; raise Unsupported (before yielding anything) for input the gate refuses."""
-    why, structure = _gate(text)
+    them, and where those lines are in the text (the gate takes no line break but \\n: they
+    are text.splitlines()[first - 1:last]); raise Unsupported (before yielding anything) for
+    input the gate refuses."""
+    why, structure, keys = _gate(text)
     if why is not None:
         raise Unsupported(why)
     count, content = text.count, _CONTENT.search
@@ -432,8 +493,12 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     for a, b in pairwise(bounds[:-1]):
         firsts.append(firsts[-1] + count("\n", a, b))
     # libyaml ends the stream on a fresh line: after the last line break, or one line on.
-    stream_end = count("\n") + 1 + (1 if text and not text.endswith("\n") else 0)
-    found: list[tuple[int, int, bool]] = []  # (first line, last line, has aliases)
+    ends_line = text.endswith("\n")
+    lines = firsts[-1] + (count("\n", bounds[-2]) if len(bounds) > 1 else 0)  # counted to there
+    stream_end = lines + (0 if ends_line or not text else 1)
+    # (first line, last line, has aliases, span): the last line is the next `---` line, or
+    # the text's last line (splitlines drops what follows a final line break).
+    found: list[tuple[int, int, bool, tuple[int, int]]] = []
     segments = len(bounds) - 1
     for n in range(segments):
         start, end, first = bounds[n], bounds[n + 1], firsts[n]
@@ -441,21 +506,28 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
         body = start
         if marker:
             body = text.find("\n", start, end) + 1 or end  # past the `---` line
-        last = firsts[n + 1] if n + 1 < segments else stream_end
+        if n + 1 < segments:  # the last line is the next `---` line, from `end` to `stop`
+            last, stop = firsts[n + 1], text.find("\n", end)
+            if stop == -1:
+                stop = len(text)
+            last_at = end
+        else:  # the stream's end, past the text's last line
+            last, stop = stream_end, len(text) - 1 if ends_line else len(text)
+            last_at = stop
         node = content(text, body, end)
         if node is not None:
             found.append((first + count("\n", start, node.start()), last,
-                          aliases and _has_alias(structure, body, end)))
+                          aliases and _has_alias(structure, body, end), (node.start(), stop)))
         elif marker:  # `---` with nothing after it: an empty document, placed (as libyaml
-            found.append((last, last, False))  # places its empty node) at the next token
+            found.append((last, last, False, (last_at, stop)))  # its empty node) at the next token
     if not found:
         return iter(())
     data = _load(text)
     docs = data if len(found) > 1 else [data]
     if not isinstance(docs, list) or len(docs) != len(found):
         raise Unsupported("yaml-rs saw other documents")
-    if _maybe_collection_key(structure) and _collection_key(docs):
+    if keys and _collection_key(docs):
         # `{{ x }}` (a Helm template) is a mapping with a mapping as its key: PyYAML refuses
         # it, yaml-rs makes a frozenset. Only a flow mapping can hide such a key.
         raise Unsupported("collection as a mapping key")
-    return iter([(doc, a, b, c) for doc, (a, b, c) in zip(docs, found, strict=True)])
+    return iter([(doc, a, b, c, d) for doc, (a, b, c, d) in zip(docs, found, strict=True)])

@@ -288,10 +288,28 @@ def sets_flag(line: CommandLine | None, flag: str) -> bool:
                                     for w in _words(line))
 
 
+_IDENTIFIED: dict[tuple[object, ...], ServerShutdown | None] = {}
+_UNSEEN = object()
+
+
 def identify(line: CommandLine | None) -> ServerShutdown | None:
     """The known server on the command line, with its shutdown behaviour."""
     if line is None:
         return None
+    # Replicas of a chart share their command lines: each distinct one is read once. The
+    # key is what _identify reads, as a plain tuple (a dataclass hashes in Python).
+    image = line.image
+    key = (line.argv, line.shell_script,
+           None if image is None else (image.server, image.release))
+    found = _IDENTIFIED.get(key, _UNSEEN)
+    if found is _UNSEEN:
+        found = _identify(line)
+        if len(_IDENTIFIED) < 10_000:
+            _IDENTIFIED[key] = found
+    return found  # type: ignore[return-value]
+
+
+def _identify(line: CommandLine) -> ServerShutdown | None:
     words = _words(line)
     joined = " ".join(words)
     if _has(words, "drainsafe", "kubectl-drainsafe") and (" serve" in joined or " run" in joined):

@@ -47,7 +47,9 @@ def field_errors(index: Index) -> list[InputError]:
     """Every field value the rules cannot use, as input errors naming where it is."""
     errors: list[InputError] = []
     for w in index.workloads:
-        errors.extend(_error(w, path, problem) for path, problem in _workload(w))
+        problems = _workload(w)
+        if problems:  # seldom: most inputs are well-typed
+            errors.extend(_error(w, path, problem) for path, problem in problems)
     for hpa in index.hpas:
         errors.extend(_error(hpa, path, problem) for path, problem in _hpa(hpa))
     return errors
@@ -75,35 +77,40 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _workload(w: Workload) -> Iterator[tuple[Path, str]]:
+def _workload(w: Workload) -> list[tuple[Path, str]]:
+    problems: list[tuple[Path, str]] = []
     spec = mapping(w.obj.get("spec"))
     if w.ref.kind in SCALED_KINDS and not w.embedded:
         problem = _integer(spec.get("replicas"), 0, INT32_MAX)
         if problem:
-            yield ("spec", "replicas"), problem
+            problems.append((("spec", "replicas"), problem))
     for values, base in (
             (w.template_annotations, ("spec", "template", "metadata", "annotations")),
             (w.annotations, ("metadata", "annotations"))):
         for key in SECONDS_ANNOTATIONS:
             text = values.get(key)
             if text is not None and seconds_annotation(text) is None:
-                yield ((*base, key),
-                       f"expected a number of seconds from 0 to {MAX_SECONDS:,.0f}, "
-                       f"got {_shown(text)}")
+                problems.append((
+                    (*base, key),
+                    f"expected a number of seconds from 0 to {MAX_SECONDS:,.0f}, "
+                    f"got {_shown(text)}"))
     pod = w.pod
     problem = _integer(pod.get("terminationGracePeriodSeconds"), 0, INT64_MAX)
     if problem:
-        yield w.grace_path, problem
+        problems.append((w.grace_path, problem))
     for key in ("containers", "initContainers"):
         value = pod.get(key)
         if value is None:
             continue
         if not isinstance(value, list):
-            yield (*w.pod_path, key), f"expected a list of containers, got {_shown(value)}"
+            problems.append(((*w.pod_path, key),
+                             f"expected a list of containers, got {_shown(value)}"))
             continue
         for i, item in enumerate(value):
             if not isinstance(item, dict):
-                yield (*w.pod_path, key, i), f"expected a container (a mapping), got {_shown(item)}"
+                problems.append(((*w.pod_path, key, i),
+                                 f"expected a container (a mapping), got {_shown(item)}"))
+    return problems
 
 
 def _hpa(hpa: Hpa) -> Iterator[tuple[Path, str]]:

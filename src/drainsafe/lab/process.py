@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from drainsafe.lifetime import own_session_dying_with_parent
+
 VIRTUAL_ANNOTATION = "lab.drainsafe.io/virtual"
 STARTUP_SECONDS_ANNOTATION = "lab.drainsafe.io/startup-seconds"
 EXIT_AFTER_SIGTERM_ANNOTATION = "lab.drainsafe.io/exit-after-sigterm-seconds"
@@ -236,8 +238,9 @@ class ProcessContainer:
                 self._proc = await asyncio.create_subprocess_exec(
                     *self.argv, env=self.env, cwd=self.cwd, stdin=asyncio.subprocess.DEVNULL,
                     stdout=log, stderr=asyncio.subprocess.STDOUT,
-                    # Own session: the process group is the container, for signals and cleanup.
-                    start_new_session=True)
+                    # Own session: the process group is the container, for signals and
+                    # cleanup; and a lab that is killed takes its containers with it.
+                    preexec_fn=own_session_dying_with_parent)
             except OSError as exc:
                 raise ContainerConfigError(f"cannot run {self.argv[0]!r}: {exc}") from exc
         self._started_at = time.monotonic()

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS
+from drainsafe.lifetime import own_session_dying_with_parent
 from drainsafe.server import lifecycle
 from drainsafe.server.admin import AdminServer, AdminSettings
 from drainsafe.server.childmetrics import UnreadableMetrics, in_flight
@@ -111,22 +112,11 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _child_setup() -> None:
-    """In the child before exec: own session (a terminal's Ctrl-C reaches drainsafe, which
-    decides when the child gets its signal), and SIGKILL if drainsafe itself dies, so a
-    crashed or killed wrapper never leaves the server running (prctl PR_SET_PDEATHSIG)."""
-    os.setsid()
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-
-
 class Child:
     """The supervised process. Reaped by us (never by Popen.wait), so orphans are too."""
 
     def __init__(self, argv: Sequence[str]) -> None:
-        self.proc = subprocess.Popen(list(argv), preexec_fn=_child_setup)
+        self.proc = subprocess.Popen(list(argv), preexec_fn=own_session_dying_with_parent)
         self.pid = self.proc.pid
         self.status: int | None = None
         self.signalled: set[int] = set()

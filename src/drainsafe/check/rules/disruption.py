@@ -367,8 +367,7 @@ is 0); kubernetes.io/docs/concepts/workloads/pods/disruptions/.
 
 def startup_seconds(w: Workload) -> float | None:
     """A lower bound on how long a replacement takes to become Ready, if anything says."""
-    text = w.annotation(STARTUP_ANNOTATION)
-    value = number(text) if text is not None else None
+    value = w.annotation_number(STARTUP_ANNOTATION)
     if value is not None and value > 0:
         return value
     delays = [number(mapping(c.spec.get(p)).get("initialDelaySeconds")) or 0.0

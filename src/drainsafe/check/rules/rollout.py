@@ -148,6 +148,4 @@ def _gpu_surge(index: Index, context: Context) -> Iterator[Finding]:
         yield GPU_SURGE.finding(
             w, f"maxSurge {posts[0]}: each rollout step starts {posts[0]} extra pod(s) needing "
             f"{per_pod:g} {name} each; with no free GPU they stay Pending and the rollout stalls",
-            dump({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {
-                "maxSurge": 0, "maxUnavailable": 1}}}}),
-            path=("spec", "strategy") if w.strategy else ("spec",))
+            _ROLLOUT_FIX, path=("spec", "strategy") if w.strategy else ("spec",))

@@ -11,7 +11,7 @@ from drainsafe.budget import Budget, fit_deadline, recommend
 from drainsafe.check.context import MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION, Context
 from drainsafe.check.findings import Edit, Finding, Severity
 from drainsafe.check.hooks import DrainDelay, drain_delay, needs_shell
-from drainsafe.check.model import Container, Index, Workload, number
+from drainsafe.check.model import Container, Index, Workload
 from drainsafe.check.rules import rule
 from drainsafe.check.serverfix import WRAPPER_NOTE, pre_stop, with_flag, wrapped
 from drainsafe.check.servers import (
@@ -30,9 +30,11 @@ SHELL_LESS_MARKERS = ("distroless", "scratch", "chainguard/static", "/static:", 
                       "-static@", "/static@")
 
 
+_SIDECAR = re.compile("|".join(re.escape(marker) for marker in SIDECAR_MARKERS))
+
+
 def is_sidecar(c: Container) -> bool:
-    text = f"{c.name} {c.image}".lower()
-    return any(marker in text for marker in SIDECAR_MARKERS)
+    return _SIDECAR.search(f"{c.name} {c.image}".lower()) is not None
 
 
 def shell_less(image: str) -> bool:
@@ -77,8 +79,7 @@ def serves_traffic(index: Index, w: Workload) -> bool:
 def max_request(w: Workload, context: Context) -> tuple[float | None, str]:
     if context.max_request_seconds is not None:
         return context.max_request_seconds, "--max-request-seconds"
-    text = w.annotation(MAX_REQUEST_ANNOTATION)
-    value = number(text) if text is not None else None
+    value = w.annotation_number(MAX_REQUEST_ANNOTATION)
     if value is not None and value >= 0:
         return value, MAX_REQUEST_ANNOTATION
     return None, ""
@@ -86,8 +87,7 @@ def max_request(w: Workload, context: Context) -> tuple[float | None, str]:
 
 def shutdown_deadline(w: Workload, s: Serving, context: Context) -> tuple[float | None, str]:
     """The server's shutdown deadline and where it comes from (None: unknown)."""
-    text = w.annotation(SHUTDOWN_ANNOTATION)
-    value = number(text) if text is not None else None
+    value = w.annotation_number(SHUTDOWN_ANNOTATION)
     if value is not None and value >= 0:
         return value, SHUTDOWN_ANNOTATION
     if s.server is not None and not s.server.drains:
@@ -413,15 +413,17 @@ PodLifecycleSleepActionAllowZero.md; KEP-3960; VictoriaMetrics/operator#2522.
 
 @SLEEP_UNSUPPORTED.check
 def _sleep_unsupported(index: Index, context: Context) -> Iterator[Finding]:
+    if context.at_least(1, 33):
+        return  # the sleep action, zero seconds too, is on by default (most clusters)
     for w in _workloads(index):
         for c in w.containers:
             delay = drain_delay(c)
             if delay.kind != "sleep-action":
                 continue
             seconds = delay.known
-            exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": pre_stop(
-                c, "exec", {"command": ["sleep", f"{seconds:g}"]})})
             if not context.at_least(1, 30):
+                exec_fix = container_fix(w.pod_path, c.name, {"lifecycle": pre_stop(
+                    c, "exec", {"command": ["sleep", f"{seconds:g}"]})})
                 yield SLEEP_UNSUPPORTED.finding(
                     w,
                     f"container {c.name}: preStop sleep action needs Kubernetes >= 1.30; "
