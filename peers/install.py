@@ -26,6 +26,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -91,7 +92,7 @@ VLLM = PeerServer(
 def requirements(server: PeerServer, requires: list[str]) -> list[str]:
     """The wheel's Requires-Dist for this interpreter (no extras), with the substitutes
     applied and the left-out ones dropped."""
-    env = {**default_environment(), "extra": ""}
+    env: dict[str, str] = {**cast(dict[str, str], default_environment()), "extra": ""}
     out = []
     for line in requires:
         req = Requirement(line)
@@ -158,13 +159,16 @@ def installed_version(server: PeerServer, distribution: str) -> str:
 
 def make_model(server: PeerServer) -> Path:
     """The tiny random-weight Llama (peers/make_model.py), made once with the server's
-    own transformers."""
+    own transformers, and again when make_model.py changes."""
     out = CACHE / "tiny-llama"
-    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+    script = Path(__file__).parent / "make_model.py"
+    recipe = hashlib.sha256(script.read_bytes()).hexdigest()[:16]
+    stamp = out / "made-by"
+    if stamp.exists() and stamp.read_text() == recipe:
         return out
-    done = subprocess.run([str(server.python), str(Path(__file__).parent / "make_model.py"),
-                           str(out)], capture_output=True, text=True,
-                          env={**os.environ, **server.environment()})
+    done = subprocess.run([str(server.python), str(script), str(out)], capture_output=True,
+                          text=True, env={**os.environ, **server.environment()})
     if done.returncode != 0:
         raise InstallError(f"making the tiny model failed:\n{done.stderr[-2000:]}")
+    stamp.write_text(recipe)
     return out

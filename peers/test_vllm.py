@@ -37,13 +37,10 @@ Measured = Callable[[str], Measurement]
 
 
 def _premise(m: Measurement) -> None:
-    """What a drainsafe row tests: the in-flight streams outlast the drain delay (else they
-    ended by themselves before vLLM could be signalled), and every new stream started
-    within it (else the client fell behind its schedule on a busy machine)."""
-    assert min(s.ended or 0 for s in m.in_flight) > m.sigterm_at + LOAD.drain_delay, (
-        "streams too short: finished before drainsafe would have signalled vLLM")
-    late = max(s.started for s in m.late) - m.sigterm_at
-    assert late < LOAD.drain_delay, f"the last new stream started {late:.2f} s after SIGTERM"
+    """The measurement tests what its row is for (scenario.premise): else the machine's
+    speed decided it, on every attempt."""
+    assert m.premise_failed is None, (
+        f"premise failed on {m.attempt} attempt(s): {[*m.earlier, m.premise_failed]}")
 
 
 def _option(help_text: str, flag: str) -> str | None:
@@ -95,6 +92,7 @@ def test_sigterm_alone_fails_new_streams(measured: Measured) -> None:
 def test_shutdown_timeout_finishes_in_flight_but_fails_new_streams(
         measured: Measured) -> None:
     m = measured("alone-timeout")
+    _premise(m)
     assert all(s.ok for s in m.in_flight), summary(m.in_flight)
     assert not any(s.ok for s in m.late), summary(m.late)
     # Its readiness does not fail while it drains (503 only for a dead engine): only the

@@ -37,10 +37,15 @@ def test_drain_delay_over_propagation_and_deadline_over_durations_lose_nothing()
         assert len(r.lifecycle.deleted_at) >= 8  # every pod was drained at least once
 
 
+DRAINED_SHARE = 1 / 10 + 9 / 9
+
+
 def _race_scenario(propagation: list[object], rate: float) -> dict[str, object]:
     """Ten one-GPU nodes, one pod each, no drain delay, deadline longer than any request:
-    only the race can lose requests. Start-up is instant, so every deletion happens with
-    all ten pods routed: each drained pod carries 1/10 of the traffic."""
+    only the race can lose requests. Start-up is instant and each later drain begins the
+    instant the node before came back and its replacement turned Ready, before any consumer
+    routes to that replacement: the first drained pod carries 1/10 of the traffic, each of
+    the nine others 1/9 (nine peers routed), DRAINED_SHARE in all."""
     data = small(**{
         "fleet": {"nodes": 10, "gpus_per_node": 1},
         "workloads.0.replicas": 10,
@@ -62,13 +67,14 @@ def test_no_drain_delay_loses_rate_times_propagation_times_drained_share_exactly
     for r in runs:
         assert len(r.lifecycle.deleted_at) == 10
         drained_share = float((r.lifecycle.pod_rate / rate).sum())
-        assert drained_share == pytest.approx(1.0)
+        assert drained_share == pytest.approx(DRAINED_SHARE)
         # With constant propagation the Poisson mean is the hand arithmetic, exactly.
-        assert r.counts.expected["race"] == pytest.approx(rate * mean_propagation * 1.0)
+        assert r.counts.expected["race"] == pytest.approx(
+            rate * mean_propagation * DRAINED_SHARE)
         assert r.counts.failures["cut_deadline"] + r.counts.failures["cut_sigkill"] == 0
     # And the sampled counts scatter around it as a Poisson law does.
     total = sum(r.counts.failures["race"] for r in runs)
-    want = len(runs) * rate * mean_propagation
+    want = len(runs) * rate * mean_propagation * DRAINED_SHARE
     assert abs(total - want) < 4 * math.sqrt(want)
 
 
@@ -79,7 +85,7 @@ def test_no_drain_delay_with_random_propagation_matches_its_mean() -> None:
     lognormal_mean = math.exp(0 + (math.log(4) / 2.3263478740408408) ** 2 / 2)
     mean_propagation = 0.6 * lognormal_mean + 0.4 * 3.0
     per_run = np.array([r.counts.failures["race"] for r in runs], dtype=float)
-    want = rate * mean_propagation * 1.0
+    want = rate * mean_propagation * DRAINED_SHARE
     stderr = per_run.std(ddof=1) / math.sqrt(len(per_run))
     assert abs(per_run.mean() - want) < 4 * stderr, (per_run.mean(), want, stderr)
 
@@ -90,7 +96,46 @@ def test_a_drain_delay_shorter_than_propagation_loses_only_the_excess() -> None:
     data = _race_scenario([1.0, 3.0], rate)
     data["workloads"][0]["termination"]["drain_delay"] = 2  # type: ignore[index]
     r = _runs(data, range(1))[0]
-    assert r.counts.expected["race"] == pytest.approx(rate * 0.4 * 1.0)
+    assert r.counts.expected["race"] == pytest.approx(rate * 0.4 * 1.0 * DRAINED_SHARE)
+
+
+@pytest.mark.parametrize("strategy", ["drainsafe", "surge"])
+def test_make_before_break_evicts_before_the_consumers_route_to_the_new_pod(
+        strategy: str) -> None:
+    # The lab's layout: 2 pods, a spare GPU, 1 s propagation, no drain delay. The old pod is
+    # evicted the instant its replacement is Ready, before the consumer routes to the
+    # replacement: it carries 1/2 of the traffic through its race window, not 1/3.
+    rate = 20.0
+    data = small(**{
+        "fleet": {"nodes": 2, "gpus_per_node": 1},
+        "consumers": [{"name": "clusterip", "share": 1.0, "propagation": 1.0}],
+        "workloads.0.replicas": 2, "workloads.0.rate": rate, "workloads.0.startup": 2,
+        "workloads.0.pdb": None,
+        "workloads.0.termination": {"grace": 60, "drain_delay": 0, "shutdown_deadline": 30},
+        "upgrade.strategy": strategy, "upgrade.surge_nodes": 1,
+    })
+    r = _runs(data, range(1))[0]
+    assert r.lifecycle.pod_rate.tolist() == [[rate / 2], [rate / 2]]
+    assert r.counts.expected["race"] == pytest.approx(2 * rate / 2 * 1.0)
+    # A drain delay as long as the propagation loses nothing, whatever the split.
+    data["workloads"][0]["termination"]["drain_delay"] = 1  # type: ignore[index]
+    assert _runs(data, range(1))[0].counts.expected["race"] == 0.0
+
+
+def test_a_pod_deleted_before_any_consumer_learnt_of_it_takes_no_traffic() -> None:
+    # One pod on two one-GPU nodes, 50 s propagation: the replacement of the first node's
+    # pod starts on the second node at once, and that node is drained some seconds later,
+    # long before any consumer routes to the replacement.
+    rate = 20.0
+    data = small(**{
+        "fleet": {"nodes": 2, "gpus_per_node": 1},
+        "consumers.0.propagation": 50.0, "consumers.1.propagation": 50.0,
+        "workloads.0.replicas": 1, "workloads.0.rate": rate, "workloads.0.startup": 0,
+        "workloads.0.pdb": None, "upgrade.node_upgrade": 1,
+    })
+    r = _runs(data, range(1))[0]
+    assert r.lifecycle.pod_rate.tolist() == [[rate * 0.6, rate * 0.4], [0.0, 0.0]]
+    assert r.counts.expected["race"] == pytest.approx(rate * 50.0)  # the first pod's only
 
 
 def test_a_grace_period_shorter_than_the_budget_cuts_requests_by_sigkill() -> None:

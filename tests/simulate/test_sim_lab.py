@@ -202,13 +202,13 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
     and Ready never drops below 2, in the lab as in the model. The lab's start-up (process
     start to the first passing readiness probe) is measured here and given to the model.
 
-    Tolerances, stated:
-    - failures (refused in the race, cut by SIGKILL): 0.5x .. 3x the model's. The model
-      gives a pod its share of the traffic the moment it is Ready; the lab's proxies send it
-      traffic only after the propagation delay, so the old pod, evicted as soon as the surge
-      pod is a ready endpoint, still carries half the traffic (not a third) until they
-      learn of both changes: up to 1.5x, times the control-plane hop's 2x allowed above.
-      Measured: 1.7-1.9x. (A known gap of the model: docs/simulate.md.)
+    Tolerances, stated (not tuned per run):
+    - failures (refused in the race, cut by SIGKILL): 0.5x .. 2x the model's, as on the
+      kubectl path. The old pod is evicted as soon as the surge pod is a ready endpoint,
+      before the proxy routes to it, so it carries half the traffic (not a third) through
+      its race window, in the lab and in the model, which adds an endpoint after the same
+      propagation delay as it removes one. (Before it did, the model gave a third: 13.3
+      against the lab's 22-26 refused and 20-25 cut.)
     - node drain time (cordon to the old pod gone) within the model's -1.0 s .. +3.0 s: on
       top of kubectl's watch-to-exit lag, the engine waits for the surge pod on a watch,
       for its endpoint, and for the budget's status before it evicts."""
@@ -304,8 +304,8 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
               f"{[round(d, 2) for d in drain_seconds]}, start-up {startup:.2f} s; simulator: "
               f"race {sim_race:.1f}, cut {sim_cut:.1f}, drain {sim_drain:.2f} s")
     print(report)
-    assert 0.5 * sim_race <= len(race) <= 3.0 * sim_race, report
-    assert 0.5 * sim_cut <= len(cut) <= 3.0 * sim_cut, report
+    assert 0.5 * sim_race <= len(race) <= 2.0 * sim_race, report
+    assert 0.5 * sim_cut <= len(cut) <= 2.0 * sim_cut, report
     for seconds in drain_seconds:
         assert sim_drain - 1.0 <= seconds <= sim_drain + 3.0, report
 

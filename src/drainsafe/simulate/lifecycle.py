@@ -2,9 +2,11 @@
 
 Events are per node and per pod (drain start, eviction attempt, pod gone, replacement
 Ready, node back), never per request: a 1,000-node upgrade is a few tens of thousands of
-events. What each terminating pod means for its traffic is written down per deletion
-(time, per-pod arrival rate, each consumer's propagation delay) and counted afterwards,
-vectorised, by drainsafe.simulate.requests.
+events. A consumer starting or stopping to route to a pod is no event either: those
+changes wait in a queue per consumer and are applied at the next deletion, the only moment
+the routed counts are read. What each terminating pod means for its traffic is written down
+per deletion (time, the arrival rate each consumer sends it, each consumer's propagation
+delay) and counted afterwards, vectorised, by drainsafe.simulate.requests.
 
 Kubernetes behaviour modelled (and where it comes from):
 - Eviction goes through the PodDisruptionBudget (drainsafe.pdb, the disruption controller's
@@ -15,8 +17,23 @@ Kubernetes behaviour modelled (and where it comes from):
   Budget.sigkill_at (grace, or grace + 2 s after an overrunning hook). Source:
   kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/ ("Hook handler execution")
   and kubernetes/kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go (killContainer).
-- Endpoint removal starts at deletion; each consumer stops routing new requests to the pod
-  after its own propagation delay (sampled per pod and consumer).
+- Endpoints propagate both ways, per consumer (kube-proxy, an ingress, a load balancer): a
+  consumer starts routing to a pod that turned Ready after a delay drawn from its
+  propagation distribution, and stops routing new requests to a deleted pod after another
+  draw (additions draw on streams of their own, so the deletions' draws stay where they
+  were). kube-proxy takes added and removed endpoints through the same change tracker and
+  sync (kubernetes/kubernetes pkg/proxy/endpointschangetracker.go). Each consumer keeps its
+  own count of the pods it routes to and splits its share of the workload's rate evenly over
+  them: at a pod's deletion consumer c sends it share_c x rate / (pods c routes to). Hence
+  make before break loses more than an even split over the Ready pods says: the old pod is
+  evicted the moment its replacement is Ready, before any consumer routes to the
+  replacement, so it still carries its pre-surge share (1/2, not 1/3, with one of two pods
+  surged; measured in the lab, tests/simulate/test_sim_lab.py).
+  Simplifications: a pod's rates are fixed at its deletion for its whole termination, so an
+  endpoint added within its race window does not lower them (exact when addition and
+  removal take equally long, as with a constant propagation; otherwise an over-count by at
+  most that drop); a consumer that has not learnt of a pod by its deletion never routes to
+  it (it learns of a terminating endpoint).
 - kubectl-like drain: cordon, evict every pod on the node at once; the ReplicaSet creates a
   replacement as soon as a pod is deleted; it runs only where a schedulable node has free GPUs.
 - drainsafe drain (what `drainsafe drain --strategy surge` does for Deployments,
@@ -48,7 +65,7 @@ from drainsafe.simulate.scenario import Scenario
 from drainsafe.simulate.traffic import Rate
 
 # Event kinds
-_DRAIN, _EVICT, _GONE, _READY, _BACK, _SURGE, _ROUTE_GONE = range(7)
+_DRAIN, _EVICT, _GONE, _READY, _BACK, _SURGE = range(6)
 # Pod states
 _PENDING, _STARTING, _READY_STATE, _TERMINATING, _DELETED = range(5)
 
@@ -86,9 +103,11 @@ class Lifecycle:
     deleted_at: NDArray[np.float64]
     workload: NDArray[np.int64]
     pod_rate: NDArray[np.float64]
-    """arrivals per second routed to the pod when it was deleted"""
+    """shape (deletions, consumers): arrivals per second each consumer routed to the pod
+    when it was deleted (0 from a consumer that had not yet learnt of it)"""
     accepted_rate: NDArray[np.float64]
-    """of those, the ones it could take: at most max_concurrency / E[D] (Little's law)"""
+    """of those, the ones it could take: at most max_concurrency / E[D] in all (Little's
+    law), each consumer's in proportion"""
     propagation: NDArray[np.float64]
     """shape (deletions, consumers)"""
     gone_after: NDArray[np.float64]
@@ -140,16 +159,22 @@ def run_lifecycle(scenario: Scenario) -> Lifecycle:
 class _Engine:
     def __init__(self, s: Scenario) -> None:
         self.s = s
-        seeds = np.random.SeedSequence(s.seed).spawn(6 + len(s.consumers) + len(s.workloads))
+        nc, nw = len(s.consumers), len(s.workloads)
+        # Streams added later go last: spawned children keep their index, so the earlier
+        # streams draw what they drew before.
+        seeds = np.random.SeedSequence(s.seed).spawn(6 + 2 * nc + nw)
         rngs = [np.random.default_rng(x) for x in seeds]
         self.node_upgrade = _Sampler(s.upgrade.node_upgrade.sample, rngs[0])
         self.surge_ready = _Sampler(s.upgrade.surge_ready.sample, rngs[1])
         self.uniform = _Sampler(lambda r, n: r.random(n), rngs[2])
         self.prop = [_Sampler(c.propagation.sample, rngs[6 + i])
                      for i, c in enumerate(s.consumers)]
-        base = 6 + len(s.consumers)
+        base = 6 + nc
         self.startup = [_Sampler(w.startup.sample, rngs[base + i])
                         for i, w in enumerate(s.workloads)]
+        base += nw
+        self.prop_add = [_Sampler(c.propagation.sample, rngs[base + i])
+                         for i, c in enumerate(s.consumers)]
         self.rates = [Rate(w.rate, s.start_hour, w.diurnal) for w in s.workloads]
         self.times = termination_times(s)
         self.survival = [survival_table(w.durations) for w in s.workloads]
@@ -171,11 +196,16 @@ class _Engine:
         self.replaced_by: dict[int, int] = {}
         self.pod_first_refusal: list[float] = []
 
-        nw = len(s.workloads)
         self.ready = [0] * nw
         self.matched = [0] * nw
         self.pending_of = [0] * nw
-        self.routed = [0] * nw
+        # routed[c][w]: pods of workload w consumer c sends traffic to (Ready ones it has
+        # learnt of, deleted ones it has not yet dropped), as of the last catch_up.
+        self.routed = [[w.replicas for w in s.workloads] for _ in range(nc)]
+        # Per consumer, the changes it makes later: (time, pod, +1 learns of it | -1 drops it).
+        self.route_changes: list[list[tuple[float, int, int]]] = [[] for _ in range(nc)]
+        self.all_consumers = (1 << nc) - 1
+        self.routed_by: list[int] = []  # per pod, a bit per consumer that routes to it
         self.waiters: list[list[int]] = [[] for _ in range(nw)]
         # drainsafe strategy: the surge of one workload on one node is one group: its old
         # pods are evicted once every new pod of the group is Ready.
@@ -194,8 +224,8 @@ class _Engine:
 
         self.del_t: list[float] = []
         self.del_w: list[int] = []
-        self.del_rate: list[float] = []
-        self.del_accepted: list[float] = []
+        self.del_rate: list[list[float]] = []
+        self.del_accepted: list[list[float]] = []
         # A pod full of requests turns the rest away: it takes at most C / E[D] per second.
         self.max_accept = [math.inf if w.max_concurrency is None
                            else w.max_concurrency / max(w.durations.mean, 1e-9)
@@ -222,6 +252,7 @@ class _Engine:
         self.pod_state.append(_PENDING)
         self.pod_replaces.append(replaces)
         self.pod_first_refusal.append(math.nan)
+        self.routed_by.append(0)
         self.matched[w] += 1
         self.pending_of[w] += 1
         return p
@@ -268,7 +299,7 @@ class _Engine:
                 self.place(p, node)
                 self.pod_state[p] = _READY_STATE
                 self.ready[w] += 1
-                self.routed[w] += 1
+                self.routed_by[p] = self.all_consumers
         self.ready_rows.append(list(self.ready))
 
     def fit(self, gpus: int) -> int:
@@ -295,7 +326,6 @@ class _Engine:
         handlers = {
             _DRAIN: self.on_drain, _EVICT: self.on_evict, _GONE: self.on_gone,
             _READY: self.on_ready, _BACK: self.on_back, _SURGE: self.on_surge,
-            _ROUTE_GONE: self.on_route_gone,
         }
         heap = self.heap
         while heap:
@@ -312,8 +342,10 @@ class _Engine:
             scenario=s,
             deleted_at=np.array(self.del_t, dtype=np.float64),
             workload=np.array(self.del_w, dtype=np.int64),
-            pod_rate=np.array(self.del_rate, dtype=np.float64),
-            accepted_rate=np.array(self.del_accepted, dtype=np.float64),
+            pod_rate=np.array(self.del_rate, dtype=np.float64).reshape(
+                len(self.del_t), len(s.consumers)),
+            accepted_rate=np.array(self.del_accepted, dtype=np.float64).reshape(
+                len(self.del_t), len(s.consumers)),
             propagation=np.array(self.del_prop, dtype=np.float64).reshape(
                 len(self.del_t), len(s.consumers)),
             gone_after=np.array(self.del_gone, dtype=np.float64),
@@ -441,17 +473,23 @@ class _Engine:
         if was_ready:
             self.ready[w] -= 1
             self.record_ready()
-            rate = self.rates[w].at(self.now) / max(self.routed[w], 1)
             props = [sampler.next() for sampler in self.prop]
-            accepted = min(rate, self.max_accept[w])
+            self.catch_up()
+            rates = self.rates_to(p, w)
+            for c, prop in enumerate(props):
+                if self.routed_by[p] >> c & 1:
+                    heapq.heappush(self.route_changes[c], (self.now + prop, p, -1))
+            total = sum(rates)
+            # A full pod takes at most C / E[D] per second, from each consumer alike.
+            scale = min(1.0, self.max_accept[w] / total) if total > 0 else 0.0
+            accepted = [r * scale for r in rates]
             gone = self.exit_after(w, accepted, props)
             self.del_t.append(self.now)
             self.del_w.append(w)
-            self.del_rate.append(rate)
+            self.del_rate.append(rates)
             self.del_accepted.append(accepted)
             self.del_prop.append(props)
             self.del_gone.append(gone)
-            self.push(self.now + max(props), _ROUTE_GONE, w)
         else:
             gone = tt.close
         self.push(self.now + gone, _GONE, p)
@@ -498,19 +536,42 @@ class _Engine:
             if old >= 0:
                 self.try_evict(old)
 
-    def exit_after(self, w: int, rate: float, props: list[float]) -> float:
+    def catch_up(self) -> None:
+        """Apply the routing changes the consumers have made by now."""
+        now = self.now
+        for c, changes in enumerate(self.route_changes):
+            routed = self.routed[c]
+            while changes and changes[0][0] <= now:
+                _, p, change = heapq.heappop(changes)
+                if change > 0:
+                    # Every deletion catches up first, so a pod not Ready here was deleted
+                    # before this consumer learnt of it: it never routes to it.
+                    if self.pod_state[p] != _READY_STATE:
+                        continue
+                    self.routed_by[p] |= 1 << c
+                routed[self.pod_w[p]] += change
+
+    def rates_to(self, p: int, w: int) -> list[float]:
+        """Arrivals per second each consumer sends pod p now: its share of the workload's
+        rate over the pods it routes to, 0 if it has not learnt of p yet."""
+        rate = self.rates[w].at(self.now)
+        routed_by = self.routed_by[p]
+        return [rate * share / self.routed[c][w] if routed_by >> c & 1 else 0.0
+                for c, share in enumerate(self.shares)]
+
+    def exit_after(self, w: int, rates: list[float], props: list[float]) -> float:
         """Seconds from deletion to the process exiting: when its last request is done.
 
-        With arrivals stopping at a_c for consumer c, the number of requests still running
-        at close + x is Poisson with mean m(x) = sum_c r_c I(close + x - a_c), so the last
-        one ends by close + x with probability exp(-m(x)). Draw that time by inversion.
+        With consumer c's arrivals (rates[c] per second) stopping at a_c, the number of
+        requests still running at close + x is Poisson with mean m(x) = sum_c r_c
+        I(close + x - a_c), so the last one ends by close + x with probability exp(-m(x)).
+        Draw that time by inversion.
         """
         tt = self.times[w]
         table = self.survival[w]
         close = tt.close
         span = tt.cut - close
         lags = [close - min(close, p) for p in props]
-        rates = [rate * share for share in self.shares]
 
         def m(x: float) -> float:
             return sum(r * table.at_scalar(lag + x) for r, lag in zip(rates, lags, strict=True))
@@ -528,9 +589,6 @@ class _Engine:
             else:
                 hi = mid
         return close + hi
-
-    def on_route_gone(self, w: int) -> None:
-        self.routed[w] -= 1
 
     def on_gone(self, p: int) -> None:
         self.pod_state[p] = _DELETED
@@ -570,8 +628,11 @@ class _Engine:
         w = self.pod_w[p]
         self.pod_state[p] = _READY_STATE
         self.ready[w] += 1
-        self.routed[w] += 1
         self.record_ready()
+        # Consumers route to the new endpoint only once they learn of it; evictions that
+        # wait for this Ready (make before break) happen before then.
+        for changes, sampler in zip(self.route_changes, self.prop_add, strict=True):
+            heapq.heappush(changes, (self.now + sampler.next(), p, 1))
         self.on_new_ready(p)
         self.wake_waiters(w)
 

@@ -1,14 +1,16 @@
 """Counting requests, vectorised, per deleted pod and per capacity interval.
 
-Nothing here loops over requests. For a pod deleted at t0 with per-pod arrival rate r, consumer
-c sending a share s_c of it and stopping after its propagation delay p_c, listener closed at
-`close` and stragglers cut at `cut` (both seconds after t0, from drainsafe.budget.Budget):
+Nothing here loops over requests. For a pod deleted at t0, consumer c sending it r_c requests
+per second (the lifecycle's pod_rate: c's share of the workload's rate over the pods c routes
+to) and stopping after its propagation delay p_c, listener closed at `close` and stragglers
+cut at `cut` (both seconds after t0, from drainsafe.budget.Budget):
 
 - refused/reset in the race: arrivals in [close, p_c), Poisson with mean
-  sum_c r s_c max(p_c - close, 0);
+  sum_c r_c max(p_c - close, 0);
 - cut (at the shutdown deadline or by SIGKILL): requests accepted until a_c = min(close, p_c)
-  and still running at `cut`, Poisson with mean sum_c r s_c I(cut - a_c), where
-  I(w) = E[(D - w)+] is the duration's integrated survival;
+  and still running at `cut`, Poisson with mean sum_c r'_c I(cut - a_c), where
+  I(w) = E[(D - w)+] is the duration's integrated survival and r'_c the part of r_c the pod
+  could accept (lifecycle's accepted_rate);
 - rejected for lack of capacity: while k pods are Ready with at most C requests each, offered
   concurrency is rate * E[D] (Little's law); the share above k * C is rejected, and with no
   Ready pod all of it is (a fluid approximation, see docs/simulate.md).
@@ -55,8 +57,6 @@ class Counts:
 
 
 def count_requests(lc: Lifecycle, rng: np.random.Generator) -> Counts:
-    s = lc.scenario
-    shares = np.array([c.share for c in s.consumers], dtype=np.float64)
     n = len(lc.deleted_at)
     times = lc.times
     close = np.array([t.close for t in times])[lc.workload] if n else np.zeros(0)
@@ -64,10 +64,9 @@ def count_requests(lc: Lifecycle, rng: np.random.Generator) -> Counts:
     by_deadline = np.array([t.cut_by_deadline for t in times], dtype=bool)[lc.workload] \
         if n else np.zeros(0, dtype=bool)
 
-    rates = lc.pod_rate[:, None] * shares[None, :]
-    race_mean = (rates * np.maximum(lc.propagation - close[:, None], 0.0)).sum(axis=1)
+    race_mean = (lc.pod_rate * np.maximum(lc.propagation - close[:, None], 0.0)).sum(axis=1)
     # Only requests the pod accepted can be in flight (a full pod rejects the rest).
-    accepted = lc.accepted_rate[:, None] * shares[None, :]
+    accepted = lc.accepted_rate
 
     accepted_until = np.minimum(close[:, None], lc.propagation)
     cut_mean = np.zeros(n)
