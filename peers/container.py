@@ -4,8 +4,9 @@ The runtime stops a container by killing every process in its cgroup. Here a pod
 process tree on the test's own machine, and three things hide parts of that tree:
 - a process whose parent exits is re-parented, out of the tree under the pod's main
   process (to init, or to the nearest "child subreaper");
-- drainsafe run starts its child in a session of its own (drainsafe.server.supervisor
-  `_child_setup`, setsid), so the server is not in the session of the pod's main process;
+- drainsafe run starts its child in a session of its own (setsid in
+  drainsafe.lifetime `own_session_dying_with_parent`), so the server is not in the session
+  of the pod's main process;
 - vLLM names its processes with setproctitle (`VLLM::EngineCore`, `VLLM::Worker`;
   vllm/utils/system_utils.py `set_process_title` at 0.32.0), which overwrites the memory
   that /proc/PID/environ reads: a marker in the environment is gone from exactly those

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -69,7 +70,9 @@ class Load:
     tail: float = 10.0
     """SIGTERM goes when the in-flight streams have about this long left at their rate."""
     rate_window: float = 3.0
-    """A stream's rate is its progress over this many seconds."""
+    """A stream's rate is its progress over this many seconds..."""
+    settle: float = 2.0
+    """... after its first this many."""
     margin: float = 1.0
     """In-flight streams must still run this long past the drain delay's end."""
     drain_delay: float = 3.0
@@ -85,7 +88,7 @@ class Load:
     """Longest wait for the in-flight streams to come within `tail` of their end."""
     sizings: int = 3
     """Times the in-flight streams are started and sized anew when they would leave too
-    short a tail (under 70 % of it)."""
+    short a tail (under 70 % of it), or too long a wait (over six tails)."""
     attempts: int = 2
     """Measurements of a row whose premise failed (a fresh server each): the machine's
     speed, not the setup under test, decided it."""
@@ -126,6 +129,11 @@ class Measurement:
     attempt: int = 1
     earlier: list[str] = field(default_factory=list)
     """The premise failures of earlier attempts."""
+
+    warm_up: list[Stream] = field(default_factory=list)
+    """The long warm-up streams, dropped after a rate window."""
+    dropped: list[Stream] = field(default_factory=list)
+    """In-flight streams of earlier sizings, dropped before SIGTERM."""
 
     @property
     def lost(self) -> int:
@@ -306,12 +314,14 @@ class Pod:
             raise RuntimeError(f"{self.setup.key}: processes {sorted(left)} survive SIGKILL")
 
 
-async def warm_up(pod: Pod, load: Load, tokens: int, idle: tuple[str, ...]) -> float:
+async def warm_up(pod: Pod, load: Load, tokens: int,
+                  idle: tuple[str, ...]) -> tuple[float, list[Stream]]:
     """Tokens per second of one of `load.in_flight` concurrent streams: a first round of
     short streams warms the server up (its first steps are slow), then as many long ones
     run for a rate window and are dropped (a client that leaves aborts its request).
     Measured on running streams, not on short ones, whose time is mostly their start.
-    Returns once the server holds nothing again (its in-flight metrics, `idle`, read 0)."""
+    Returns (the median rate, the long streams) once the server holds nothing again (its
+    in-flight metrics, `idle`, read 0)."""
     await asyncio.gather(*(stream(pod.base_url, SERVED_MODEL, 64, read_timeout=60)
                            for _ in range(load.in_flight)))
     runs = [Stream() for _ in range(load.in_flight)]
@@ -323,9 +333,8 @@ async def warm_up(pod: Pod, load: Load, tokens: int, idle: tuple[str, ...]) -> f
     while not rates and loop.time() < give_up and not any(t.done() for t in tasks):
         await asyncio.sleep(0.2)
         now = time.monotonic()
-        found = [rate(s, load.rate_window, now) for s in runs]
-        if all(r is not None for r in found) and now - min(
-                s.first_token or now for s in runs) >= load.rate_window:
+        found = [rate(s, load.rate_window, now, load.settle) for s in runs]
+        if all(r is not None for r in found):
             rates = [r for r in found if r is not None]
     for t in tasks:
         t.cancel()
@@ -334,7 +343,7 @@ async def warm_up(pod: Pod, load: Load, tokens: int, idle: tuple[str, ...]) -> f
         raise RuntimeError(f"{pod.setup.key}: warm-up streams made no progress: "
                            f"{[s.outcome for s in runs]}; {pod.log}:\n{pod.log_tail()}")
     await _until_idle(pod, idle, timeout=30)
-    return statistics.median(rates)
+    return statistics.median(rates), runs
 
 
 async def _until_idle(pod: Pod, names: tuple[str, ...], timeout: float) -> None:
@@ -353,10 +362,10 @@ async def _until_idle(pod: Pod, names: tuple[str, ...], timeout: float) -> None:
 
 
 async def until_tail(streams: list[tuple[Stream, asyncio.Task[Stream]]], tokens: int,
-                     pod: Pod, load: Load) -> tuple[float, float]:
+                     pod: Pod, load: Load, over: float | None) -> tuple[float, float]:
     """Wait until, at the rate they run at now, the first of the streams has `load.tail`
-    seconds left (or `load.sigterm_wait` has passed); returns (the median rate, the
-    shortest time left)."""
+    seconds left (or has more than `over` left: too long to wait for, or
+    `load.sigterm_wait` has passed); returns (the median rate, the shortest time left)."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + load.sigterm_wait
     while True:
@@ -364,12 +373,13 @@ async def until_tail(streams: list[tuple[Stream, asyncio.Task[Stream]]], tokens:
             raise RuntimeError(f"{pod.setup.key}: an in-flight stream ended before SIGTERM: "
                                f"{[s.outcome for s, t in streams if t.done()]}")
         now = time.monotonic()
-        rates = [rate(s, load.rate_window, now) for s, _ in streams]
+        rates = [rate(s, load.rate_window, now, load.settle) for s, _ in streams]
         if all(r is not None and r > 0 for r in rates):
             known = [r for r in rates if r is not None]
             left = min((tokens - s.progress[-1][1]) / r
                        for (s, _), r in zip(streams, known, strict=True))
-            if left <= load.tail or loop.time() > give_up:
+            if (left <= load.tail or (over is not None and left > over)
+                    or loop.time() > give_up):
                 return statistics.median(known), left
         elif loop.time() > give_up:
             raise RuntimeError(f"{pod.setup.key}: the in-flight streams made no progress "
@@ -389,7 +399,7 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         pod.processes.remember()
         idle = PRESETS[server.name].in_flight_metrics
         longest = MAX_MODEL_LEN - 64
-        guess = await warm_up(pod, load, longest, idle)
+        guess, result.warm_up = await warm_up(pod, load, longest, idle)
         read_timeout = load.grace + 10
 
         def start(count: int) -> tuple[Stream, asyncio.Task[Stream]]:
@@ -398,24 +408,28 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
                 pod.base_url, SERVED_MODEL, count, read_timeout=read_timeout, into=progress))
 
         for sizing in range(1, load.sizings + 1):
-            # Enough for a rate window and the tail at the rate guessed, twice over (the
-            # wait below sends SIGTERM when the tail is left, whatever the rate by then).
+            # Enough for the settling, a rate window and the tail at the rate guessed,
+            # twice over (the wait below sends SIGTERM when the tail is left, whatever the
+            # rate by then).
             result.max_tokens = tokens = max(256, min(longest, round(
-                guess * (load.rate_window + load.tail) * 2)))
+                guess * (load.settle + load.rate_window + load.tail) * 2)))
             result.sizings = sizing
+            last = sizing == load.sizings
             in_flight = [start(tokens) for _ in range(load.in_flight)]
             # Started is not enough: every stream has a token before the pod is stopped.
             await _first_tokens([s for s, _ in in_flight], pod, timeout=60)
             await _read_facts(pod, result)
-            result.rate, result.expected_tail = await until_tail(in_flight, tokens, pod,
-                                                                 load)
-            if (result.expected_tail >= load.tail * 0.7 or tokens == longest
-                    or sizing == load.sizings):
+            result.rate, result.expected_tail = await until_tail(
+                in_flight, tokens, pod, load, over=None if last else load.tail * 6)
+            short = result.expected_tail < load.tail * 0.7 and tokens < longest
+            if last or not (short or result.expected_tail > load.tail * 6):
                 break
-            # The guess was low (the machine sped up several-fold since, in some runs):
-            # these would leave too short a tail. Drop them (a client that leaves aborts
-            # its request) and size again from the rate they ran at.
+            # The machine's speed changed several-fold since the guess, in some runs:
+            # these would leave too short a tail, or take minutes to come within it. Drop
+            # them (a client that leaves aborts its request) and size again from the rate
+            # they run at.
             guess = result.rate
+            result.dropped += [s for s, _ in in_flight]
             for _, task in in_flight:
                 task.cancel()
             await asyncio.gather(*(t for _, t in in_flight), return_exceptions=True)
@@ -453,9 +467,31 @@ async def measure(server: PeerServer, release: str, model: Path, setup: Setup,
         result.in_flight = [s for s, _ in in_flight]
         result.late = [s for s, _ in late]
         result.premise_failed = premise(result, load)
+        _write_progress(result)
     finally:
         pod.end()
     return result
+
+
+def _write_progress(m: Measurement) -> None:
+    """Every stream's progress (seconds after SIGTERM, tokens), beside the row's log: what
+    the sizing saw, for a row that went wrong."""
+    if m.log is None:
+        return
+
+    def one(kind: str, s: Stream) -> dict[str, object]:
+        def at(t: float | None) -> float | None:
+            return None if t is None else round(t - m.sigterm_at, 3)
+        return {"kind": kind, "outcome": s.outcome, "started": at(s.started),
+                "first_token": at(s.first_token), "ended": at(s.ended),
+                "progress": [[at(t), n] for t, n in s.progress]}
+
+    streams = [one(kind, s) for kind, group in (("warm-up", m.warm_up), ("dropped", m.dropped),
+                                                ("in-flight", m.in_flight), ("late", m.late))
+               for s in group]
+    m.log.with_suffix(".progress.json").write_text(json.dumps(
+        {"max_tokens": m.max_tokens, "late_tokens": m.late_tokens, "rate": m.rate,
+         "expected_tail": m.expected_tail, "streams": streams}))
 
 
 async def _read_facts(pod: Pod, result: Measurement) -> None:
