@@ -56,26 +56,14 @@ class SourceText:
     name: str
     text: str
     _lines: list[str] | None = field(default=None, repr=False)
-    located: dict[tuple[int, tuple[str | int, ...]], tuple[int, int, int]] = field(
-        default_factory=dict, repr=False)
-    """Line lookups already done (see locate.py)."""
-    document_texts: dict[int, str] = field(default_factory=dict, repr=False)
-    """A document's lines joined, by its first line (see locate.py)."""
-    _quoted_keys: bool | None = field(default=None, repr=False)
+    located: dict[int, Any] = field(default_factory=dict, repr=False)
+    """Per document (by its first line): its text and the line lookups done (locate.py)."""
 
     @property
     def lines(self) -> list[str]:
         if self._lines is None:
             self._lines = self.text.splitlines()
         return self._lines
-
-    @property
-    def quoted_keys(self) -> bool:
-        """Whether the text may hold a quoted mapping key (`"k":`, `'k':`); most have none,
-        and locate then looks for keys as written plain only."""
-        if self._quoted_keys is None:
-            self._quoted_keys = '":' in self.text or "':" in self.text
-        return self._quoted_keys
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ parent's block: C speed instead of a Python loop per line.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from drainsafe.check.findings import Path
 from drainsafe.check.load import Document
@@ -49,38 +50,59 @@ def _exit_pattern(parent: int) -> re.Pattern[str]:
     return pattern
 
 
+_Place = tuple[int, int, int]
+"""Where a key was found: (0-based line, its indent, the line's offset in the text); a
+negative line -n when it was not found, n being the nearest line found (1-based)."""
+
+
+class _Located:
+    """One document's text and the keys already found in it, as a tree of path keys:
+    findings of one object share path prefixes (spec.template.spec.containers.0...)."""
+
+    __slots__ = ("text", "quoted", "below")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.quoted = '":' in text or "':" in text
+        """Whether the text may hold a quoted key (`"k":`); most have none."""
+        self.below: dict[str | int, tuple[_Place, dict[str | int, Any]]] = {}
+
+
 def locate(doc: Document, path: Path) -> int:
     source = doc.source
     start = doc.start_line - 1
-    text = source.document_texts.get(start)
-    visited = text is not None  # nothing is memoised for a document before its text is
-    if text is None:  # every line, the first too, follows a line break (see _key_pattern)
-        text = source.document_texts[start] = "\n" + _lines(doc)
-    quoted = source.quoted_keys
-    memo = source.located
-    full = (*doc.prefix, *path)
-    # Findings of one object share path prefixes (spec.template.spec.containers.0...).
-    depth, state = 0, (start, -1, 1)
-    for d in range(len(full), 0, -1) if visited else ():
-        hit = memo.get((start, full[:d]))
-        if hit is not None:
-            depth, state = d, hit
+    located = source.located.get(start)
+    if located is None:  # every line, the first too, follows a line break (see _key_pattern)
+        located = source.located[start] = _Located("\n" + _lines(doc))
+    text = located.text
+    full = (*doc.prefix, *path) if doc.prefix else path
+    # Follow the keys found before as far as they go.
+    pos, parent_indent, offset = start, -1, 1
+    below = located.below
+    depth = 0
+    for key in full:
+        seen = below.get(key)
+        if seen is None:
             break
-    pos, parent_indent, offset = state
-    if pos < 0:
-        return -pos
+        (pos, parent_indent, offset), below = seen
+        if pos < 0:
+            return -pos
+        depth += 1
     for d in range(depth, len(full)):
         key = full[d]
         if isinstance(key, int):
             found = _nth_item(text, pos, parent_indent, key, offset)
         else:
-            found = _key(text, pos, offset, parent_indent, key, quoted)
+            found = _key(text, pos, offset, parent_indent, key, located.quoted)
         if found is None:
             # Not found below here: remember the nearest line (negated) for this path.
-            memo[(start, full[:d + 1])] = (-(pos + 1) if d else -doc.start_line, 0, 0)
-            return pos + 1 if d else doc.start_line
+            line = pos + 1 if d else doc.start_line
+            below[key] = ((-line, 0, 0), {})
+            return line
         pos, parent_indent, offset = found
-        memo[(start, full[:d + 1])] = found
+        deeper: dict[str | int, Any] = {}
+        below[key] = (found, deeper)
+        below = deeper
     return pos + 1 if full else doc.start_line
 
 
