@@ -218,6 +218,7 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
 
     started: set[int] = set()
     drain_seconds: list[float] = []
+    phases: list[tuple[float, ...]] = []
     startups: list[float] = []
     ready_counts: list[int] = []
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1,
@@ -266,6 +267,9 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
                         assert moved.strategy == "surge"
                         assert report.cordoned_at is not None and moved.terminated_at
                         drain_seconds.append(moved.terminated_at - report.cordoned_at)
+                        phases.append(tuple(round(t - report.cordoned_at, 2) for t in (
+                            moved.replacement_ready_at or 0, moved.evicted_at or 0,
+                            moved.terminated_at)))
                         await lab.wait_backends("default", NAME, 2, timeout=30)
                         started.update(lab.pids())
                         assert lab.client is not None
@@ -301,7 +305,8 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
     sim_drain = float(sum(s.node_drain_seconds().mean() for s in sims)) / len(sims)
 
     report = (f"lab: {len(race)} refused, {len(cut)} cut, {ok} ok, drains "
-              f"{[round(d, 2) for d in drain_seconds]}, start-up {startup:.2f} s; simulator: "
+              f"{[round(d, 2) for d in drain_seconds]} (replacement Ready, evicted, gone: "
+              f"{phases}), start-ups {[round(s, 2) for s in startups]} s; simulator: "
               f"race {sim_race:.1f}, cut {sim_cut:.1f}, drain {sim_drain:.2f} s")
     print(report)
     assert 0.5 * sim_race <= len(race) <= 2.0 * sim_race, report
