@@ -158,6 +158,9 @@ class Container:
 class Workload(Subject):
     pod_path: Path = ()
     """Path of the pod spec inside the object."""
+    pod: dict[str, Any] = field(default_factory=dict)
+    """The pod spec at pod_path ({} when it is not a mapping): whoever finds the path has
+    it in hand, so it is not looked up again."""
     pod_labels: dict[str, str] = field(default_factory=dict)
     template_annotations: dict[str, str] = field(default_factory=dict)
     replicas: int | None = None
@@ -172,13 +175,6 @@ class Workload(Subject):
         """The scale the disruption controller would use: HPA minimum, else replicas (once
         the Index has matched objects; ask the Index)."""
         return self.hpa.min_replicas if self.hpa is not None else self.replicas
-
-    @once
-    def pod(self) -> dict[str, Any]:
-        node: Any = self.obj
-        for key in self.pod_path:
-            node = node[key] if isinstance(key, int) else mapping(node).get(key)
-        return mapping(node)
 
     @once
     def ignored(self) -> frozenset[str]:
@@ -457,17 +453,18 @@ def _workload(doc: Document, kind: str) -> Workload:
     ref = _ref(obj, kind)
     if kind == "Pod":
         meta = mapping(obj.get("metadata"))
-        return Workload(doc, ref, pod_path=("spec",), pod_labels=string_map(meta.get("labels")),
-                        template_annotations={})
+        return Workload(doc, ref, pod_path=("spec",), pod=mapping(obj.get("spec")),
+                        pod_labels=string_map(meta.get("labels")), template_annotations={})
     spec = mapping(obj.get("spec"))
-    template_meta = mapping(mapping(spec.get("template")).get("metadata"))
+    template = mapping(spec.get("template"))
+    template_meta = mapping(template.get("metadata"))
     replicas: int | None = None
     if kind in SCALED_KINDS:
         replicas = integer(spec.get("replicas"))
         if replicas is None and spec.get("replicas") is None:  # unset or null: the default
             replicas = 1
     return Workload(
-        doc, ref, pod_path=("spec", "template", "spec"),
+        doc, ref, pod_path=("spec", "template", "spec"), pod=mapping(template.get("spec")),
         pod_labels=string_map(template_meta.get("labels")),
         template_annotations=string_map(template_meta.get("annotations")),
         replicas=replicas,
@@ -490,7 +487,7 @@ def _embedded(doc: Document, kind: str) -> Iterator[Workload]:
                 full = (*base, *path)
                 where = ".".join(str(k) for k in full)
                 yield Workload(doc, ObjectRef(kind, ref.namespace, f"{ref.name} ({where})"),
-                               pod_path=full, embedded=True)
+                               pod_path=full, pod=node, embedded=True)
                 continue
             for key, value in node.items():
                 if isinstance(value, dict | list):
