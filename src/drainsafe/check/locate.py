@@ -18,23 +18,13 @@ from drainsafe.check.findings import Path
 from drainsafe.check.load import Document
 
 _ITEM = re.compile(r"^(\s*)-(\s|$)")
-_KEYS: dict[str, re.Pattern[str]] = {}
-_FORMS: dict[str, tuple[str, str, str]] = {}
+_FORMS: dict[str, tuple[str, ...]] = {}
 """A key as written plain, double- and single-quoted (keys are field names: few)."""
 _EXITS: dict[int, re.Pattern[str]] = {}
 
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
-
-
-def _key_pattern(form: str) -> re.Pattern[str]:
-    """`form:` ending a key (then a blank or the line's end). It starts with literal text,
-    which the regex engine skips to quickly; where it sits on its line is checked apart."""
-    pattern = _KEYS.get(form)
-    if pattern is None:
-        pattern = _KEYS[form] = re.compile(rf"{re.escape(form)}:(?:[ \t]|$)", re.M)
-    return pattern
 
 
 _BODY = re.compile(r" *(?:- +)*")
@@ -59,7 +49,7 @@ class _Located:
     """One document's text and the keys already found in it, as a tree of path keys:
     findings of one object share path prefixes (spec.template.spec.containers.0...)."""
 
-    __slots__ = ("text", "quoted", "below")
+    __slots__ = ("below", "quoted", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -106,39 +96,39 @@ def locate(doc: Document, path: Path) -> int:
     return pos + 1 if full else doc.start_line
 
 
+def _forms(key: str) -> tuple[str, ...]:
+    """`key:` as written plain, double- and single-quoted; none for a key no line holds."""
+    forms = _FORMS.get(key)
+    if forms is None:
+        forms = () if "\n" in key else (f"{key}:", f'"{key}":', f"'{key}':")
+        if len(_FORMS) < 10_000:  # keys of CRDs' embedded pod templates come from input
+            _FORMS[key] = forms
+    return forms
+
+
 def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool = True
          ) -> tuple[int, int, int] | None:
     """The first line from `pos` (at `offset` in text) holding `key` deeper than `parent`,
     before a later line leaves the parent's block: (line, key indent, line offset).
     `quoted`: whether the text may hold a quoted key at all."""
-    if "\n" in key:
-        return None  # a line never holds one
-    found = None  # (line offset, key indent) of the first line holding the key
-    forms = _FORMS.get(key)
-    if forms is None:
-        forms = (key, f'"{key}"', f"'{key}'")
-        if len(_FORMS) < 10_000:  # keys of CRDs' embedded pod templates come from input
-            _FORMS[key] = forms
+    forms = _forms(key)
+    at, key_indent = -1, 0  # the line offset and key indent of the first line holding it
+    limit = len(text)
     for form in forms if quoted else forms[:1]:
-        limit = found[0] if found else len(text)
-        # A quoted form can only win before the plain one: look for it there, not in the
-        # whole document (a find in C, before any regex).
-        if form is not forms[0] and text.find(form, offset, limit) == -1:
-            continue
-        pattern = _KEYS.get(form) or _key_pattern(form)
-        match = pattern.search(text, offset, limit)
-        while match is not None:
-            line = text.rfind("\n", 0, match.start()) + 1
-            indent = match.start() - line
-            # Only the parent's own line can hold the key no deeper than the parent (on a
-            # later line such a match is itself a line that leaves the block: found below).
-            if indent > parent and _BODY.fullmatch(text, line, match.start()) is not None:
-                found = (line, indent)
-                break
-            match = pattern.search(text, match.end(), found[0] if found else len(text))
-    if found is None:
+        # A quoted form can only win before the plain one: looked for only there.
+        found = text.find(form, offset, limit)
+        while found != -1:
+            end = found + len(form)  # `key:` ends a key when a blank or the line's end follows
+            if end == len(text) or text[end] in " \t\n":
+                line = text.rfind("\n", 0, found) + 1
+                # Only the parent's own line can hold the key no deeper than the parent (on
+                # a later line such a match is itself a line that leaves the block: below).
+                if found - line > parent and _BODY.fullmatch(text, line, found) is not None:
+                    at, key_indent, limit = line, found - line, line
+                    break
+            found = text.find(form, found + 1, limit)
+    if at == -1:
         return None
-    at, key_indent = found
     if parent >= 0:
         # Lines after the parent's, up to the key's own (`- key:` can sit no deeper than
         # the parent, e.g. the next item of a list): does one leave the block?
