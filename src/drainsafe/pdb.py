@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 IntOrPercent = int | str
@@ -64,11 +65,22 @@ class PdbSpec:
     @classmethod
     def from_manifest(cls, spec: dict[str, object]) -> PdbSpec:
         policy = spec.get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
+        min_available = spec.get("minAvailable")
+        max_unavailable = spec.get("maxUnavailable")
+        if cls is PdbSpec and type(policy) is str and type(min_available) in _SCALARS \
+                and type(max_unavailable) in _SCALARS:
+            # A fleet's budgets repeat a few specs: each distinct one is checked once.
+            return _from_fields(min_available, max_unavailable, policy)
+        return cls._from_fields(min_available, max_unavailable, policy)
+
+    @classmethod
+    def _from_fields(cls, min_available: object, max_unavailable: object,
+                     policy: object) -> PdbSpec:
         if policy not in ("IfHealthyBudget", "AlwaysAllow"):
             raise BudgetSpecError(f"unknown unhealthyPodEvictionPolicy {policy!r}")
         return cls(
-            min_available=_int_or_percent(spec.get("minAvailable"), "minAvailable"),
-            max_unavailable=_int_or_percent(spec.get("maxUnavailable"), "maxUnavailable"),
+            min_available=_int_or_percent(min_available, "minAvailable"),
+            max_unavailable=_int_or_percent(max_unavailable, "maxUnavailable"),
             unhealthy_pod_eviction_policy=policy,
         )
 
@@ -78,6 +90,15 @@ class PdbSpec:
         return self.max_unavailable is not None or (
             self.min_available is not None and is_percent(self.min_available)
         )
+
+
+_SCALARS = (int, str, type(None))
+"""Field types whose values are hashable and compared by type too (True is not 1 here)."""
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _from_fields(min_available: object, max_unavailable: object, policy: str) -> PdbSpec:
+    return PdbSpec._from_fields(min_available, max_unavailable, policy)
 
 
 def _int_or_percent(value: object, field: str) -> IntOrPercent | None:

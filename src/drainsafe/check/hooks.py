@@ -10,7 +10,7 @@ so it is the same drain delay.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from drainsafe.check.findings import Path
 from drainsafe.check.model import Container, mapping, number, sequence
@@ -19,8 +19,10 @@ from drainsafe.check.servers import SHELLS, ServerShutdown
 _SLEEP = re.compile(r"(?:^|[\s;&|(])(?:/bin/|/usr/bin/)?sleep\s+(\d+(?:\.\d+)?)s?(?=$|[\s;&|)])")
 
 
-@dataclass(frozen=True)
-class DrainDelay:
+class DrainDelay(NamedTuple):
+    """A named tuple: immutable like a frozen dataclass at under half the cost to make (one
+    per container, and more for each server's own delay)."""
+
     seconds: float | None
     """None when a hook exists but its duration cannot be read (httpGet, a script)."""
     kind: str

@@ -20,7 +20,7 @@ from drainsafe.check.findings import ObjectRef, Path
 from drainsafe.check.load import Document
 from drainsafe.check.servers import CommandLine, command_line
 from drainsafe.labels import Selector, SelectorError, from_label_selector
-from drainsafe.pdb import BudgetSpecError, PdbSpec
+from drainsafe.pdb import BudgetSpecError, PdbSpec, best_case_disruptions
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
 SCALED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet")
@@ -158,19 +158,23 @@ class Container:
 class Workload(Subject):
     pod_path: Path = ()
     """Path of the pod spec inside the object."""
+    pod: dict[str, Any] = field(default_factory=dict)
+    """The pod spec at pod_path ({} when it is not a mapping): whoever finds the path has
+    it in hand, so it is not looked up again."""
     pod_labels: dict[str, str] = field(default_factory=dict)
     template_annotations: dict[str, str] = field(default_factory=dict)
     replicas: int | None = None
     """Declared replicas for scaled kinds (1 when unset); None for kinds without a scale."""
     embedded: bool = False
     """A pod template found inside a kind check does not know (a CRD)."""
+    hpa: Hpa | None = None
+    """The HPA that targets it (set by Index when it matches objects; ask the Index)."""
 
-    @once
-    def pod(self) -> dict[str, Any]:
-        node: Any = self.obj
-        for key in self.pod_path:
-            node = node[key] if isinstance(key, int) else mapping(node).get(key)
-        return mapping(node)
+    @property
+    def expected_replicas(self) -> int | None:
+        """The scale the disruption controller would use: HPA minimum, else replicas (once
+        the Index has matched objects; ask the Index)."""
+        return self.hpa.min_replicas if self.hpa is not None else self.replicas
 
     @once
     def ignored(self) -> frozenset[str]:
@@ -240,9 +244,35 @@ class Pdb(Subject):
     spec_error: str | None = None
     selector: Selector | None = None
     """None: no selector, which selects no pods in policy/v1."""
+    selected: list[Workload] = field(default_factory=list)
+    """The workloads whose pods it selects (set by Index when it matches objects)."""
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return self.selector is not None and self.selector.matches(labels)
+
+    # Read only once the Index has matched objects (ask the Index): three rules ask.
+    @once
+    def expected_pods(self) -> int | None:
+        """Sum of the selected workloads' scales, or None when one is not known statically."""
+        if not self.selected:
+            return None
+        total = 0
+        for w in self.selected:
+            if w.ref.kind not in SCALED_KINDS:
+                return None
+            scale = w.expected_replicas
+            if scale is None:
+                return None
+            total += scale
+        return total
+
+    @once
+    def allowed(self) -> int | None:
+        """disruptionsAllowed with every expected pod ready (None: spec or scale unknown)."""
+        total = self.expected_pods
+        if self.spec is None or total is None:
+            return None
+        return best_case_disruptions(self.spec, total)
 
 
 @dataclass
@@ -268,9 +298,6 @@ class Hpa(Subject):
     max_replicas: int | None = None
 
 
-_NO_HPA = object()
-
-
 def _ref(obj: Mapping[str, Any], kind: str) -> ObjectRef:
     meta = mapping(obj.get("metadata"))
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
@@ -293,8 +320,6 @@ class Index:
     # Lookups several rules repeat, keyed by object identity (objects live as long as this).
     _pdbs_of: dict[int, list[Pdb]] = field(default_factory=dict)
     _services_of: dict[int, list[Service]] = field(default_factory=dict)
-    _selected_by: dict[int, list[Workload]] = field(default_factory=dict)
-    _hpa_of: dict[int, Hpa | None] = field(default_factory=dict)
     _matched: bool = False
 
     @property
@@ -302,6 +327,8 @@ class Index:
         return len(self.workloads) + len(self.pdbs) + len(self.services) + len(self.hpas)
 
     def add(self, doc: Document) -> None:
+        """Add one object. Every object is added before the first question (build_index):
+        objects are matched to each other once, then."""
         obj = doc.obj
         kind = obj.get("kind")
         if not isinstance(kind, str):
@@ -321,7 +348,6 @@ class Index:
             self._services_by_ns[svc.ref.namespace].append(svc)
         elif kind == "HorizontalPodAutoscaler":
             hpa = _hpa(doc)
-            self._hpa_of.clear()
             self.hpas.append(hpa)
             self._hpas_by_target[(hpa.ref.namespace, hpa.target_kind, hpa.target_name)] = hpa
         else:
@@ -355,11 +381,14 @@ class Index:
             return
         self._matched = True
         by_label: dict[tuple[str, str, str], list[Workload]] = defaultdict(list)
+        hpas = self._hpas_by_target
         for w in self.workloads:
+            ref = w.ref
+            w.hpa = hpas.get((ref.namespace, ref.kind, ref.name)) if hpas else None
             if w.embedded:
                 continue
             for k, v in w.pod_labels.items():
-                by_label[(w.ref.namespace, k, v)].append(w)
+                by_label[(ref.namespace, k, v)].append(w)
         for pdb in self.pdbs:
             if pdb.selector is None:
                 continue
@@ -372,7 +401,7 @@ class Index:
                 selected = list(candidates)  # its one requirement found them
             else:
                 selected = [w for w in candidates if pdb.selects(w.pod_labels)]
-            self._selected_by[id(pdb)] = selected
+            pdb.selected = selected
             for w in selected:
                 self._pdbs_of.setdefault(id(w), []).append(pdb)
         for svc in self.services:
@@ -385,24 +414,32 @@ class Index:
                     self._services_of.setdefault(id(w), []).append(svc)
 
     def hpa_for(self, w: Workload) -> Hpa | None:
-        found = self._hpa_of.get(id(w), _NO_HPA)
-        if found is _NO_HPA:  # several rules ask, for every workload
-            ref = w.ref
-            found = self._hpa_of[id(w)] = self._hpas_by_target.get(
-                (ref.namespace, ref.kind, ref.name))
-        return found  # type: ignore[return-value]
+        if not self._matched:  # computed once, on the first question
+            self._match()
+        return w.hpa
 
     def expected_replicas(self, w: Workload) -> int | None:
         """The scale the disruption controller would use: HPA minimum, else replicas."""
-        hpa = self.hpa_for(w)
-        if hpa is not None:
-            return hpa.min_replicas
-        return w.replicas
+        if not self._matched:  # computed once, on the first question
+            self._match()
+        return w.expected_replicas
 
     def workloads_selected_by(self, pdb: Pdb) -> list[Workload]:
         if not self._matched:  # computed once, on the first question
             self._match()
-        return self._selected_by.get(id(pdb), [])
+        return pdb.selected
+
+    def expected_pods(self, pdb: Pdb) -> int | None:
+        """Sum of the workloads' scales the PDB selects, None when one is not known."""
+        if not self._matched:  # computed once, on the first question
+            self._match()
+        return pdb.expected_pods
+
+    def allowed(self, pdb: Pdb) -> int | None:
+        """The PDB's disruptionsAllowed with every expected pod ready (None: unknown)."""
+        if not self._matched:  # computed once, on the first question
+            self._match()
+        return pdb.allowed
 
     def iter_subjects(self) -> Iterator[Subject]:
         yield from self.workloads
@@ -416,17 +453,18 @@ def _workload(doc: Document, kind: str) -> Workload:
     ref = _ref(obj, kind)
     if kind == "Pod":
         meta = mapping(obj.get("metadata"))
-        return Workload(doc, ref, pod_path=("spec",), pod_labels=string_map(meta.get("labels")),
-                        template_annotations={})
+        return Workload(doc, ref, pod_path=("spec",), pod=mapping(obj.get("spec")),
+                        pod_labels=string_map(meta.get("labels")), template_annotations={})
     spec = mapping(obj.get("spec"))
-    template_meta = mapping(mapping(spec.get("template")).get("metadata"))
+    template = mapping(spec.get("template"))
+    template_meta = mapping(template.get("metadata"))
     replicas: int | None = None
     if kind in SCALED_KINDS:
         replicas = integer(spec.get("replicas"))
         if replicas is None and spec.get("replicas") is None:  # unset or null: the default
             replicas = 1
     return Workload(
-        doc, ref, pod_path=("spec", "template", "spec"),
+        doc, ref, pod_path=("spec", "template", "spec"), pod=mapping(template.get("spec")),
         pod_labels=string_map(template_meta.get("labels")),
         template_annotations=string_map(template_meta.get("annotations")),
         replicas=replicas,
@@ -449,7 +487,7 @@ def _embedded(doc: Document, kind: str) -> Iterator[Workload]:
                 full = (*base, *path)
                 where = ".".join(str(k) for k in full)
                 yield Workload(doc, ObjectRef(kind, ref.namespace, f"{ref.name} ({where})"),
-                               pod_path=full, embedded=True)
+                               pod_path=full, pod=node, embedded=True)
                 continue
             for key, value in node.items():
                 if isinstance(value, dict | list):

@@ -51,6 +51,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # drainsafe serve/run's own defaults (its cli module imports only argparse).
 from drainsafe.server.cli import (
@@ -185,9 +186,10 @@ class ServerShutdown:
         return f"{self.server} >= {'.'.join(map(str, found[1]))}"
 
 
-@dataclass(frozen=True)
-class CommandLine:
-    """A container's effective argv, and how a shell stands between it and the kubelet."""
+class CommandLine(NamedTuple):
+    """A container's effective argv, and how a shell stands between it and the kubelet. A
+    named tuple: immutable like a frozen dataclass at under half the cost (one per
+    container)."""
 
     argv: tuple[str, ...]
     shell_script: str | None = None

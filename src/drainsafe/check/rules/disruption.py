@@ -16,7 +16,7 @@ from drainsafe.check.model import SCALED_KINDS, Index, Pdb, Workload, mapping, n
 from drainsafe.check.rules import rule
 from drainsafe.check.rules.termination import serves_traffic
 from drainsafe.check.snippets import dump
-from drainsafe.pdb import best_case_disruptions, is_percent
+from drainsafe.pdb import is_percent
 
 FEW_REPLICAS = 5
 
@@ -26,22 +26,6 @@ def _scale_text(index: Index, w: Workload) -> str:
     if hpa is not None:
         return f"HPA {hpa.ref.name} minReplicas {hpa.min_replicas}"
     return f"{w.ref.kind} {w.ref.name} replicas {w.replicas}"
-
-
-def expected_pods(index: Index, pdb: Pdb) -> int | None:
-    """Sum of the selected workloads' scales, or None when one is not known statically."""
-    selected = index.workloads_selected_by(pdb)
-    if not selected:
-        return None
-    total = 0
-    for w in selected:
-        if w.ref.kind not in SCALED_KINDS:
-            return None
-        scale = index.expected_replicas(w)
-        if scale is None:
-            return None
-        total += scale
-    return total
 
 
 def scale_detail(index: Index, pdb: Pdb) -> str:
@@ -125,11 +109,11 @@ def _pdb_wedge(index: Index, context: Context) -> Iterator[Finding]:
                 " every eviction is refused and kubectl drain retries forever",
                 dump({"spec": {"maxUnavailable": 1}}), path=("spec", "maxUnavailable"))
             continue
-        total = expected_pods(index, pdb)
+        total = index.expected_pods(pdb)
         if total is None or total <= 0:
             continue
-        allowed = best_case_disruptions(pdb.spec, total)
-        if allowed > 0:
+        allowed = index.allowed(pdb)
+        if allowed is None or allowed > 0:
             continue
         field = "maxUnavailable" if pdb.spec.max_unavailable is not None else "minAvailable"
         yield PDB_WEDGE.finding(
@@ -238,16 +222,17 @@ def _prefer_max_unavailable(index: Index, context: Context) -> Iterator[Finding]
         if pdb.spec is None or pdb.spec.min_available is None or is_percent(
                 pdb.spec.min_available):
             continue
-        total = expected_pods(index, pdb)
-        if total is None:
+        total = index.expected_pods(pdb)
+        allowed = index.allowed(pdb)
+        if total is None or allowed is None:
             continue
-        if total > FEW_REPLICAS or best_case_disruptions(pdb.spec, total) == 0:
+        if total > FEW_REPLICAS or allowed == 0:
             continue  # many replicas: fine; zero: pdb-wedge reports it
         yield PDB_PREFER_MAX_UNAVAILABLE.finding(
             pdb,
             f"minAvailable {pdb.spec.min_available} on {total} pod(s) "
             f"({scale_detail(index, pdb)}) allows "
-            f"{best_case_disruptions(pdb.spec, total)} eviction(s) now and none once scaled to "
+            f"{allowed} eviction(s) now and none once scaled to "
             f"{pdb.spec.min_available}",
             _max_unavailable_fix(pdb), path=("spec", "minAvailable"),
         )
@@ -381,11 +366,11 @@ def _upgrade_slow(index: Index, context: Context) -> Iterator[Finding]:
     for pdb in index.pdbs:
         if pdb.spec is None:
             continue
-        total = expected_pods(index, pdb)
+        total = index.expected_pods(pdb)
         if total is None or total <= 0:
             continue
-        allowed = best_case_disruptions(pdb.spec, total)
-        if allowed <= 0:
+        allowed = index.allowed(pdb)
+        if allowed is None or allowed <= 0:
             continue  # pdb-wedge reports it
         starts = [s for s in (startup_seconds(w) for w in index.workloads_selected_by(pdb))
                   if s is not None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
@@ -28,11 +29,17 @@ def fenceposts(w: Workload, replicas: int) -> tuple[int, int] | None:
     resolves them: surge rounds up, unavailable rounds down, and both zero means one
     unavailable (kubernetes/kubernetes pkg/controller/deployment/util ResolveFenceposts)."""
     rolling = mapping(w.strategy.get("rollingUpdate"))
+    return _fenceposts(_int_or_percent(rolling.get("maxSurge"), "25%"),
+                       _int_or_percent(rolling.get("maxUnavailable"), "25%"), replicas)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _fenceposts(max_surge: int | str, max_unavailable: int | str,
+                replicas: int) -> tuple[int, int] | None:
+    # A pure function of few distinct values (two rules ask for every Deployment).
     try:
-        surge = scaled_value(_int_or_percent(rolling.get("maxSurge"), "25%"), replicas,
-                             round_up=True)
-        unavailable = scaled_value(_int_or_percent(rolling.get("maxUnavailable"), "25%"),
-                                   replicas, round_up=False)
+        surge = scaled_value(max_surge, replicas, round_up=True)
+        unavailable = scaled_value(max_unavailable, replicas, round_up=False)
     except BudgetSpecError:
         return None
     if surge == 0 and unavailable == 0:
@@ -110,10 +117,18 @@ def gpu_requests(w: Workload) -> dict[str, float]:
         # Extended resources must have requests == limits; either one is enough to read.
         seen = {**mapping(resources.get("requests")), **mapping(resources.get("limits"))}
         for name, value in seen.items():
+            if not _gpu(str(name)):
+                continue  # cpu, memory: "64Gi" is no number, and float() raising is costly
             amount = number(value)
-            if _GPU.search(str(name)) and amount:
+            if amount:
                 total[str(name)] = total.get(str(name), 0.0) + amount
     return total
+
+
+@lru_cache(maxsize=1024)
+def _gpu(resource: str) -> bool:
+    """Whether a resource name is a GPU's (a pod spec names a few, and every pod asks)."""
+    return _GPU.search(resource) is not None
 
 
 GPU_SURGE = rule(
