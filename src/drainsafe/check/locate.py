@@ -12,15 +12,13 @@ parent's block: C speed instead of a Python loop per line.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from drainsafe.check.findings import Path
 from drainsafe.check.load import Document
 
 _ITEM = re.compile(r"^(\s*)-(\s|$)")
-_FORMS: dict[str, tuple[str, ...]] = {}
-"""A key as written plain, double- and single-quoted (keys are field names: few)."""
-_EXITS: dict[int, re.Pattern[str]] = {}
 
 
 def _indent(line: str) -> int:
@@ -31,13 +29,11 @@ _BODY = re.compile(r" *(?:- +)*")
 """What may stand before a key on its line: the indent and any `- ` item marks."""
 
 
+@lru_cache(maxsize=256)
 def _exit_pattern(parent: int) -> re.Pattern[str]:
     """A line that leaves a block indented `parent`: content (not a comment) indented no
     more, found from the line break before it."""
-    pattern = _EXITS.get(parent)
-    if pattern is None:
-        pattern = _EXITS[parent] = re.compile(rf"\n {{0,{parent}}}[^ \n#]")
-    return pattern
+    return re.compile(rf"\n {{0,{parent}}}[^ \n#]")
 
 
 _Place = tuple[int, int, int]
@@ -96,14 +92,10 @@ def locate(doc: Document, path: Path) -> int:
     return pos + 1 if full else doc.start_line
 
 
+@lru_cache(maxsize=4096)  # field names: few (those of CRDs' pod templates come from input)
 def _forms(key: str) -> tuple[str, ...]:
     """`key:` as written plain, double- and single-quoted; none for a key no line holds."""
-    forms = _FORMS.get(key)
-    if forms is None:
-        forms = () if "\n" in key else (f"{key}:", f'"{key}":', f"'{key}':")
-        if len(_FORMS) < 10_000:  # keys of CRDs' embedded pod templates come from input
-            _FORMS[key] = forms
-    return forms
+    return () if "\n" in key else (f"{key}:", f'"{key}":', f"'{key}':")
 
 
 def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool = True

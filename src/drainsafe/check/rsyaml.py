@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
@@ -333,16 +334,11 @@ def _tails(text: str) -> Iterator[re.Match[str]]:
             fold = text.find(">", at + 1)
 
 
-_BODY_ENDS: dict[int, re.Pattern[str]] = {}
-
-
+@lru_cache(maxsize=256)
 def _body_end(content: int) -> re.Pattern[str]:
     """The first line indented less than `content` with something on it (its indentation
     is the match's length minus the line break and the character)."""
-    pattern = _BODY_ENDS.get(content)
-    if pattern is None:
-        pattern = _BODY_ENDS[content] = re.compile(f"\n[ ]{{0,{content - 1}}}[^ \n]")
-    return pattern
+    return re.compile(f"\n[ ]{{0,{content - 1}}}[^ \n]")
 
 
 MAX_REPLAYED_EVENTS = 1_000_000
@@ -397,18 +393,13 @@ def _has_alias(text: str, start: int, end: int) -> bool:
 
 
 _QUOTES = re.compile("[\"']")
-_ENDS: dict[tuple[int, bool], re.Pattern[str]] = {}
-
-
+@lru_cache(maxsize=256)
 def _node_end(indent: int, entry: bool) -> re.Pattern[str]:
     """A line that ends a block node anchored on a line indented `indent`: one indented less
     or, for a mapping value, as much but not a `- ` entry (an indentless sequence)."""
-    pattern = _ENDS.get((indent, entry))
-    if pattern is None:
-        less = f" {{0,{indent - 1}}}[^ \n#]|" if indent else ""
-        same = f" {{{indent}}}[^ \n#]" if entry else f" {{{indent}}}[^ \n#-]"
-        pattern = _ENDS[(indent, entry)] = re.compile(f"\n(?:{less}{same})")
-    return pattern
+    less = f" {{0,{indent - 1}}}[^ \n#]|" if indent else ""
+    same = f" {{{indent}}}[^ \n#]" if entry else f" {{{indent}}}[^ \n#-]"
+    return re.compile(f"\n(?:{less}{same})")
 
 
 def _recursive_alias(text: str) -> str | None:
