@@ -36,6 +36,12 @@ def _exit_pattern(parent: int) -> re.Pattern[str]:
     return re.compile(rf"\n {{0,{parent}}}[^ \n#]")
 
 
+@lru_cache(maxsize=256)
+def _deeper(parent: int) -> str:
+    """A line break and the indent of a line deeper than `parent`."""
+    return "\n" + " " * (parent + 1)
+
+
 _Place = tuple[int, int, int]
 """Where a key was found: (0-based line, its indent, the line's offset in the text); a
 negative line -n when it was not found, n being the nearest line found (1-based)."""
@@ -45,12 +51,10 @@ class _Located:
     """One document's text and the keys already found in it, as a tree of path keys:
     findings of one object share path prefixes (spec.template.spec.containers.0...)."""
 
-    __slots__ = ("below", "quoted", "text")
+    __slots__ = ("below", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.quoted = '":' in text or "':" in text
-        """Whether the text may hold a quoted key (`"k":`); most have none."""
         self.below: dict[str | int, tuple[_Place, dict[str | int, Any]]] = {}
 
 
@@ -79,7 +83,7 @@ def locate(doc: Document, path: Path) -> int:
         if isinstance(key, int):
             found = _nth_item(text, pos, parent_indent, key, offset)
         else:
-            found = _key(text, pos, offset, parent_indent, key, located.quoted)
+            found = _key(text, pos, offset, parent_indent, key)
         if found is None:
             # Not found below here: remember the nearest line (negated) for this path.
             line = pos + 1 if d else doc.start_line
@@ -98,16 +102,16 @@ def _forms(key: str) -> tuple[str, ...]:
     return () if "\n" in key else (f"{key}:", f'"{key}":', f"'{key}':")
 
 
-def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool = True
+def _key(text: str, pos: int, offset: int, parent: int, key: str
          ) -> tuple[int, int, int] | None:
     """The first line from `pos` (at `offset` in text) holding `key` deeper than `parent`,
     before a later line leaves the parent's block: (line, key indent, line offset).
-    `quoted`: whether the text may hold a quoted key at all."""
+    A quoted form is looked for only before the plain one's line: a find over a few lines,
+    cheaper than asking of the whole text whether it holds a quoted key at all."""
     forms = _forms(key)
     at, key_indent = -1, 0  # the line offset and key indent of the first line holding it
     limit = len(text)
-    for form in forms if quoted else forms[:1]:
-        # A quoted form can only win before the plain one: looked for only there.
+    for form in forms:
         found = text.find(form, offset, limit)
         while found != -1:
             end = found + len(form)  # `key:` ends a key when a blank or the line's end follows
@@ -121,14 +125,17 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool =
             found = text.find(form, found + 1, limit)
     if at == -1:
         return None
-    if parent >= 0:
-        # Lines after the parent's, up to the key's own (`- key:` can sit no deeper than
-        # the parent, e.g. the next item of a list): does one leave the block?
+    breaks = text.count("\n", offset, at)  # from the parent's line to the key's
+    # Does a line after the parent's, up to the key's own (`- key:` can sit no deeper than
+    # the parent, e.g. the next item of a list), leave the block? Not when each of them
+    # starts deeper than the parent (one more count in C, the usual case); else the regex
+    # tells (blank lines and comments may sit anywhere).
+    if parent >= 0 and breaks and text.count(
+            _deeper(parent), offset, at + parent + 1) != breaks:
         after = text.find("\n", offset)
-        if -1 < after < at and _exit_pattern(parent).search(
-                text, after, at + parent + 1) is not None:
+        if _exit_pattern(parent).search(text, after, at + parent + 1) is not None:
             return None
-    return pos + text.count("\n", offset, at), key_indent, at
+    return pos + breaks, key_indent, at
 
 
 def _lines(doc: Document) -> str:
