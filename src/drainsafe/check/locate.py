@@ -51,11 +51,13 @@ class _Located:
     """One document's text and the keys already found in it, as a tree of path keys:
     findings of one object share path prefixes (spec.template.spec.containers.0...)."""
 
-    __slots__ = ("below", "text")
+    __slots__ = ("below", "quoted", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.below: dict[str | int, tuple[_Place, dict[str | int, Any]]] = {}
+        # A quoted key needs `":` or `':` somewhere: asked once here, not at every key.
+        self.quoted = '":' in text or "':" in text
 
 
 def locate(doc: Document, path: Path) -> int:
@@ -64,7 +66,7 @@ def locate(doc: Document, path: Path) -> int:
     located = source.located.get(start)
     if located is None:  # every line, the first too, follows a line break (see _key_pattern)
         located = source.located[start] = _Located("\n" + _lines(doc))
-    text = located.text
+    text, quoted = located.text, located.quoted
     full = (*doc.prefix, *path) if doc.prefix else path
     # Follow the keys found before as far as they go.
     pos, parent_indent, offset = start, -1, 1
@@ -83,7 +85,7 @@ def locate(doc: Document, path: Path) -> int:
         if isinstance(key, int):
             found = _nth_item(text, pos, parent_indent, key, offset)
         else:
-            found = _key(text, pos, offset, parent_indent, key)
+            found = _key(text, pos, offset, parent_indent, key, quoted)
         if found is None:
             # Not found below here: remember the nearest line (negated) for this path.
             line = pos + 1 if d else doc.start_line
@@ -97,18 +99,20 @@ def locate(doc: Document, path: Path) -> int:
 
 
 @lru_cache(maxsize=4096)  # field names: few (those of CRDs' pod templates come from input)
-def _forms(key: str) -> tuple[str, ...]:
-    """`key:` as written plain, double- and single-quoted; none for a key no line holds."""
-    return () if "\n" in key else (f"{key}:", f'"{key}":', f"'{key}':")
+def _forms(key: str, quoted: bool) -> tuple[str, ...]:
+    """`key:` as written plain, and double- and single-quoted when the text has quoted keys;
+    none for a key no line holds."""
+    if "\n" in key:
+        return ()
+    return (f"{key}:", f'"{key}":', f"'{key}':") if quoted else (f"{key}:",)
 
 
-def _key(text: str, pos: int, offset: int, parent: int, key: str
+def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool
          ) -> tuple[int, int, int] | None:
     """The first line from `pos` (at `offset` in text) holding `key` deeper than `parent`,
     before a later line leaves the parent's block: (line, key indent, line offset).
-    A quoted form is looked for only before the plain one's line: a find over a few lines,
-    cheaper than asking of the whole text whether it holds a quoted key at all."""
-    forms = _forms(key)
+    A quoted form is looked for (when the text has any) only before the plain one's line."""
+    forms = _forms(key, quoted)
     at, key_indent = -1, 0  # the line offset and key indent of the first line holding it
     limit = len(text)
     for form in forms:
