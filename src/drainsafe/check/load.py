@@ -270,7 +270,10 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
         # document here can exceed the budget, none needs walking.
         walk = len(text) + rsyaml.MAX_REPLAYED_EVENTS >= MAX_EXPANDED_NODES
         for index, (data, start, end, aliased, span) in enumerate(taken):
-            _take(loaded, source, data, index, start, end, aliased and walk, span)
+            if aliased and walk:
+                _take(loaded, source, data, index, start, end, True, span)
+            else:
+                _add(loaded, source, data, index, start, end, span)
     for index, (data, start, end, aliased) in enumerate(found):
         _take(loaded, source, data, index, start, end, aliased, None)
     if error is not None:
@@ -291,7 +294,7 @@ def _take(loaded: Loaded, source: SourceText, data: object, index: int, start: i
 
 def _quick(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]] | None:
     try:
-        return list(rsyaml.documents(text))
+        return rsyaml.documents(text)
     except rsyaml.Unsupported:
         return None
 
@@ -335,17 +338,17 @@ def _yaml_error(source: SourceText, exc: yaml.YAMLError) -> InputError:
 
 def _add(loaded: Loaded, source: SourceText, data: object, index: int,
          start: int, end: int, span: tuple[int, int] | None = None) -> None:
-    if data is None:
-        loaded.empty_documents += 1
-        return
     if not isinstance(data, dict):
-        loaded.errors.append(InputError(
-            source.name, start,
-            f"document {index + 1} is a {type(data).__name__}, not a Kubernetes object"))
+        if data is None:
+            loaded.empty_documents += 1
+        else:
+            loaded.errors.append(InputError(
+                source.name, start,
+                f"document {index + 1} is a {type(data).__name__}, not a Kubernetes object"))
         return
     kind = data.get("kind")
-    if kind == "List" or (isinstance(kind, str) and kind.endswith("List")
-                          and isinstance(data.get("items"), list)):
+    if isinstance(kind, str) and kind.endswith("List") and (
+            kind == "List" or isinstance(data.get("items"), list)):
         items = data.get("items")
         if not isinstance(items, list):
             loaded.errors.append(InputError(source.name, start, "kind: List without items"))
@@ -358,7 +361,7 @@ def _add(loaded: Loaded, source: SourceText, data: object, index: int,
                 loaded.errors.append(InputError(
                     source.name, start, f"items[{i}] is not a Kubernetes object"))
         return
-    loaded.documents.append(Document(data, source, index, start, end, span=span))
+    loaded.documents.append(Document(data, source, index, start, end, (), span))
 
 
 def _within_budget(data: object) -> bool:

@@ -41,6 +41,8 @@ Unsupported = fastyaml.Unsupported
 
 _SEPARATOR = re.compile(r"^---[ ]*(?:#[^\n]*)?$", re.M)
 _CONTENT = re.compile(r"^[ ]*[^ \n#]", re.M)
+_NO_NODE = " \n#"
+"""What a line starting a node cannot start with (_CONTENT's first line, asked directly)."""
 _DEEP_INDENT = "\n" + " " * 128
 _NESTED_COMPACT = re.compile(r"- +-[ \n]")
 """Merge keys, and nested compact sequences (`- - x`; flow nesting yaml-rs itself limits
@@ -454,13 +456,13 @@ def _separators(text: str) -> list[int]:
     while at != -1:
         found.append(at + 1)
         at = text.find("\n---", at + 1)
-    for at in found:
-        if _SEPARATOR.match(text, at) is None:
+    for at in found:  # most are `---` alone on their line
+        if text[at + 3:at + 4] != "\n" and _SEPARATOR.match(text, at) is None:
             raise Unsupported("document marker with content on its line")
     return found
 
 
-def documents(text: str) -> Iterator[tuple[Any, int, int, bool, tuple[int, int]]]:
+def documents(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]]:
     """(object, first line, last line, has aliases) per document, as fastyaml.documents gives
     them, and where those lines are in the text (the gate takes no line break but \\n: they
     are text.splitlines()[first - 1:last]); raise Unsupported (before yielding anything) for
@@ -507,14 +509,18 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool, tuple[int, int]]
         else:  # the stream's end, past the text's last line
             last, stop = stream_end, len(text) - 1 if ends_line else len(text)
             last_at = stop
-        node = content(text, body, end)
-        if node is not None:
-            found.append((first + count("\n", start, node.start()), last,
-                          aliases and _has_alias(structure, body, end), (node.start(), stop)))
+        if body < end and text[body] not in _NO_NODE:  # the usual case: a node right there
+            at, line = body, first + (body != start)  # past the `---` line, or none
+        else:  # blank lines or comments first, or nothing at all
+            node = content(text, body, end)
+            at = -1 if node is None else node.start()
+            line = first + count("\n", start, at)
+        if at != -1:
+            found.append((line, last, aliases and _has_alias(structure, body, end), (at, stop)))
         elif marker:  # `---` with nothing after it: an empty document, placed (as libyaml
             found.append((last, last, False, (last_at, stop)))  # its empty node) at the next token
     if not found:
-        return iter(())
+        return []
     data = _load(text)
     docs = data if len(found) > 1 else [data]
     if not isinstance(docs, list) or len(docs) != len(found):
@@ -523,4 +529,4 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool, tuple[int, int]]
         # `{{ x }}` (a Helm template) is a mapping with a mapping as its key: PyYAML refuses
         # it, yaml-rs makes a frozenset. Only a flow mapping can hide such a key.
         raise Unsupported("collection as a mapping key")
-    return iter([(doc, a, b, c, d) for doc, (a, b, c, d) in zip(docs, found, strict=True)])
+    return [(doc, a, b, c, d) for doc, (a, b, c, d) in zip(docs, found, strict=True)]
