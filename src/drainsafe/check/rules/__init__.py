@@ -37,19 +37,19 @@ class Rule:
     def finding(self, subject: Subject, message: str, fix: str, *, path: Path = (),
                 budget: Budget | None = None, edits: tuple[Edit, ...] = (),
                 severity: Severity | None = None) -> Finding:
+        doc = subject.doc
         return Finding(
             rule=self.id,
             severity=severity or self.severity,
             object=subject.ref,
-            file=subject.doc.file,
-            line=locate(subject.doc, path),
+            file=doc.source.name,
+            line=locate(doc, path),
             message=message,
             fix=fix,
-            doc_index=subject.doc.doc_index,
+            doc_index=doc.doc_index,
             path=path,
             budget=budget,
-            edits=tuple(Edit((*subject.doc.prefix, *e.path), e.value) for e in edits)
-            if edits else (),
+            edits=tuple(Edit((*doc.prefix, *e.path), e.value) for e in edits) if edits else (),
         )
 
     def run(self, index: Index, context: Context) -> Iterable[Finding]:

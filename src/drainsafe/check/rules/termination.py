@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import NamedTuple
 
 from drainsafe.budget import Budget, fit_deadline, recommend
@@ -34,7 +35,12 @@ _SIDECAR = re.compile("|".join(re.escape(marker) for marker in SIDECAR_MARKERS))
 
 
 def is_sidecar(c: Container) -> bool:
-    return _SIDECAR.search(f"{c.name} {c.image}".lower()) is not None
+    return _sidecar(c.name, c.image)
+
+
+@lru_cache(maxsize=4096)  # a chart's replicas repeat their container names and images
+def _sidecar(name: str, image: str) -> bool:
+    return _SIDECAR.search(f"{name} {image}".lower()) is not None
 
 
 def shell_less(image: str) -> bool:
