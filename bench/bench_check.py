@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import resource
 import shutil
 import subprocess
@@ -303,14 +304,23 @@ def time_cli(directory: Path) -> tuple[float, float]:
     return time.perf_counter() - started, _children_cpu() - cpu
 
 
+def _interpreter(python: Path | str) -> str:
+    """Which build of Python `python` runs on (its base installation and version)."""
+    return subprocess.run([str(python), "-c", "import sys; print(sys.base_prefix, sys.version)"],
+                          capture_output=True, text=True, check=False).stdout.strip()
+
+
 def ensure_checkov() -> Path | None:
+    """Checkov in its own venv, made from the interpreter drainsafe runs on (a faster build
+    for one of the two would skew the ratio)."""
     exe = CHECKOV_VENV / "bin" / "checkov"
-    if exe.exists():
+    python = CHECKOV_VENV / "bin" / "python"
+    if exe.exists() and _interpreter(python) == _interpreter(sys.executable):
         return exe
     print(f"creating {CHECKOV_VENV} with checkov=={CHECKOV_VERSION} (first run only)...",
           flush=True)
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(CHECKOV_VENV)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(CHECKOV_VENV)], check=True)
         subprocess.run([str(CHECKOV_VENV / "bin" / "pip"), "install", "-q",
                         f"checkov=={CHECKOV_VERSION}"], check=True, timeout=1200)
     except (subprocess.SubprocessError, OSError) as exc:
@@ -384,6 +394,9 @@ def main() -> int:
     parser.add_argument("--corpus", choices=["both", "generated", "mixed"], default="both")
     args = parser.parse_args()
 
+    print(f"Python {platform.python_version()} at {sys.base_prefix} ({platform.python_compiler()}; "
+          "builds differ: Debian's and the official images' use PGO and LTO, pyenv's "
+          "default does not)")
     exe = None if args.skip_checkov else ensure_checkov()
     if args.corpus in ("both", "generated"):
         measure("generated (block style)", CORPUS, generate(args.objects, CORPUS), args, exe)
