@@ -322,9 +322,11 @@ def ensure_checkov() -> Path | None:
     try:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(CHECKOV_VENV)], check=True)
         subprocess.run([str(CHECKOV_VENV / "bin" / "pip"), "install", "-q",
-                        f"checkov=={CHECKOV_VERSION}"], check=True, timeout=1200)
+                        f"checkov=={CHECKOV_VERSION}"], check=True, timeout=1200,
+                       capture_output=True, text=True)
     except (subprocess.SubprocessError, OSError) as exc:
-        print(f"checkov could not be installed: {exc}")
+        detail = getattr(exc, "stderr", None) or ""
+        print(f"checkov could not be installed: {exc} {detail[-500:]}")
         return None
     return exe if exe.exists() else None
 
