@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from functools import lru_cache
-from itertools import pairwise
 from typing import Any
 
 from drainsafe.check import fastyaml
@@ -484,30 +483,28 @@ def documents(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]]:
         explicit_first = True
     else:
         explicit_first = False
-    firsts = [1]
-    for a, b in pairwise(bounds[:-1]):
-        firsts.append(firsts[-1] + count("\n", a, b))
-    # libyaml ends the stream on a fresh line: after the last line break, or one line on.
     ends_line = text.endswith("\n")
-    lines = firsts[-1] + (count("\n", bounds[-2]) if len(bounds) > 1 else 0)  # counted to there
-    stream_end = lines + (0 if ends_line or not text else 1)
     # (first line, last line, has aliases, span): the last line is the next `---` line, or
     # the text's last line (splitlines drops what follows a final line break).
     found: list[tuple[int, int, bool, tuple[int, int]]] = []
     segments = len(bounds) - 1
+    first = 1  # the segment's first line
     for n in range(segments):
-        start, end, first = bounds[n], bounds[n + 1], firsts[n]
+        start, end = bounds[n], bounds[n + 1]
+        following = first + count("\n", start, end)  # the next segment's first line
         marker = explicit_first or n > 0
         body = start
         if marker:
             body = text.find("\n", start, end) + 1 or end  # past the `---` line
         if n + 1 < segments:  # the last line is the next `---` line, from `end` to `stop`
-            last, stop = firsts[n + 1], text.find("\n", end)
+            last, stop = following, text.find("\n", end)
             if stop == -1:
                 stop = len(text)
             last_at = end
-        else:  # the stream's end, past the text's last line
-            last, stop = stream_end, len(text) - 1 if ends_line else len(text)
+        else:  # the stream's end: libyaml ends it on a fresh line, after the last line
+            # break or one line on
+            last = following + (0 if ends_line else 1)
+            stop = len(text) - 1 if ends_line else len(text)
             last_at = stop
         if body < end and text[body] not in _NO_NODE:  # the usual case: a node right there
             at, line = body, first + (body != start)  # past the `---` line, or none
@@ -519,6 +516,7 @@ def documents(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]]:
             found.append((line, last, aliases and _has_alias(structure, body, end), (at, stop)))
         elif marker:  # `---` with nothing after it: an empty document, placed (as libyaml
             found.append((last, last, False, (last_at, stop)))  # its empty node) at the next token
+        first = following
     if not found:
         return []
     data = _load(text)
