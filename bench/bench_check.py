@@ -6,7 +6,7 @@ PyYAML dumps it (block style), and bench/out/check-corpus-mixed/, written the wa
 `helm template` write YAML (block and flow style mixed, comments, literal and folded block
 scalars, `# Source:` headers, several documents per file). For each, it times in the same
 run:
-- drainsafe check in-process (read + parse + index + all rules + line numbers), best of 3;
+- drainsafe check in-process (read + parse + index + all rules + line numbers), best of 5;
 - drainsafe check as a CLI process (`drainsafe check -o json DIR`), once;
 - for reference, the two YAML readers alone (PyYAML's libyaml loader, yaml-rs);
 - Checkov (`checkov -d DIR --framework kubernetes -o json`), once, from its own virtualenv
@@ -391,7 +391,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--objects", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--skip-checkov", action="store_true")
     parser.add_argument("--corpus", choices=["both", "generated", "mixed"], default="both")
     args = parser.parse_args()
