@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from drainsafe.drain.ownership import AutoscalerBounds, SurgeRecord
-from drainsafe.drain.plan import ClusterState, DrainOptions, plan_drain, rollout_in_progress
+from drainsafe.drain.plan import ClusterState, DrainOptions, plan_drain
+from drainsafe.kube.objects import rollout_in_progress
 
 from .factory import node, pdb, pod, serving
 

@@ -7,35 +7,13 @@ util/retry.RetryOnConflict, which kubectl's cordon helper uses: kubectl pkg/drai
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from drainsafe.drain import ownership
 from drainsafe.drain.plan import DrainOptions, classify
 from drainsafe.kube import Conflict, KubeClient, api_path
-
-T = TypeVar("T")
-
-
-class KeptChanging(RuntimeError):
-    """Every attempt met a concurrent writer (409)."""
-
-
-async def retry_on_conflict(
-    client: KubeClient, path: str, decide: Callable[[dict[str, Any]], Awaitable[T]],
-    *, attempts: int = 5, pause: float = 0.1,
-) -> T:
-    """Read the object at `path` and pass it to `decide`, which writes (guarded by its
-    resourceVersion) and returns; a Conflict means someone else wrote first: read again."""
-    for attempt in range(attempts):
-        obj = await client.get(path)
-        try:
-            return await decide(obj)
-        except Conflict:
-            await asyncio.sleep(pause * (attempt + 1))
-    raise KeptChanging(f"{path}: the object kept changing (409 on every attempt)")
+from drainsafe.kube.retry import retry_on_conflict
 
 
 async def cordon(client: KubeClient, node: str, *, reason: str, state: str = "draining",

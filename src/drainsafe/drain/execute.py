@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from drainsafe.drain import ownership, scale
-from drainsafe.drain.cordon import KeptChanging, cordon
+from drainsafe.drain.cordon import cordon
 from drainsafe.drain.evict import EvictCounts, EvictionStopped, Evictor
 from drainsafe.drain.nodewatch import NodeWatch, Stopped, Unschedulable, WorkloadSelector
 from drainsafe.drain.plan import (
@@ -59,6 +59,7 @@ from drainsafe.kube import (
     api_path,
 )
 from drainsafe.kube.objects import is_active, is_ready, is_terminal, key_of, uid_of
+from drainsafe.kube.retry import KeptChanging
 from drainsafe.labels import from_label_selector
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,8 @@ from drainsafe import pdb as pdbmath
 from drainsafe.drain.ownership import SurgeRecord, guard_surged
 from drainsafe.drain.room import Placement, gpu_requests, place_replacements
 from drainsafe.kube.objects import (
+    WorkloadRef,
+    autoscaler_for,
     controller_ref,
     grace_seconds,
     is_active,
@@ -37,6 +39,7 @@ from drainsafe.kube.objects import (
     key_of,
     meta,
     node_of,
+    rollout_in_progress,
     started_up_seconds,
 )
 from drainsafe.kube.objects import is_terminal as is_finished
@@ -693,40 +696,6 @@ def _condition(obj: Obj, kind: str) -> Obj:
     return {}
 
 
-def rollout_in_progress(deployment: Obj, replicasets: Sequence[Obj]) -> str | None:
-    """Why the Deployment is mid-rollout, or None. A scale during a rollout is spread over
-    the ReplicaSets (proportional scaling, kubernetes.io/docs/concepts/workloads/controllers/
-    deployment/#proportional-scaling), so the surge would not land where the old pods are;
-    the checks follow `kubectl rollout status` (kubectl pkg/polymorphichelpers/rollout_status.go:
-    observedGeneration, updatedReplicas, then the Progressing condition)."""
-    m = meta(deployment)
-    status = deployment.get("status") or {}
-    generation, observed = m.get("generation"), status.get("observedGeneration")
-    if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
-        return f"observedGeneration {observed} is behind generation {generation}"
-    progressing = _condition(deployment, "Progressing")
-    if progressing and progressing.get("reason") not in (None, "NewReplicaSetAvailable"):
-        return f"Progressing: {progressing.get('reason')}"
-    live = [rs for rs in replicasets if int((rs.get("spec") or {}).get("replicas") or 0) > 0]
-    if len(live) > 1:
-        return f"{len(live)} ReplicaSets have replicas"
-    replicas = (deployment.get("spec") or {}).get("replicas")
-    updated = status.get("updatedReplicas")
-    if isinstance(replicas, int) and isinstance(updated, int) and updated < replicas:
-        return f"{updated}/{replicas} replicas updated"
-    return None
-
-
-def autoscaler_for(kind: str, namespace: str, name: str,
-                   autoscalers: Sequence[Obj]) -> Obj | None:
-    for hpa in autoscalers:
-        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
-        if (meta(hpa).get("namespace") == namespace and ref.get("kind") == kind
-                and ref.get("name") == name):
-            return hpa
-    return None
-
-
 def _owned_replicasets(state: ClusterState, deployment: Obj) -> list[Obj]:
     ns, name = meta(deployment).get("namespace"), meta(deployment).get("name")
     out = []
@@ -807,7 +776,8 @@ def plan_workloads(
                        "ReplicaSets, so drainsafe stands down to evict-first")
             else:
                 strategy = "surge"
-                hpa = autoscaler_for("Deployment", w.namespace, w.name, state.autoscalers)
+                hpa = autoscaler_for(WorkloadRef("Deployment", w.namespace, w.name),
+                                     state.autoscalers)
                 if hpa is not None:
                     autoscaler = key_of(hpa)
                 why = (f"Deployment: {len(mine)} more pod(s) first, Ready elsewhere before "

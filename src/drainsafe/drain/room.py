@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from drainsafe import placement
+from drainsafe.kube.objects import is_node_ready
 
 Obj = Mapping[str, Any]
 GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -35,13 +36,6 @@ def is_gpu_resource(name: str) -> bool:
 def gpu_requests(spec: Obj) -> dict[str, Decimal]:
     return {k: v for k, v in placement.pod_requests(spec).items()
             if is_gpu_resource(k) and v > 0}
-
-
-def node_ready(node: Obj) -> bool:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return bool(c.get("status") == "True")
-    return True  # no conditions reported: do not invent a failure
 
 
 def _fmt(value: Decimal) -> str:
@@ -104,7 +98,7 @@ def place_replacements(
             if name in skip:
                 reasons[name] = "being drained"
                 continue
-            if not node_ready(node):
+            if not is_node_ready(node):
                 reasons[name] = "not Ready"
                 continue
             here = bound.get(name, [])

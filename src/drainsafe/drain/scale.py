@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.drain.cordon import retry_on_conflict
 from drainsafe.drain.ownership import (
     AutoscalerBounds,
     SurgedWorkload,
@@ -41,6 +40,7 @@ from drainsafe.drain.ownership import (
 )
 from drainsafe.kube import KubeClient, NotFound, api_path
 from drainsafe.kube.objects import key_of
+from drainsafe.kube.retry import retry_on_conflict
 
 Obj = dict[str, Any]
 

@@ -8,7 +8,11 @@ https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/):
 
 - 429 with a cause of type DisruptionBudget: the PDB allows no disruption now (or its
   status is not yet observed, then with retryAfterSeconds). -> BudgetBlocked
-- 429 without that cause: API Priority and Fairness throttling, a plain-text body with a
+- 429 with a cause of type drainsafe.io/EvictionGuardHold: drainsafe's eviction guard
+  (an admission webhook) holds the eviction until a stand-in is Ready. The API server
+  passes a denying webhook's Status through with its details (apiserver
+  pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr). -> GuardHeld
+- 429 without either cause: API Priority and Fairness throttling, a plain-text body with a
   Retry-After header (apiserver pkg/server/filters/priority-and-fairness.go). -> RateLimited
 - 500 (possibly a 2xx with status Failure) "more than one PodDisruptionBudget". -> MultiplePdbs
 - 403 Forbidden (RBAC, negative budget, namespace terminating), 404, 409 precondition.
@@ -28,6 +32,8 @@ from typing import Any
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 MULTIPLE_PDBS_MESSAGE = "more than one PodDisruptionBudget"
 NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
+GUARD_HOLD_CAUSE = "drainsafe.io/EvictionGuardHold"
+"""The cause type the eviction guard's 429 carries, so clients tell a hold from throttling."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,17 @@ class BudgetBlocked(TooManyRequests):
     def budget_message(self) -> str:
         for cause in self.causes:
             if cause.reason == DISRUPTION_BUDGET_CAUSE and cause.message:
+                return cause.message
+        return self.message
+
+
+class GuardHeld(TooManyRequests):
+    """429 from drainsafe's eviction guard: held until a stand-in is Ready; retry later."""
+
+    @property
+    def hold_message(self) -> str:
+        for cause in self.causes:
+            if cause.reason == GUARD_HOLD_CAUSE and cause.message:
                 return cause.message
         return self.message
 
@@ -239,6 +256,8 @@ def _classify(code: int, message: str, causes: tuple[Cause, ...]) -> type[KubeEr
     if code == 429:
         if any(c.reason == DISRUPTION_BUDGET_CAUSE for c in causes):
             return BudgetBlocked
+        if any(c.reason == GUARD_HOLD_CAUSE for c in causes):
+            return GuardHeld
         return RateLimited
     by_code: dict[int, type[KubeError]] = {
         400: BadRequest,

@@ -4,8 +4,13 @@ What a pod's state means is defined upstream; each reader here follows its sourc
 
 - Ready: the pod's `Ready` condition is "True" (k8s.io/kubernetes pkg/api/v1/pod/util.go
   IsPodReady). A pod without the condition is not Ready.
-- Available: Ready for at least minReadySeconds (same file, IsPodAvailable): the
-  condition's lastTransitionTime plus minReadySeconds is not in the future.
+- Available: Ready for at least minReadySeconds (same file, IsPodAvailable, v1.33): with
+  minReadySeconds 0 a Ready pod is available; otherwise the Ready condition's
+  lastTransitionTime must be set and lastTransitionTime + minReadySeconds before now. A
+  Ready pod with no lastTransitionTime is not available (the lab's ReplicaSet status once
+  counted it as available; it follows this rule now).
+- node Ready: the node's `Ready` condition is "True" (pkg/api/v1/node/util.go IsNodeReady,
+  v1.33); a node without the condition is not Ready.
 - terminal: phase Succeeded or Failed (pkg/api/v1/pod/util.go IsPodTerminal).
 - terminating: metadata.deletionTimestamp is set.
 - active: neither terminal nor terminating (pkg/controller/controller_utils.go
@@ -18,15 +23,24 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   (pkg/apis/core/types.go PodReasonUnschedulable).
 - the object key is "namespace/name", or "name" for cluster-scoped objects, as client-go's
   cache.MetaNamespaceKeyFunc (tools/cache/store.go).
+- a workload is named by `WorkloadRef` (kind, namespace, name), written "Kind/ns/name".
+- mid-rollout (`rollout_in_progress`): the Deployment's rollout is not complete as
+  `kubectl rollout status` reads it (kubectl pkg/polymorphichelpers/rollout_status.go:
+  observedGeneration, then updatedReplicas), or more than one of its ReplicaSets is active
+  (spec.replicas > 0), which is when the deployment controller spreads a scale over them
+  (pkg/controller/deployment/sync.go scale(), proportional scaling). Drain and the guard
+  both ask this one rule.
+- a workload's autoscaler: the HorizontalPodAutoscaler in its namespace whose
+  scaleTargetRef names its kind and name (`autoscaler_for`).
 
 Pure functions; no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 Obj = Mapping[str, Any]
 
@@ -66,13 +80,34 @@ def is_ready(pod: Obj) -> bool:
     return c is not None and c.get("status") == "True"
 
 
-def is_available(pod: Obj, min_ready_seconds: float, now: float) -> bool:
-    if not is_ready(pod):
-        return False
+def condition(obj: Obj, kind: str) -> Obj | None:
+    """The status condition of type `kind` (pod, node, Deployment, ...), or None."""
+    return _condition(obj, kind)
+
+
+def available_since(pod: Obj, min_ready_seconds: float) -> float | None:
+    """When the pod became (or becomes) Available, or None when it is not Ready or has
+    no Ready lastTransitionTime while minReadySeconds > 0 (IsPodAvailable)."""
+    c = _condition(pod, "Ready")
+    if c is None or c.get("status") != "True":
+        return None
+    since = parse_time(c.get("lastTransitionTime"))
     if min_ready_seconds <= 0:
-        return True
-    since = parse_time((_condition(pod, "Ready") or {}).get("lastTransitionTime"))
-    return since is not None and since + min_ready_seconds <= now
+        return since if since is not None else float("-inf")
+    return None if since is None else since + min_ready_seconds
+
+
+def is_available(pod: Obj, min_ready_seconds: float, now: float) -> bool:
+    at = available_since(pod, min_ready_seconds)
+    if at is None:
+        return False
+    # IsPodAvailable: lastTransitionTime + minReadySeconds strictly before now.
+    return min_ready_seconds <= 0 or at < now
+
+
+def is_node_ready(node: Obj) -> bool:
+    c = _condition(node, "Ready")
+    return c is not None and c.get("status") == "True"
 
 
 def is_terminal(pod: Obj) -> bool:
@@ -85,6 +120,63 @@ def is_terminating(obj: Obj) -> bool:
 
 def is_active(pod: Obj) -> bool:
     return not is_terminal(pod) and not is_terminating(pod)
+
+
+class WorkloadRef(NamedTuple):
+    """A workload by kind, namespace and name; str() is the "Kind/ns/name" form used as a
+    key in records and reports."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> WorkloadRef:
+        """The inverse of str(); ValueError naming the text when it is not Kind/ns/name."""
+        parts = text.split("/")
+        if len(parts) != 3 or not all(parts):
+            raise ValueError(f"{text!r} is not a workload reference (Kind/namespace/name)")
+        return cls(*parts)
+
+    @classmethod
+    def of(cls, obj: Obj) -> WorkloadRef:
+        m = meta(obj)
+        return cls(str(obj.get("kind") or ""), str(m.get("namespace") or ""),
+                   str(m.get("name") or ""))
+
+
+def rollout_in_progress(deployment: Obj, replicasets: Iterable[Obj]) -> str | None:
+    """Why the Deployment is mid-rollout, or None (the rule in the module docstring).
+    `replicasets` are the Deployment's own (the caller filters by controller ref)."""
+    m = meta(deployment)
+    status = deployment.get("status") or {}
+    generation, observed = m.get("generation"), status.get("observedGeneration")
+    if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
+        return f"observedGeneration {observed} is behind generation {generation}"
+    progressing = _condition(deployment, "Progressing")
+    if progressing and progressing.get("reason") not in (None, "NewReplicaSetAvailable"):
+        return f"Progressing: {progressing.get('reason')}"
+    live = [rs for rs in replicasets if int((rs.get("spec") or {}).get("replicas") or 0) > 0]
+    if len(live) > 1:
+        return f"{len(live)} ReplicaSets have replicas"
+    replicas = (deployment.get("spec") or {}).get("replicas")
+    updated = status.get("updatedReplicas")
+    if isinstance(replicas, int) and isinstance(updated, int) and updated < replicas:
+        return f"{updated}/{replicas} replicas updated"
+    return None
+
+
+def autoscaler_for(workload: WorkloadRef, autoscalers: Iterable[Obj]) -> Obj | None:
+    """The HorizontalPodAutoscaler whose scaleTargetRef names the workload."""
+    for hpa in autoscalers:
+        ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+        if (meta(hpa).get("namespace") == workload.namespace
+                and ref.get("kind") == workload.kind and ref.get("name") == workload.name):
+            return hpa
+    return None
 
 
 def node_of(pod: Obj) -> str | None:

@@ -1,9 +1,40 @@
-"""Backoff with jitter, honouring Retry-After. Pure: the caller passes the random source."""
+"""Retries: backoff with jitter honouring Retry-After (pure: the caller passes the random
+source), and read-decide-write on conflict, as client-go's retry.RetryOnConflict
+(util/retry/util.go): a 409 means another writer won; read again and decide again."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from drainsafe.kube.errors import Conflict
+
+if TYPE_CHECKING:
+    from drainsafe.kube.client import KubeClient
+
+T = TypeVar("T")
+
+
+class KeptChanging(RuntimeError):
+    """Every attempt met a concurrent writer (409)."""
+
+
+async def retry_on_conflict(
+    client: KubeClient, path: str, decide: Callable[[dict[str, Any]], Awaitable[T]],
+    *, attempts: int = 5, pause: float = 0.1,
+) -> T:
+    """Read the object at `path` and pass it to `decide`, which writes (guarded by its
+    resourceVersion) and returns; a Conflict means someone else wrote first: read again."""
+    for attempt in range(attempts):
+        obj = await client.get(path)
+        try:
+            return await decide(obj)
+        except Conflict:
+            await asyncio.sleep(pause * (attempt + 1))
+    raise KeptChanging(f"{path}: the object kept changing (409 on every attempt)")
 
 
 @dataclass(frozen=True)
