@@ -379,6 +379,24 @@ async def test_kubectl_get_describe_rollout_status_scale_and_the_pdb(
     await wait_until(cp, lambda: budget().get("disruptionsAllowed") == 1, what="PDB status")
     assert budget()["expectedPods"] == 3 and budget()["currentHealthy"] == 3
 
+    out = await kubectl.ok("rollout", "restart", "sts/web")
+    assert "statefulset.apps/web restarted" in out
+    status = await kubectl.ok("rollout", "status", "sts/web", "--timeout=30s")
+    assert "partitioned roll out complete: 3 new pods have been updated..." in status
+    assert settled(cp, 3)
+    history = await kubectl.ok("rollout", "history", "sts/web")
+    assert re.search(r"REVISION\s+CHANGE-CAUSE\n1\s+<none>\n2\s+<none>", history), history
+    first = sts_status(cp)["currentRevision"]
+    out = await kubectl.ok("rollout", "undo", "sts/web")
+    assert "statefulset.apps/web rolled back" in out
+    await wait_until(cp, lambda: settled(cp, 3) and sts_status(cp)["currentRevision"] != first,
+                     what="the rollback")
+    history = await kubectl.ok("rollout", "history", "sts/web")
+    # The first template is back, renumbered as the newest revision (a rollback).
+    assert re.search(r"REVISION\s+CHANGE-CAUSE\n2\s+<none>\n3\s+<none>", history), history
+    back = cp.store.peek(STS, "default", "web")
+    assert back is not None and "annotations" not in back["spec"]["template"]["metadata"]
+
     out = await kubectl.ok("scale", "sts", "web", "--replicas=2")
     assert "statefulset.apps/web scaled" in out
     await wait_until(cp, lambda: settled(cp, 2) and budget().get("expectedPods") == 2,

@@ -1,7 +1,10 @@
 """StatefulSet controller: stable pod names by ordinal, ordered or parallel, rolling update.
 
-After kubernetes/kubernetes pkg/controller/statefulset (v1.31 - v1.33, the same in what
-follows; the lab reports v1.31):
+After kubernetes/kubernetes pkg/controller/statefulset, v1.31 - v1.33 (the lab reports
+v1.31; these releases agree on what follows). Read from the stored sources: the v1.3x
+stateful_set_utils.go (with isHealthy and the PodIndexLabel gate) and
+stateful_set_control.go at master 0004b149a5 (whose maxUnavailable path counts with
+isUnavailable, see the end of this docstring):
 
 - stateful_set_utils.go: a pod belongs to the set when its controller reference is the
   set and its name parses as `<set>-<ordinal>` (getParentNameAndOrdinal,
@@ -44,14 +47,19 @@ follows; the lab reports v1.31):
 What the lab does differently: the revision hash is the lab's own hash of the template
 (upstream hashes the ControllerRevision data with FNV-32a; so the names differ from a
 cluster's, not their use); ControllerRevisions are served and hold the template as
-upstream's getPatch does ({"spec": {"template": {..., "$patch": "replace"}}}), but
-`kubectl rollout undo sts` is not tested. No PersistentVolumeClaims exist (the lab serves
+upstream's getPatch does ({"spec": {"template": {..., "$patch": "replace"}}}), so
+`kubectl rollout history/undo sts` work; collisionCount stays 0 (a hash collision takes
+another name instead). No PersistentVolumeClaims exist (the lab serves
 none): volumeClaimTemplates are accepted and give the pod its claim volumes as above, and
 the kubelet runs the pod without mounting them (volumes are not emulated), so the pod
 starts with an empty working directory each time; persistentVolumeClaimRetentionPolicy
 is defaulted and validated but has nothing to act on. Orphans are not adopted and a pod
 whose identity labels were changed by hand is not repaired (upstream UpdateStatefulPod).
-Events: SuccessfulCreate / SuccessfulDelete as upstream words them.
+Events: SuccessfulCreate / SuccessfulDelete as upstream words them. Healthy means
+Running, Ready, not terminating and Available for minReadySeconds in every step, as the
+current stateful_set_control.go (`isUnavailable`, the fix of kubernetes/kubernetes#112307
+for KEP-961's beta); the v1.31-era rolling update step used `isHealthy`, which ignores
+minReadySeconds (the same when it is 0).
 """
 
 from __future__ import annotations
