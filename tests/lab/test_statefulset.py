@@ -397,6 +397,15 @@ async def test_kubectl_get_describe_rollout_status_scale_and_the_pdb(
     back = cp.store.peek(STS, "default", "web")
     assert back is not None and "annotations" not in back["spec"]["template"]["metadata"]
 
+    # A new image through kubectl apply's client-side patch: a rolling update.
+    out = await kubectl.ok("apply", "-f", "-",
+                           stdin=APP.replace("example/llm:1.0", "example/llm:1.1"))
+    assert "statefulset.apps/web configured" in out
+    await kubectl.ok("rollout", "status", "sts/web", "--timeout=30s")
+    await wait_until(cp, lambda: settled(cp, 3), what="the new image everywhere")
+    assert {p["spec"]["containers"][0]["image"] for p in pods(cp).values()} == {
+        "example/llm:1.1"}
+
     out = await kubectl.ok("scale", "sts", "web", "--replicas=2")
     assert "statefulset.apps/web scaled" in out
     await wait_until(cp, lambda: settled(cp, 2) and budget().get("expectedPods") == 2,
