@@ -29,7 +29,12 @@ from drainsafe.lab.controllers.statefulset import (
     POD_INDEX_LABEL,
     POD_NAME_LABEL,
     REVISION_LABEL,
+    Create,
+    Delete,
+    Member,
+    SetShape,
     StatefulSetController,
+    plan,
 )
 from drainsafe.lab.controlplane import ControlPlane
 from drainsafe.lab.discovery import BY_KEY
@@ -538,3 +543,60 @@ async def test_validation_and_immutable_fields(control_plane: ControlPlane) -> N
         cp.store.mutate(STS, "default", "web", lambda o: o["spec"].update(serviceName="x"))
     assert "spec: Forbidden: updates to statefulset spec for fields other than 'replicas'" \
         in err.value.body()["message"]
+
+
+# ---- the decisions, pure -----------------------------------------------------------------
+
+def member(ordinal: int, *, revision: str = "new", healthy: bool = True,
+           terminating: bool = False, phase: str = "Running") -> Member:
+    return Member(name=f"web-{ordinal}", ordinal=ordinal, revision=revision, phase=phase,
+                  running_ready=healthy, available=healthy, terminating=terminating)
+
+
+def test_plan_ordered_ready_waits_for_lower_ordinals_and_scales_down_from_the_top() -> None:
+    shape = SetShape(name="web", replicas=2)
+    # web-1 missing, web-0 not Ready: nothing happens.
+    assert plan(shape, [member(0, healthy=False)], "new", max_unavailable_gate=False) == []
+    assert plan(shape, [member(0)], "new", max_unavailable_gate=False) == [Create(1, True)]
+    # Scale-down: the highest condemned first, one at a time, only when all are healthy.
+    four = [member(i) for i in range(4)]
+    assert plan(shape, four, "new", max_unavailable_gate=False) == [Delete("web-3",
+                                                                          "condemned")]
+    sick = [member(0), member(1, healthy=False), member(2), member(3)]
+    assert plan(shape, sick, "new", max_unavailable_gate=False) == []
+    # Parallel: everything at once, whatever is unhealthy.
+    parallel = SetShape(name="web", replicas=2, parallel=True)
+    assert plan(parallel, sick, "new", max_unavailable_gate=False) == [
+        Delete("web-3", "condemned"), Delete("web-2", "condemned")]
+    # Only the first unhealthy pod may go while others are unhealthy (OrderedReady).
+    top_sick = [member(0), member(1), member(2), member(3, healthy=False)]
+    assert plan(shape, top_sick, "new", max_unavailable_gate=False) == [
+        Delete("web-3", "condemned")]
+    # A finished pod is deleted (and recreated later under its name).
+    assert plan(shape, [member(0, phase="Failed"), member(1)], "new",
+                max_unavailable_gate=False) == [Delete("web-0", "finished")]
+
+
+def test_plan_rolling_update_partition_and_max_unavailable() -> None:
+    old = [member(i, revision="old") for i in range(4)]
+    shape = SetShape(name="web", replicas=4, partition=2, max_unavailable="50%")
+    assert plan(shape, old, "new", max_unavailable_gate=False) == [Delete("web-3", "update")]
+    # Gate on: 50 % of 4 = 2 at once, but never below the partition.
+    assert plan(shape, old, "new", max_unavailable_gate=True) == [
+        Delete("web-3", "update"), Delete("web-2", "update")]
+    full = SetShape(name="web", replicas=4, partition=0, max_unavailable=3)
+    assert plan(full, old, "new", max_unavailable_gate=True) == [
+        Delete("web-3", "update"), Delete("web-2", "update"), Delete("web-1", "update")]
+    # One replica already unavailable counts against the budget.
+    one_down = [member(0, revision="old", healthy=False), *old[1:]]
+    assert plan(SetShape(name="web", replicas=4, partition=0, max_unavailable=2, parallel=True),
+                one_down, "new", max_unavailable_gate=True) == [Delete("web-3", "update")]
+    # Without the gate, the replaced pod must serve again before the next one goes.
+    waiting = [*old[:3], member(3, healthy=False)]
+    assert plan(SetShape(name="web", replicas=4, partition=0, parallel=True), waiting, "new",
+                max_unavailable_gate=False) == []
+    # New pods below the partition come at the current revision; OnDelete replaces nothing.
+    assert plan(shape, [], "new", max_unavailable_gate=False) == [Create(0, False)]
+    on_delete = SetShape(name="web", replicas=4, strategy="OnDelete", partition=None)
+    assert plan(on_delete, old, "new", max_unavailable_gate=False) == []
+    assert plan(on_delete, old[:3], "new", max_unavailable_gate=False) == [Create(3, True)]
