@@ -21,12 +21,37 @@ v1.27), StatefulSetStartOrdinal (spec.ordinals, beta since v1.27).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+# --feature-gates names, as kube-apiserver and kube-controller-manager spell them.
+_NAMES = {"MaxUnavailableStatefulSet": "max_unavailable_stateful_set"}
+
+
+class UnknownFeatureGate(ValueError):
+    """A --feature-gates entry the lab does not know or cannot parse."""
 
 
 @dataclass(frozen=True)
 class FeatureGates:
     max_unavailable_stateful_set: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> FeatureGates:
+        """`Name=true,Other=false`, the --feature-gates syntax (component-base
+        featuregate.Set); names the lab does not emulate are refused."""
+        gates = cls()
+        for entry in filter(None, (e.strip() for e in text.split(","))):
+            name, _, value = entry.partition("=")
+            field = _NAMES.get(name.strip())
+            if field is None:
+                raise UnknownFeatureGate(
+                    f"unrecognized feature gate: {name.strip()} (the lab knows "
+                    f"{', '.join(sorted(_NAMES))})")
+            if value.strip().lower() not in ("true", "false"):
+                raise UnknownFeatureGate(f"invalid value of {name.strip()}={value}, "
+                                         "want true or false")
+            gates = replace(gates, **{field: value.strip().lower() == "true"})
+        return gates
 
 
 DEFAULT = FeatureGates()
