@@ -528,6 +528,25 @@ async def test_max_unavailable_replaces_several_at_once_behind_its_feature_gate(
     assert waves == [{"web-2"}, {"web-1"}, {"web-0"}]
 
 
+async def test_min_ready_seconds_holds_the_next_ordinal_until_the_lower_one_is_available(
+        control_plane: ControlPlane, cp_nodes: list[str]) -> None:
+    cp = control_plane
+    body = web(2)
+    body["spec"]["minReadySeconds"] = 2  # > the 1 s rounding of lastTransitionTime
+    cp.store.create(STS, body)
+    await wait_until(cp, lambda: sts_status(cp).get("readyReplicas") == 1, what="web-0 Ready")
+    # Ready but not yet Available: counted as ready, not as available.
+    assert sts_status(cp).get("availableReplicas") == 0
+    await wait_until(cp, lambda: settled(cp, 2) and sts_status(cp)["availableReplicas"] == 2,
+                     what="both available")
+    ready = objects.condition(pods(cp)["web-0"], "Ready")
+    assert ready is not None
+    became_ready = objects.parse_time(ready["lastTransitionTime"])
+    created = objects.parse_time(pods(cp)["web-1"]["metadata"]["creationTimestamp"])
+    assert became_ready is not None and created is not None
+    assert created >= became_ready + 2, (became_ready, created)
+
+
 async def test_validation_and_immutable_fields(control_plane: ControlPlane) -> None:
     from drainsafe.lab import status as st
 
