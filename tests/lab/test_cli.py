@@ -25,6 +25,10 @@ def test_usage_errors_and_no_lab(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--nodes 0" in bad.stderr
     bad = run("up", "--propagation-seconds", "soon", "--state-dir", str(tmp_path))
     assert bad.returncode == 2 and "propagation" in bad.stderr
+    bad = run("up", "--feature-gates", "InPlacePodVerticalScaling=true", "--state-dir",
+              str(tmp_path))
+    assert bad.returncode == 2 and "unrecognized feature gate: InPlacePodVerticalScaling" \
+        in bad.stderr
     none = run("status", "--state-dir", str(tmp_path))
     assert none.returncode == 1 and "no lab running" in none.stderr
     assert run("down", "--state-dir", str(tmp_path)).returncode == 1
@@ -35,7 +39,8 @@ def test_up_detach_status_down(tmp_path: Path) -> None:
     pid = None
     try:
         up = run("up", "--detach", "--nodes", "2", "--gpus-per-node", "1",
-                 "--propagation-seconds", "0.2", "--device-plugin", "--state-dir", str(state))
+                 "--propagation-seconds", "0.2", "--device-plugin",
+                 "--feature-gates", "MaxUnavailableStatefulSet=true", "--state-dir", str(state))
         assert up.returncode == 0, up.stderr
         assert f"kubeconfig: {state / 'kubeconfig'}" in up.stdout
         pid = int((state / "lab.pid").read_text())
@@ -46,6 +51,18 @@ def test_up_detach_status_down(tmp_path: Path) -> None:
         nodes = json.loads(kubectl.stdout)["items"]
         assert sorted(n["metadata"]["name"] for n in nodes) == ["node-0", "node-1"]
         assert all(n["status"]["allocatable"]["nvidia.com/gpu"] == "1" for n in nodes)
+        # The gate reached the detached lab: a v1.31 server would drop maxUnavailable.
+        sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+               "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "db"}},
+                        "updateStrategy": {"rollingUpdate": {"maxUnavailable": 2}},
+                        "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                            "containers": [{"name": "c", "command": ["true"]}]}}}}
+        created = subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "create",
+                                  "-f", "-", "-o", "json"], input=json.dumps(sts),
+                                 capture_output=True, text=True, timeout=60, check=False)
+        assert created.returncode == 0, created.stderr
+        assert json.loads(created.stdout)["spec"]["updateStrategy"]["rollingUpdate"][
+            "maxUnavailable"] == 2
 
         deadline = time.monotonic() + 60
         ready = None

@@ -33,6 +33,10 @@ def register(subparsers: Any) -> None:
                     help="endpoint propagation delay of each traffic path: seconds (1.5) or a "
                     "range drawn per path (0.5-3); default 1")
     up.add_argument("--no-ingress", action="store_true", help="no nginx ingress path")
+    up.add_argument("--feature-gates", default="", metavar="NAME=BOOL,...",
+                    help="version-dependent behaviour, as on kube-apiserver: "
+                    "MaxUnavailableStatefulSet=true behaves as Kubernetes >= 1.35 "
+                    "(default: as the v1.31 the lab reports)")
     up.add_argument("--device-plugin", action="store_true",
                     help="also create a GPU device-plugin DaemonSet on the GPU nodes")
     up.add_argument("--detach", action="store_true",

@@ -29,6 +29,8 @@ from lightkube import ApiError, AsyncClient, KubeConfig, codecs
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.types import PatchType
 
+from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
+from drainsafe.lab.features import FeatureGates
 from drainsafe.lab.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool, now_rfc3339
 from drainsafe.lab.netpath.paths import NetPaths
 from drainsafe.lab.netpath.propagation import Propagation
@@ -47,7 +49,7 @@ class Lab:
                  ingress: bool = True, restart_backoff: float = 10.0,
                  node_cpu: str = "32", node_memory: str = "256Gi",
                  gpu_product: str = DEFAULT_GPU_PRODUCT, node_prefix: str = "node",
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, feature_gates: FeatureGates = DEFAULT_GATES) -> None:
         if not 1 <= nodes <= 256:
             raise ValueError(f"nodes: {nodes} is outside 1..256")
         if gpus_per_node < 0:
@@ -64,6 +66,7 @@ class Lab:
         self.use_ingress = ingress
         self.restart_backoff = restart_backoff
         self.rng = random.Random(seed)
+        self.feature_gates = feature_gates
         subnet_base = self.rng.randrange(256)
         self.node_configs = [
             NodeConfig(name=f"{node_prefix}-{i}", subnet=node_subnet(subnet_base, i),
@@ -104,7 +107,8 @@ class Lab:
         # 127.96.0.0/16 would collide on the L4 listeners, so each lab starts its ClusterIP
         # allocation at a random offset.
         self.control_plane = ControlPlane(self.state_dir,
-                                          cluster_ip_start=self.rng.randrange(1, 65000))
+                                          cluster_ip_start=self.rng.randrange(1, 65000),
+                                          feature_gates=self.feature_gates)
         await self.control_plane.start()
         self.control_plane.write_kubeconfig(self.kubeconfig)
         self.client = AsyncClient(config=KubeConfig.from_file(str(self.kubeconfig)),

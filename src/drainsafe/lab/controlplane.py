@@ -36,7 +36,10 @@ from drainsafe.lab.controllers.hpa import HorizontalPodAutoscalerController
 from drainsafe.lab.controllers.nodelifecycle import NodeLifecycleController
 from drainsafe.lab.controllers.replicaset import ReplicaSetController
 from drainsafe.lab.controllers.scheduler import Scheduler
+from drainsafe.lab.controllers.statefulset import StatefulSetController
 from drainsafe.lab.discovery import BY_KEY
+from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
+from drainsafe.lab.features import FeatureGates
 from drainsafe.lab.store import DEFAULT_HISTORY, Store
 from drainsafe.lab.tls import make_tls
 
@@ -47,17 +50,20 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 class ControlPlane:
     def __init__(self, state_dir: pathlib.Path, *, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, history: int = DEFAULT_HISTORY,
-                 bookmark_seconds: float = 5.0, cluster_ip_start: int = 1) -> None:
+                 bookmark_seconds: float = 5.0, cluster_ip_start: int = 1,
+                 feature_gates: FeatureGates = DEFAULT_GATES) -> None:
         """history: watch events kept per resource (older versions get 410 Expired);
         bookmark_seconds: idle time before a BOOKMARK on watches that allow them;
         cluster_ip_start: first ClusterIP tried, as an offset into 127.96.0.0/16 (labs
-        sharing a machine use different offsets so their loopback ClusterIPs differ)."""
+        sharing a machine use different offsets so their loopback ClusterIPs differ);
+        feature_gates: version-dependent behaviour (drainsafe.lab.features)."""
         self.state_dir = pathlib.Path(state_dir)
         self.host = host
         self.port = port
         self.token: str = token or secrets.token_urlsafe(24)
         self.store = Store(history=history)
-        self.cluster_ips = defaults.install(self.store, cluster_ip_start=cluster_ip_start)
+        self.cluster_ips = defaults.install(self.store, cluster_ip_start=cluster_ip_start,
+                                            gates=feature_gates)
         self.api = ApiServer(self.store, token=self.token, state_dir=self.state_dir,
                              bookmark_seconds=bookmark_seconds)
         self.controllers: list[Controller] = [
@@ -66,6 +72,7 @@ class ControlPlane:
             ReplicaSetController(self.store),
             DeploymentController(self.store),
             DaemonSetController(self.store),
+            StatefulSetController(self.store, gates=feature_gates),
             EndpointSliceController(self.store),
             DisruptionController(self.store),
             HorizontalPodAutoscalerController(self.store),

@@ -26,7 +26,13 @@ version the lab reports), then the create-time admission plugins run, then valid
   serviceAccountName in every pod spec (templates too).
 - pkg/apis/apps/v1/defaults.go: Deployment (replicas 1, RollingUpdate 25%/25%,
   revisionHistoryLimit 10, progressDeadlineSeconds 600), DaemonSet (RollingUpdate
-  maxUnavailable 1 / maxSurge 0, revisionHistoryLimit 10), ReplicaSet (replicas 1).
+  maxUnavailable 1 / maxSurge 0, revisionHistoryLimit 10), ReplicaSet (replicas 1),
+  StatefulSet (replicas 1, podManagementPolicy OrderedReady, updateStrategy RollingUpdate
+  with rollingUpdate {partition: 0} only when the type was left unset, partition 0 when
+  rollingUpdate is given, maxUnavailable 1 when the MaxUnavailableStatefulSet gate is on,
+  persistentVolumeClaimRetentionPolicy Retain/Retain, revisionHistoryLimit 10); then
+  pkg/registry/apps/statefulset/strategy.go dropStatefulSetDisabledFields drops
+  maxUnavailable while that gate is off (drainsafe.lab.features).
 - pkg/apis/autoscaling/v2/defaults.go: HPA minReplicas 1, a CPU 80 % utilization metric
   when none is given, scale-up/scale-down rules filled when `behavior` is set.
 - pkg/apis/discovery/v1/defaults.go SetDefaults_EndpointPort: name "", protocol TCP.
@@ -53,6 +59,8 @@ from typing import Any
 from drainsafe.lab import status as st
 from drainsafe.lab import validation
 from drainsafe.lab.discovery import BY_KEY, ResourceType
+from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
+from drainsafe.lab.features import FeatureGates
 from drainsafe.lab.store import Obj, Store, random_suffix
 
 CLUSTER_IP_RANGE = ipaddress.ip_network("127.96.0.0/16")
@@ -323,6 +331,32 @@ def _daemonset(obj: Obj, old: Obj | None) -> None:
     _template_defaults(obj)
 
 
+def _statefulset(gates: FeatureGates, obj: Obj, old: Obj | None) -> None:
+    """SetDefaults_StatefulSet, then the strategy's dropStatefulSetDisabledFields."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    strategy = spec.setdefault("updateStrategy", {})
+    if not strategy.get("type"):
+        strategy["type"] = "RollingUpdate"
+        strategy.setdefault("rollingUpdate", {})
+    ru = strategy.get("rollingUpdate")
+    if strategy["type"] == "RollingUpdate" and isinstance(ru, dict):
+        ru.setdefault("partition", 0)
+        if gates.max_unavailable_stateful_set:
+            ru.setdefault("maxUnavailable", 1)
+    retention = spec.setdefault("persistentVolumeClaimRetentionPolicy", {})
+    if isinstance(retention, dict):
+        retention.setdefault("whenDeleted", "Retain")
+        retention.setdefault("whenScaled", "Retain")
+    spec.setdefault("replicas", 1)
+    spec.setdefault("revisionHistoryLimit", 10)
+    _template_defaults(obj)
+    if not gates.max_unavailable_stateful_set and isinstance(ru, dict):
+        old_ru = ((old or {}).get("spec") or {}).get("updateStrategy", {}).get("rollingUpdate")
+        if not (isinstance(old_ru, dict) and old_ru.get("maxUnavailable") is not None):
+            ru.pop("maxUnavailable", None)  # maxUnavailableInUse(old) is false
+
+
 _SCALE_UP = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
     {"type": "Pods", "value": 4, "periodSeconds": 15},
     {"type": "Percent", "value": 100, "periodSeconds": 15}]}
@@ -465,7 +499,8 @@ class ClusterIPs:
                 used.add(port)
 
 
-def install(store: Store, *, cluster_ip_start: int = 1) -> ClusterIPs:
+def install(store: Store, *, cluster_ip_start: int = 1,
+            gates: FeatureGates = DEFAULT_GATES) -> ClusterIPs:
     """Register the admission hooks on `store`; returns the ClusterIP allocator."""
     ips = ClusterIPs(store, start=cluster_ip_start)
     by_key = {
@@ -473,6 +508,7 @@ def install(store: Store, *, cluster_ip_start: int = 1) -> ClusterIPs:
         "apps/deployments": _deployment,
         "apps/replicasets": _replicaset,
         "apps/daemonsets": _daemonset,
+        "apps/statefulsets": lambda obj, old: _statefulset(gates, obj, old),
         "namespaces": _namespace,
         "nodes": _node,
         "services": ips.admit,

@@ -101,6 +101,8 @@ RESOURCES: tuple[ResourceType, ...] = (
                  subresources=(_status("ReplicaSet"), _scale()), has_status=True),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("all",),
                  subresources=(_status("DaemonSet"),), has_status=True),
+    ResourceType("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), ("all",),
+                 subresources=(_status("StatefulSet"), _scale()), has_status=True),
     ResourceType("apps", "v1", "controllerrevisions", "ControllerRevision", True),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",),
                  subresources=(_status("PodDisruptionBudget"),), has_status=True),

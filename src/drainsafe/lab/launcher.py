@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from drainsafe.lab.cli import PID_FILE, STATUS_FILE
+from drainsafe.lab.features import FeatureGates, UnknownFeatureGate
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 DETACH_TIMEOUT = 90.0
@@ -49,6 +50,10 @@ def _validate(args: argparse.Namespace) -> str | None:
         Propagation.parse(str(args.propagation_seconds))
     except ValueError as exc:
         return f"--propagation-seconds: {exc}"
+    try:
+        FeatureGates.parse(args.feature_gates)
+    except UnknownFeatureGate as exc:
+        return f"--feature-gates: {exc}"
     return None
 
 
@@ -77,7 +82,7 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
     argv = [sys.executable, "-m", "drainsafe", "lab", "up", "--nodes", str(args.nodes),
             "--gpus-per-node", str(args.gpus_per_node),
             "--propagation-seconds", str(args.propagation_seconds),
-            "--state-dir", str(state_dir)]
+            "--feature-gates", args.feature_gates, "--state-dir", str(state_dir)]
     if args.no_ingress:
         argv.append("--no-ingress")
     if args.device_plugin:
@@ -116,7 +121,8 @@ async def _serve(args: argparse.Namespace, state_dir: Path) -> int:
     try:
         async with Lab(state_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                        propagation_seconds=str(args.propagation_seconds),
-                       ingress=not args.no_ingress) as lab:
+                       ingress=not args.no_ingress,
+                       feature_gates=FeatureGates.parse(args.feature_gates)) as lab:
             if args.device_plugin and args.gpus_per_node:
                 await lab.apply(gpu_device_plugin_daemonset())
             pid_file.write_text(f"{os.getpid()}\n")

@@ -1,5 +1,5 @@
-"""meta.k8s.io/v1 Table responses for `kubectl get` (pods, nodes, workloads, services,
-PDBs, HPAs, EndpointSlices, events).
+"""meta.k8s.io/v1 Table responses for `kubectl get` (pods, nodes, workloads incl.
+StatefulSets, services, PDBs, HPAs, EndpointSlices, events).
 
 kubectl asks for `application/json;as=Table;v=v1;g=meta.k8s.io` first
 (kubernetes/kubectl pkg/cmd/get/get.go) and prints the server's columns; -o wide shows
@@ -132,6 +132,15 @@ def _daemonset_row(ds: Obj, now: float) -> list[Any]:
             _age(ds, now)]
 
 
+def _statefulset_row(sts: Obj, now: float) -> list[Any]:
+    spec, status = sts.get("spec") or {}, sts.get("status") or {}
+    containers = spec.get("template", {}).get("spec", {}).get("containers") or []
+    return [sts["metadata"]["name"],
+            f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}", _age(sts, now),
+            ",".join(c.get("name", "") for c in containers),
+            ",".join(c.get("image", "") for c in containers)]
+
+
 def _service_row(svc: Obj, now: float) -> list[Any]:
     spec = svc.get("spec") or {}
     ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}"
@@ -221,6 +230,9 @@ _TABLES: dict[str, tuple[list[Column], Callable[[Obj, float], list[Any]]]] = {
                          ("Up-to-date", "integer", 0), ("Available", "integer", 0),
                          ("Node Selector", "string", 0), ("Age", "string", 0)],
                         _daemonset_row),
+    "apps/statefulsets": ([("Name", "string", 0), ("Ready", "string", 0),
+                           ("Age", "string", 0), ("Containers", "string", 1),
+                           ("Images", "string", 1)], _statefulset_row),
     "services": ([("Name", "string", 0), ("Type", "string", 0), ("Cluster-IP", "string", 0),
                   ("External-IP", "string", 0), ("Port(s)", "string", 0),
                   ("Age", "string", 0), ("Selector", "string", 1)], _service_row),

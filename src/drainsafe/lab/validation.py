@@ -14,7 +14,8 @@ The messages follow Kubernetes v1.31 (the version the lab reports):
   causes: [{reason: <error type>, message: <body>, field}]}.
 - kubernetes/kubernetes pkg/apis/apps/validation/validation.go (ValidateDeploymentSpec,
   ValidateReplicaSetSpec, ValidateDaemonSetSpec, ValidatePodTemplateSpecForReplicaSet,
-  ValidateDeploymentUpdate), pkg/apis/core/validation/validation.go (validateContainers,
+  ValidateDeploymentUpdate, ValidateStatefulSetSpec, ValidateStatefulSetUpdate),
+  pkg/apis/core/validation/validation.go (validateContainers,
   ValidateNonnegativeField, ValidateImmutableField, service ClusterIP updates),
   pkg/apis/policy/validation/validation.go (ValidatePodDisruptionBudgetSpec).
 
@@ -301,6 +302,59 @@ def daemonset(obj: Mapping[str, Any]) -> list[FieldError]:
     return errs
 
 
+def statefulset(obj: Mapping[str, Any]) -> list[FieldError]:
+    """ValidateStatefulSetSpec (v1.31), on the defaulted object."""
+    spec = obj.get("spec") or {}
+    errs: list[FieldError] = []
+    policy = spec.get("podManagementPolicy")
+    if not policy:
+        errs.append(required("spec.podManagementPolicy"))
+    elif policy not in ("OrderedReady", "Parallel"):
+        errs.append(invalid("spec.podManagementPolicy", policy,
+                            "must be 'OrderedReady' or 'Parallel'"))
+    strategy = spec.get("updateStrategy") or {}
+    kind = strategy.get("type")
+    ru = strategy.get("rollingUpdate")
+    if not kind:
+        errs.append(required("spec.updateStrategy"))
+    elif kind == "OnDelete":
+        if ru is not None:
+            value = GoValue(
+                f"apps.RollingUpdateStatefulSetStrategy{{Partition:{ru.get('partition', 0)}, "
+                "MaxUnavailable:"
+                f"{_go_pointer('intstr.IntOrString', ru.get('maxUnavailable') is not None, 0)}}}")
+            errs.append(invalid("spec.updateStrategy.rollingUpdate", value,
+                                "only allowed for updateStrategy 'RollingUpdate'"))
+    elif kind == "RollingUpdate":
+        if isinstance(ru, dict):
+            base = "spec.updateStrategy.rollingUpdate"
+            errs += nonnegative(ru.get("partition"), f"{base}.partition")
+            mu = ru.get("maxUnavailable")
+            if mu is not None:
+                errs += _int_or_percent(mu, f"{base}.maxUnavailable")
+                if mu in (0, "0%"):
+                    errs.append(invalid(f"{base}.maxUnavailable", go_int_or_string(mu),
+                                        "must be greater than 0"))
+    else:
+        errs.append(invalid("spec.updateStrategy", kind,
+                            "must be 'RollingUpdate' or 'OnDelete'"))
+    retention = spec.get("persistentVolumeClaimRetentionPolicy") or {}
+    for key in ("whenDeleted", "whenScaled"):
+        when = retention.get(key)
+        if when is not None and when not in ("Retain", "Delete"):
+            errs.append(not_supported(f"spec.persistentVolumeClaimRetentionPolicy.{key}",
+                                      when, ["Retain", "Delete"]))
+    errs += nonnegative(spec.get("replicas"), "spec.replicas")
+    errs += nonnegative(spec.get("minReadySeconds"), "spec.minReadySeconds")
+    errs += nonnegative((spec.get("ordinals") or {}).get("start"), "spec.ordinals.start")
+    return errs + controller_spec(spec, "statefulset")
+
+
+# ValidateStatefulSetUpdate: the fields a StatefulSet update may change.
+STATEFULSET_MUTABLE = ("replicas", "ordinals", "template", "updateStrategy",
+                       "persistentVolumeClaimRetentionPolicy", "minReadySeconds")
+
+
 def pod_disruption_budget(obj: Mapping[str, Any]) -> list[FieldError]:
     spec = obj.get("spec") or {}
     errs: list[FieldError] = []
@@ -352,6 +406,7 @@ _ON_WRITE = {
     "apps/deployments": deployment,
     "apps/replicasets": replicaset,
     "apps/daemonsets": daemonset,
+    "apps/statefulsets": statefulset,
     "policy/poddisruptionbudgets": pod_disruption_budget,
     "services": service,
 }
@@ -361,6 +416,14 @@ def on_update(rt: ResourceType, obj: Mapping[str, Any], old: Mapping[str, Any]
               ) -> list[FieldError]:
     """Immutable fields (ValidateDeploymentUpdate & co., ValidateServiceUpdate)."""
     errs: list[FieldError] = []
+    if rt.key == "apps/statefulsets":
+        new_spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+        fixed = {k for k in set(new_spec) | set(old_spec) if k not in STATEFULSET_MUTABLE}
+        if any(new_spec.get(k) != old_spec.get(k) for k in fixed):
+            errs.append(FieldError(FORBIDDEN, "spec", "", (
+                "updates to statefulset spec for fields other than 'replicas', 'ordinals', "
+                "'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and "
+                "'minReadySeconds' are forbidden")))
     if rt.key in ("apps/deployments", "apps/replicasets", "apps/daemonsets"):
         new_sel = (obj.get("spec") or {}).get("selector")
         if new_sel != (old.get("spec") or {}).get("selector"):

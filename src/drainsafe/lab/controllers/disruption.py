@@ -3,8 +3,9 @@
 After kubernetes/kubernetes pkg/controller/disruption/disruption.go (trySync,
 getExpectedPodCount, countHealthyPods, buildDisruptedPodMap, updatePdbStatus) with the
 arithmetic in drainsafe.pdb: expected pods come from the owning controllers' scale
-(a ReplicaSet owned by a Deployment counts the Deployment's replicas) for maxUnavailable
-and percentage minAvailable; healthy pods are Ready, not terminating and not in
+(a ReplicaSet owned by a Deployment counts the Deployment's replicas; a StatefulSet
+counts its own spec.replicas, getExpectedScale's finder getPodStatefulSet) for
+maxUnavailable and percentage minAvailable; healthy pods are Ready, not terminating and not in
 disruptedPods; disruptedPods entries expire after 2 minutes (DeletionTimeout) or when
 the pod is gone or terminating. A budget whose pods have no scalable controller gets
 disruptionsAllowed 0 and a SyncFailed condition (the controller's failSafe).
@@ -25,13 +26,14 @@ PODS = BY_KEY["pods"]
 PDBS = BY_KEY["policy/poddisruptionbudgets"]
 REPLICASETS = BY_KEY["apps/replicasets"]
 DEPLOYMENTS = BY_KEY["apps/deployments"]
+STATEFULSETS = BY_KEY["apps/statefulsets"]
 DELETION_TIMEOUT = 120.0
 
 
 class DisruptionController(Controller):
     name = "disruption"
     watches = frozenset({"pods", "policy/poddisruptionbudgets", "apps/replicasets",
-                         "apps/deployments"})
+                         "apps/deployments", "apps/statefulsets"})
 
     def reconcile(self) -> float | None:
         next_wake: float | None = None
@@ -59,8 +61,13 @@ class DisruptionController(Controller):
                     seen[d["metadata"]["uid"]] = int(d["spec"].get("replicas", 1))
                 else:
                     seen[rs["metadata"]["uid"]] = int(rs["spec"].get("replicas", 1))
+            elif ref.get("kind") == "StatefulSet":
+                sts = self.store.peek(STATEFULSETS, ns, str(ref.get("name")))
+                if sts is None or sts["metadata"]["uid"] != ref.get("uid"):
+                    return None
+                seen[sts["metadata"]["uid"]] = int(sts["spec"].get("replicas", 1))
             else:
-                return None  # only ReplicaSet/Deployment scale is emulated
+                return None  # only ReplicaSet/Deployment/StatefulSet scale is emulated
         return sum(seen.values())
 
     def sync(self, budget: Obj) -> float | None:
@@ -100,7 +107,8 @@ class DisruptionController(Controller):
                    "currentHealthy": healthy, "desiredHealthy": 0, "expectedPods": 0}
             cond = {"type": "DisruptionAllowed", "status": "False", "reason": "SyncFailed",
                     "message": "found no controllers for a pod the budget selects (the lab "
-                               "emulates Deployment and ReplicaSet scale only)"}
+                               "emulates Deployment, ReplicaSet and StatefulSet scale "
+                               "only)"}
         else:
             result = pdbmath.status(pspec, expected_scale=scale, matched_pods=len(pods),
                                     current_healthy=healthy)

@@ -4,8 +4,8 @@ After kubernetes/kubernetes pkg/controller/podautoscaler/horizontal.go at v1.31.
 (`reconcileAutoscaler`, `normalizeDesiredReplicas`, `stabilizeRecommendation`,
 `convertDesiredReplicasWithRules`, `setStatus`):
 - the target is read through scale-subresource semantics: any served kind with a `scale`
-  subresource (Deployment, ReplicaSet; StatefulSet once the lab serves it), its
-  spec.replicas being the current replica count. A target that cannot be read sets
+  subresource (Deployment, ReplicaSet, StatefulSet), its spec.replicas being the current
+  replica count. A target that cannot be read sets
   AbleToScale=False/FailedGetScale ("the HPA controller was unable to get the target's
   current scale: ...");
 - minReplicas defaults to 1. A target scaled to 0 (with minReplicas > 0) disables
