@@ -23,8 +23,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-DEFAULT_GRACE_SECONDS = 30.0
-"""terminationGracePeriodSeconds when unset (PodSpec default)."""
+from drainsafe.kube import objects
+
+DEFAULT_GRACE_SECONDS = float(objects.DEFAULT_GRACE_SECONDS)
+"""terminationGracePeriodSeconds when unset (the PodSpec default, kept in kube/objects), as
+the float every duration here is."""
 
 PRESTOP_OVERRUN_EXTENSION = 2.0
 """The kubelet's one-off extension when a preStop hook outlives the grace period."""

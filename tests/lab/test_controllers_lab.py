@@ -318,7 +318,7 @@ class Clock:
 
 
 def ready_pod(store: Any, name: str, *, since: float, owner: dict | None = None) -> None:
-    from drainsafe.lab.store import rfc3339
+    from drainsafe.kube.objects import rfc3339
 
     meta: dict[str, Any] = {"name": name, "namespace": "default", "labels": {"app": "web"}}
     if owner:
@@ -332,9 +332,10 @@ def ready_pod(store: Any, name: str, *, since: float, owner: dict | None = None)
 
 
 def test_disrupted_pods_count_as_unhealthy_until_they_expire() -> None:
+    from drainsafe.kube.objects import rfc3339
     from drainsafe.lab import defaults
     from drainsafe.lab.controllers.disruption import DisruptionController
-    from drainsafe.lab.store import Store, rfc3339
+    from drainsafe.lab.store import Store
 
     clock = Clock()
     store = Store(clock=clock)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.verify.lifecycle import LifecycleTracker, parse_time
+from drainsafe.kube.objects import parse_time
+from drainsafe.verify.lifecycle import LifecycleTracker
 
 T0 = parse_time("2026-12-02T16:40:00Z") or 0.0
 

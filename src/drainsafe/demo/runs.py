@@ -28,6 +28,7 @@ from drainsafe.demo import controller
 from drainsafe.demo.measure import Expect
 from drainsafe.demo.names import CONTROLLER, DRAINSAFE, NAIVE, SEEDS
 from drainsafe.demo.scenario import ScenarioSettings, Tool
+from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class RealTimes:
 
     generation: float = 90.0  # a long generation (the seeds' p99)
     short: float = 5.0  # a short answer: most requests, many new connections
-    default_grace: int = 30
+    default_grace: int = DEFAULT_GRACE_SECONDS  # what a pod without one gets
     seeds_grace: int = 150
     prestop_sleep: float = 20.0
     propagation: float = 10.0

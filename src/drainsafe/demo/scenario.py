@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drainsafe.kube import Informer, KubeClient, api_path
-from drainsafe.kube.objects import is_ready, is_terminating
+from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, condition, is_ready, is_terminating
 from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult, run_load
 from drainsafe.verify.record import (
     POD_EXITED,
@@ -61,7 +61,7 @@ class ScenarioSettings:
     model_load: float = 4.0  # replacement start-up (readiness initial delay)
     concurrency: int = 8
     warmup: float = 1.5
-    grace: int = 30
+    grace: int = DEFAULT_GRACE_SECONDS
     drain_aware: bool = True
     prestop_sleep: float = 0.0  # plain uvicorn: preStop `touch shutting-down; sleep N`
     readiness_gate: bool = False  # plain uvicorn: readiness fails once shutting-down exists
@@ -240,8 +240,7 @@ class ReadyTracker:
         self.created.setdefault(name, now)
         if (pod.get("spec") or {}).get("nodeName"):
             self.node_of[name] = str(pod["spec"]["nodeName"])
-        if any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or []):
+        if (condition(pod, "DisruptionTarget") or {}).get("status") == "True":
             self.disruption_target.add(name)
         before = self._state.get(name, (False, False))
         if kind == "DELETED":

@@ -28,10 +28,11 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Generator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import httpx2
+
+from drainsafe.kube.objects import parse_time
 
 SUPPORTED_VERSIONS = (
     "client.authentication.k8s.io/v1",
@@ -148,12 +149,11 @@ def parse_credential(config: ExecConfig, stdout: bytes) -> Credential:
     expires_at: float | None = None
     stamp = status.get("expirationTimestamp")
     if stamp:
-        try:
-            expires_at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-        except ValueError as exc:
+        expires_at = parse_time(stamp)
+        if expires_at is None:
             raise ExecPluginError(
                 f"exec plugin {config.command!r}: bad expirationTimestamp {stamp!r}"
-            ) from exc
+            )
     return Credential(token=str(token), expires_at=expires_at)
 
 

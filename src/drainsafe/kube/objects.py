@@ -32,12 +32,17 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   both ask this one rule.
 - a workload's autoscaler: the HorizontalPodAutoscaler in its namespace whose
   scaleTargetRef names its kind and name (`autoscaler_for`).
+- times: the API writes metav1.Time as RFC 3339 in whole seconds (`rfc3339`) and
+  metav1.MicroTime with microseconds (`rfc3339_micro`: Lease renewTime, Event eventTime);
+  `parse_time` reads either.
 
 Pure functions; no I/O.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -217,12 +222,28 @@ def slice_lists(endpoint_slice: Obj, uid: str) -> bool:
 
 
 def rfc3339(ts: float | None = None) -> str:
-    """Seconds-resolution RFC 3339 in UTC, as the API server writes metav1.Time."""
-    moment = datetime.now(UTC) if ts is None else datetime.fromtimestamp(ts, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """`ts` (default now) as the API server writes a metav1.Time: RFC 3339 in UTC, whole
+    seconds, the fraction dropped (apimachinery pkg/apis/meta/v1/time.go MarshalJSON:
+    `t.UTC().Format(time.RFC3339)`). creationTimestamp, deletionTimestamp, condition
+    lastTransitionTime, startTime and annotations drainsafe stamps use this form."""
+    seconds = math.floor(time.time() if ts is None else ts)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_micro(ts: float | None = None) -> str:
+    """`ts` (default now) as the API server writes a metav1.MicroTime: RFC 3339 in UTC
+    with six fraction digits, truncated (apimachinery pkg/apis/meta/v1/micro_time.go,
+    RFC3339Micro "2006-01-02T15:04:05.000000Z07:00"). Lease acquireTime/renewTime and
+    events.k8s.io eventTime are MicroTime."""
+    micros = math.floor((time.time() if ts is None else ts) * 1_000_000)
+    seconds, fraction = divmod(micros, 1_000_000)
+    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=fraction)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(value: Any) -> float | None:
+    """Unix seconds of an RFC 3339 time as the API serves it (metav1.Time or MicroTime:
+    the fraction, when present, is kept); None when absent or not a time."""
     if not isinstance(value, str) or not value:
         return None
     try:

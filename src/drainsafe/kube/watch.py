@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from drainsafe.kube.client import KubeClient, Obj
 from drainsafe.kube.errors import Expired, KubeError
+from drainsafe.kube.objects import key_of
 from drainsafe.kube.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,6 @@ T = TypeVar("T")
 K = TypeVar("K")
 Cache = Mapping[str, Obj]
 EventHook = Callable[[str, Obj], None]
-
-
-def cache_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace") or ""
-    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
 
 def relist_events(old: Mapping[K, Obj], fresh: Mapping[K, Obj]) -> list[tuple[str, Obj]]:
@@ -201,7 +196,7 @@ class Informer:
     async def _relist(self) -> None:
         items, rv = await self._client.list(self.path, self._params)
         self.stats.lists += 1
-        fresh = {cache_key(o): o for o in items}
+        fresh = {key_of(o): o for o in items}
         if self._on_event is not None:
             for kind, obj in relist_events(self._cache, fresh):
                 self._on_event(kind, obj)
@@ -226,7 +221,7 @@ class Informer:
             self._rv = str(rv)
         if kind == "BOOKMARK":
             return
-        key = cache_key(obj)
+        key = key_of(obj)
         if kind == "DELETED":
             self._cache.pop(key, None)
         elif kind in ("ADDED", "MODIFIED"):

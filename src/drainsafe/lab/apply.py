@@ -35,10 +35,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from drainsafe.kube.objects import rfc3339
 from drainsafe.lab import schema
 from drainsafe.lab import status as st
 from drainsafe.lab.discovery import ResourceType
-from drainsafe.lab.store import Obj, clone, rfc3339
+from drainsafe.lab.store import Obj, clone
 
 Path = tuple[str, ...]
 

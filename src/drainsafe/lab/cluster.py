@@ -29,9 +29,10 @@ from lightkube import ApiError, AsyncClient, KubeConfig, codecs
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.types import PatchType
 
+from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, rfc3339
 from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
 from drainsafe.lab.features import FeatureGates
-from drainsafe.lab.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool, now_rfc3339
+from drainsafe.lab.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool
 from drainsafe.lab.netpath.paths import NetPaths
 from drainsafe.lab.netpath.propagation import Propagation
 from drainsafe.lab.podip import node_subnet
@@ -205,7 +206,7 @@ class Lab:
     async def rollout_restart(self, namespace: str, name: str) -> None:
         """What `kubectl rollout restart` does: stamp the pod template."""
         patch = {"spec": {"template": {"metadata": {"annotations": {
-            "kubectl.kubernetes.io/restartedAt": now_rfc3339()}}}}}
+            "kubectl.kubernetes.io/restartedAt": rfc3339()}}}}}
         await self._client().patch(Deployment, name, patch, namespace=namespace,
                                    patch_type=PatchType.STRATEGIC)
 
@@ -330,7 +331,7 @@ def gpu_device_plugin_daemonset(namespace: str = "kube-system",
 def virtual_deployment(name: str, *, namespace: str = "default", replicas: int = 1,
                        startup_seconds: float = 0.0, exit_after_sigterm_seconds: float = 0.0,
                        gpus: int = 0, labels: dict[str, str] | None = None,
-                       grace: int = 30) -> dict[str, Any]:
+                       grace: int = DEFAULT_GRACE_SECONDS) -> dict[str, Any]:
     """A Deployment of virtual pods (no processes), cheap at any scale."""
     labels = labels or {"app": name}
     resources: dict[str, Any] = {"requests": {"cpu": "10m"}}

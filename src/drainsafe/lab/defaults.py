@@ -56,6 +56,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS
 from drainsafe.lab import status as st
 from drainsafe.lab import validation
 from drainsafe.lab.discovery import BY_KEY, ResourceType
@@ -173,7 +174,7 @@ def _all_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
 def pod_spec_defaults(spec: dict[str, Any]) -> None:
     """SetDefaults_PodSpec and the defaults of everything a pod spec holds (templates too)."""
     spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("securityContext", {})
     spec.setdefault("schedulerName", "default-scheduler")

@@ -33,9 +33,10 @@ from __future__ import annotations
 from typing import Any
 
 from drainsafe import pdb as pdbmath
+from drainsafe.kube.objects import is_ready, rfc3339
 from drainsafe.lab import status as st
 from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone, rfc3339
+from drainsafe.lab.store import Obj, Store, clone
 from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]
@@ -44,11 +45,6 @@ MAX_DISRUPTED_PODS = 2000
 EVICTION_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 MULTIPLE_PDBS = ("This pod has more than one PodDisruptionBudget, which the eviction "
                  "subresource does not support.")
-
-
-def is_pod_ready(pod: Obj) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions") or [])
 
 
 def matching_budgets(store: Store, pod: Obj) -> list[Obj]:
@@ -124,7 +120,7 @@ def evict(store: Store, namespace: str, name: str, body: dict[str, Any], *,
         bstatus = budget.get("status") or {}
         spec = pdbmath.PdbSpec.from_manifest(budget.get("spec") or {})
         healthy_bypass = False
-        if not is_pod_ready(pod):
+        if not is_ready(pod):
             desired = int(bstatus.get("desiredHealthy", 0))
             current = int(bstatus.get("currentHealthy", 0))
             if spec.unhealthy_pod_eviction_policy == "AlwaysAllow" or (

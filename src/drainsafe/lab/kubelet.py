@@ -24,7 +24,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
+from drainsafe.kube.objects import key_of, rfc3339
 from drainsafe.lab import handlers
 from drainsafe.lab.handlers import Outcome, Target
 from drainsafe.lab.informer import Informer
@@ -68,10 +68,6 @@ HEARTBEAT_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 300.0
 STATUS_COALESCE_SECONDS = 0.05
 API_CONCURRENCY = 16  # the kubelet's CrashLoopBackOff cap
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -111,7 +107,7 @@ def node_status(config: NodeConfig, *, started: str) -> dict[str, Any]:
                  "ephemeral-storage": "1Ti"}
     if config.gpus:
         resources[GPU_RESOURCE] = str(config.gpus)
-    heartbeat = now_rfc3339()
+    heartbeat = rfc3339()
     return {
         "capacity": resources,
         "allocatable": dict(resources),
@@ -199,7 +195,7 @@ class PodWorker:
         self.name = str(meta["name"])
         self.containers = [ContainerState(dict(c)) for c in pod["spec"].get("containers") or []]
         self.pod_ip = ""
-        self.start_time = now_rfc3339()
+        self.start_time = rfc3339()
         self.phase = "Pending"
         self.conditions: dict[str, dict[str, Any]] = {}
         self.virtual: VirtualSettings | None = None
@@ -214,7 +210,7 @@ class PodWorker:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return key_of(self.pod)
 
     @property
     def dir(self) -> Path:
@@ -246,7 +242,7 @@ class PodWorker:
         if old is not None and old["status"] == status:
             return
         cond: dict[str, Any] = {"type": kind, "status": status,
-                                "lastTransitionTime": now_rfc3339()}
+                                "lastTransitionTime": rfc3339()}
         if reason:
             cond["reason"] = reason
         elif old is not None and old.get("reason"):
@@ -357,7 +353,7 @@ class PodWorker:
             c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             self.mark_dirty()
             return
-        c.state = {"running": {"startedAt": now_rfc3339()}}
+        c.state = {"running": {"startedAt": rfc3339()}}
         c.exit_code = None
         c.startup_ok = ProbeType.STARTUP not in probes
         c.started = c.startup_ok and self.virtual is None
@@ -443,7 +439,7 @@ class PodWorker:
         code = await proc.wait()
         c.exit_code = code
         c.ready = False
-        finished = now_rfc3339()
+        finished = rfc3339()
         started = c.state.get("running", {}).get("startedAt", finished)
         reason = "Completed" if code == 0 else "Error"
         c.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started,
@@ -523,7 +519,7 @@ class PodWorker:
                 code = c.exit_code if c.exit_code is not None else 0
                 c.state = {"terminated": {"exitCode": code,
                                           "reason": "Completed" if code == 0 else "Error",
-                                          "finishedAt": now_rfc3339()}}
+                                          "finishedAt": rfc3339()}}
         # Terminal phase before deletion (kubelet >= 1.27, kubernetes/kubernetes#115331).
         ok = all((c.exit_code or 0) == 0 for c in self.containers)
         self.phase = "Succeeded" if ok else "Failed"
@@ -605,7 +601,7 @@ class Kubelet:
         self.ips = PodIPs(config.subnet)
         self.pods: dict[str, PodWorker] = {}  # by uid
         self.terminated: list[PodWorker] = []  # finished terminations, with their records
-        self._started = now_rfc3339()
+        self._started = rfc3339()
         self._heartbeat: asyncio.Task[None] | None = None
         self._events: set[asyncio.Task[None]] = set()
 
@@ -683,7 +679,7 @@ class Kubelet:
     async def _post_event(self, pod: dict[str, Any], kind: str, reason: str,
                           message: str) -> None:
         meta = pod["metadata"]
-        stamp = now_rfc3339()
+        stamp = rfc3339()
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{meta['name']}.{time.time_ns():x}",

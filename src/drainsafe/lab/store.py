@@ -25,7 +25,6 @@ themselves: never mutate those. Everything returned to API callers is a copy.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import random
 import re
 import time
@@ -35,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, parse_time, rfc3339
 from drainsafe.lab import status as st
 from drainsafe.lab.discovery import BY_KEY, ResourceType
 from drainsafe.lab.fields import EVERYTHING as ALL_FIELDS
@@ -46,7 +46,6 @@ Obj = dict[str, Any]
 Admission = Callable[[ResourceType, Obj, "Obj | None"], None]
 
 DEFAULT_HISTORY = 10_000
-DEFAULT_POD_GRACE_SECONDS = 30
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery util/rand: no vowels
 
@@ -58,16 +57,6 @@ def clone(value: Any) -> Any:
     if isinstance(value, list):
         return [clone(v) for v in value]
     return value
-
-
-def rfc3339(t: float) -> str:
-    return dt.datetime.fromtimestamp(int(t), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def random_suffix(n: int = 5) -> str:
@@ -383,7 +372,7 @@ class Store:
             grace = grace_period
             if grace is None:
                 grace = int(old.get("spec", {}).get("terminationGracePeriodSeconds",
-                                                    DEFAULT_POD_GRACE_SECONDS))
+                                                    DEFAULT_GRACE_SECONDS))
             if _pod_may_go_at_once(old):
                 grace = 0
             if grace > 0:

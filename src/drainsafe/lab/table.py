@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from drainsafe.kube.objects import condition, is_node_ready, parse_time
 from drainsafe.lab.discovery import ResourceType
-from drainsafe.lab.store import Obj, parse_time
+from drainsafe.lab.store import Obj
 
 Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
 
@@ -78,9 +79,9 @@ def _pod_row(pod: Obj, now: float) -> list[Any]:
 
 def _node_row(node: Obj, now: float) -> list[Any]:
     status = node.get("status") or {}
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-    text = "Ready" if ready and ready.get("status") == "True" else (
-        "NotReady" if ready else "Unknown")
+    # kubectl's STATUS column: Unknown when the node has no Ready condition at all.
+    text = "Ready" if is_node_ready(node) else (
+        "NotReady" if condition(node, "Ready") else "Unknown")
     if node.get("spec", {}).get("unschedulable"):
         text += ",SchedulingDisabled"
     labels = node["metadata"].get("labels") or {}

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+from drainsafe.kube.objects import condition, is_ready, parse_time
 from drainsafe.verify.record import (
     ENDPOINT_NOT_READY,
     ENDPOINT_REMOVED,
@@ -39,16 +39,6 @@ from drainsafe.verify.record import (
 Obj = Mapping[str, Any]
 
 
-def parse_time(value: object) -> float | None:
-    """RFC 3339 timestamp from the API ('2026-12-02T16:40:05Z') -> Unix seconds."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def termination_start(meta: Obj) -> float | None:
     """When graceful deletion was requested. The API server sets deletionTimestamp to the
     moment the object *will* be deleted, request time + grace period (apimachinery
@@ -60,13 +50,6 @@ def termination_start(meta: Obj) -> float | None:
     if deletion is None:
         return None
     return deletion - grace if isinstance(grace, int | float) else deletion
-
-
-def pod_ready(pod: Obj) -> bool:
-    for condition in pod.get("status", {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
 
 
 def terminated_containers(pod: Obj) -> dict[str, Obj]:
@@ -120,7 +103,7 @@ class LifecycleTracker:
                 events.append(LifecycleEvent(t, POD_ADDED, name,
                                              at=self._rel(parse_time(
                                                  meta.get("creationTimestamp")))))
-            elif pod_ready(pod):
+            elif is_ready(pod):
                 state.ready = True
         deletion = meta.get("deletionTimestamp")
         if deletion and not state.terminating:
@@ -129,11 +112,12 @@ class LifecycleTracker:
             detail = f"grace {grace}s" if grace is not None else ""
             events.append(LifecycleEvent(t, POD_TERMINATING, name, detail,
                                          at=self._rel(termination_start(meta))))
-        ready = pod_ready(pod)
+        ready = is_ready(pod)
         if ready != state.ready:
             state.ready = ready
+            changed = (condition(pod, "Ready") or {}).get("lastTransitionTime")
             events.append(LifecycleEvent(t, POD_READY if ready else POD_NOT_READY, name,
-                                         at=self._rel(_ready_transition(pod))))
+                                         at=self._rel(parse_time(changed))))
         for container, terminated in terminated_containers(pod).items():
             if container in state.exited:
                 continue
@@ -187,9 +171,3 @@ class LifecycleTracker:
                            self._endpoints}
         return events
 
-
-def _ready_transition(pod: Obj) -> float | None:
-    for condition in pod.get("status", {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return parse_time(condition.get("lastTransitionTime"))
-    return None

@@ -16,10 +16,10 @@ import contextlib
 from typing import Any
 
 from drainsafe import placement
+from drainsafe.kube.objects import available_since, is_active, is_available, is_ready
 from drainsafe.lab import status as st
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.deployment import template_hash
-from drainsafe.lab.controllers.podstate import available_at, is_active, is_ready
 from drainsafe.lab.controllers.replicaset import pod_from_template, pods_of
 from drainsafe.lab.discovery import BY_KEY
 from drainsafe.lab.store import Obj, clone
@@ -160,8 +160,8 @@ class DaemonSetController(Controller):
                 updated += 1
             if is_ready(p):
                 ready += 1
-                at = available_at(p, min_ready)
-                if at is not None and at <= now:
+                at = available_since(p, min_ready)
+                if is_available(p, min_ready, now):
                     available += 1
                 elif at is not None:
                     next_wake = at - now if next_wake is None else min(next_wake, at - now)

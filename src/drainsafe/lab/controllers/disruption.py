@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from drainsafe import pdb as pdbmath
+from drainsafe.kube.objects import controller_ref, is_ready, is_terminating, parse_time, rfc3339
 from drainsafe.lab.controllers import Controller
-from drainsafe.lab.controllers.podstate import controller_ref, is_ready, set_condition
+from drainsafe.lab.controllers.podstate import set_condition
 from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone, parse_time, rfc3339
+from drainsafe.lab.store import Obj, clone
 from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]
@@ -89,14 +90,14 @@ class DisruptionController(Controller):
         next_wake: float | None = None
         for pod_name, when in (status.get("disruptedPods") or {}).items():
             pod = by_name.get(pod_name)
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
+            if pod is None or is_terminating(pod):
                 continue
             expires = (parse_time(when) or 0.0) + DELETION_TIMEOUT
             if expires <= now:
                 continue
             disrupted[pod_name] = when
             next_wake = expires - now if next_wake is None else min(next_wake, expires - now)
-        healthy = sum(1 for p in pods if not p["metadata"].get("deletionTimestamp")
+        healthy = sum(1 for p in pods if not is_terminating(p)
                       and p["metadata"]["name"] not in disrupted and is_ready(p))
         stamp = rfc3339(now)
         generation = int(budget["metadata"].get("generation", 1))

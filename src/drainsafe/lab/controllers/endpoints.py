@@ -20,9 +20,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from drainsafe.kube.objects import is_ready, is_terminating
 from drainsafe.lab import status as st
 from drainsafe.lab.controllers import Controller
-from drainsafe.lab.controllers.podstate import is_ready, owned_by, owner_reference
+from drainsafe.lab.controllers.podstate import owned_by, owner_reference
 from drainsafe.lab.discovery import BY_KEY
 from drainsafe.lab.store import Obj, clone
 from drainsafe.labels import Requirement, Selector
@@ -62,7 +63,7 @@ def slice_ports(svc: Obj, pod: Obj) -> tuple[tuple[str, str, int], ...] | None:
 
 
 def endpoint(pod: Obj, publish_not_ready: bool) -> dict[str, Any]:
-    terminating = bool(pod["metadata"].get("deletionTimestamp"))
+    terminating = is_terminating(pod)
     ready = is_ready(pod)
     ep: dict[str, Any] = {
         "addresses": [pod["status"]["podIP"]],

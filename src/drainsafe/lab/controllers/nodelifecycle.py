@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from drainsafe.kube.objects import is_node_ready, rfc3339
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone, rfc3339
+from drainsafe.lab.store import Obj, clone
 from drainsafe.placement import NOT_READY_TAINT, UNSCHEDULABLE_TAINT
 
 NODES = BY_KEY["nodes"]
@@ -23,9 +24,7 @@ def desired_taints(node: Obj, now: str) -> list[dict[str, Any]]:
     taints = [t for t in spec.get("taints") or []
               if t.get("key") not in (NOT_READY_TAINT, UNSCHEDULABLE_TAINT)]
     current = {t.get("key"): t for t in spec.get("taints") or []}
-    ready = next((c for c in (node.get("status") or {}).get("conditions") or []
-                  if c.get("type") == "Ready"), None)
-    if ready is None or ready.get("status") != "True":
+    if not is_node_ready(node):
         taints.append(current.get(NOT_READY_TAINT) or
                       {"key": NOT_READY_TAINT, "effect": "NoSchedule", "timeAdded": now})
     if spec.get("unschedulable"):

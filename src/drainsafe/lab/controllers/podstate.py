@@ -1,17 +1,19 @@
-"""What controllers read off pods and owner references (podutil equivalents)."""
+"""What the lab's controllers write: owner references and status conditions.
+
+What they read off a pod (Ready, Available, active, the controller reference) is
+drainsafe.kube.objects', the one home drain and the guard read too. Available there follows
+upstream IsPodAvailable (k8s.io/kubernetes pkg/api/v1/pod/util.go, v1.33): with
+minReadySeconds > 0 a Ready pod with no lastTransitionTime is not available, and one whose
+lastTransitionTime + minReadySeconds equals now is not yet (Before is strict). The lab's
+copy here used to count the first as available since 1970 and the second as available.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.lab.store import Obj, parse_time
-
-
-def controller_ref(obj: Obj) -> dict[str, Any] | None:
-    for ref in obj["metadata"].get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref  # type: ignore[no-any-return]
-    return None
+from drainsafe.kube.objects import controller_ref
+from drainsafe.lab.store import Obj
 
 
 def owned_by(obj: Obj, owner: Obj) -> bool:
@@ -23,37 +25,6 @@ def owner_reference(owner: Obj) -> dict[str, Any]:
     return {"apiVersion": owner["apiVersion"], "kind": owner["kind"],
             "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
             "controller": True, "blockOwnerDeletion": True}
-
-
-def terminating(obj: Obj) -> bool:
-    return bool(obj["metadata"].get("deletionTimestamp"))
-
-
-def is_active(pod: Obj) -> bool:
-    """controller.IsPodActive: not finished and not being deleted."""
-    return not terminating(pod) and pod.get("status", {}).get("phase") not in (
-        "Succeeded", "Failed")
-
-
-def ready_condition(pod: Obj) -> dict[str, Any] | None:
-    for c in pod.get("status", {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return c  # type: ignore[no-any-return]
-    return None
-
-
-def is_ready(pod: Obj) -> bool:
-    c = ready_condition(pod)
-    return c is not None and c.get("status") == "True"
-
-
-def available_at(pod: Obj, min_ready_seconds: int) -> float | None:
-    """When the pod counts as available (Ready for minReadySeconds); None if not ready."""
-    c = ready_condition(pod)
-    if c is None or c.get("status") != "True":
-        return None
-    since = parse_time(c.get("lastTransitionTime")) or 0.0
-    return since + min_ready_seconds
 
 
 def set_condition(conditions: list[dict[str, Any]], cond: dict[str, Any], now: str,

@@ -41,7 +41,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from drainsafe.lab.store import Obj, parse_time
+from drainsafe.kube.objects import condition, is_active, is_ready, parse_time
+from drainsafe.lab.store import Obj
 
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}
@@ -79,17 +80,15 @@ class RankedPod:
     def of(cls, pod: Obj, rank: int = 0) -> RankedPod:
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
-        ready_cond = next((c for c in status.get("conditions") or []
-                           if c.get("type") == "Ready"), None)
-        ready = ready_cond is not None and ready_cond.get("status") == "True"
+        ready = is_ready(pod)
         return cls(
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
             node=str((pod.get("spec") or {}).get("nodeName") or ""),
             phase=str(status.get("phase") or ""),
             ready=ready,
-            ready_since=parse_time(ready_cond.get("lastTransitionTime"))
-            if ready and ready_cond is not None else None,
+            ready_since=parse_time((condition(pod, "Ready") or {}).get("lastTransitionTime"))
+            if ready else None,
             cost=deletion_cost(meta.get("annotations")),
             restarts=max((int(c.get("restartCount", 0))
                           for c in status.get("containerStatuses") or []), default=0),
@@ -154,9 +153,7 @@ def ranks_on_nodes(related: Iterable[Obj]) -> Counter[str]:
     getPodsRankedByRelatedPodsOnSameNode counts them (controller.IsPodActive)."""
     counts: Counter[str] = Counter()
     for pod in related:
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if not is_active(pod):
             continue
         counts[str((pod.get("spec") or {}).get("nodeName") or "")] += 1
     return counts

@@ -6,24 +6,25 @@ it drains); at most burstReplicas (500) pods are created or deleted per pass; su
 are chosen by `getPodsToDelete` (drainsafe.lab.controllers.ranking: ActivePodsWithRanks,
 with the pod-deletion-cost annotation and the related pods of sibling ReplicaSets on the
 same node) and deleted with a plain graceful DELETE (no PDB); availableReplicas counts pods
-Ready for minReadySeconds. Adoption of orphans by selector is not emulated: pods belong to
-the ReplicaSet that created them.
+Ready for minReadySeconds (drainsafe.kube.objects.is_available, upstream IsPodAvailable).
+Adoption of orphans by selector is not emulated: pods belong to the ReplicaSet that
+created them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.lab import status as st
-from drainsafe.lab.controllers import Controller
-from drainsafe.lab.controllers.podstate import (
-    available_at,
+from drainsafe.kube.objects import (
+    available_since,
     controller_ref,
     is_active,
+    is_available,
     is_ready,
-    owned_by,
-    owner_reference,
 )
+from drainsafe.lab import status as st
+from drainsafe.lab.controllers import Controller
+from drainsafe.lab.controllers.podstate import owned_by, owner_reference
 from drainsafe.lab.controllers.ranking import pods_to_delete
 from drainsafe.lab.discovery import BY_KEY
 from drainsafe.lab.store import Obj, Store, clone
@@ -129,12 +130,11 @@ class ReplicaSetController(Controller):
         available = 0
         next_wake: float | None = None
         for p in active:
-            at = available_at(p, min_ready)
-            if at is None:
-                continue
-            if at <= now:
+            if is_available(p, min_ready, now):
                 available += 1
-            else:
+                continue
+            at = available_since(p, min_ready)
+            if at is not None:
                 next_wake = at - now if next_wake is None else min(next_wake, at - now)
         new_status = dict(rs.get("status") or {})
         new_status.update(

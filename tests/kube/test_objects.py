@@ -1,0 +1,218 @@
+"""kube/objects.py: the one home of Kubernetes object semantics, against the upstream rules
+its docstring cites."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drainsafe import budget
+from drainsafe.kube.objects import (
+    DEFAULT_GRACE_SECONDS,
+    WorkloadRef,
+    autoscaler_for,
+    available_since,
+    grace_seconds,
+    is_available,
+    is_node_ready,
+    is_ready,
+    key_of,
+    parse_time,
+    rfc3339,
+    rfc3339_micro,
+    rollout_in_progress,
+)
+
+T0 = 1_800_000_000.0  # a whole second, 2027-01-15
+
+
+def ready_pod(status: str = "True", since: float | None = T0) -> dict[str, Any]:
+    cond: dict[str, Any] = {"type": "Ready", "status": status}
+    if since is not None:
+        cond["lastTransitionTime"] = rfc3339(since)
+    return {"metadata": {"name": "p", "namespace": "ns"},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "True"}, cond]}}
+
+
+# -- WorkloadRef ------------------------------------------------------------------------
+
+def test_workload_ref_reads_and_writes_kind_namespace_name() -> None:
+    ref = WorkloadRef("Deployment", "ml", "llm")
+    assert str(ref) == "Deployment/ml/llm"
+    assert WorkloadRef.parse("Deployment/ml/llm") == ref
+    assert (ref.kind, ref.namespace, ref.name) == ("Deployment", "ml", "llm")
+
+
+def test_workload_ref_of_an_object() -> None:
+    obj = {"kind": "StatefulSet", "metadata": {"namespace": "db", "name": "pg"}}
+    assert WorkloadRef.of(obj) == WorkloadRef("StatefulSet", "db", "pg")
+
+
+@pytest.mark.parametrize("text", ["", "Deployment/llm", "Deployment/ml/llm/x", "/ml/llm",
+                                  "Deployment//llm", "Deployment/ml/", "ml/llm"])
+def test_workload_ref_refuses_what_is_not_kind_namespace_name(text: str) -> None:
+    with pytest.raises(ValueError, match="Kind/namespace/name") as err:
+        WorkloadRef.parse(text)
+    assert repr(text) in str(err.value)
+
+
+_PART = st.text(st.characters(blacklist_characters="/", blacklist_categories=("Cs",)),
+                min_size=1, max_size=20)
+
+
+@given(_PART, _PART, _PART)
+def test_workload_ref_round_trips(kind: str, namespace: str, name: str) -> None:
+    ref = WorkloadRef(kind, namespace, name)
+    assert WorkloadRef.parse(str(ref)) == ref
+
+
+# -- Ready ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("node", "ready"), [
+    ({}, False),
+    ({"status": {}}, False),
+    ({"status": {"conditions": []}}, False),  # no Ready condition: not Ready (IsNodeReady)
+    ({"status": {"conditions": [{"type": "MemoryPressure", "status": "False"}]}}, False),
+    ({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}, False),
+    ({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, False),
+    ({"status": {"conditions": [{"type": "Ready"}]}}, False),
+    ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, True),
+])
+def test_node_ready_is_the_ready_condition_true(node: dict[str, Any], ready: bool) -> None:
+    assert is_node_ready(node) is ready
+
+
+def test_pod_ready_is_the_ready_condition_true() -> None:
+    assert is_ready(ready_pod())
+    assert not is_ready(ready_pod("False"))
+    assert not is_ready({"status": {"conditions": [{"type": "ContainersReady",
+                                                    "status": "True"}]}})
+    assert not is_ready({})
+
+
+# -- Available (IsPodAvailable) -----------------------------------------------------------
+
+def test_available_at_once_without_min_ready_seconds() -> None:
+    assert is_available(ready_pod(), 0, T0)
+    assert is_available(ready_pod(since=None), 0, T0)  # no lastTransitionTime needed
+    assert not is_available(ready_pod("False"), 0, T0 + 100)
+
+
+def test_available_strictly_after_min_ready_seconds() -> None:
+    pod = ready_pod(since=T0)
+    assert available_since(pod, 10) == T0 + 10
+    assert not is_available(pod, 10, T0 + 9.999)
+    assert not is_available(pod, 10, T0 + 10)  # Before(now) is strict
+    assert is_available(pod, 10, T0 + 10.001)
+
+
+def test_not_available_without_last_transition_time() -> None:
+    """Upstream: minReadySeconds > 0 needs a set lastTransitionTime. The lab's ReplicaSet
+    once counted such a pod as Ready since 1970, so available."""
+    pod = ready_pod(since=None)
+    assert available_since(pod, 5) is None
+    assert not is_available(pod, 5, T0)
+
+
+@given(st.integers(1, 3600), st.floats(-7200, 7200, allow_nan=False))
+def test_available_is_ready_for_min_ready_seconds(min_ready: int, offset: float) -> None:
+    now = T0 + offset
+    assert is_available(ready_pod(since=T0), min_ready, now) is (T0 + min_ready < now)
+    assert not is_available(ready_pod("False", since=T0), min_ready, now)
+
+
+# -- rollout_in_progress ------------------------------------------------------------------
+
+def deployment(*, generation: int = 3, observed: int = 3, replicas: int = 2,
+               updated: int | None = 2, reason: str | None = "NewReplicaSetAvailable"
+               ) -> dict[str, Any]:
+    status: dict[str, Any] = {"observedGeneration": observed}
+    if updated is not None:
+        status["updatedReplicas"] = updated
+    if reason is not None:
+        status["conditions"] = [{"type": "Available", "status": "True"},
+                                {"type": "Progressing", "status": "True", "reason": reason}]
+    return {"kind": "Deployment", "metadata": {"generation": generation},
+            "spec": {"replicas": replicas}, "status": status}
+
+
+def rs(replicas: int) -> dict[str, Any]:
+    return {"kind": "ReplicaSet", "spec": {"replicas": replicas}}
+
+
+def test_a_complete_rollout_is_not_in_progress() -> None:
+    assert rollout_in_progress(deployment(), [rs(2), rs(0)]) is None
+    assert rollout_in_progress(deployment(reason=None), [rs(2)]) is None  # no condition yet
+
+
+@pytest.mark.parametrize(("dep", "sets", "why"), [
+    (deployment(generation=4, observed=3), [rs(2)],
+     "observedGeneration 3 is behind generation 4"),
+    (deployment(reason="ReplicaSetUpdated"), [rs(2)], "Progressing: ReplicaSetUpdated"),
+    (deployment(reason="ProgressDeadlineExceeded"), [rs(2)],
+     "Progressing: ProgressDeadlineExceeded"),
+    (deployment(), [rs(1), rs(1)], "2 ReplicaSets have replicas"),
+    (deployment(updated=1), [rs(2)], "1/2 replicas updated"),
+])
+def test_mid_rollout_says_why(dep: dict[str, Any], sets: list[dict[str, Any]],
+                              why: str) -> None:
+    assert rollout_in_progress(dep, sets) == why
+
+
+def test_generation_is_checked_first() -> None:
+    dep = deployment(generation=5, observed=4, updated=0, reason="ReplicaSetUpdated")
+    assert rollout_in_progress(dep, [rs(1), rs(1)]) == (
+        "observedGeneration 4 is behind generation 5")
+
+
+# -- autoscaler_for -----------------------------------------------------------------------
+
+def hpa(name: str, ns: str, kind: str, target: str) -> dict[str, Any]:
+    return {"kind": "HorizontalPodAutoscaler", "metadata": {"name": name, "namespace": ns},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind,
+                                        "name": target}}}
+
+
+def test_the_autoscaler_names_kind_and_name_in_the_namespace() -> None:
+    mine = hpa("llm-hpa", "ml", "Deployment", "llm")
+    others = [hpa("a", "other", "Deployment", "llm"), hpa("b", "ml", "StatefulSet", "llm"),
+              hpa("c", "ml", "Deployment", "web"), {"metadata": {"namespace": "ml"}}]
+    assert autoscaler_for(WorkloadRef("Deployment", "ml", "llm"), [*others, mine]) is mine
+    assert autoscaler_for(WorkloadRef("Deployment", "ml", "llm"), others) is None
+    assert autoscaler_for(WorkloadRef("Deployment", "ml", "llm"), []) is None
+
+
+# -- keys, grace, times -------------------------------------------------------------------
+
+def test_object_keys_as_meta_namespace_key_func() -> None:
+    assert key_of({"metadata": {"namespace": "ml", "name": "llm-0"}}) == "ml/llm-0"
+    assert key_of({"metadata": {"name": "node-1"}}) == "node-1"  # cluster-scoped
+
+
+def test_grace_default() -> None:
+    assert DEFAULT_GRACE_SECONDS == 30
+    assert grace_seconds({"spec": {}}) == DEFAULT_GRACE_SECONDS
+    assert grace_seconds({"spec": {"terminationGracePeriodSeconds": 0}}) == 0
+    assert float(DEFAULT_GRACE_SECONDS) == budget.DEFAULT_GRACE_SECONDS
+
+
+def test_time_formats() -> None:
+    assert rfc3339(T0 + 0.999) == "2027-01-15T08:00:00Z"  # truncated, as metav1.Time
+    assert rfc3339_micro(T0 + 0.25) == "2027-01-15T08:00:00.250000Z"
+    assert parse_time("2027-01-15T08:00:00Z") == T0
+    assert parse_time("2027-01-15T08:00:00.250000Z") == T0 + 0.25
+    assert parse_time("2027-01-15T09:00:00+01:00") == T0
+    for bad in (None, "", "yesterday", 5):
+        assert parse_time(bad) is None
+
+
+@given(st.floats(0, 4_000_000_000, allow_nan=False))
+def test_times_round_trip(ts: float) -> None:
+    assert parse_time(rfc3339(ts)) == math.floor(ts)
+    back = parse_time(rfc3339_micro(ts))
+    # truncated to the microsecond, up to a float's rounding of ts * 1e6
+    assert back is not None and abs(ts - back) < 1e-6
