@@ -129,8 +129,8 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
     import sys
 
     from drainsafe.drain.execute import DrainSettings
+    from drainsafe.drain.filters import DrainOptions
     from drainsafe.drain.fleet import drain_fleet
-    from drainsafe.drain.plan import DrainOptions
     from drainsafe.drain.report import render_plan, render_report, reports_json
     from drainsafe.kube import NotFound, api_path
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.drain import ownership
-from drainsafe.drain.plan import DrainOptions, classify
+from drainsafe.drain.filters import DrainOptions, classify
 from drainsafe.kube import Conflict, KubeClient, api_path
 from drainsafe.kube.retry import retry_on_conflict
 

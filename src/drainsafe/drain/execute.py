@@ -38,17 +38,12 @@ from typing import Any
 from drainsafe.drain import ownership, scale
 from drainsafe.drain.cordon import cordon
 from drainsafe.drain.evict import EvictCounts, EvictionStopped, Evictor
+from drainsafe.drain.filters import DrainOptions, classify
 from drainsafe.drain.nodewatch import NodeWatch, Stopped, Unschedulable, WorkloadSelector
-from drainsafe.drain.plan import (
-    ClusterState,
-    DrainOptions,
-    DrainPlan,
-    PodPlan,
-    WorkloadPlan,
-    classify,
-    guard_surges,
-    plan_drain,
-)
+from drainsafe.drain.plan import DrainPlan, plan_drain
+from drainsafe.drain.pods import PodPlan
+from drainsafe.drain.strategy import WorkloadPlan
+from drainsafe.drain.workloads import ClusterState, guard_surges
 from drainsafe.kube import (
     Backoff,
     Informer,
@@ -234,8 +229,7 @@ class NodeDrainer:
         self._replicas: dict[str, int] = {}
         self._deadline = 0.0
         self._state = ClusterState(nodes=(), pods=())
-        self._evictor = Evictor(client, backoff=settings.backoff, rng=self.rng,
-                                sleep=self._sleep_or_stop, say=self._say)
+        self._evictor: Evictor | None = None
 
     @property
     def watch(self) -> NodeWatch:
@@ -401,6 +395,9 @@ class NodeDrainer:
                     self._replicas[w.workload] = w.replicas
         self._watch = NodeWatch(self.client, self.node, sorted(namespaces))
         await self._watch.start()
+        self._evictor = Evictor(self.client, backoff=self.settings.backoff, rng=self.rng,
+                                sleep=self._sleep_or_stop, view=self._watch,
+                                recorded=self._progress.evicted, say=self._say)
 
     def _remaining(self) -> float:
         return max(self._deadline - time.monotonic(), 0.0)
@@ -641,26 +638,8 @@ class NodeDrainer:
 
     async def _evict(self, pod: PodPlan, rep: PodReport,
                      after_accept: Callable[[], Awaitable[None]] | None = None) -> None:
-        if self._progress.evicted.get(pod.key) == pod.uid:
-            # A previous run evicted it; never again. Its state decides what is left.
-            rep.outcome = "evicted"
-            return
-        if self.watch.gone(pod.namespace, pod.key, pod.uid):
-            # The namespace's pods were listed after the plan: a pod missing there left
-            # meanwhile (say, evicted by a killed earlier run that had not recorded it).
-            rep.outcome = "already-gone"
-            rep.detail = "gone before its turn: not evicted"
-            return
-        if self.watch.terminating(pod.namespace, pod.key, pod.uid):
-            # The plan saw it running, but by its turn something else is deleting it (a
-            # killed earlier run whose eviction the server processed late, another tool).
-            # An eviction now would be accepted without a budget check (the registry's
-            # canIgnorePDB: pkg/registry/core/pod/storage/eviction.go), a second eviction.
-            rep.outcome = "waited"
-            rep.detail = "already terminating when its turn came: waited for, not evicted"
-            self._say(f"{pod.key}: {rep.detail}")
-            return
         counts = EvictCounts()
+        assert self._evictor is not None, "watches not started"
         try:
             result = await self._evictor.evict(pod.namespace, pod.name, pod.uid, counts,
                                                deadline=self._remaining)
@@ -673,6 +652,18 @@ class NodeDrainer:
             rep.rate_429s += counts.rate_429s
             rep.transient_errors += counts.transient_errors
             rep.detail = counts.detail
+        if result == "evicted-before":
+            rep.outcome = "evicted"  # a previous run evicted it; never again
+            return
+        if result == "gone-before":
+            rep.outcome = "already-gone"
+            rep.detail = "gone before its turn: not evicted"
+            return
+        if result == "terminating":
+            rep.outcome = "waited"
+            rep.detail = "already terminating when its turn came: waited for, not evicted"
+            self._say(f"{pod.key}: {rep.detail}")
+            return
         if result == "gone":
             rep.outcome = "already-gone"
             return
