@@ -180,13 +180,13 @@ class PodView(Protocol):
 class Evictor:
     """Evicts pods (by namespace, name and UID) until the server takes each or it is gone.
 
-    `view` and `recorded` (the node record's evicted pods, "ns/name" -> UID) feed the
-    guards; `sleep` waits and returns False when the drain was stopped meanwhile.
+    `view` and `recorded` (the UID the node's record lists as evicted under a pod key)
+    feed the guards; `sleep` waits and returns False when the drain was stopped meanwhile.
     """
 
     def __init__(self, client: KubeClient, *, backoff: Backoff, rng: random.Random,
                  sleep: Callable[[float], Awaitable[bool]], view: PodView,
-                 recorded: Mapping[str, str], clock: Clock = time.monotonic,
+                 recorded: Callable[[str], str | None], clock: Clock = time.monotonic,
                  say: Callable[[str], None] = lambda _m: None) -> None:
         self.client = client
         self.backoff = backoff
@@ -211,7 +211,7 @@ class Evictor:
                     *, deadline: Callable[[], float]) -> Result:
         key = f"{namespace}/{name}"
         async with self.queue.hold(uid):
-            skip = guard(uid, recorded=self.recorded.get(key),
+            skip = guard(uid, recorded=self.recorded(key),
                          seen=self.view.pod(namespace, key))
             if skip is not None:
                 return skip
