@@ -7,6 +7,8 @@ util/retry.RetryOnConflict, which kubectl's cordon helper uses: kubectl pkg/drai
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,11 +16,13 @@ from drainsafe.drain import ownership
 from drainsafe.drain.filters import DrainOptions, classify
 from drainsafe.drain.scale import restore_all_for_node
 from drainsafe.kube import KubeClient, api_path
+from drainsafe.kube.objects import rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
 
 
 async def cordon(client: KubeClient, node: str, *, reason: str, state: str = "draining",
-                 attempts: int = 8) -> ownership.Progress:
+                 attempts: int = 8, clock: Callable[[], float] = time.time
+                 ) -> ownership.Progress:
     """Cordon with the ownership record and the drain state; returns the progress record
     (with the pods an earlier run evicted)."""
     path = api_path("v1", "nodes", name=node)
@@ -26,8 +30,10 @@ async def cordon(client: KubeClient, node: str, *, reason: str, state: str = "dr
     async def decide(obj: dict[str, Any]) -> ownership.Progress:
         progress = ownership.Progress.of(obj)
         progress.state = state
+        now = clock()
+        progress.updated = progress.updated or rfc3339(now)  # as to_json would write it
         await client.patch(path, ownership.cordon_patch(
-            obj, actor=client.identity.actor(), reason=reason, progress=progress))
+            obj, actor=client.identity.actor(), reason=reason, progress=progress, now=now))
         return progress
 
     return await retry_on_conflict(client, path, decide, attempts=attempts)

@@ -79,7 +79,7 @@ async def drain_fleet(
                            refused=not combined.ok, failure=failure, finished_at=now)
                 for n in nodes])
         for name in nodes:
-            await cordon(client, name, reason=settings.reason, state="queued")
+            await cordon(client, name, reason=settings.reason, state="queued", clock=clock)
     reports: list[NodeReport] = []
     gate = asyncio.Semaphore(max(1, max_parallel))
     failed = asyncio.Event()

@@ -77,7 +77,8 @@ class Progress:
 
 
 def cordon_patch(
-    node: Mapping[str, Any], *, actor: str, reason: str, progress: Progress
+    node: Mapping[str, Any], *, actor: str, reason: str, progress: Progress,
+    now: float | None = None,
 ) -> dict[str, Any]:
     """A merge patch that cordons and records ownership, guarded by resourceVersion.
 
@@ -90,7 +91,7 @@ def cordon_patch(
     if CORDONED_BY not in ann:
         new.update({
             CORDONED_BY: actor,
-            CORDONED_AT: rfc3339(),
+            CORDONED_AT: rfc3339(now),
             REASON: reason,
             WAS_UNSCHEDULABLE: "true" if is_cordoned(node) else "false",
         })

@@ -38,7 +38,7 @@ class NodeProgress:
     async def cordon(self, *, reason: str, state: str = "draining") -> None:
         """Cordon with the ownership record; keeps what an earlier run recorded."""
         self.record = await cordon(self.client, self.node, reason=reason, state=state,
-                                   attempts=self.retries)
+                                   attempts=self.retries, clock=self.clock)
 
     def evicted_uid(self, key: str) -> str | None:
         """The UID the record lists as evicted under the pod key "ns/name"."""

@@ -28,6 +28,8 @@ at the recorded scale then too.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from drainsafe.drain.ownership import (
@@ -53,7 +55,8 @@ def hpa_path(namespace: str, name: str) -> str:
 
 
 async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str | None,
-                pods: dict[str, str], guard: bool = False) -> SurgeRecord:
+                pods: dict[str, str], guard: bool = False,
+                clock: Callable[[], float] = time.time) -> SurgeRecord:
     """Record the surge on the Deployment (if no record is there yet) and return the record:
     the one already there when there is one, whoever wrote it (see its `node` and
     `guard`). Changes no scale: call `set_scale` after."""
@@ -72,7 +75,7 @@ async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str
                 name=str((hpa.get("metadata") or {}).get("name")),
                 min_replicas=spec.get("minReplicas"), max_replicas=int(spec["maxReplicas"]))
         record = SurgeRecord(node=node, replicas=int((obj.get("spec") or {}).get("replicas", 1)),
-                             by=client.identity.actor(), at=rfc3339(), autoscaler=bounds,
+                             by=client.identity.actor(), at=rfc3339(clock()), autoscaler=bounds,
                              pods=pods, guard=guard)
         await client.patch(path, surge_record_patch(obj, record))
         return record

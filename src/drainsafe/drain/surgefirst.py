@@ -57,7 +57,7 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
                 remaining.append(p)
         record = await scale.begin(ctx.client, w.workload, node=ctx.node,
                                    autoscaler=w.autoscaler,
-                                   pods={p.key: p.uid for p in pods})
+                                   pods={p.key: p.uid for p in pods}, clock=ctx.clock)
         if not record.guard:
             break
         # The eviction guard surged it for another drainer (kubectl drain, an
@@ -105,7 +105,7 @@ async def _wait_surge(ctx: DrainContext, w: WorkloadPlan, remaining: Sequence[Po
     except Unschedulable as exc:
         # Nothing of this workload was evicted yet: take the surge back, then stop.
         record = await scale.begin(ctx.client, w.workload, node=ctx.node,
-                                   autoscaler=w.autoscaler, pods={})
+                                   autoscaler=w.autoscaler, pods={}, clock=ctx.clock)
         with contextlib.suppress(KubeError):
             await scale.finish(ctx.client, w.workload, record)
         raise DrainFailed(f"{exc}; the surge was taken back, no pod was evicted (the "
