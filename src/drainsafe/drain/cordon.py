@@ -20,9 +20,9 @@ from drainsafe.kube.objects import rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
 
 
-async def cordon(client: KubeClient, node: str, *, reason: str, state: str = "draining",
-                 attempts: int = 8, clock: Callable[[], float] = time.time
-                 ) -> ownership.Progress:
+async def cordon(client: KubeClient, node: str, *, reason: str,
+                 state: ownership.ProgressState = "draining", attempts: int = 8,
+                 clock: Callable[[], float] = time.time) -> ownership.Progress:
     """Cordon with the ownership record and the drain state; returns the progress record
     (with the pods an earlier run evicted)."""
     path = api_path("v1", "nodes", name=node)

@@ -35,7 +35,6 @@ from drainsafe.drain.context import Deadline, DrainContext, DrainFailed
 from drainsafe.drain.evict import EvictionStopped
 from drainsafe.drain.nodewatch import NodeWatch, PendingPods, Stopped, Unschedulable
 from drainsafe.drain.plan import DrainPlan
-from drainsafe.drain.preflight import plan_nodes as plan_nodes  # fleet and tools plan here
 from drainsafe.drain.preflight import preflight
 from drainsafe.drain.progress import NodeProgress
 from drainsafe.drain.report import NodeReport, pod_reports

@@ -43,11 +43,18 @@ def owned_by_drainsafe(node: Mapping[str, Any]) -> bool:
     return CORDONED_BY in ann and ann.get(WAS_UNSCHEDULABLE) != "true"
 
 
+# Where a node's drain is: queued (cordoned first with its fleet), draining, and how it
+# ended. A rerun continues from any of them.
+ProgressState = Literal["queued", "draining", "drained", "failed", "interrupted"]
+PROGRESS_STATES: tuple[ProgressState, ...] = ("queued", "draining", "drained", "failed",
+                                              "interrupted")
+
+
 @dataclass
 class Progress:
     """The drain's record on the node: which pods were evicted (by UID) and the state."""
 
-    state: str = "draining"  # draining | drained | failed | interrupted
+    state: ProgressState = "draining"
     evicted: dict[str, str] = field(default_factory=dict)  # "ns/name" -> uid
     detail: str = ""
     updated: str = ""
@@ -62,7 +69,7 @@ class Progress:
         except ValueError:
             return cls(detail="unreadable progress annotation")
         return cls(
-            state=str(doc.get("state") or "draining"),
+            state=_state(doc.get("state")),
             evicted={str(k): str(v) for k, v in (doc.get("evicted") or {}).items()},
             detail=str(doc.get("detail") or ""),
             updated=str(doc.get("updated") or ""),
@@ -74,6 +81,13 @@ class Progress:
              "updated": self.updated or rfc3339()},
             sort_keys=True,
         )
+
+
+def _state(raw: Any) -> ProgressState:
+    for state in PROGRESS_STATES:
+        if raw == state:
+            return state
+    return "draining"  # absent (or not drainsafe's word): a drain that has not ended
 
 
 def cordon_patch(

@@ -35,7 +35,7 @@ class NodeProgress:
         self.record = ownership.Progress()
         self._lock = asyncio.Lock()
 
-    async def cordon(self, *, reason: str, state: str = "draining") -> None:
+    async def cordon(self, *, reason: str, state: ownership.ProgressState = "draining") -> None:
         """Cordon with the ownership record; keeps what an earlier run recorded."""
         self.record = await cordon(self.client, self.node, reason=reason, state=state,
                                    attempts=self.retries, clock=self.clock)
@@ -44,7 +44,7 @@ class NodeProgress:
         """The UID the record lists as evicted under the pod key "ns/name"."""
         return self.record.evicted.get(key)
 
-    async def write(self, state: str, detail: str) -> None:
+    async def write(self, state: ownership.ProgressState, detail: str) -> None:
         async with self._lock:
             self.record.state = state
             self.record.detail = detail
