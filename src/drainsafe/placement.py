@@ -8,7 +8,9 @@ TaintToleration ("node(s) had untolerated taint {k: v}"), NodeAffinity ("node(s)
 match Pod's node affinity/selector"), NodeResourcesFit ("Insufficient cpu",
 "Insufficient nvidia.com/gpu", "Too many pods"). Requests come from the containers
 (limits stand in for missing requests, as defaulting does) and the maximum of the init
-containers (resource.PodRequests). Plain dicts in, plain data out; no I/O.
+containers (resource.PodRequests). Each failure is a typed `Reason` (a code, the
+scheduler's text, and the resource short of room), so callers decide on the code. Plain
+dicts in, plain data out; no I/O.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from drainsafe.labels import Requirement, Selector
 from drainsafe.quantity import QuantityError, parse_quantity
@@ -28,10 +30,27 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
+# Which filter refused (the scheduler plugin's status, typed): code decides, text explains.
+ReasonCode = Literal["node-name", "unschedulable", "affinity", "taint", "too-many-pods",
+                     "insufficient"]
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: ReasonCode
+    text: str  # the scheduler's own wording, as in a FailedScheduling event
+    resource: str | None = None  # the resource short of room, for "insufficient"
+
+
 @dataclass(frozen=True)
 class Fit:
     fits: bool
-    reasons: tuple[str, ...] = ()
+    why: tuple[Reason, ...] = ()
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The scheduler's texts, in order (for events and messages)."""
+        return tuple(r.text for r in self.why)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -202,33 +221,33 @@ def check(node: Mapping[str, Any], pod: Mapping[str, Any],
     (or whose summed `load` is given instead)."""
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or []
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     node_spec = node.get("spec") or {}
     wanted = spec.get("nodeName")
     if wanted and wanted != (node.get("metadata") or {}).get("name"):
-        return Fit(False, ("node(s) didn't match the requested node name",))
+        return Fit(False, (Reason("node-name", "node(s) didn't match the requested node name"),))
     if node_spec.get("unschedulable") and not tolerates(
             tolerations, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}):
-        reasons.append("node(s) were unschedulable")
+        reasons.append(Reason("unschedulable", "node(s) were unschedulable"))
     if not matches_node_affinity(spec, node):
-        reasons.append("node(s) didn't match Pod's node affinity/selector")
+        reasons.append(Reason("affinity", "node(s) didn't match Pod's node affinity/selector"))
     taint = untolerated_taint(tolerations, node)
     if taint is not None:
-        reasons.append(f"node(s) had untolerated taint {{{taint.get('key')}: "
-                       f"{taint.get('value') or ''}}}")
+        reasons.append(Reason("taint", f"node(s) had untolerated taint {{{taint.get('key')}: "
+                              f"{taint.get('value') or ''}}}"))
     if load is None:
         load = NodeLoad.of(bound)
     allocatable = load.allocatable if load.allocatable is not None else node_allocatable(node)
     used, count = load.used, load.count
     pods_cap = allocatable.get("pods")
     if pods_cap is not None and count + 1 > pods_cap:
-        reasons.append("Too many pods")
+        reasons.append(Reason("too-many-pods", "Too many pods"))
     for name, amount in sorted((requests if requests is not None
                                 else pod_requests(spec)).items()):
         if amount <= 0:
             continue
         if used.get(name, Decimal(0)) + amount > allocatable.get(name, Decimal(0)):
-            reasons.append(f"Insufficient {name}")
+            reasons.append(Reason("insufficient", f"Insufficient {name}", resource=name))
     return Fit(not reasons, tuple(reasons))
 
 

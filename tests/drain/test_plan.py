@@ -171,3 +171,23 @@ def test_a_finished_pod_that_is_terminating_is_waited_for_not_evicted() -> None:
     [p] = plan.pods
     assert (p.action, p.code) == ("wait", "terminating")
     assert plan.to_evict == ()
+
+
+def test_the_plan_resolves_each_workloads_selector_once() -> None:
+    nodes = [node("g1"), node("g2", gpus=2)]
+    pods, ctrl = serving("llm", ["g1", "g2"], replicas=3)
+    ctrl["Deployment/ml/llm"]["spec"].update(
+        {"selector": {"matchLabels": {"app": "llm"}}, "minReadySeconds": 5})
+    plan = plan_drain(ClusterState(nodes, pods, controllers=ctrl), ["g1"])
+    [selector] = plan.selectors.values()
+    assert (selector.key, selector.namespace, selector.replicas,
+            selector.min_ready_seconds) == ("Deployment/ml/llm", "ml", 3, 5.0)
+    assert selector.selector.matches({"app": "llm"}) and not selector.selector.matches({})
+    assert plan.namespaces == ["ml"]
+    assert "selectors" not in plan.to_dict()  # the JSON plan is what it was
+
+
+def test_a_workload_without_a_selector_has_none_to_watch() -> None:
+    nodes = [node("g1"), node("g2", gpus=2)]
+    pods, ctrl = serving("llm", ["g1"])  # the factory's Deployment has no spec.selector
+    assert plan_drain(ClusterState(nodes, pods, controllers=ctrl), ["g1"]).selectors == {}

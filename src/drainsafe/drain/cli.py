@@ -6,8 +6,14 @@ import argparse
 from typing import Any
 
 from drainsafe.drain.ownership import DEFAULT_REASON
-
-EXIT_API = 3
+from drainsafe.shell import (
+    EXIT_API,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
 
 
 def _connection(p: argparse.ArgumentParser) -> None:
@@ -91,25 +97,19 @@ def run_drain(args: argparse.Namespace) -> int:
     import sys
 
     from drainsafe.kube import KubeconfigError, KubeError
-    from drainsafe.shell import (
-        EXIT_INTERRUPTED,
-        EXIT_TERMINATED,
-        Terminated,
-        console,
-        run_async,
-    )
+    from drainsafe.shell import Terminated, console, run_async
 
     if not args.nodes and not args.selector:
         print("drainsafe drain: name at least one NODE or pass --selector", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.max_parallel_nodes < 1:
         print("drainsafe drain: --max-parallel-nodes must be >= 1", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         client = _client(args)
     except (KubeconfigError, ValueError, RuntimeError) as exc:
         print(f"drainsafe drain: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     stopped = ("the nodes stay cordoned, recorded as interrupted; run the same command "
                "again to continue, or drainsafe uncordon NODE")
     try:
@@ -129,8 +129,8 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
     import sys
 
     from drainsafe.drain.execute import DrainSettings
+    from drainsafe.drain.filters import DrainOptions
     from drainsafe.drain.fleet import drain_fleet
-    from drainsafe.drain.plan import DrainOptions
     from drainsafe.drain.report import render_plan, render_report, reports_json
     from drainsafe.kube import NotFound, api_path
 
@@ -141,14 +141,14 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
                 await client.get(api_path("v1", "nodes", name=name))
             except NotFound:
                 print(f"drainsafe drain: node {name!r} not found", file=sys.stderr)
-                return 2
+                return EXIT_USAGE
         if args.selector:
             found, _ = await client.list(api_path("v1", "nodes"),
                                          {"labelSelector": args.selector})
             nodes += [n["metadata"]["name"] for n in found if n["metadata"]["name"] not in nodes]
             if not nodes:
                 console.print(f"no nodes match {args.selector!r}")
-                return 1
+                return EXIT_FAILED
         settings = DrainSettings(
             options=DrainOptions(delete_emptydir_data=args.delete_emptydir_data,
                                  strategy=args.strategy),
@@ -173,7 +173,7 @@ async def _drain(client: Any, args: argparse.Namespace, console: Any) -> int:
                 render_report(console, r)
         if fleet.not_started:
             console.print(f"not started after the failure: {', '.join(fleet.not_started)}")
-    return 0 if fleet.ok else 1
+    return EXIT_OK if fleet.ok else EXIT_FAILED
 
 
 def run_uncordon(args: argparse.Namespace) -> int:
@@ -187,10 +187,10 @@ def run_uncordon(args: argparse.Namespace) -> int:
         client = _client(args)
     except (KubeconfigError, ValueError, RuntimeError) as exc:
         print(f"drainsafe uncordon: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
     async def go() -> int:
-        code = 0
+        code = EXIT_OK
         async with client:
             for node in args.nodes:
                 try:
@@ -198,7 +198,7 @@ def run_uncordon(args: argparse.Namespace) -> int:
                     print(result.message)
                 except (NotOwned, KubeError, RuntimeError) as exc:
                     print(f"drainsafe uncordon: {exc}", file=sys.stderr)
-                    code = 1
+                    code = EXIT_FAILED
         return code
 
     return asyncio.run(go())
@@ -219,7 +219,7 @@ def run_audit(args: argparse.Namespace) -> int:
         client = _client(args)
     except (KubeconfigError, ValueError, RuntimeError) as exc:
         print(f"drainsafe audit: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
     from drainsafe.drain.report import render_surged
     from drainsafe.drain.scale import audit_surged
@@ -242,5 +242,5 @@ def run_audit(args: argparse.Namespace) -> int:
         render_surged(console(), surged)
     # Cordoned nodes with no drainsafe record are the forgotten cordons worth a look, and
     # so is a workload an unfinished drain left scaled up.
-    forgotten = any(r.cordoned and r.owner.startswith("unknown") for r in records)
-    return 1 if forgotten or surged else 0
+    forgotten = any(r.forgotten for r in records)
+    return EXIT_FAILED if forgotten or surged else EXIT_OK

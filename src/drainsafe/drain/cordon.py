@@ -7,17 +7,22 @@ util/retry.RetryOnConflict, which kubectl's cordon helper uses: kubectl pkg/drai
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.drain import ownership
-from drainsafe.drain.plan import DrainOptions, classify
-from drainsafe.kube import Conflict, KubeClient, api_path
-from drainsafe.kube.retry import retry_on_conflict
+from drainsafe.drain.filters import DrainOptions, classify
+from drainsafe.drain.scale import restore_all_for_node
+from drainsafe.kube import KubeClient, api_path
+from drainsafe.kube.objects import rfc3339
+from drainsafe.kube.retry import KeptChanging, retry_on_conflict
 
 
-async def cordon(client: KubeClient, node: str, *, reason: str, state: str = "draining",
-                 attempts: int = 8) -> ownership.Progress:
+async def cordon(client: KubeClient, node: str, *, reason: str,
+                 state: ownership.ProgressState = "draining", attempts: int = 8,
+                 clock: Callable[[], float] = time.time) -> ownership.Progress:
     """Cordon with the ownership record and the drain state; returns the progress record
     (with the pods an earlier run evicted)."""
     path = api_path("v1", "nodes", name=node)
@@ -25,8 +30,10 @@ async def cordon(client: KubeClient, node: str, *, reason: str, state: str = "dr
     async def decide(obj: dict[str, Any]) -> ownership.Progress:
         progress = ownership.Progress.of(obj)
         progress.state = state
+        now = clock()
+        progress.updated = progress.updated or rfc3339(now)  # as to_json would write it
         await client.patch(path, ownership.cordon_patch(
-            obj, actor=client.identity.actor(), reason=reason, progress=progress))
+            obj, actor=client.identity.actor(), reason=reason, progress=progress, now=now))
         return progress
 
     return await retry_on_conflict(client, path, decide, attempts=attempts)
@@ -49,15 +56,17 @@ class NotOwned(RuntimeError):
 async def uncordon(client: KubeClient, node: str, *, force: bool = False) -> UncordonResult:
     """Remove drainsafe's cordon (or anyone's, with force). Giving a drain up also restores
     the scale of workloads an unfinished surge of this node left scaled up."""
-    from drainsafe.drain.scale import restore_all_for_node
-
     path = api_path("v1", "nodes", name=node)
     restored: list[str] | None = None
-    note = ""
-    for _ in range(5):
-        obj = await client.get(path)
+
+    async def _restore(done: list[str] | None) -> list[str]:
+        # Once, whatever the attempt: a second restore would find nothing left to name.
+        return done if done is not None else await restore_all_for_node(client, node)
+
+    async def decide(obj: dict[str, Any]) -> UncordonResult:
+        nonlocal restored
         if not ownership.is_cordoned(obj):
-            restored = await restore_all_for_node(client, node)
+            restored = await _restore(restored)
             note = f"; restored the scale of {', '.join(restored)}" if restored else ""
             return UncordonResult(node, bool(restored), f"{node} is not cordoned{note}")
         if not ownership.owned_by_drainsafe(obj) and not force:
@@ -71,18 +80,18 @@ async def uncordon(client: KubeClient, node: str, *, force: bool = False) -> Unc
                 f"{node}: refusing to uncordon: {why}; whoever cordoned it may still need "
                 "it out of service. Pass --force to uncordon anyway."
             )
-        if restored is None:
-            restored = await restore_all_for_node(client, node)
-            note = f"; restored the scale of {', '.join(restored)}" if restored else ""
-            continue  # restoring took time: read the node again
-        try:
-            await client.patch(path, ownership.uncordon_patch(obj))
-        except Conflict:
-            continue  # the node changed between read and write: decide again
+        restored = await _restore(restored)
+        note = f"; restored the scale of {', '.join(restored)}" if restored else ""
+        # Guarded by the resourceVersion read before the restore: a node that changed
+        # meanwhile is a 409, and the node is read and decided again.
+        await client.patch(path, ownership.uncordon_patch(obj))
         owner = ownership.node_annotations(obj).get(ownership.CORDONED_BY, "someone else")
-        return UncordonResult(node, True,
-                              f"{node} uncordoned (was cordoned by {owner}){note}")
-    raise RuntimeError(f"{node}: the node kept changing; uncordon not applied")
+        return UncordonResult(node, True, f"{node} uncordoned (was cordoned by {owner}){note}")
+
+    try:
+        return await retry_on_conflict(client, path, decide, attempts=5)
+    except KeptChanging as exc:
+        raise RuntimeError(f"{node}: the node kept changing; uncordon not applied") from exc
 
 
 async def audit(client: KubeClient, *, all_nodes: bool = False) -> list[ownership.CordonRecord]:

@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 
 from drainsafe.drain import ownership
 from drainsafe.drain.cordon import cordon
-from drainsafe.drain.execute import DrainSettings, NodeDrainer, NodeReport, plan_nodes
+from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.plan import DrainPlan
+from drainsafe.drain.preflight import plan_nodes
+from drainsafe.drain.report import NodeReport
+from drainsafe.drain.settings import DrainSettings
 from drainsafe.kube import KubeClient, api_path
 
 
@@ -56,6 +59,7 @@ async def drain_fleet(
     max_parallel: int = 1,
     dry_run: bool = False,
     on_progress: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> FleetReport:
     """Drain nodes in sequence, or up to `max_parallel` at once; stop at the first failure.
 
@@ -68,14 +72,14 @@ async def drain_fleet(
         combined, _ = await plan_nodes(client, nodes, settings)
         surge_fixable = settings.surge and all(b.kind == "no-room" for b in combined.blockers)
         if (not combined.ok and not surge_fixable) or dry_run:
-            now = time.time()
+            now = clock()
             failure = "; ".join(f"{b.object}: {b.message}" for b in combined.blockers)
             return FleetReport(nodes=tuple(nodes), plan=combined, reports=[
                 NodeReport(node=n, started_at=now, plan=combined, ok=combined.ok,
                            refused=not combined.ok, failure=failure, finished_at=now)
                 for n in nodes])
         for name in nodes:
-            await cordon(client, name, reason=settings.reason, state="queued")
+            await cordon(client, name, reason=settings.reason, state="queued", clock=clock)
     reports: list[NodeReport] = []
     gate = asyncio.Semaphore(max(1, max_parallel))
     failed = asyncio.Event()
@@ -89,7 +93,7 @@ async def drain_fleet(
             started.add(name)
             # The rest of the fleet offers no room for this node's replacements.
             others = [n for n in nodes if n != name]
-            drainer = NodeDrainer(client, name, settings, draining=others,
+            drainer = NodeDrainer(client, name, settings, draining=others, clock=clock,
                                   on_progress=on_progress, locks=locks)
             reports.append(drainer.report)
             report = await drainer.run(dry_run=dry_run)

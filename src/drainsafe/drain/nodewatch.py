@@ -4,7 +4,11 @@ One object owns the informers a node drain needs (drainsafe.kube.watch.Informer,
 with relist and bookmarks): the node's pods, the pods, EndpointSlices and
 PodDisruptionBudgets of the affected namespaces. The drainer asks it questions
 (`gone`, `endpoints_clear`, `serving`, `budget_allows`) and waits on them with a bound; it
-writes no poll loops of its own.
+writes no poll loops of its own. `confirm_done` is the drain's definition of done: only
+DaemonSet and mirror pods left (the pods kubectl's filters leave: drain.filters), every
+affected workload at its desired Ready count with no Pending pod, and no EndpointSlice
+listing a pod of the drain or one that is gone. Both clocks (wall, for Available since a
+Ready transition; monotonic, for bounds) are injected.
 """
 
 from __future__ import annotations
@@ -12,15 +16,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from drainsafe.drain.filters import DrainOptions, classify
 from drainsafe.drain.ownership import guard_surged
+from drainsafe.drain.workloads import WorkloadSelector
 from drainsafe.kube import Informer, KubeClient, WaitTimeout, api_path
 from drainsafe.kube.objects import (
     endpoint_uid,
     is_active,
     is_available,
+    is_terminal,
     is_terminating,
     key_of,
     node_of,
@@ -28,9 +34,9 @@ from drainsafe.kube.objects import (
     uid_of,
     unschedulable_reason,
 )
-from drainsafe.labels import Selector
 
 Obj = dict[str, Any]
+Clock = Callable[[], float]
 T = TypeVar("T")
 NO_LIMIT = 1 << 30
 
@@ -43,17 +49,16 @@ class Unschedulable(RuntimeError):
     """A new pod of the workload stayed Unschedulable for too long."""
 
 
-@dataclass(frozen=True)
-class WorkloadSelector:
-    key: str  # "Kind/ns/name"
-    namespace: str
-    selector: Selector
-    min_ready_seconds: float = 0.0
+class PendingPods(RuntimeError):
+    """A workload of the drain still has Pending pods when the drain should be done."""
 
 
 class NodeWatch:
-    def __init__(self, client: KubeClient, node: str, namespaces: Sequence[str]) -> None:
+    def __init__(self, client: KubeClient, node: str, namespaces: Sequence[str], *,
+                 clock: Clock = time.time, monotonic: Clock = time.monotonic) -> None:
         self.node = node
+        self.clock = clock
+        self.monotonic = monotonic
         self.node_pods = Informer(client, api_path("v1", "pods"),
                                   field_selector=f"spec.nodeName={node}")
         self.pods = {ns: Informer(client, api_path("v1", "pods", namespace=ns))
@@ -100,7 +105,7 @@ class NodeWatch:
     def serving(self, w: WorkloadSelector, *, excluding: Sequence[str] = ()) -> list[Obj]:
         """Active pods of the workload that are Available (Ready for minReadySeconds),
         not on the `excluding` nodes."""
-        now = time.time()
+        now = self.clock()
         return [p for p in self.workload_pods(w)
                 if is_active(p) and node_of(p) not in excluding
                 and is_available(p, w.min_ready_seconds, now)]
@@ -164,12 +169,12 @@ class NodeWatch:
         """The first truthy predicate() value, re-checked on every change of any of
         `informers` and at least every `recheck` seconds (a predicate may read several
         caches, or a clock)."""
-        deadline = time.monotonic() + timeout
+        deadline = self.monotonic() + timeout
         first = informers[0]
         while True:
             if stop is not None and stop.is_set():
                 raise Stopped(f"stopped while waiting for {what}")
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.monotonic()
             if remaining <= 0:
                 raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}")
             try:
@@ -202,8 +207,8 @@ class NodeWatch:
                 reason = unschedulable_reason(p) if is_active(p) else None
                 k = key_of(p)
                 if reason:
-                    since = pending_since.setdefault(k, time.monotonic())
-                    if time.monotonic() - since > unschedulable_after:
+                    since = pending_since.setdefault(k, self.monotonic())
+                    if self.monotonic() - since > unschedulable_after:
                         raise Unschedulable(f"{k} cannot be scheduled: {reason}")
                 else:
                     pending_since.pop(k, None)
@@ -236,3 +241,47 @@ class NodeWatch:
 
     def cache_of(self, namespace: str) -> Mapping[str, Obj]:
         return self.pods[namespace].cache
+
+    # -- done --------------------------------------------------------------------------------
+
+    async def confirm_done(self, *, options: DrainOptions,
+                           selectors: Sequence[WorkloadSelector], drained: set[str],
+                           remaining: Callable[[], float], unschedulable_after: float
+                           ) -> dict[str, bool]:
+        """Wait, bounded, until the node is drained by the definition in the module
+        docstring; returns the checks that held. `drained` are the UIDs of the pods the
+        drain moved or waited for; `remaining` is the time left of the drain's bound."""
+        checks: dict[str, bool] = {}
+
+        def only_daemons() -> bool:
+            return all(classify(p, options).action == "skip" or is_terminal(p)
+                       for p in self.node_pods.cache.values())
+
+        await self.until([self.node_pods], only_daemons, timeout=min(60.0, remaining()),
+                         what=f"only DaemonSet/mirror pods on {self.node}")
+        checks["only DaemonSet/mirror pods left"] = True
+        for selector in selectors:
+            await self.wait_serving(selector, selector.replicas, timeout=remaining(),
+                                    unschedulable_after=unschedulable_after)
+
+            def no_pending(selector: WorkloadSelector = selector) -> bool:
+                # A replacement the ReplicaSet made for an evicted pod before the scale
+                # came back is removed by it (drain.scale): wait for that, bounded.
+                return not [key_of(p) for p in self.workload_pods(selector)
+                            if is_active(p) and (p.get("status") or {}).get("phase") == "Pending"]
+
+            try:
+                await self.until([self.pods[selector.namespace]], no_pending,
+                                 timeout=min(30.0, remaining()),
+                                 what=f"{selector.key} to have no Pending pods")
+            except WaitTimeout as exc:
+                raise PendingPods(f"{selector.key} has Pending pods after the drain") from exc
+        checks["workloads at desired Ready count"] = True
+        checks["no Pending pods of affected workloads"] = True
+        for ns in self.slices:
+            await self.until([self.slices[ns], self.pods[ns]],
+                             lambda ns=ns: self.slices_settled(ns, drained),  # type: ignore[misc]
+                             timeout=min(60.0, remaining()),
+                             what=f"EndpointSlices in {ns} to settle")
+        checks["endpoints settled"] = True
+        return checks

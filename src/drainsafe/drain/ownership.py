@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
+
+from drainsafe.kube.objects import rfc3339
 
 PREFIX = "drainsafe.io/"
 CORDONED_BY = PREFIX + "cordoned-by"
@@ -26,10 +27,6 @@ DEFAULT_REASON = "drainsafe drain"
 WAS_UNSCHEDULABLE = PREFIX + "was-unschedulable"
 PROGRESS = PREFIX + "drain-progress"
 OWNED_KEYS = (CORDONED_BY, CORDONED_AT, REASON, WAS_UNSCHEDULABLE, PROGRESS)
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -46,11 +43,18 @@ def owned_by_drainsafe(node: Mapping[str, Any]) -> bool:
     return CORDONED_BY in ann and ann.get(WAS_UNSCHEDULABLE) != "true"
 
 
+# Where a node's drain is: queued (cordoned first with its fleet), draining, and how it
+# ended. A rerun continues from any of them.
+ProgressState = Literal["queued", "draining", "drained", "failed", "interrupted"]
+PROGRESS_STATES: tuple[ProgressState, ...] = ("queued", "draining", "drained", "failed",
+                                              "interrupted")
+
+
 @dataclass
 class Progress:
     """The drain's record on the node: which pods were evicted (by UID) and the state."""
 
-    state: str = "draining"  # draining | drained | failed | interrupted
+    state: ProgressState = "draining"
     evicted: dict[str, str] = field(default_factory=dict)  # "ns/name" -> uid
     detail: str = ""
     updated: str = ""
@@ -65,7 +69,7 @@ class Progress:
         except ValueError:
             return cls(detail="unreadable progress annotation")
         return cls(
-            state=str(doc.get("state") or "draining"),
+            state=_state(doc.get("state")),
             evicted={str(k): str(v) for k, v in (doc.get("evicted") or {}).items()},
             detail=str(doc.get("detail") or ""),
             updated=str(doc.get("updated") or ""),
@@ -74,13 +78,21 @@ class Progress:
     def to_json(self) -> str:
         return json.dumps(
             {"state": self.state, "evicted": self.evicted, "detail": self.detail,
-             "updated": self.updated or now_rfc3339()},
+             "updated": self.updated or rfc3339()},
             sort_keys=True,
         )
 
 
+def _state(raw: Any) -> ProgressState:
+    for state in PROGRESS_STATES:
+        if raw == state:
+            return state
+    return "draining"  # absent (or not drainsafe's word): a drain that has not ended
+
+
 def cordon_patch(
-    node: Mapping[str, Any], *, actor: str, reason: str, progress: Progress
+    node: Mapping[str, Any], *, actor: str, reason: str, progress: Progress,
+    now: float | None = None,
 ) -> dict[str, Any]:
     """A merge patch that cordons and records ownership, guarded by resourceVersion.
 
@@ -93,7 +105,7 @@ def cordon_patch(
     if CORDONED_BY not in ann:
         new.update({
             CORDONED_BY: actor,
-            CORDONED_AT: now_rfc3339(),
+            CORDONED_AT: rfc3339(now),
             REASON: reason,
             WAS_UNSCHEDULABLE: "true" if is_cordoned(node) else "false",
         })
@@ -120,28 +132,43 @@ def uncordon_patch(node: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# Who owns a node's cordon, as drainsafe's record tells: drainsafe; someone before
+# drainsafe (the node was cordoned when drainsafe drained it); nobody it knows of (cordoned
+# with no record: a forgotten cordon, perhaps); or no cordon at all.
+CordonOwner = Literal["drainsafe", "before-drainsafe", "no-record", "none"]
+
+
 @dataclass(frozen=True)
 class CordonRecord:
     node: str
     cordoned: bool
-    owner: str  # "drainsafe: <actor>", "unknown (not drainsafe)", or ""
+    owner: str  # for people: the recorded actor, or why it is unknown; "" when none
     since: str
     reason: str
     drain_state: str
     takes_work: bool
     pods: int
     daemon_pods: int
+    owned_by: CordonOwner = "none"
+
+    @property
+    def forgotten(self) -> bool:
+        """Cordoned, and no record says drainsafe owns the cordon: worth a look."""
+        return self.cordoned and self.owned_by in ("before-drainsafe", "no-record")
 
 
 def audit_record(node: Mapping[str, Any], pods_on_node: int, daemon_pods: int) -> CordonRecord:
     ann = node_annotations(node)
     cordoned = is_cordoned(node)
+    owned_by: CordonOwner
     if CORDONED_BY in ann:
-        owner = ann[CORDONED_BY]
+        owner, owned_by = ann[CORDONED_BY], "drainsafe"
         if ann.get(WAS_UNSCHEDULABLE) == "true":
             owner = f"unknown (already cordoned before drainsafe; drained by {owner})"
+            owned_by = "before-drainsafe"
     else:
         owner = "unknown (no drainsafe record)" if cordoned else ""
+        owned_by = "no-record" if cordoned else "none"
     return CordonRecord(
         node=str((node.get("metadata") or {}).get("name")),
         cordoned=cordoned,
@@ -152,6 +179,7 @@ def audit_record(node: Mapping[str, Any], pods_on_node: int, daemon_pods: int) -
         takes_work=not cordoned,
         pods=pods_on_node,
         daemon_pods=daemon_pods,
+        owned_by=owned_by,
     )
 
 
@@ -215,7 +243,7 @@ class SurgeRecord:
             "name": self.autoscaler.name, "minReplicas": self.autoscaler.min_replicas,
             "maxReplicas": self.autoscaler.max_replicas}
         doc = {"node": self.node, "replicas": self.replicas, "by": self.by,
-               "at": self.at or now_rfc3339(), "autoscaler": hpa, "pods": dict(self.pods)}
+               "at": self.at or rfc3339(), "autoscaler": hpa, "pods": dict(self.pods)}
         if self.guard:
             doc["guard"] = True
         return json.dumps(doc, sort_keys=True)

@@ -1,17 +1,101 @@
-"""Rendering plans and drain reports for people (rich) and machines (JSON)."""
+"""What a drain reports, per pod and per node, and its rendering for people (rich) and
+machines (JSON).
+
+Each pod's outcome is a typed value (`Outcome`), as kubectl's pkg/drain reports a typed
+status per pod; the counts of 429s keep a budget's, the eviction guard's hold and API
+throttling apart (drain.evict's codes).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
 
-from drainsafe.drain.execute import NodeReport, iso
+from drainsafe.drain.filters import Action, Strategy
 from drainsafe.drain.ownership import CordonRecord, SurgedWorkload
 from drainsafe.drain.plan import DrainPlan
+
+Outcome = Literal[
+    "pending",  # not its turn yet (or the drain stopped before it)
+    "evicted",  # the server accepted our eviction (or an earlier run's, per the record)
+    "already-gone",  # gone before or instead of our eviction
+    "skipped",  # stays on the node (DaemonSet, mirror pod)
+    "waited",  # already terminating: waited for, never sent an eviction
+    "failed",
+]
+
+
+@dataclass
+class PodReport:
+    namespace: str
+    name: str
+    uid: str
+    workload: str | None
+    action: Action
+    reason: str
+    outcome: Outcome = "pending"
+    strategy: Strategy | Literal[""] = ""  # for pods that need a replacement
+    evicted_at: float | None = None
+    terminated_at: float | None = None
+    endpoints_clear_at: float | None = None
+    replacement: str | None = None
+    replacement_node: str | None = None
+    replacement_ready_at: float | None = None
+    budget_429s: int = 0
+    guard_holds: int = 0  # 429s of drainsafe's eviction guard (held for a stand-in)
+    rate_429s: int = 0
+    transient_errors: int = 0
+    detail: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class NodeReport:
+    node: str
+    started_at: float
+    plan: DrainPlan | None = None
+    cordoned_at: float | None = None
+    finished_at: float | None = None
+    ok: bool = False
+    refused: bool = False
+    failure: str = ""
+    pods: list[PodReport] = field(default_factory=list)
+    done_checks: dict[str, bool] = field(default_factory=dict)
+    surge_nodes: list[str] = field(default_factory=list)  # where placeholders found room
+    scaled: dict[str, str] = field(default_factory=dict)  # workload -> what the surge did
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["plan"] = self.plan.to_dict() if self.plan else None
+        return out
+
+
+def pod_reports(plan: DrainPlan) -> list[PodReport]:
+    """A report line per pod of the plan, before anything happened."""
+    strategies = {w.workload: w.strategy for w in plan.workload_plans}
+    return [
+        PodReport(namespace=p.namespace, name=p.name, uid=p.uid, workload=p.workload,
+                  action=p.action, reason=p.reason,
+                  outcome="skipped" if p.action == "skip" else "pending",
+                  strategy=strategies.get(p.workload or "", "") if p.needs_replacement
+                  else "")
+        for p in plan.pods
+    ]
+
+
+def iso(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _secs(start: float, ts: float | None) -> str:
@@ -70,7 +154,7 @@ def render_report(console: Console, report: NodeReport) -> None:
     start = report.started_at
     table = Table(title=f"Drain of {report.node}", title_justify="left")
     for col in ("pod", "outcome", "evicted", "terminated", "endpoints clear",
-                "replacement Ready", "where", "429 budget/rate", "detail"):
+                "replacement Ready", "where", "429 budget/guard/rate", "detail"):
         table.add_column(col)
     for p in report.pods:
         if p.action == "skip":
@@ -79,7 +163,7 @@ def render_report(console: Console, report: NodeReport) -> None:
             p.key, p.outcome, _secs(start, p.evicted_at), _secs(start, p.terminated_at),
             _secs(start, p.endpoints_clear_at), _secs(start, p.replacement_ready_at),
             f"{p.replacement or ''} {('on ' + p.replacement_node) if p.replacement_node else ''}",
-            f"{p.budget_429s}/{p.rate_429s}", p.detail[:60],
+            f"{p.budget_429s}/{p.guard_holds}/{p.rate_429s}", p.detail[:60],
         )
     console.print(table)
     evicted = sum(1 for p in report.pods if p.outcome in ("evicted", "already-gone"))

@@ -47,17 +47,17 @@ def _explain(node: Obj, spec: Obj, bound: Sequence[Obj], fit: placement.Fit) -> 
     allocatable = placement.node_allocatable(node)
     wanted = placement.pod_requests(spec)
     parts = []
-    for reason in fit.reasons:
-        if reason == "node(s) were unschedulable":
+    for reason in fit.why:
+        if reason.code == "unschedulable":
             parts.append("cordoned (unschedulable)")
-        elif reason.startswith("Insufficient "):
-            name = reason.removeprefix("Insufficient ")
+        elif reason.code == "insufficient" and reason.resource is not None:
+            name = reason.resource
             free = max(allocatable.get(name, Decimal(0)) - used.get(name, Decimal(0)),
                        Decimal(0))
-            parts.append(f"{reason} ({_fmt(free)} free, {_fmt(wanted.get(name, Decimal(0)))}"
-                         " needed)")
+            parts.append(f"{reason.text} ({_fmt(free)} free, "
+                         f"{_fmt(wanted.get(name, Decimal(0)))} needed)")
         else:
-            parts.append(reason.replace("node(s) ", ""))
+            parts.append(reason.text.replace("node(s) ", ""))
     return "; ".join(parts)
 
 

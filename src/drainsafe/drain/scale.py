@@ -28,18 +28,19 @@ at the recorded scale then too.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from drainsafe.drain.ownership import (
     AutoscalerBounds,
     SurgedWorkload,
     SurgeRecord,
-    now_rfc3339,
     surge_clear_patch,
     surge_record_patch,
 )
 from drainsafe.kube import KubeClient, NotFound, api_path
-from drainsafe.kube.objects import key_of
+from drainsafe.kube.objects import WorkloadRef, rfc3339
 from drainsafe.kube.retry import retry_on_conflict
 
 Obj = dict[str, Any]
@@ -53,17 +54,13 @@ def hpa_path(namespace: str, name: str) -> str:
     return api_path("autoscaling/v2", "horizontalpodautoscalers", namespace=namespace, name=name)
 
 
-def split_workload(key: str) -> tuple[str, str, str]:
-    kind, namespace, name = key.split("/", 2)
-    return kind, namespace, name
-
-
 async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str | None,
-                pods: dict[str, str], guard: bool = False) -> SurgeRecord:
+                pods: dict[str, str], guard: bool = False,
+                clock: Callable[[], float] = time.time) -> SurgeRecord:
     """Record the surge on the Deployment (if no record is there yet) and return the record:
     the one already there when there is one, whoever wrote it (see its `node` and
     `guard`). Changes no scale: call `set_scale` after."""
-    _, namespace, name = split_workload(workload)
+    _, namespace, name = WorkloadRef.parse(workload)
     path = deployment_path(namespace, name)
 
     async def decide(obj: Obj) -> SurgeRecord:
@@ -78,7 +75,7 @@ async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str
                 name=str((hpa.get("metadata") or {}).get("name")),
                 min_replicas=spec.get("minReplicas"), max_replicas=int(spec["maxReplicas"]))
         record = SurgeRecord(node=node, replicas=int((obj.get("spec") or {}).get("replicas", 1)),
-                             by=client.identity.actor(), at=now_rfc3339(), autoscaler=bounds,
+                             by=client.identity.actor(), at=rfc3339(clock()), autoscaler=bounds,
                              pods=pods, guard=guard)
         await client.patch(path, surge_record_patch(obj, record))
         return record
@@ -90,7 +87,7 @@ async def set_scale(client: KubeClient, workload: str, record: SurgeRecord, targ
     """Scale to `target` (the record's replicas plus what is still surged). With an HPA,
     its bounds first: minReplicas up to the target while surged, exactly the recorded
     values once the target is back at the recorded scale."""
-    _, namespace, name = split_workload(workload)
+    _, namespace, name = WorkloadRef.parse(workload)
     bounds = record.autoscaler
     if bounds is not None:
         spec: dict[str, int | None]
@@ -105,7 +102,7 @@ async def set_scale(client: KubeClient, workload: str, record: SurgeRecord, targ
 
 async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None:
     """Restore exactly the recorded scale (and HPA bounds), then remove the record."""
-    _, namespace, name = split_workload(workload)
+    _, namespace, name = WorkloadRef.parse(workload)
     await set_scale(client, workload, record, record.replicas)
     path = deployment_path(namespace, name)
 
@@ -139,7 +136,7 @@ async def restore_all_for_node(client: KubeClient, node: str) -> list[str]:
     for obj, record in await surged(client):
         if record.node != node or record.guard:  # the guard restores its own
             continue
-        workload = f"Deployment/{key_of(obj)}"
+        workload = str(_ref(obj))
         await finish(client, workload, record)
         done.append(workload)
     return done
@@ -149,9 +146,15 @@ async def audit_surged(client: KubeClient) -> list[SurgedWorkload]:
     out = []
     for obj, record in await surged(client):
         out.append(SurgedWorkload(
-            workload=f"Deployment/{key_of(obj)}", node=record.node,
+            workload=str(_ref(obj)), node=record.node,
             replicas_now=int((obj.get("spec") or {}).get("replicas", 1)),
             replicas_before=record.replicas,
             autoscaler=record.autoscaler.name if record.autoscaler else "",
             by=record.by, since=record.at))
     return out
+
+
+def _ref(deployment: Obj) -> WorkloadRef:
+    # A list's items carry no kind of their own.
+    meta = deployment.get("metadata") or {}
+    return WorkloadRef("Deployment", str(meta.get("namespace") or ""), str(meta.get("name")))

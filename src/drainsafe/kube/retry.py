@@ -1,6 +1,7 @@
 """Retries: backoff with jitter honouring Retry-After (pure: the caller passes the random
 source), and read-decide-write on conflict, as client-go's retry.RetryOnConflict
-(util/retry/util.go): a 409 means another writer won; read again and decide again."""
+(util/retry/util.go): a 409 means another writer won; read again and decide again; and
+retrying an idempotent request after a transient failure (retry_transient)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from drainsafe.kube.errors import Conflict
+from drainsafe.kube.errors import Conflict, KubeError
 
 if TYPE_CHECKING:
     from drainsafe.kube.client import KubeClient
@@ -59,3 +60,21 @@ class Backoff:
             # Spread clients told the same Retry-After by up to 10 % of it.
             return max(jittered, retry_after + rng.uniform(0, retry_after * 0.1))
         return jittered
+
+
+async def retry_transient(
+    call: Callable[[], Awaitable[T]], *, backoff: Backoff, rng: random.Random,
+    retries: int, sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> T:
+    """`call` (an idempotent request) again after each retryable failure (5xx, timeout,
+    reset, rate limit: KubeError.retryable), up to `retries` more times, waiting with
+    `backoff` (Retry-After as its floor); a non-retryable error is raised at once."""
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except KubeError as exc:
+            if not exc.retryable or attempt >= retries:
+                raise
+            await sleep(backoff.delay(attempt, rng, exc.retry_after))
+            attempt += 1

@@ -1,0 +1,126 @@
+"""Before anything changes: read the cluster, plan, and end with a plan or a refusal.
+
+`preflight` plans the node (drain.plan, a pure function of what it read) and plans again
+when waiting can help: when the only blockers are "no room" while the eviction guard
+(drainsafe controller) surges workloads for another drainer, it waits (bounded) for the
+guard's restore, whose stand-ins hold that room; with --surge, when the only blockers are
+"no room", it grows the pool first (drain.surge: placeholder pods for an autoscaler, the
+cluster-autoscaler overprovisioning pattern). Any blocker left refuses, before the cordon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drainsafe.drain import ownership
+from drainsafe.drain.plan import DrainPlan, plan_drain
+from drainsafe.drain.settings import DrainSettings
+from drainsafe.drain.surge import SurgeFailed, surge
+from drainsafe.drain.workloads import ClusterState, guard_surges
+from drainsafe.kube import Informer, KubeClient, NotFound, WaitTimeout, api_path
+from drainsafe.kube.objects import WorkloadRef
+from drainsafe.labels import parse
+
+Obj = dict[str, Any]
+
+
+async def _list_or_empty(client: KubeClient, path: str) -> list[Obj]:
+    try:
+        items, _ = await client.list(path)
+    except NotFound:
+        return []  # a resource this server does not serve (e.g. no StatefulSets in a lab)
+    return items
+
+
+async def read_cluster(client: KubeClient) -> ClusterState:
+    nodes, _ = await client.list(api_path("v1", "nodes"))
+    pods, _ = await client.list(api_path("v1", "pods"))
+    pdbs = await _list_or_empty(client, api_path("policy/v1", "poddisruptionbudgets"))
+    hpas = await _list_or_empty(client, api_path("autoscaling/v2", "horizontalpodautoscalers"))
+    controllers: dict[str, Obj] = {}
+    for plural, kind in (("replicasets", "ReplicaSet"), ("deployments", "Deployment"),
+                         ("statefulsets", "StatefulSet")):
+        for obj in await _list_or_empty(client, api_path("apps/v1", plural)):
+            meta = obj.get("metadata") or {}
+            ref = WorkloadRef(kind, str(meta.get("namespace") or ""), str(meta.get("name")))
+            controllers[str(ref)] = obj
+    return ClusterState(nodes=nodes, pods=pods, pdbs=pdbs, controllers=controllers,
+                        autoscalers=hpas)
+
+
+async def plan_nodes(
+    client: KubeClient, nodes: Sequence[str], settings: DrainSettings,
+    *, draining: Sequence[str] = (),
+) -> tuple[DrainPlan, ClusterState]:
+    state = await read_cluster(client)
+    selector = parse(settings.pod_selector) if settings.pod_selector else None
+
+    def wanted(pod: Mapping[str, Any]) -> bool:
+        return selector is None or selector.matches((pod.get("metadata") or {}).get("labels"))
+
+    plan = plan_drain(state, nodes, settings.options, pod_filter=wanted, draining=draining)
+    return plan, state
+
+
+async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
+                              timeout: float) -> None:
+    """Until none of `workloads` carries the eviction guard's surge record (or `timeout`:
+    then the plan that follows says what is still in the way)."""
+    refs = [WorkloadRef.parse(w) for w in workloads]
+    keys = {f"{r.namespace}/{r.name}" for r in refs}  # the informer's object keys
+
+    def restored(cache: Mapping[str, Obj]) -> bool:
+        return not any(ownership.guard_surged(cache.get(k)) for k in keys)
+
+    async with Informer(client, api_path("apps/v1", "deployments")) as deployments:
+        with contextlib.suppress(WaitTimeout):
+            await deployments.wait_for(restored, timeout=timeout,
+                                       what="the eviction guard's restore")
+
+
+def only_no_room(plan: DrainPlan) -> bool:
+    return bool(plan.blockers) and all(b.kind == "no-room" for b in plan.blockers)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    plan: DrainPlan  # the last plan made
+    refusal: str = ""  # why the drain is refused; "" when it may go ahead
+    surge_nodes: tuple[str, ...] = ()  # where --surge's placeholders found room
+
+
+async def preflight(client: KubeClient, node: str, settings: DrainSettings, *,
+                    draining: Sequence[str] = (), dry_run: bool = False,
+                    say: Callable[[str], None] = lambda _m: None,
+                    on_plan: Callable[[DrainPlan], None] = lambda _p: None) -> Preflight:
+    """Plan `node` (and plan again where waiting can help); `on_plan` sees every plan."""
+
+    async def planned() -> tuple[DrainPlan, ClusterState]:
+        plan, state = await plan_nodes(client, [node], settings, draining=draining)
+        on_plan(plan)
+        return plan, state
+
+    plan, state = await planned()
+    if not dry_run and only_no_room(plan) and guard_surges(state):
+        # Another drainer's eviction (kubectl drain, an autoscaler) is held by the
+        # eviction guard, whose stand-ins hold the room: plan again once it restored.
+        surged = guard_surges(state)
+        say(f"no room while the eviction guard surges {', '.join(surged)}: "
+            "waiting for its restore")
+        await wait_guard_restored(client, surged, timeout=settings.timeout)
+        plan, state = await planned()
+    surge_nodes: list[str] = []
+    if not dry_run and settings.surge and only_no_room(plan):
+        say(f"no room for {len(plan.blockers)} replacement(s): surging")
+        try:
+            surge_nodes = await surge(
+                client, plan, state.pods, node, [node, *draining],
+                timeout=settings.surge_timeout, priority_class=settings.surge_priority_class)
+        except SurgeFailed as exc:
+            return Preflight(plan, refusal=f"--surge: {exc}")
+        plan, state = await planned()
+    refusal = "; ".join(f"{b.object}: {b.message}" for b in plan.blockers)
+    return Preflight(plan, refusal=refusal, surge_nodes=tuple(surge_nodes))

@@ -1,0 +1,145 @@
+"""The strategy per workload: surge (make before break) or evict (break before make).
+
+`plan_workloads` decides, for each workload with pods to replace, as docs/drain.md's table:
+a Deployment not mid-rollout surges (+k pods in one step, k its pods on the nodes; with a
+HorizontalPodAutoscaler its minReplicas is raised instead, since the HPA takes a scale
+outside its bounds back: kubernetes pkg/controller/podautoscaler/horizontal.go
+normalizeDesiredReplicas); a Deployment mid-rollout (kube.objects.rollout_in_progress, as
+kubectl pkg/polymorphichelpers/rollout_status.go reads it) stands down to evict-first,
+since a scale then is spread over its ReplicaSets (pkg/controller/deployment/sync.go,
+proportional scaling); StatefulSets, bare ReplicaSets and other controllers evict first.
+Each plan carries its Ready floor and expected time. A surge record of an earlier run on
+these nodes is continued (its recorded replicas are the scale to restore); one of another
+node's drain refuses ("surge-owned"); the eviction guard's own surge is a bounded hold the
+drain waits out. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from drainsafe.drain.blockers import Blocker
+from drainsafe.drain.filters import DrainOptions, Strategy
+from drainsafe.drain.pods import PodPlan
+from drainsafe.drain.workloads import (
+    ClusterState,
+    Workload,
+    observed_startup,
+    owned_replicasets,
+    surge_record,
+)
+from drainsafe.kube.objects import WorkloadRef, autoscaler_for, key_of, meta, rollout_in_progress
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """How one workload's pods leave the nodes, and what that costs in capacity and time.
+
+    surge (make before break): scale up by `surge`, wait until that many new pods are Ready
+    and Available on other nodes, evict the old pods, scale back. Ready never drops below
+    `replicas`.
+    evict (break before make): one pod at a time, each only when the workload is back at its
+    Ready count; during each replacement's start-up Ready is `replicas - 1`.
+    """
+
+    workload: str
+    strategy: Strategy
+    pods: tuple[str, ...]  # its pods on the nodes that need a replacement
+    replicas: int | None  # desired before the drain (the surge record's, on a rerun)
+    surge: int  # extra replicas during the drain; 0 for evict
+    floor: int | None  # lowest Ready count expected during the drain
+    startup_seconds: float | None  # a replacement's start-up, as observed on its pods
+    expected_seconds: float | None  # upper estimate: start-up(s) plus grace period(s)
+    why: str
+    autoscaler: str | None = None  # "ns/name" of the HPA that owns the scale
+    resumed: bool = False  # a surge record of an earlier run on these nodes exists
+
+
+
+def plan_workloads(
+    state: ClusterState,
+    targets: Sequence[str],
+    pods: Sequence[PodPlan],
+    workloads: Mapping[str, Workload],
+    options: DrainOptions,
+    blockers: list[Blocker],
+) -> list[WorkloadPlan]:
+    """Choose surge or evict for each workload with pods to replace on the nodes. Pure."""
+    out = []
+    for key, w in sorted(workloads.items()):
+        mine = [p for p in pods if p.workload == key and p.needs_replacement]
+        if not mine:
+            continue
+        obj = state.controllers.get(key) or {}
+        record = surge_record(obj)
+        replicas = record.replicas if record is not None else w.replicas
+        if record is not None and record.guard:
+            # The eviction guard's surge for another drainer is a bounded hold, not a drain
+            # left unfinished: the drain waits for its restore before surging (execute).
+            record = None
+        template = (obj.get("spec") or {}).get("template") or {}
+        startup = observed_startup(state, key, template)
+        grace = max(p.grace_seconds for p in mine)
+        autoscaler = None
+        strategy: Strategy = "evict"
+        why = ""
+        if record is not None and record.node not in targets:
+            blockers.append(Blocker(
+                "surge-owned", f"{w.kind} {w.namespace}/{w.name}",
+                f"is surged for an unfinished drain of node {record.node} (recorded "
+                f"{record.at} by {record.by})",
+                f"finish that drain first (drainsafe drain {record.node}), or give it up "
+                f"(drainsafe uncordon {record.node}) which restores the scale"))
+        if options.strategy == "evict" and record is None:
+            why = "--strategy evict"
+        elif w.kind != "Deployment" or not obj:
+            why = {
+                "StatefulSet": "a StatefulSet pod keeps its name and identity: its "
+                "replacement can only start once it is gone",
+                "ReplicaSet": "a bare ReplicaSet (no Deployment): evict-first",
+            }.get(w.kind, f"{w.kind}: evict-first")
+        else:
+            rollout = None if record is not None else rollout_in_progress(
+                obj, owned_replicasets(state, obj))
+            if rollout is not None:
+                why = (f"mid-rollout ({rollout}): a scale now is spread over the "
+                       "ReplicaSets, so drainsafe stands down to evict-first")
+            else:
+                strategy = "surge"
+                hpa = autoscaler_for(WorkloadRef("Deployment", w.namespace, w.name),
+                                     state.autoscalers)
+                if hpa is not None:
+                    autoscaler = key_of(hpa)
+                why = (f"Deployment: {len(mine)} more pod(s) first, Ready elsewhere before "
+                       "the old ones are evicted"
+                       + (f"; the HPA {autoscaler} owns the scale: its minReplicas is "
+                          "raised instead" if autoscaler else ""))
+        k = len(mine)
+        if strategy == "surge":
+            floor = replicas
+            expected = None if startup is None else startup + grace
+        else:
+            floor = None if replicas is None else max(replicas - 1, 0)
+            expected = None if startup is None else k * (startup + grace)
+        out.append(WorkloadPlan(
+            workload=key, strategy=strategy, pods=tuple(p.key for p in mine),
+            replicas=replicas, surge=k if strategy == "surge" else 0, floor=floor,
+            startup_seconds=startup, expected_seconds=expected, why=why,
+            autoscaler=autoscaler, resumed=record is not None))
+    # A rerun after the old pods were all evicted but before the scale was restored: nothing
+    # left to move, but the scale (or the HPA's bounds) still to restore.
+    planned = {w.workload for w in out}
+    for key, obj in sorted(state.controllers.items()):
+        record = surge_record(obj)
+        if key in planned or record is None or record.guard or record.node not in targets:
+            continue
+        bounds = record.autoscaler
+        out.append(WorkloadPlan(
+            workload=key, strategy="surge", pods=(), replicas=record.replicas, surge=0,
+            floor=record.replicas, startup_seconds=None, expected_seconds=0.0,
+            why="an earlier run surged it and was stopped before the restore: restore",
+            autoscaler=None if bounds is None
+            else f"{meta(obj).get('namespace')}/{bounds.name}",
+            resumed=True))
+    return out

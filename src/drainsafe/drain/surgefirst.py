@@ -1,0 +1,159 @@
+"""Surge-first (make before break) for one Deployment, as its WorkloadPlan says.
+
+Record the surge on the Deployment before any change (drain.scale, drain.ownership's
+SurgeRecord), scale up by its pods on the node in one step (an HPA's minReplicas raised
+instead: kubernetes pkg/controller/podautoscaler/horizontal.go normalizeDesiredReplicas
+takes a scale outside its bounds back), wait until that many new pods are Available on
+other nodes and, behind a Service, ready in its EndpointSlices; then evict the old pods as
+fast as their PodDisruptionBudgets allow, lowering the scale by one right after each
+accepted eviction (the ReplicaSet then has nothing to remove, or only the replacement it
+has just started, which is not Ready and so ranks first: pkg/controller/controller_utils.go
+ActivePodsWithRanks), and restore exactly the recorded scale. A new pod Unschedulable for
+`unschedulable_after` takes the surge back before any eviction and stops.
+
+When the eviction guard (drainsafe controller) has surged the workload for another
+drainer, the drain waits for the guard's restore and then records its own: never a surge
+on top of a surge. Two nodes of one fleet run never surge one workload at once (`locks`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+from drainsafe.drain import ownership, scale
+from drainsafe.drain.context import DrainContext, DrainFailed
+from drainsafe.drain.evict import guard
+from drainsafe.drain.nodewatch import Unschedulable
+from drainsafe.drain.plan import DrainPlan
+from drainsafe.drain.pods import PodPlan
+from drainsafe.drain.strategy import WorkloadPlan
+from drainsafe.kube import KubeError
+from drainsafe.kube.objects import WorkloadRef, key_of, uid_of
+
+
+async def drain_workload(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan,
+                         locks: dict[str, asyncio.Lock]) -> None:
+    async with locks.setdefault(w.workload, asyncio.Lock()):
+        await _surge(ctx, plan, w)
+
+
+async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
+    pods = [plan.pod(k) for k in w.pods if plan.pod(k).needs_replacement]
+    ref = WorkloadRef.parse(w.workload)
+    while True:
+        remaining = []
+        for p in pods:
+            rep = ctx.report(p.key)
+            found = guard(p.uid, recorded=ctx.progress.evicted_uid(p.key),
+                          seen=ctx.watch.pod(ref.namespace, p.key))
+            if found == "evicted-before":
+                rep.outcome = "evicted"  # a previous run evicted it; never again
+            elif found == "terminating":
+                rep.outcome = "waited"
+                rep.detail = "already terminating: waited for, not evicted"
+            else:  # one gone meanwhile is the evictor's to report when its turn comes
+                remaining.append(p)
+        record = await scale.begin(ctx.client, w.workload, node=ctx.node,
+                                   autoscaler=w.autoscaler,
+                                   pods={p.key: p.uid for p in pods}, clock=ctx.clock)
+        if not record.guard:
+            break
+        # The eviction guard surged it for another drainer (kubectl drain, an
+        # autoscaler): never a second surge on top; wait for the guard's restore. The
+        # guard holds other evictions of the workload while ours is recorded.
+        ctx.say(f"{w.workload}: surged by the eviction guard for a drain of "
+                f"{record.node}; waiting for its restore")
+        await ctx.watch.wait_no_guard_surge(ref.namespace, ref.name,
+                                            timeout=ctx.remaining(), stop=ctx.stop)
+    if record.node != ctx.node:
+        raise DrainFailed(f"{w.workload} is surged for a drain of {record.node}")
+    base = record.replicas
+    gone_waits: list[asyncio.Task[None]] = []
+    try:
+        if remaining:
+            target = base + len(remaining)
+            await scale.set_scale(ctx.client, w.workload, record, target)
+            how = (f"HPA {record.autoscaler.name} minReplicas and " if record.autoscaler
+                   else "")
+            ctx.scaled[w.workload] = f"{how}replicas {base} -> {target}"
+            ctx.say(f"{w.workload}: surged {base} -> {target}; waiting for "
+                    f"{len(remaining)} new pod(s) Available elsewhere")
+            await _wait_surge(ctx, w, remaining, base)
+            await _evict_paced(ctx, w.workload, ref.namespace, remaining, record, base,
+                               gone_waits)
+        await scale.finish(ctx.client, w.workload, record)
+        ctx.say(f"{w.workload}: scale restored to {base}")
+        if gone_waits:
+            await asyncio.gather(*gone_waits)
+    finally:
+        for t in gone_waits:
+            t.cancel()
+
+
+async def _wait_surge(ctx: DrainContext, w: WorkloadPlan, remaining: Sequence[PodPlan],
+                      base: int) -> None:
+    selector = ctx.selectors.get(w.workload)
+    if selector is None:
+        raise DrainFailed(f"{w.workload}: no selector; cannot tell its pods")
+    old = {p.uid for p in remaining}
+    try:
+        serving = await ctx.watch.wait_serving(
+            selector, base, excluding=(ctx.node,), timeout=ctx.remaining(),
+            unschedulable_after=ctx.settings.unschedulable_after, stop=ctx.stop)
+    except Unschedulable as exc:
+        # Nothing of this workload was evicted yet: take the surge back, then stop.
+        record = await scale.begin(ctx.client, w.workload, node=ctx.node,
+                                   autoscaler=w.autoscaler, pods={}, clock=ctx.clock)
+        with contextlib.suppress(KubeError):
+            await scale.finish(ctx.client, w.workload, record)
+        raise DrainFailed(f"{exc}; the surge was taken back, no pod was evicted (the "
+                          "node stays cordoned)") from exc
+    fresh = sorted((p for p in serving if uid_of(p) not in old),
+                   key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")),
+                   reverse=True)
+    if any(ctx.watch.listed(selector.namespace, u) for u in old):
+        # Behind a Service: the new pods serve once they are ready endpoints, not when
+        # the kubelet calls them Ready. Evicting before that puts their share of the
+        # traffic on the old pods for one more hop of the control plane.
+        await ctx.watch.wait_endpoints_ready(
+            selector.namespace, [uid_of(p) for p in fresh[:len(remaining)]],
+            timeout=min(60.0, ctx.remaining()), stop=ctx.stop)
+    now = ctx.clock()
+    for i, p in enumerate(remaining):
+        rep = ctx.report(p.key)
+        if i < len(fresh):
+            rep.replacement = key_of(fresh[i])
+            rep.replacement_node = (fresh[i].get("spec") or {}).get("nodeName")
+        rep.replacement_ready_at = now
+    ctx.say(f"{w.workload}: {len(serving)} pods Available off {ctx.node}")
+
+
+async def _evict_paced(ctx: DrainContext, workload: str, namespace: str,
+                       remaining: Sequence[PodPlan], record: ownership.SurgeRecord, base: int,
+                       gone_waits: list[asyncio.Task[None]]) -> None:
+    """Evict as many at once as the budgets allow; lower the scale after each batch."""
+    left = list(remaining)
+    surged = len(left)
+    lock = asyncio.Lock()
+
+    async def lower() -> None:
+        # Right after the server accepted an eviction, before anything else (the node's
+        # record included): the ReplicaSet then has no replica to make up for, or only
+        # the one it has just started, which is not Ready and so removed first.
+        nonlocal surged
+        async with lock:
+            surged -= 1
+            await scale.set_scale(ctx.client, workload, record, base + surged)
+
+    while left:
+        allowed = await ctx.budget_allows(namespace, left)
+        batch, left = left[:max(allowed, 1)], left[max(allowed, 1):]
+        await asyncio.gather(*(ctx.evict(p, after_accept=lower) for p in batch))
+        async with lock:
+            if surged > len(left):  # pods that left without our eviction
+                surged = len(left)
+                await scale.set_scale(ctx.client, workload, record, base + surged)
+        for p in batch:
+            gone_waits.append(asyncio.create_task(ctx.after_eviction(p)))
