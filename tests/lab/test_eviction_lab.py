@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from drainsafe.lab import defaults
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.eviction import MULTIPLE_PDBS, evict
-from drainsafe.lab.store import Store
+from drainsafe.lab.apiserver import defaults
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.eviction import MULTIPLE_PDBS, evict
+from drainsafe.lab.apiserver.store import Store
 
 PODS = BY_KEY["pods"]
 PDBS = BY_KEY["policy/poddisruptionbudgets"]

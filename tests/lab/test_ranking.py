@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from drainsafe.lab.apiserver.store import rfc3339
 from drainsafe.lab.controllers.ranking import (
     POD_DELETION_COST,
     RankedPod,
@@ -17,7 +18,6 @@ from drainsafe.lab.controllers.ranking import (
     less,
     pods_to_delete,
 )
-from drainsafe.lab.store import rfc3339
 
 NOW = 1_700_000_000.0
 # A Ready, Running, assigned pod: the kind the ranking must keep longest.

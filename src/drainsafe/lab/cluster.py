@@ -29,10 +29,10 @@ from lightkube import ApiError, AsyncClient, KubeConfig, codecs
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.types import PatchType
 
-from drainsafe.lab.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool, now_rfc3339
 from drainsafe.lab.netpath.paths import NetPaths
 from drainsafe.lab.netpath.propagation import Propagation
-from drainsafe.lab.podip import node_subnet
+from drainsafe.lab.node.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool, now_rfc3339
+from drainsafe.lab.node.podip import node_subnet
 
 VIRTUAL = {"lab.drainsafe.io/virtual": "true"}
 

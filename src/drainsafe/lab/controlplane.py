@@ -25,8 +25,11 @@ from typing import Any
 import uvicorn
 import yaml
 
-from drainsafe.lab import defaults
-from drainsafe.lab.apiserver import ApiServer
+from drainsafe.lab.apiserver import defaults
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.server import ApiServer
+from drainsafe.lab.apiserver.store import DEFAULT_HISTORY, Store
+from drainsafe.lab.apiserver.tls import make_tls
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.daemonset import DaemonSetController
 from drainsafe.lab.controllers.deployment import DeploymentController
@@ -36,9 +39,6 @@ from drainsafe.lab.controllers.hpa import HorizontalPodAutoscalerController
 from drainsafe.lab.controllers.nodelifecycle import NodeLifecycleController
 from drainsafe.lab.controllers.replicaset import ReplicaSetController
 from drainsafe.lab.controllers.scheduler import Scheduler
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import DEFAULT_HISTORY, Store
-from drainsafe.lab.tls import make_tls
 
 log = logging.getLogger(__name__)
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")

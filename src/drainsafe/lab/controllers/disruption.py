@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from drainsafe import pdb as pdbmath
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, clone, parse_time, rfc3339
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import controller_ref, is_ready, set_condition
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone, parse_time, rfc3339
 from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, clone, rfc3339
 from drainsafe.lab.controllers import Controller
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone, rfc3339
 from drainsafe.placement import NOT_READY_TAINT, UNSCHEDULABLE_TAINT
 
 NODES = BY_KEY["nodes"]

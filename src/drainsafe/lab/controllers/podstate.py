@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.lab.store import Obj, parse_time
+from drainsafe.lab.apiserver.store import Obj, parse_time
 
 
 def controller_ref(obj: Obj) -> dict[str, Any] | None:

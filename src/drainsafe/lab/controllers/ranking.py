@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from drainsafe.lab.store import Obj, parse_time
+from drainsafe.lab.apiserver.store import Obj, parse_time
 
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}

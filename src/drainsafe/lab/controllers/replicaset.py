@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, Store, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import (
     available_at,
@@ -25,8 +27,6 @@ from drainsafe.lab.controllers.podstate import (
     owner_reference,
 )
 from drainsafe.lab.controllers.ranking import pods_to_delete
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone
 from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]

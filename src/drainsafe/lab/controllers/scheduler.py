@@ -14,11 +14,11 @@ from collections import defaultdict
 from typing import Any
 
 from drainsafe import placement
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, Store, clone, parse_time, rfc3339
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import set_condition
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone, parse_time, rfc3339
 
 PODS = BY_KEY["pods"]
 NODES = BY_KEY["nodes"]

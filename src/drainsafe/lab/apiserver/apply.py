@@ -35,10 +35,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from drainsafe.lab import schema
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import ResourceType
-from drainsafe.lab.store import Obj, clone, rfc3339
+from drainsafe.lab.apiserver import schema
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import ResourceType
+from drainsafe.lab.apiserver.store import Obj, clone, rfc3339
 
 Path = tuple[str, ...]
 

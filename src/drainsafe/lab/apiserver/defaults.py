@@ -2,7 +2,7 @@
 
 Every write is defaulted as kube-apiserver's decoder does it (Kubernetes v1.31, the
 version the lab reports), then the create-time admission plugins run, then validation
-(drainsafe.lab.validation). Sources, kubernetes/kubernetes:
+(drainsafe.lab.apiserver.validation). Sources, kubernetes/kubernetes:
 
 - pkg/apis/core/v1/defaults.go: SetDefaults_PodSpec (dnsPolicy ClusterFirst,
   restartPolicy Always, securityContext {}, terminationGracePeriodSeconds 30,
@@ -50,10 +50,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from drainsafe.lab import status as st
-from drainsafe.lab import validation
-from drainsafe.lab.discovery import BY_KEY, ResourceType
-from drainsafe.lab.store import Obj, Store, random_suffix
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver import validation
+from drainsafe.lab.apiserver.discovery import BY_KEY, ResourceType
+from drainsafe.lab.apiserver.store import Obj, Store, random_suffix
 
 CLUSTER_IP_RANGE = ipaddress.ip_network("127.96.0.0/16")
 NODE_PORT_RANGE = range(30000, 32768)

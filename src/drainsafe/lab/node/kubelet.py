@@ -4,10 +4,10 @@ A Kubernetes API client like the real kubelet (lightkube over HTTPS with a beare
 - registers its Node (capacity and allocatable cpu, memory, pods, nvidia.com/gpu; labels
   kubernetes.io/hostname, nvidia.com/gpu.product...; Ready condition) and heartbeats it;
 - sees the pods bound to it (spec.nodeName), gives each a loopback pod IP, starts each
-  container (drainsafe.lab.process), runs its probes (drainsafe.lab.probes), restarts
+  container (drainsafe.lab.node.process), runs its probes (drainsafe.lab.node.probes), restarts
   containers per restartPolicy (also after a liveness failure), and reports pod status:
   phase, conditions (PodScheduled, Initialized, ContainersReady, Ready), containerStatuses;
-- when a pod gets a deletionTimestamp, stops it as the kubelet does (drainsafe.lab.
+- when a pod gets a deletionTimestamp, stops it as the kubelet does (drainsafe.lab.node.
   termination: preStop within the grace period, SIGTERM, SIGKILL at the deadline), writes
   the final status (terminal phase, as kubelets since 1.27 do) and deletes the pod with
   gracePeriodSeconds=0.
@@ -33,12 +33,12 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
-from drainsafe.lab import handlers
-from drainsafe.lab.handlers import Outcome, Target
 from drainsafe.lab.informer import Informer
-from drainsafe.lab.podip import PodIPs, declared_tcp_ports, host_ip
-from drainsafe.lab.probes import ProbeSpecError, ProbeType, ProbeWorker, container_probes
-from drainsafe.lab.process import (
+from drainsafe.lab.node import handlers
+from drainsafe.lab.node.handlers import Outcome, Target
+from drainsafe.lab.node.podip import PodIPs, declared_tcp_ports, host_ip
+from drainsafe.lab.node.probes import ProbeSpecError, ProbeType, ProbeWorker, container_probes
+from drainsafe.lab.node.process import (
     Container,
     ContainerConfigError,
     PodContext,
@@ -51,13 +51,13 @@ from drainsafe.lab.process import (
     process_environment,
     virtual_settings,
 )
-from drainsafe.lab.secretfile import private_dir
-from drainsafe.lab.termination import (
+from drainsafe.lab.node.termination import (
     TerminationRecord,
     effective_grace,
     kill_container,
     kill_grace,
 )
+from drainsafe.lab.secretfile import private_dir
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 from typing import Any
 
 from drainsafe import pdb as pdbmath
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone, rfc3339
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, Store, clone, rfc3339
 from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]
@@ -99,7 +99,7 @@ def evict(store: Store, namespace: str, name: str, body: dict[str, Any], *,
           query_dry_run: bool = False) -> tuple[int, dict[str, Any]]:
     """Handle POST pods/{name}/eviction; returns (HTTP code, body) or raises StatusError.
 
-    Validating admission (drainsafe.lab.admission_webhook) runs before this, after
+    Validating admission (drainsafe.lab.apiserver.admission_webhook) runs before this, after
     check_request, as createValidation does at the start of EvictionREST.Create.
     """
     opts, dry_run = check_request(name, body, query_dry_run=query_dry_run)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from drainsafe.lab.discovery import ResourceType
-from drainsafe.lab.store import Obj, parse_time
+from drainsafe.lab.apiserver.discovery import ResourceType
+from drainsafe.lab.apiserver.store import Obj, parse_time
 
 Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
 
