@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drainsafe.lab.apiserver import defaults
+from drainsafe.lab.apiserver import admission
 from drainsafe.lab.apiserver import status as st
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.store import Event, Store
@@ -17,7 +17,7 @@ NAMESPACES = BY_KEY["namespaces"]
 @pytest.fixture
 def store() -> Store:
     s = Store(history=3)
-    defaults.install(s)
+    admission.install(s)
     s.create(NAMESPACES, {"metadata": {"name": "default"}})
     return s
 

@@ -25,7 +25,7 @@ from typing import Any
 import uvicorn
 import yaml
 
-from drainsafe.lab.apiserver import defaults
+from drainsafe.lab.apiserver import admission
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.server import ApiServer
 from drainsafe.lab.apiserver.store import DEFAULT_HISTORY, Store
@@ -57,7 +57,7 @@ class ControlPlane:
         self.port = port
         self.token: str = token or secrets.token_urlsafe(24)
         self.store = Store(history=history)
-        self.cluster_ips = defaults.install(self.store, cluster_ip_start=cluster_ip_start)
+        self.cluster_ips = admission.install(self.store, cluster_ip_start=cluster_ip_start)
         self.api = ApiServer(self.store, token=self.token, state_dir=self.state_dir,
                              bookmark_seconds=bookmark_seconds)
         self.controllers: list[Controller] = [
