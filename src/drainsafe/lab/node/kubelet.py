@@ -33,7 +33,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
-from drainsafe.lab.informer import Informer
+from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.lab.node import handlers
 from drainsafe.lab.node.handlers import Outcome, Target
 from drainsafe.lab.node.podip import PodIPs, declared_tcp_ports, host_ip
@@ -712,18 +712,19 @@ class Kubelet:
 
 
 class NodePool:
-    """The kubelets of one lab, sharing one pod watch (dispatch by spec.nodeName)."""
+    """The kubelets of one lab, sharing one pod watch (dispatch by spec.nodeName).
+
+    The watch is the project's informer (drainsafe.kube.watch) over `watch_client`."""
 
     def __init__(self, client: AsyncClient, configs: list[NodeConfig], *, state_dir: Path,
-                 restart_backoff: float = 10.0) -> None:
+                 watch_client: KubeClient, restart_backoff: float = 10.0) -> None:
         self.client = client
         self.http = handlers.probe_client()
         self.api_slots = asyncio.Semaphore(API_CONCURRENCY)
         self.kubelets = {c.name: Kubelet(client, c, state_dir=state_dir, http=self.http,
                                          restart_backoff=restart_backoff,
                                          api_slots=self.api_slots) for c in configs}
-        self.informer = Informer(client, Pod, on_event=self._dispatch)
-        self._watch: asyncio.Task[None] | None = None
+        self.informer = Informer(watch_client, api_path("v1", "pods"), on_event=self._dispatch)
 
     def _dispatch(self, kind: str, pod: dict[str, Any]) -> None:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -733,9 +734,7 @@ class NodePool:
 
     async def start(self) -> None:
         await asyncio.gather(*(k.register() for k in self.kubelets.values()))
-        self._watch = asyncio.ensure_future(self.informer.run())
-        async with asyncio.timeout(30):
-            await self.informer.synced.wait()
+        await self.informer.start(sync_timeout=30)
 
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         for kubelet in self.kubelets.values():
@@ -755,9 +754,7 @@ class NodePool:
         return found
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
+        await self.informer.stop()
         await asyncio.gather(*(k.shutdown() for k in self.kubelets.values()),
                              return_exceptions=True)
         await self.http.aclose()
