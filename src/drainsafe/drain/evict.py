@@ -1,4 +1,6 @@
-"""Evicting one pod: the Eviction API, typed outcomes, retries from a rate limiter.
+"""The client side of an eviction: drainsafe evicting one pod through the Eviction API,
+with typed outcomes and retries from a rate limiter. (The server side that answers it in
+the lab is drainsafe.lab.apiserver.eviction.)
 
 Modelled on Karpenter's terminator (pkg/controllers/node/termination/terminator/eviction.go:
 a queue keyed by pod UID, retries from a rate limiter, "what to evict" apart from "how") and

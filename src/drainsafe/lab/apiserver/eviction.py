@@ -1,4 +1,7 @@
-"""The pods/eviction subresource with upstream semantics.
+"""The server side of an eviction: the lab API server's pods/eviction subresource.
+
+It answers what a client sends; drainsafe's own client side (sending evictions, reading
+the answers, retrying) is drainsafe.drain.evict, which never imports this module.
 
 Follows kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go (EvictionREST.Create,
 checkAndDecrement, canIgnorePDB, getPodDisruptionBudgets, addConditionAndDeletePod;
