@@ -31,9 +31,9 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from drainsafe.kube.objects import rfc3339
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Event
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Event
 
 PODS = BY_KEY["pods"]
 KUBECTL = pathlib.Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")

@@ -46,8 +46,8 @@ from controller.guardlab import (  # noqa: E402
     until,
 )
 from drainsafe.controller.engine import engine_available  # noqa: E402
+from drainsafe.lab.apiserver.discovery import BY_KEY  # noqa: E402
 from drainsafe.lab.cluster import Lab  # noqa: E402
-from drainsafe.lab.discovery import BY_KEY  # noqa: E402
 
 VWC = BY_KEY["admissionregistration.k8s.io/validatingwebhookconfigurations"]
 PODS = BY_KEY["pods"]

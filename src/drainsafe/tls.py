@@ -1,7 +1,7 @@
 """A throw-away CA and one server certificate signed by it, made with `cryptography`.
 
 One home for the certificates drainsafe makes for itself: the lab's API server
-(drainsafe.lab.tls: kubectl and the clients verify it against the kubeconfig's
+(drainsafe.lab.apiserver.tls: kubectl and the clients verify it against the kubeconfig's
 certificate-authority) and the eviction guard's webhook (drainsafe.controller.certs: the
 API server verifies it against the webhook configuration's caBundle). Names go in the
 subjectAltName, as both verifiers require (Go's crypto/x509 ignores the common name).

@@ -26,7 +26,7 @@ from check_manifests import (
 
 from drainsafe.check.findings import Finding
 from drainsafe.check.rules import all_rules
-from drainsafe.lab.patch import strategic_merge
+from drainsafe.lab.apiserver.patch import strategic_merge
 
 Obj = dict[str, Any]
 VLLM_ARGS = ["--model", "m", "--port", "8000"]

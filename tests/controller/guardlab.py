@@ -8,8 +8,8 @@ import pathlib
 import sys
 from typing import Any
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
-from drainsafe.lab.discovery import BY_KEY
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "controller"

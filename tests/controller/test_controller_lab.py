@@ -13,8 +13,8 @@ import time
 import httpx
 import pytest
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
-from drainsafe.lab.discovery import BY_KEY
 
 from .guardlab import (
     DEPLOY,

@@ -22,8 +22,8 @@ import pytest
 
 from drainsafe.demo.scenario import APP, NAMESPACE, ScenarioSettings, llm_manifests
 from drainsafe.kube import KubeClient, api_path
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
-from drainsafe.lab.discovery import BY_KEY
 from drainsafe.verify.load import LoadSpec, run_load
 
 from .guardlab import (

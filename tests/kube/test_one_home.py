@@ -48,9 +48,6 @@ PENDING: dict[str, str] = {
     "controller/record.py": "controller",
     "controller/serving.py": "controller",
     "controller/view.py": "controller",
-    # lab helper: its informer keys by a (namespace, name) tuple; it unifies the two
-    # informers, and the key with them
-    "lab/informer.py": "lab",
 }
 
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from drainsafe.controller.certs import make_serving_cert, service_dns_names
-from drainsafe.lab import admission_webhook as aw
+from drainsafe.lab.apiserver import admission_webhook as aw
 from drainsafe.lab.cluster import Lab, virtual_deployment
 
 PEER = pathlib.Path(__file__).with_name("admission_peer.py")

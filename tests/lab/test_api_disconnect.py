@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Watch
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Watch
 
 CONFIGMAPS = BY_KEY["configmaps"]
 BASE = "/api/v1/namespaces/default/configmaps"
@@ -26,7 +26,7 @@ BASE = "/api/v1/namespaces/default/configmaps"
 @pytest.fixture
 def server_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     """caplog, also fed by uvicorn's loggers (they do not propagate to the root logger)."""
-    caplog.set_level(logging.DEBUG, logger="drainsafe.lab.apiserver")
+    caplog.set_level(logging.DEBUG, logger="drainsafe.lab.apiserver.server")
     loggers = [logging.getLogger(n) for n in ("uvicorn", "uvicorn.error")]
     for lg in loggers:
         lg.addHandler(caplog.handler)
@@ -80,7 +80,7 @@ async def test_client_gone_mid_body_ends_the_request_quietly(
                 gone.set()
 
     seen = Seen()
-    logging.getLogger("drainsafe.lab.apiserver").addHandler(seen)
+    logging.getLogger("drainsafe.lab.apiserver.server").addHandler(seen)
     try:
         _, writer = await raw_request(
             control_plane, f"POST {BASE} HTTP/1.1\r\nContent-Type: application/json\r\n"
@@ -89,7 +89,7 @@ async def test_client_gone_mid_body_ends_the_request_quietly(
         async with asyncio.timeout(10):
             await gone.wait()
     finally:
-        logging.getLogger("drainsafe.lab.apiserver").removeHandler(seen)
+        logging.getLogger("drainsafe.lab.apiserver.server").removeHandler(seen)
     assert control_plane.store.peek(CONFIGMAPS, "default", "half") is None
     assert_quiet(server_logs)
 

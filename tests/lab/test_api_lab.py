@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.discovery import BY_KEY
 
 PODS = BY_KEY["pods"]
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from drainsafe.lab import fields
-from drainsafe.lab import status as st
-from drainsafe.lab.apiserver import status_response
-from drainsafe.lab.patch import json_patch, merge_patch, strategic_merge
-from drainsafe.lab.table import _hpa_row, human_duration
+from drainsafe.lab.apiserver import fields
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.patch import json_patch, merge_patch, strategic_merge
+from drainsafe.lab.apiserver.server import status_response
+from drainsafe.lab.apiserver.table import _hpa_row, human_duration
 
 SCALARS = hs.one_of(hs.integers(), hs.text(max_size=3), hs.booleans())
 KEYS = hs.sampled_from(["a", "b", "c", "spec", "replicas"])

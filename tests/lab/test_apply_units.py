@@ -1,4 +1,4 @@
-"""Server-side apply and field sets as pure functions (drainsafe.lab.apply, .schema)."""
+"""Server-side apply and field sets as pure functions (drainsafe.lab.apiserver.apply, .schema)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from drainsafe.lab import apply, schema
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.status import StatusError
+from drainsafe.lab.apiserver import apply, schema
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.status import StatusError
 
 DEPLOYMENTS = BY_KEY["apps/deployments"]
 

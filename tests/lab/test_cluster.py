@@ -12,8 +12,8 @@ import httpx
 import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, gpu_device_plugin_daemonset, pids_alive, virtual_deployment
-from drainsafe.lab.discovery import BY_KEY
 
 SERVICES = BY_KEY["services"]
 

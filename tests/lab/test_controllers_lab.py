@@ -14,9 +14,9 @@ from conftest import wait_until
 from cp_node_agent import NodeAgent
 
 from drainsafe import placement
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Event
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Event
 
 PODS = BY_KEY["pods"]
 NODES = BY_KEY["nodes"]
@@ -333,13 +333,13 @@ def ready_pod(store: Any, name: str, *, since: float, owner: dict | None = None)
 
 def test_disrupted_pods_count_as_unhealthy_until_they_expire() -> None:
     from drainsafe.kube.objects import rfc3339
-    from drainsafe.lab import defaults
+    from drainsafe.lab.apiserver import admission
+    from drainsafe.lab.apiserver.store import Store
     from drainsafe.lab.controllers.disruption import DisruptionController
-    from drainsafe.lab.store import Store
 
     clock = Clock()
     store = Store(clock=clock)
-    defaults.install(store)
+    admission.install(store)
     store.create(BY_KEY["namespaces"], {"metadata": {"name": "default"}})
     for i in range(3):
         ready_pod(store, f"p{i}", since=clock.now)
@@ -362,14 +362,14 @@ def test_disrupted_pods_count_as_unhealthy_until_they_expire() -> None:
 
 
 def test_replicaset_counts_available_only_after_min_ready_seconds() -> None:
-    from drainsafe.lab import defaults
+    from drainsafe.lab.apiserver import admission
+    from drainsafe.lab.apiserver.store import Store
     from drainsafe.lab.controllers.podstate import owner_reference
     from drainsafe.lab.controllers.replicaset import ReplicaSetController
-    from drainsafe.lab.store import Store
 
     clock = Clock()
     store = Store(clock=clock)
-    defaults.install(store)
+    admission.install(store)
     store.create(BY_KEY["namespaces"], {"metadata": {"name": "default"}})
     rs = store.create(BY_KEY["apps/replicasets"], {
         "metadata": {"name": "web", "namespace": "default"},

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from drainsafe.lab import defaults
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.eviction import MULTIPLE_PDBS, evict
-from drainsafe.lab.store import Store
+from drainsafe.lab.apiserver import admission
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.eviction import MULTIPLE_PDBS, evict
+from drainsafe.lab.apiserver.store import Store
 
 PODS = BY_KEY["pods"]
 PDBS = BY_KEY["policy/poddisruptionbudgets"]
@@ -20,7 +20,7 @@ PDBS = BY_KEY["policy/poddisruptionbudgets"]
 @pytest.fixture
 def store() -> Store:
     s = Store()
-    defaults.install(s)
+    admission.install(s)
     s.create(BY_KEY["namespaces"], {"metadata": {"name": "default"}})
     return s
 

@@ -141,9 +141,9 @@ def test_scale_targets_are_kinds_with_a_scale_subresource() -> None:
 
 
 def test_the_controller_scales_the_target_and_never_on_an_invalid_spec() -> None:
+    from drainsafe.lab.apiserver.discovery import BY_KEY
+    from drainsafe.lab.apiserver.store import Store
     from drainsafe.lab.controllers.hpa import HPAS, HorizontalPodAutoscalerController
-    from drainsafe.lab.discovery import BY_KEY
-    from drainsafe.lab.store import Store
 
     deployments = BY_KEY["apps/deployments"]
     store = Store()

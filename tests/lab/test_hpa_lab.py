@@ -13,9 +13,9 @@ from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
 from drainsafe.lab.controllers.hpa import RECOMMENDED
-from drainsafe.lab.discovery import BY_KEY
 
 PODS = BY_KEY["pods"]
 DEPLOYMENTS = BY_KEY["apps/deployments"]

@@ -11,8 +11,8 @@ import re
 import pytest
 from conftest import Kubectl, wait_until
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.discovery import BY_KEY
 
 PODS = BY_KEY["pods"]
 NODES = BY_KEY["nodes"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from drainsafe.lab.process import (
+from drainsafe.lab.node.process import (
     ContainerConfigError,
     PodContext,
     ProcessContainer,
@@ -113,7 +113,7 @@ async def test_missing_executable_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_pod_ips_skip_taken_ports_and_do_not_reuse_at_once() -> None:
-    from drainsafe.lab.podip import PodIPExhausted, PodIPs, host_ip
+    from drainsafe.lab.node.podip import PodIPExhausted, PodIPs, host_ip
 
     ips = PodIPs(subnet=251)
     assert host_ip(251) == "127.10.251.1"

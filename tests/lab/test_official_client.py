@@ -21,8 +21,8 @@ import httpx
 import pytest
 from conftest import wait_until
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.discovery import BY_KEY
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client, watch  # noqa: E402

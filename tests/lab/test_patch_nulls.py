@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from drainsafe.lab.apiserver.patch import merge_patch, strategic_merge
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.patch import merge_patch, strategic_merge
 
 
 def nulls_in(value: Any, path: str = "") -> list[str]:

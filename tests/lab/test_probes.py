@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from drainsafe.lab.handlers import Outcome, Target, run_action
-from drainsafe.lab.probes import ProbeSpec, ProbeSpecError, ProbeType, ProbeWorker, Threshold
+from drainsafe.lab.node.handlers import Outcome, Target, run_action
+from drainsafe.lab.node.probes import ProbeSpec, ProbeSpecError, ProbeType, ProbeWorker, Threshold
 
 # A server whose /healthz answers with the code written in a file (default 200).
 SERVER = r"""

@@ -13,8 +13,8 @@ from conftest import wait_until
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.types import PatchType
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
-from drainsafe.lab.discovery import BY_KEY
 
 DEPLOYMENTS = BY_KEY["apps/deployments"]
 REPLICASETS = BY_KEY["apps/replicasets"]

@@ -13,10 +13,10 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Event
 from drainsafe.lab.cluster import Lab
 from drainsafe.lab.controllers.ranking import POD_DELETION_COST
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Event
 
 PODS = BY_KEY["pods"]
 SERVER = [sys.executable, "-c", "import signal, sys, time\n"

@@ -8,11 +8,11 @@ import os
 import stat
 from pathlib import Path
 
+from drainsafe.lab.apiserver.tls import make_tls
 from drainsafe.lab.cluster import Lab, virtual_deployment
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.process import pod_dir
+from drainsafe.lab.node.process import pod_dir
 from drainsafe.lab.secretfile import write_secret
-from drainsafe.lab.tls import make_tls
 
 
 def _mode(path: Path) -> int:

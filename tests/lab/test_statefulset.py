@@ -24,6 +24,8 @@ import pytest
 from conftest import KUBECTL_DIR, Kubectl, wait_until
 
 from drainsafe.kube import objects
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Event
 from drainsafe.lab.cluster import Lab
 from drainsafe.lab.controllers.statefulset import (
     POD_INDEX_LABEL,
@@ -37,10 +39,8 @@ from drainsafe.lab.controllers.statefulset import (
     plan,
 )
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.discovery import BY_KEY
 from drainsafe.lab.features import FeatureGates
-from drainsafe.lab.process import pod_dir
-from drainsafe.lab.store import Event
+from drainsafe.lab.node.process import pod_dir
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client  # noqa: E402
@@ -548,7 +548,7 @@ async def test_min_ready_seconds_holds_the_next_ordinal_until_the_lower_one_is_a
 
 
 async def test_validation_and_immutable_fields(control_plane: ControlPlane) -> None:
-    from drainsafe.lab import status as st
+    from drainsafe.lab.apiserver import status as st
 
     cp = control_plane
     bad = web(1, policy="Sometimes")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from drainsafe.lab import defaults
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Event, Store
+from drainsafe.lab.apiserver import admission
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Event, Store
 
 PODS = BY_KEY["pods"]
 CONFIGMAPS = BY_KEY["configmaps"]
@@ -17,7 +17,7 @@ NAMESPACES = BY_KEY["namespaces"]
 @pytest.fixture
 def store() -> Store:
     s = Store(history=3)
-    defaults.install(s)
+    admission.install(s)
     s.create(NAMESPACES, {"metadata": {"name": "default"}})
     return s
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from drainsafe.lab.handlers import Target, run_action
-from drainsafe.lab.process import ProcessContainer, VirtualContainer
-from drainsafe.lab.termination import (
+from drainsafe.lab.node.handlers import Target, run_action
+from drainsafe.lab.node.process import ProcessContainer, VirtualContainer
+from drainsafe.lab.node.termination import (
     MINIMUM_GRACE_SECONDS,
     effective_grace,
     kill_container,

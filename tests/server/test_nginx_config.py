@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drainsafe.lab.nginx import STREAM_MODULE, HttpUpstream, StreamUpstream, render_config
+from drainsafe.lab.netpath.nginx import STREAM_MODULE, HttpUpstream, StreamUpstream, render_config
 
 
 def test_l4_has_no_retries_and_loads_the_stream_module(tmp_path: Path) -> None:

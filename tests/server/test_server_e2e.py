@@ -24,7 +24,7 @@ from server_harness import (
     wait_exit,
 )
 
-from drainsafe.lab.nginx import HttpUpstream, Nginx, StreamUpstream, render_config
+from drainsafe.lab.netpath.nginx import HttpUpstream, Nginx, StreamUpstream, render_config
 
 pytestmark = pytest.mark.e2e
 

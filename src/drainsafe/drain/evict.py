@@ -1,4 +1,6 @@
-"""Evicting one pod: the Eviction API, typed outcomes, a per-UID rate-limited retry queue.
+"""The client side of an eviction: drainsafe evicting one pod through the Eviction API,
+with typed outcomes and a per-UID rate-limited retry queue. (The server side that answers
+it in the lab is drainsafe.lab.apiserver.eviction.)
 
 Modelled on Karpenter's terminator and kubectl's pkg/drain (EvictPod, a typed status per
 pod). Karpenter v1.0.0 pkg/controllers/node/termination/terminator/eviction.go keeps its

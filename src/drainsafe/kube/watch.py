@@ -17,6 +17,10 @@ The protocol followed here
 
 Callers await conditions on the cache with a bound:
 `await informer.wait_for(lambda cache: ..., timeout=60)`.
+
+This is the project's one informer: drain, verify, the controller, and the lab's kubelets
+and traffic paths (drainsafe.lab.node.kubelet, drainsafe.lab.netpath.paths) all watch
+through it.
 """
 
 from __future__ import annotations
@@ -46,9 +50,7 @@ def relist_events(old: Mapping[K, Obj], fresh: Mapping[K, Obj]) -> list[tuple[st
     """What changed across a relist, as watch events: ADDED for new keys, MODIFIED for
     objects whose resourceVersion changed (a pod that turned terminating or unready during
     the gap), DELETED for keys gone. client-go's reflector does the same through its
-    DeltaFIFO Replace (tools/cache/delta_fifo.go: Replaced deltas become updates).
-    The lab's node-side informer (drainsafe.lab.informer) uses this function too, so both
-    list+watch loops agree on what a relist reports."""
+    DeltaFIFO Replace (tools/cache/delta_fifo.go: Replaced deltas become updates)."""
     events: list[tuple[str, Obj]] = []
     for key, obj in fresh.items():
         before = old.get(key)

@@ -29,13 +29,14 @@ from lightkube import ApiError, AsyncClient, KubeConfig, codecs
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.types import PatchType
 
+from drainsafe.kube import KubeClient
 from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, rfc3339
 from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
 from drainsafe.lab.features import FeatureGates
-from drainsafe.lab.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool
 from drainsafe.lab.netpath.paths import NetPaths
 from drainsafe.lab.netpath.propagation import Propagation
-from drainsafe.lab.podip import node_subnet
+from drainsafe.lab.node.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool
+from drainsafe.lab.node.podip import node_subnet
 
 VIRTUAL = {"lab.drainsafe.io/virtual": "true"}
 
@@ -76,6 +77,9 @@ class Lab:
             for i in range(nodes)]
         self.control_plane: Any = None
         self.client: AsyncClient | None = None
+        # The kubelets' and traffic paths' watches: the project's informer speaks
+        # drainsafe.kube's client (plain dicts), the rest of the lab lightkube's.
+        self.watch_client: KubeClient | None = None
         self.nodes: NodePool | None = None
         self.net: NetPaths | None = None
         self._status_task: asyncio.Task[None] | None = None
@@ -114,10 +118,13 @@ class Lab:
         self.control_plane.write_kubeconfig(self.kubeconfig)
         self.client = AsyncClient(config=KubeConfig.from_file(str(self.kubeconfig)),
                                   field_manager="drainsafe-lab")
+        self.watch_client = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.nodes = NodePool(self.client, self.node_configs, state_dir=self.state_dir,
+                              watch_client=self.watch_client,
                               restart_backoff=self.restart_backoff)
         await self.nodes.start()
-        self.net = NetPaths(self.client, propagation=self.propagation, workdir=self.state_dir,
+        self.net = NetPaths(self.watch_client, propagation=self.propagation,
+                            workdir=self.state_dir,
                             ingress=self.use_ingress, rng=self.rng)
         await self.net.start()
         self._status_task = asyncio.ensure_future(self._publish_status())
@@ -136,6 +143,9 @@ class Lab:
         if self.client is not None:
             with contextlib.suppress(Exception):
                 await self.client.close()
+        if self.watch_client is not None:
+            with contextlib.suppress(Exception):
+                await self.watch_client.aclose()
         if self.control_plane is not None:
             await self.control_plane.stop()
         self._kill_remaining()

@@ -25,8 +25,11 @@ from typing import Any
 import uvicorn
 import yaml
 
-from drainsafe.lab import defaults
-from drainsafe.lab.apiserver import ApiServer
+from drainsafe.lab.apiserver import admission
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.server import ApiServer
+from drainsafe.lab.apiserver.store import DEFAULT_HISTORY, Store
+from drainsafe.lab.apiserver.tls import make_tls
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.daemonset import DaemonSetController
 from drainsafe.lab.controllers.deployment import DeploymentController
@@ -37,11 +40,8 @@ from drainsafe.lab.controllers.nodelifecycle import NodeLifecycleController
 from drainsafe.lab.controllers.replicaset import ReplicaSetController
 from drainsafe.lab.controllers.scheduler import Scheduler
 from drainsafe.lab.controllers.statefulset import StatefulSetController
-from drainsafe.lab.discovery import BY_KEY
 from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
 from drainsafe.lab.features import FeatureGates
-from drainsafe.lab.store import DEFAULT_HISTORY, Store
-from drainsafe.lab.tls import make_tls
 
 log = logging.getLogger(__name__)
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -62,8 +62,8 @@ class ControlPlane:
         self.port = port
         self.token: str = token or secrets.token_urlsafe(24)
         self.store = Store(history=history)
-        self.cluster_ips = defaults.install(self.store, cluster_ip_start=cluster_ip_start,
-                                            gates=feature_gates)
+        self.cluster_ips = admission.install(self.store, cluster_ip_start=cluster_ip_start,
+                                             gates=feature_gates)
         self.api = ApiServer(self.store, token=self.token, state_dir=self.state_dir,
                              bookmark_seconds=bookmark_seconds)
         self.controllers: list[Controller] = [

@@ -2,7 +2,7 @@
 kube-controller-manager switch it with --feature-gates.
 
 Each gate defaults to its state in the Kubernetes version the lab reports (v1.31,
-drainsafe.lab.discovery.SERVER_VERSION), from kubernetes/kubernetes
+drainsafe.lab.apiserver.discovery.SERVER_VERSION), from kubernetes/kubernetes
 pkg/features/kube_features.go:
 
 - MaxUnavailableStatefulSet (KEP-961): alpha since v1.24 (off), beta and on by default

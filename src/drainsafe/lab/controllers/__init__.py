@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from drainsafe.lab.store import Event, Store
+from drainsafe.lab.apiserver.store import Event, Store
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from typing import Any
 
 from drainsafe import placement
 from drainsafe.kube.objects import available_since, is_active, is_available, is_ready
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.deployment import template_hash
 from drainsafe.lab.controllers.replicaset import pod_from_template, pods_of
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone
 
 PODS = BY_KEY["pods"]
 NODES = BY_KEY["nodes"]

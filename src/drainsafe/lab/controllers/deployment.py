@@ -34,12 +34,12 @@ from typing import Any
 
 from drainsafe import pdb as pdbmath
 from drainsafe.kube.objects import parse_time, rfc3339
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, Store, clone
 from drainsafe.lab.controllers import Controller, proportion
 from drainsafe.lab.controllers.podstate import owned_by, owner_reference, set_condition
 from drainsafe.lab.controllers.replicaset import pods_of
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone
 
 DEPLOYMENTS = BY_KEY["apps/deployments"]
 REPLICASETS = BY_KEY["apps/replicasets"]

@@ -17,10 +17,10 @@ from typing import Any
 
 from drainsafe import pdb as pdbmath
 from drainsafe.kube.objects import controller_ref, is_ready, is_terminating, parse_time, rfc3339
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import set_condition
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone
 from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]

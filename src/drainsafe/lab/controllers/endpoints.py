@@ -21,11 +21,11 @@ import contextlib
 from typing import Any
 
 from drainsafe.kube.objects import is_ready, is_terminating
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import owned_by, owner_reference
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone
 from drainsafe.labels import Requirement, Selector
 
 PODS = BY_KEY["pods"]

@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drainsafe.kube.objects import rfc3339
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY, RESOURCES, ResourceType
+from drainsafe.lab.apiserver.store import Obj, Store, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import set_condition
 from drainsafe.lab.controllers.scheduler import record_event
-from drainsafe.lab.discovery import BY_KEY, RESOURCES, ResourceType
-from drainsafe.lab.store import Obj, Store, clone
 
 HPAS = BY_KEY["autoscaling/horizontalpodautoscalers"]
 RECOMMENDED = "lab.drainsafe.io/recommended-replicas"

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from drainsafe.kube.objects import is_node_ready, rfc3339
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, clone
 from drainsafe.lab.controllers import Controller
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, clone
 from drainsafe.placement import NOT_READY_TAINT, UNSCHEDULABLE_TAINT
 
 NODES = BY_KEY["nodes"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from drainsafe.kube.objects import controller_ref
-from drainsafe.lab.store import Obj
+from drainsafe.lab.apiserver.store import Obj
 
 
 def owned_by(obj: Obj, owner: Obj) -> bool:

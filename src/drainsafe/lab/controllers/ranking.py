@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from drainsafe.kube.objects import condition, is_active, is_ready, parse_time
-from drainsafe.lab.store import Obj
+from drainsafe.lab.apiserver.store import Obj
 
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}

@@ -22,12 +22,12 @@ from drainsafe.kube.objects import (
     is_available,
     is_ready,
 )
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, Store, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import owned_by, owner_reference
 from drainsafe.lab.controllers.ranking import pods_to_delete
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone
 from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]

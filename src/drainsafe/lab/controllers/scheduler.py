@@ -15,11 +15,11 @@ from typing import Any
 
 from drainsafe import placement
 from drainsafe.kube.objects import parse_time, rfc3339
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, Store, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import set_condition
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone
 
 PODS = BY_KEY["pods"]
 NODES = BY_KEY["nodes"]

@@ -72,16 +72,16 @@ from typing import Any, Literal
 
 from drainsafe import pdb as pdbmath
 from drainsafe.kube import objects
-from drainsafe.lab import status as st
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, Store, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.deployment import template_hash
 from drainsafe.lab.controllers.podstate import owned_by, owner_reference
 from drainsafe.lab.controllers.replicaset import pod_from_template, pods_of
 from drainsafe.lab.controllers.scheduler import record_event
-from drainsafe.lab.discovery import BY_KEY
 from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
 from drainsafe.lab.features import FeatureGates
-from drainsafe.lab.store import Obj, Store, clone
 
 PODS = BY_KEY["pods"]
 STATEFULSETS = BY_KEY["apps/statefulsets"]

@@ -1,7 +1,7 @@
 """The ingress path: a real nginx with an L7 keep-alive upstream per Service port.
 
 nginx behaves as ingress-nginx does in front of pods: pooled keep-alive upstream
-connections and nginx's default retry rules (see drainsafe.lab.nginx). Each Service port
+connections and nginx's default retry rules (see drainsafe.lab.netpath.nginx). Each Service port
 gets its own listener on 127.0.0.1:<port chosen at run time>; an endpoint change is an
 nginx reload, applied after this consumer's propagation delay.
 """
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from drainsafe.lab.netpath.endpoints import Key, ServiceView
-from drainsafe.lab.nginx import HttpUpstream, Nginx, render_config
+from drainsafe.lab.netpath.nginx import HttpUpstream, Nginx, render_config
 
 PortKey = tuple[str, str, int]  # namespace, service, service port
 

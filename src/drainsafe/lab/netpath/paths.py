@@ -10,11 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Service
-from lightkube.resources.discovery_v1 import EndpointSlice
-
-from drainsafe.lab.informer import Informer
+from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.lab.netpath.endpoints import Key, ServiceView, service_views
 from drainsafe.lab.netpath.ingress import IngressPath
 from drainsafe.lab.netpath.l4 import L4Proxy
@@ -32,7 +28,7 @@ class Consumer:
 class NetPaths:
     """The ClusterIP (L4) path and, optionally, the nginx ingress path of one lab."""
 
-    def __init__(self, client: AsyncClient, *, propagation: Propagation, workdir: Path,
+    def __init__(self, client: KubeClient, *, propagation: Propagation, workdir: Path,
                  ingress: bool = True, rng: random.Random | None = None) -> None:
         self.client = client
         self.rng = rng or random.Random()
@@ -43,9 +39,9 @@ class NetPaths:
         self._add("clusterip", self.l4.apply)
         if self.ingress is not None:
             self._add("ingress", self.ingress.apply)
-        self.services = Informer(client, Service, on_event=self._changed)
-        self.slices = Informer(client, EndpointSlice, on_event=self._changed)
-        self._tasks: list[asyncio.Task[None]] = []
+        self.services = Informer(client, api_path("v1", "services"), on_event=self._changed)
+        self.slices = Informer(client, api_path("discovery.k8s.io/v1", "endpointslices"),
+                               on_event=self._changed)
         self._scheduled = False
         self.current: dict[Key, ServiceView] = {}
 
@@ -77,19 +73,15 @@ class NetPaths:
             consumer.feed.push(self.current)
 
     async def start(self) -> None:
-        self._tasks = [asyncio.ensure_future(self.services.run()),
-                       asyncio.ensure_future(self.slices.run())]
-        async with asyncio.timeout(30):
-            await asyncio.gather(self.services.synced.wait(), self.slices.synced.wait())
+        await asyncio.gather(self.services.start(sync_timeout=30),
+                             self.slices.start(sync_timeout=30))
 
     def known(self, path: str, namespace: str, name: str) -> ServiceView | None:
         """The Service as the given path currently sees it (after propagation)."""
         return self.consumers[path].view.get((namespace, name))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(self.services.stop(), self.slices.stop())
         for consumer in self.consumers.values():
             await consumer.feed.close()
         await self.l4.close()

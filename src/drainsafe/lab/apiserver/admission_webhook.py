@@ -54,9 +54,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Store
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Store
 from drainsafe.labels import SelectorError, from_label_selector
 
 WEBHOOK_CONFIGS = BY_KEY["admissionregistration.k8s.io/validatingwebhookconfigurations"]

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drainsafe.lab.status import bad_request
+from drainsafe.lab.apiserver.status import bad_request
 
 
 @dataclass(frozen=True)

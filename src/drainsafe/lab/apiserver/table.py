@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from drainsafe.kube.objects import condition, is_node_ready, parse_time
-from drainsafe.lab.discovery import ResourceType
-from drainsafe.lab.store import Obj
+from drainsafe.lab.apiserver.discovery import ResourceType
+from drainsafe.lab.apiserver.store import Obj
 
 Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
 

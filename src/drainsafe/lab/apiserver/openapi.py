@@ -7,7 +7,7 @@ x-kubernetes-group-version-kind that lists a `fieldValidation` query parameter).
 does, kubectl skips client-side schema validation (which would need the full OpenAPI v2
 schema) and sends fieldValidation=Strict. The lab serves exactly that: one PATCH
 operation per kind, no schemas. The API server then checks fields itself
-(drainsafe.lab.schema: Strict refuses unknown fields with the real server's 400), and
+(drainsafe.lab.apiserver.schema: Strict refuses unknown fields with the real server's 400), and
 kubectl apply computes its strategic merge patch from kubectl's built-in types. Without
 this document kubectl create/apply fail with "failed to download openapi" unless
 --validate=false is passed.
@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any
 
-from drainsafe.lab import discovery
+from drainsafe.lab.apiserver import discovery
 
 
 def _gv_path(group: str, version: str) -> str:

@@ -10,7 +10,8 @@ Strict refuses the request (400), Warn (the default since v1.27) answers with a
 The lab has no Go types; `schema.json` beside this module lists, per type, its JSON
 field names and their types. It is derived from the typed models of the official
 Kubernetes Python client (kubernetes-client/python, generated from the API's OpenAPI
-document) by `python -m drainsafe.lab.schema > src/drainsafe/lab/schema.json`, which
+document) by
+`python -m drainsafe.lab.apiserver.schema > src/drainsafe/lab/apiserver/schema.json`, which
 needs the `kubernetes` package (a dev dependency); the lab itself only reads the file.
 Type names: "str", "int", "bool", "float", "datetime", "object" (anything:
 IntOrString, RawExtension), "List[T]", "Dict[str, T]", or another type's name.
@@ -26,7 +27,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from drainsafe.lab.discovery import RESOURCES, ResourceType
+from drainsafe.lab.apiserver.discovery import RESOURCES, ResourceType
 
 SCHEMA_FILE = pathlib.Path(__file__).with_name("schema.json")
 _LIST = re.compile(r"^List\[(.+)\]$")

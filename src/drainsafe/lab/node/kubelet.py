@@ -4,10 +4,10 @@ A Kubernetes API client like the real kubelet (lightkube over HTTPS with a beare
 - registers its Node (capacity and allocatable cpu, memory, pods, nvidia.com/gpu; labels
   kubernetes.io/hostname, nvidia.com/gpu.product...; Ready condition) and heartbeats it;
 - sees the pods bound to it (spec.nodeName), gives each a loopback pod IP, starts each
-  container (drainsafe.lab.process), runs its probes (drainsafe.lab.probes), restarts
+  container (drainsafe.lab.node.process), runs its probes (drainsafe.lab.node.probes), restarts
   containers per restartPolicy (also after a liveness failure), and reports pod status:
   phase, conditions (PodScheduled, Initialized, ContainersReady, Ready), containerStatuses;
-- when a pod gets a deletionTimestamp, stops it as the kubelet does (drainsafe.lab.
+- when a pod gets a deletionTimestamp, stops it as the kubelet does (drainsafe.lab.node.
   termination: preStop within the grace period, SIGTERM, SIGKILL at the deadline), writes
   the final status (terminal phase, as kubelets since 1.27 do) and deletes the pod with
   gracePeriodSeconds=0.
@@ -32,13 +32,13 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
+from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import key_of, rfc3339
-from drainsafe.lab import handlers
-from drainsafe.lab.handlers import Outcome, Target
-from drainsafe.lab.informer import Informer
-from drainsafe.lab.podip import PodIPs, declared_tcp_ports, host_ip
-from drainsafe.lab.probes import ProbeSpecError, ProbeType, ProbeWorker, container_probes
-from drainsafe.lab.process import (
+from drainsafe.lab.node import handlers
+from drainsafe.lab.node.handlers import Outcome, Target
+from drainsafe.lab.node.podip import PodIPs, declared_tcp_ports, host_ip
+from drainsafe.lab.node.probes import ProbeSpecError, ProbeType, ProbeWorker, container_probes
+from drainsafe.lab.node.process import (
     Container,
     ContainerConfigError,
     PodContext,
@@ -51,13 +51,13 @@ from drainsafe.lab.process import (
     process_environment,
     virtual_settings,
 )
-from drainsafe.lab.secretfile import private_dir
-from drainsafe.lab.termination import (
+from drainsafe.lab.node.termination import (
     TerminationRecord,
     effective_grace,
     kill_container,
     kill_grace,
 )
+from drainsafe.lab.secretfile import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -708,18 +708,19 @@ class Kubelet:
 
 
 class NodePool:
-    """The kubelets of one lab, sharing one pod watch (dispatch by spec.nodeName)."""
+    """The kubelets of one lab, sharing one pod watch (dispatch by spec.nodeName).
+
+    The watch is the project's informer (drainsafe.kube.watch) over `watch_client`."""
 
     def __init__(self, client: AsyncClient, configs: list[NodeConfig], *, state_dir: Path,
-                 restart_backoff: float = 10.0) -> None:
+                 watch_client: KubeClient, restart_backoff: float = 10.0) -> None:
         self.client = client
         self.http = handlers.probe_client()
         self.api_slots = asyncio.Semaphore(API_CONCURRENCY)
         self.kubelets = {c.name: Kubelet(client, c, state_dir=state_dir, http=self.http,
                                          restart_backoff=restart_backoff,
                                          api_slots=self.api_slots) for c in configs}
-        self.informer = Informer(client, Pod, on_event=self._dispatch)
-        self._watch: asyncio.Task[None] | None = None
+        self.informer = Informer(watch_client, api_path("v1", "pods"), on_event=self._dispatch)
 
     def _dispatch(self, kind: str, pod: dict[str, Any]) -> None:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -729,9 +730,7 @@ class NodePool:
 
     async def start(self) -> None:
         await asyncio.gather(*(k.register() for k in self.kubelets.values()))
-        self._watch = asyncio.ensure_future(self.informer.run())
-        async with asyncio.timeout(30):
-            await self.informer.synced.wait()
+        await self.informer.start(sync_timeout=30)
 
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         for kubelet in self.kubelets.values():
@@ -751,9 +750,7 @@ class NodePool:
         return found
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
+        await self.informer.stop()
         await asyncio.gather(*(k.shutdown() for k in self.kubelets.values()),
                              return_exceptions=True)
         await self.http.aclose()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.lab.status import StatusError, bad_request
+from drainsafe.lab.apiserver.status import StatusError, bad_request
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -61,7 +61,7 @@ def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[s
     elif ctype == STRATEGIC_MERGE_PATCH:
         result = strategic_merge(target, patch)
     elif ctype == APPLY_PATCH:
-        # The API server sends apply patches to drainsafe.lab.apply (server-side apply).
+        # The API server sends apply patches to drainsafe.lab.apiserver.apply (server-side apply).
         raise StatusError(415, "UnsupportedMediaType",
                           "an apply patch is not a patch of this kind: see lab.apply")
     else:

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import ResourceType
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import ResourceType
 
 REQUIRED = "FieldValueRequired"
 INVALID = "FieldValueInvalid"

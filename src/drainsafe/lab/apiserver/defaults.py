@@ -1,8 +1,8 @@
-"""Admission: the defaulting, admission plugins and validation of the real API server.
+"""Defaulting: what kube-apiserver's decoder fills in on every write.
 
 Every write is defaulted as kube-apiserver's decoder does it (Kubernetes v1.31, the
-version the lab reports), then the create-time admission plugins run, then validation
-(drainsafe.lab.validation). Sources, kubernetes/kubernetes:
+version the lab reports); the admission plugins (drainsafe.lab.apiserver.admission) and
+validation (drainsafe.lab.apiserver.validation) run after. Sources, kubernetes/kubernetes:
 
 - pkg/apis/core/v1/defaults.go: SetDefaults_PodSpec (dnsPolicy ClusterFirst,
   restartPolicy Always, securityContext {}, terminationGracePeriodSeconds 30,
@@ -37,42 +37,22 @@ version the lab reports), then the create-time admission plugins run, then valid
   when none is given, scale-up/scale-down rules filled when `behavior` is set.
 - pkg/apis/discovery/v1/defaults.go SetDefaults_EndpointPort: name "", protocol TCP.
 - pkg/registry/core/pod/strategy.go PrepareForCreate: status.phase Pending, qosClass.
-- Admission plugins on by default (pkg/kubeapiserver/options/plugins.go):
-  plugin/pkg/admission/serviceaccount (serviceAccountName "default"; the projected
-  `kube-api-access-<5>` volume and its read-only mount at
-  /var/run/secrets/kubernetes.io/serviceaccount in each container, unless
-  automountServiceAccountToken is false), plugin/pkg/admission/priority (priority 0 and
-  preemptionPolicy PreemptLowerPriority without a class; the two built-in system
-  classes), plugin/pkg/admission/defaulttolerationseconds (not-ready/unreachable
-  NoExecute tolerations for 300 s). DefaultStorageClass acts on PVCs, which the lab
-  does not serve.
 
-ClusterIPs come from 127.96.0.0/16 so that a kube-proxy-like path can bind them on
-loopback. Each hook is (resource type, new object, old object or None) -> None.
+Each hook is (new object, old object or None) -> None and changes the object in place.
 """
 
 from __future__ import annotations
 
-import ipaddress
+from collections.abc import Callable
 from typing import Any
 
 from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS
-from drainsafe.lab import status as st
-from drainsafe.lab import validation
-from drainsafe.lab.discovery import BY_KEY, ResourceType
+from drainsafe.lab.apiserver.discovery import ResourceType
+from drainsafe.lab.apiserver.store import Obj
 from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
 from drainsafe.lab.features import FeatureGates
-from drainsafe.lab.store import Obj, Store, random_suffix
 
-CLUSTER_IP_RANGE = ipaddress.ip_network("127.96.0.0/16")
-NODE_PORT_RANGE = range(30000, 32768)
-DEFAULT_TOLERATION_SECONDS = 300
-TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
-TOKEN_EXPIRATION_SECONDS = 3607  # serviceaccount.WarnOnlyBoundTokenExpirationSeconds
 DEFAULT_MODE = 420  # 0644: Secret/ConfigMap/DownwardAPI/ProjectedVolumeSourceDefaultMode
-# The PriorityClasses every cluster has (pkg/apis/scheduling/types.go SystemPriorityClasses).
-SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2000001000,
-                           "system-cluster-critical": 2000000000}
 _PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 
 
@@ -218,63 +198,6 @@ def _qos(spec: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def admit_service_account(spec: dict[str, Any]) -> None:
-    """The ServiceAccount admission plugin (its lookup of the account is not emulated)."""
-    if not spec.get("serviceAccountName"):
-        spec["serviceAccountName"] = spec["serviceAccount"] = "default"
-    if spec.get("automountServiceAccountToken") is False:
-        return
-    volumes = spec.get("volumes") or []
-    existing = next((v["name"] for v in volumes if isinstance(v, dict)
-                     and str(v.get("name", "")).startswith("kube-api-access-")), None)
-    name = existing or f"kube-api-access-{random_suffix()}"
-    needed = False
-    for key in ("initContainers", "containers"):
-        for c in spec.get(key) or []:
-            mounts = c.setdefault("volumeMounts", [])
-            if not any(m.get("mountPath") == TOKEN_MOUNT_PATH for m in mounts):
-                mounts.append({"name": name, "readOnly": True, "mountPath": TOKEN_MOUNT_PATH})
-                needed = True
-    if needed and existing is None:
-        spec["volumes"] = [*volumes, {"name": name, "projected": {
-            "defaultMode": DEFAULT_MODE,
-            "sources": [
-                {"serviceAccountToken": {"expirationSeconds": TOKEN_EXPIRATION_SECONDS,
-                                         "path": "token"}},
-                {"configMap": {"name": "kube-root-ca.crt",
-                               "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
-                    "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
-            ]}}]
-
-
-def admit_priority(name: str, spec: dict[str, Any]) -> None:
-    """The Priority admission plugin. The lab serves no PriorityClasses: classes other
-    than the two built-in ones resolve to 0 (a real server refuses unknown names)."""
-    cls = spec.get("priorityClassName") or ""
-    priority = SYSTEM_PRIORITY_CLASSES.get(cls, 0)
-    given = spec.get("priority")
-    if given is not None and given != priority:
-        raise st.StatusError(
-            403, "Forbidden",
-            f'pods "{name}" is forbidden: the integer value of priority ({given}) must not '
-            "be provided in pod spec; priority admission controller computed "
-            f"{priority} from the given PriorityClass name",
-            details={"name": name, "kind": "pods"})
-    spec["priority"] = priority
-    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
-
-
-def admit_default_toleration_seconds(spec: dict[str, Any]) -> None:
-    """A pod that tolerates neither taint (by key, or by an empty key) gets 300 s."""
-    tolerations = spec.setdefault("tolerations", [])
-    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
-        if not any(t.get("key") in (key, "", None) and t.get("effect") in ("NoExecute", "", None)
-                   for t in tolerations):
-            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
-
-
 def _pod(obj: Obj, old: Obj | None) -> None:
     spec = obj.setdefault("spec", {})
     pod_spec_defaults(spec)
@@ -285,14 +208,13 @@ def _pod(obj: Obj, old: Obj | None) -> None:
             for p in c.get("ports") or []:
                 if not p.get("hostPort"):
                     p["hostPort"] = p.get("containerPort")
-    if old is None:
-        if spec.get("containers"):  # else validation refuses it
-            admit_service_account(spec)
-        admit_priority(str(obj["metadata"].get("name", "")), spec)
-        admit_default_toleration_seconds(spec)
-        status = obj.setdefault("status", {})
-        status.setdefault("phase", "Pending")
-        status.setdefault("qosClass", _qos(spec))
+
+
+def prepare_pod_for_create(obj: Obj) -> None:
+    """The pod strategy's PrepareForCreate: a new pod is Pending, with its QoS class."""
+    status = obj.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status.setdefault("qosClass", _qos(obj.get("spec") or {}))
 
 
 def _template_defaults(obj: Obj) -> None:
@@ -409,120 +331,46 @@ def _endpointslice(obj: Obj, old: Obj | None) -> None:
             p.setdefault("protocol", "TCP")
 
 
-class ClusterIPs:
-    """Allocates one stable ClusterIP per Service from CLUSTER_IP_RANGE."""
-
-    def __init__(self, store: Store, *, start: int = 1) -> None:
-        self.store = store
-        size = CLUSTER_IP_RANGE.num_addresses
-        # Where the search for a free address begins (1 = 127.96.0.1). Labs sharing one
-        # machine pick different starts so their loopback ClusterIPs do not collide.
-        self._cursor = 1 + (start - 1) % (size - 2)
-
-    def allocate(self) -> str:
-        used = {s.get("spec", {}).get("clusterIP") for s in self.store.items(BY_KEY["services"])}
-        size = CLUSTER_IP_RANGE.num_addresses
-        for step in range(size - 2):
-            n = 1 + (self._cursor - 1 + step) % (size - 2)
-            ip = str(CLUSTER_IP_RANGE.network_address + n)
-            if ip not in used:
-                self._cursor = n + 1
-                return ip
-        raise st.StatusError(500, "InternalError",
-                             "failed to allocate a serviceIP: range is full")
-
-    def admit(self, obj: Obj, old: Obj | None) -> None:
-        """SetDefaults_Service, then the registry's ClusterIP handling
-        (pkg/registry/core/service/storage/storage.go: patchAllocatedValues keeps the old
-        addresses when a write leaves them out; normalizeClusterIPs makes clusterIPs
-        follow a changed clusterIP, which validation then refuses)."""
-        spec = obj.setdefault("spec", {})
-        spec.setdefault("sessionAffinity", "None")
-        spec.setdefault("type", "ClusterIP")
-        for p in spec.get("ports") or []:
-            p.setdefault("protocol", "TCP")
-            if p.get("targetPort") in (None, 0, ""):
-                p["targetPort"] = p.get("port")
-        external = spec["type"] in ("NodePort", "LoadBalancer")
-        if external:
-            spec.setdefault("externalTrafficPolicy", "Cluster")
-        if spec["type"] in ("NodePort", "LoadBalancer", "ClusterIP"):
-            spec.setdefault("internalTrafficPolicy", "Cluster")
-        if spec["type"] == "LoadBalancer":
-            spec.setdefault("allocateLoadBalancerNodePorts", True)
-        if old is not None:
-            old_spec = old.get("spec") or {}
-            if not spec.get("clusterIP") and old_spec.get("clusterIP"):
-                spec["clusterIP"] = old_spec["clusterIP"]
-            if not spec.get("clusterIPs") and old_spec.get("clusterIPs"):
-                spec["clusterIPs"] = list(old_spec["clusterIPs"])
-            if spec.get("clusterIP") != old_spec.get("clusterIP") \
-                    and spec.get("clusterIPs") == old_spec.get("clusterIPs") \
-                    and spec.get("clusterIPs"):
-                spec["clusterIPs"] = [spec["clusterIP"], *spec["clusterIPs"][1:]]
-            for p, was in zip(spec.get("ports") or [], old_spec.get("ports") or [],
-                              strict=False):
-                if external and not p.get("nodePort") and was.get("nodePort"):
-                    p["nodePort"] = was["nodePort"]
-        elif spec.get("clusterIP") != "None":
-            wanted = spec.get("clusterIP")
-            if wanted:
-                ip = ipaddress.ip_address(wanted)
-                if ip not in CLUSTER_IP_RANGE:
-                    raise validation.invalid_error("", "Service", obj["metadata"].get(
-                        "name", ""), [validation.invalid(
-                            "spec.clusterIPs", validation.go_string_slice([wanted]),
-                            "failed to allocate IP "
-                            f"{wanted}: provided IP ({wanted}) is not in the valid range. "
-                            f"The range of valid IPs is {CLUSTER_IP_RANGE}")])
-            else:
-                spec["clusterIP"] = self.allocate()
-            spec["clusterIPs"] = [spec["clusterIP"]]
-        else:
-            spec["clusterIPs"] = ["None"]
-        if external:
-            self._node_ports(spec)
-        spec.setdefault("ipFamilies", ["IPv4"])
-        spec.setdefault("ipFamilyPolicy", "SingleStack")
-        if old is None:
-            obj.setdefault("status", {"loadBalancer": {}})
-
-    def _node_ports(self, spec: dict[str, Any]) -> None:
-        """A nodePort per port of NodePort/LoadBalancer Services (allocated, not served:
-        the lab has no node-port path)."""
-        used = {p.get("nodePort") for s in self.store.items(BY_KEY["services"])
-                for p in (s.get("spec") or {}).get("ports") or []}
-        used |= {p.get("nodePort") for p in spec.get("ports") or []}
-        for p in spec.get("ports") or []:
-            if not p.get("nodePort"):
-                port = next(n for n in NODE_PORT_RANGE if n not in used)
-                p["nodePort"] = port
-                used.add(port)
+def _service(obj: Obj, old: Obj | None) -> None:
+    """SetDefaults_Service."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("sessionAffinity", "None")
+    spec.setdefault("type", "ClusterIP")
+    for p in spec.get("ports") or []:
+        p.setdefault("protocol", "TCP")
+        if p.get("targetPort") in (None, 0, ""):
+            p["targetPort"] = p.get("port")
+    if spec["type"] in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    if spec["type"] in ("NodePort", "LoadBalancer", "ClusterIP"):
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    if spec["type"] == "LoadBalancer":
+        spec.setdefault("allocateLoadBalancerNodePorts", True)
 
 
-def install(store: Store, *, cluster_ip_start: int = 1,
-            gates: FeatureGates = DEFAULT_GATES) -> ClusterIPs:
-    """Register the admission hooks on `store`; returns the ClusterIP allocator."""
-    ips = ClusterIPs(store, start=cluster_ip_start)
-    by_key = {
-        "pods": _pod,
-        "apps/deployments": _deployment,
-        "apps/replicasets": _replicaset,
-        "apps/daemonsets": _daemonset,
-        "apps/statefulsets": lambda obj, old: _statefulset(gates, obj, old),
-        "namespaces": _namespace,
-        "nodes": _node,
-        "services": ips.admit,
-        "endpoints": _endpoints,
-        "discovery.k8s.io/endpointslices": _endpointslice,
-        "autoscaling/horizontalpodautoscalers": _hpa,
-    }
+Hook = Callable[[Obj, Obj | None], None]
+# By resource key (drainsafe.lab.apiserver.discovery); kinds without one have no defaults.
+BY_RESOURCE: dict[str, Hook] = {
+    "pods": _pod,
+    "apps/deployments": _deployment,
+    "apps/replicasets": _replicaset,
+    "apps/daemonsets": _daemonset,
+    "namespaces": _namespace,
+    "nodes": _node,
+    "services": _service,
+    "endpoints": _endpoints,
+    "discovery.k8s.io/endpointslices": _endpointslice,
+    "autoscaling/horizontalpodautoscalers": _hpa,
+}
 
-    def hook(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
-        fn = by_key.get(rt.key)
-        if fn is not None:
-            fn(obj, old)
-        validation.check(rt, obj, old)
 
-    store.admission.append(hook)
-    return ips
+def apply(rt: ResourceType, obj: Obj, old: Obj | None,
+          gates: FeatureGates = DEFAULT_GATES) -> None:
+    """Default `obj` in place as the decoder does for its kind (StatefulSets' defaults
+    depend on the MaxUnavailableStatefulSet gate)."""
+    if rt.key == "apps/statefulsets":
+        _statefulset(gates, obj, old)
+        return
+    fn = BY_RESOURCE.get(rt.key)
+    if fn is not None:
+        fn(obj, old)

@@ -116,7 +116,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings",
                  "ClusterRoleBinding", False),
-    # Called on pods/eviction by drainsafe.lab.admission_webhook.
+    # Called on pods/eviction by drainsafe.lab.apiserver.admission_webhook.
     ResourceType("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                  "ValidatingWebhookConfiguration", False),
     ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",

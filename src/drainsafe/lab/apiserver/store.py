@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, parse_time, rfc3339
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import BY_KEY, ResourceType
-from drainsafe.lab.fields import EVERYTHING as ALL_FIELDS
-from drainsafe.lab.fields import FieldSelector
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY, ResourceType
+from drainsafe.lab.apiserver.fields import EVERYTHING as ALL_FIELDS
+from drainsafe.lab.apiserver.fields import FieldSelector
 from drainsafe.labels import EVERYTHING as ALL_LABELS
 from drainsafe.labels import Selector
 

@@ -1,4 +1,7 @@
-"""The pods/eviction subresource with upstream semantics.
+"""The server side of an eviction: the lab API server's pods/eviction subresource.
+
+It answers what a client sends; drainsafe's own client side (sending evictions, reading
+the answers, retrying) is drainsafe.drain.evict, which never imports this module.
 
 Follows kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go (EvictionREST.Create,
 checkAndDecrement, canIgnorePDB, getPodDisruptionBudgets, addConditionAndDeletePod;
@@ -34,9 +37,9 @@ from typing import Any
 
 from drainsafe import pdb as pdbmath
 from drainsafe.kube.objects import is_ready, rfc3339
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import BY_KEY
-from drainsafe.lab.store import Obj, Store, clone
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.apiserver.store import Obj, Store, clone
 from drainsafe.labels import SelectorError, from_label_selector
 
 PODS = BY_KEY["pods"]
@@ -95,7 +98,7 @@ def evict(store: Store, namespace: str, name: str, body: dict[str, Any], *,
           query_dry_run: bool = False) -> tuple[int, dict[str, Any]]:
     """Handle POST pods/{name}/eviction; returns (HTTP code, body) or raises StatusError.
 
-    Validating admission (drainsafe.lab.admission_webhook) runs before this, after
+    Validating admission (drainsafe.lab.apiserver.admission_webhook) runs before this, after
     check_request, as createValidation does at the start of EvictionREST.Create.
     """
     opts, dry_run = check_request(name, body, query_dry_run=query_dry_run)

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from drainsafe.budget import PRESTOP_OVERRUN_EXTENSION
-from drainsafe.lab.process import Container
+from drainsafe.lab.node.process import Container
 
 MINIMUM_GRACE_SECONDS = int(PRESTOP_OVERRUN_EXTENSION)
 """minimumGracePeriodInSeconds in the kubelet: the floor of the SIGTERM-to-SIGKILL window."""

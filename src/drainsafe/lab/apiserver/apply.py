@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.kube.objects import rfc3339
-from drainsafe.lab import schema
-from drainsafe.lab import status as st
-from drainsafe.lab.discovery import ResourceType
-from drainsafe.lab.store import Obj, clone
+from drainsafe.lab.apiserver import schema
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.discovery import ResourceType
+from drainsafe.lab.apiserver.store import Obj, clone
 
 Path = tuple[str, ...]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from drainsafe.lab.handlers import ActionError, Outcome, Target, action_kind, run_action
+from drainsafe.lab.node.handlers import ActionError, Outcome, Target, action_kind, run_action
 
 
 class ProbeType(Enum):

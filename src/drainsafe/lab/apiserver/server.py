@@ -28,18 +28,18 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from drainsafe.lab import apply as ssa
-from drainsafe.lab import discovery, fields, openapi, podproxy, schema, table
-from drainsafe.lab import status as st
-from drainsafe.lab.admission_webhook import (
+from drainsafe.lab.apiserver import apply as ssa
+from drainsafe.lab.apiserver import discovery, fields, openapi, podproxy, schema, table
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.admission_webhook import (
     WebhookDispatcher,
     eviction_attributes,
     warning_headers,
 )
-from drainsafe.lab.discovery import ResourceType
-from drainsafe.lab.eviction import check_request, evict
-from drainsafe.lab.patch import APPLY_PATCH, apply_patch
-from drainsafe.lab.store import Event, Obj, Store, clone, meta
+from drainsafe.lab.apiserver.discovery import ResourceType
+from drainsafe.lab.apiserver.eviction import check_request, evict
+from drainsafe.lab.apiserver.patch import APPLY_PATCH, apply_patch
+from drainsafe.lab.apiserver.store import Event, Obj, Store, clone, meta
 from drainsafe.labels import SelectorError
 from drainsafe.labels import parse as parse_labels
 
@@ -438,7 +438,7 @@ class ApiServer:
 
     def _apply(self, request: Request, rt: ResourceType, namespace: str | None,
                name: str | None, sub: str | None, applied: Any, dry_run: bool) -> Response:
-        """PATCH application/apply-patch+yaml: server-side apply (see lab/apply.py)."""
+        """PATCH application/apply-patch+yaml: server-side apply (see lab/apiserver/apply.py)."""
         if name is None or sub is not None:
             raise st.method_not_allowed("the server does not allow this method on the "
                                         "requested resource")

@@ -28,9 +28,9 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from drainsafe.lab import discovery
-from drainsafe.lab import status as st
-from drainsafe.lab.store import Store
+from drainsafe.lab.apiserver import discovery
+from drainsafe.lab.apiserver import status as st
+from drainsafe.lab.apiserver.store import Store
 
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 _SCHEMES = frozenset({"", "http", "https"})
