@@ -7,8 +7,6 @@ import os
 from typing import Any
 
 DEFAULT_STATE_DIR = os.path.join(os.path.expanduser("~"), ".drainsafe", "lab")
-PID_FILE = "lab.pid"
-STATUS_FILE = "lab.json"
 
 
 def register(subparsers: Any) -> None:

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from drainsafe.lab.cli import PID_FILE, STATUS_FILE
-
+PID_FILE = "lab.pid"
+STATUS_FILE = "lab.json"
+"""In the state directory: the running lab's pid, and its status for `lab status`."""
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 DETACH_TIMEOUT = 90.0
 DOWN_TIMEOUT = 60.0
