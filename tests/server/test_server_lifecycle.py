@@ -7,18 +7,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drainsafe.server import lifecycle
+from drainsafe.server.config import Paths, Settings, parse_grace
 from drainsafe.server.lifecycle import (
     EXIT_CUT,
     EXIT_FORCED,
     EXIT_OK,
     Phase,
-    Settings,
     State,
     advance,
     begin_drain,
     budget_warning,
     on_signal,
-    parse_grace,
 )
 from drainsafe.server.runtime import DrainRuntime, Tracked
 
@@ -134,7 +133,6 @@ def test_runtime_counts_requests_after_drain_and_cuts_at_deadline() -> None:
 
 def test_presets_feed_signal_mode_options() -> None:
     from drainsafe.cli import build_parser
-    from drainsafe.server.runtime import Paths
     from drainsafe.server.supervisor import RunOptions
 
     args = build_parser().parse_args(

@@ -48,12 +48,13 @@ from typing import Any
 import uvicorn
 import uvicorn.protocols.http.httptools_impl as httptools_impl
 
-from drainsafe.asgi import ASGIApp
 from drainsafe.marker import sse_error_event
-from drainsafe.server.admin import AdminServer, AdminSettings
+from drainsafe.server.admin import AdminServer
+from drainsafe.server.config import AdminSettings
 from drainsafe.server.lifecycle import Phase
 from drainsafe.server.runtime import POD_HEADER, DrainRuntime
 from drainsafe.server.ticktimer import Outcome, TickTimer
+from drainsafe.server.types import ASGIApp
 
 POLL = 0.05
 logger = logging.getLogger("drainsafe.server")

@@ -36,12 +36,13 @@ from dataclasses import dataclass, field
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS
 from drainsafe.lifetime import own_session_dying_with_parent
 from drainsafe.server import lifecycle
-from drainsafe.server.admin import AdminServer, AdminSettings
+from drainsafe.server.admin import AdminServer
 from drainsafe.server.childmetrics import UnreadableMetrics, in_flight
-from drainsafe.server.lifecycle import Phase, Settings
+from drainsafe.server.config import AdminSettings, Paths, Settings
+from drainsafe.server.lifecycle import Phase
 from drainsafe.server.presets import PRESETS, Preset
 from drainsafe.server.proxy import Proxy
-from drainsafe.server.runtime import DrainRuntime, Paths
+from drainsafe.server.runtime import DrainRuntime
 
 logger = logging.getLogger("drainsafe.server")
 

@@ -29,14 +29,11 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+from drainsafe.server.types import Receive, Scope, Send
 
 MODEL = "drainsafe-workload"
 DONE = b"data: [DONE]\n\n"
