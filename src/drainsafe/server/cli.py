@@ -7,6 +7,21 @@ import sys
 from typing import Any
 
 from drainsafe.server import config
+from drainsafe.shell import (
+    EXIT_FAILED,
+    EXIT_FORCED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    SIGNAL_EXIT_BASE,
+    exit_codes_text,
+)
+
+_LIFECYCLE_EXITS = (
+    (EXIT_OK, "everything finished"),
+    (EXIT_FAILED, "something was ended at the deadline"),
+    (EXIT_FORCED, "forced by a second signal while work was in flight"),
+)
 
 
 def seconds(text: str) -> float:
@@ -83,9 +98,8 @@ def register(subparsers: Any) -> None:
         "fails at once while the server keeps accepting for the drain delay with "
         "Connection: close on every response; then the listener closes and in-flight work "
         "runs to the shutdown deadline; streams still open are ended with an explicit "
-        "error event. Exit 0: everything finished; 1: something was ended at the deadline; "
-        "3: forced by a second signal. DRAINSAFE_GRACE_SECONDS (the pod's "
-        "terminationGracePeriodSeconds) is checked against the settings at start-up.")
+        f"error event. {exit_codes_text(*_LIFECYCLE_EXITS)} DRAINSAFE_GRACE_SECONDS (the "
+        "pod's terminationGracePeriodSeconds) is checked against the settings at start-up.")
     serve.add_argument("app", metavar="MODULE:APP", help="the ASGI app to import")
     serve.add_argument("--host", default="127.0.0.1",
                        help="bind address (use 0.0.0.0 in a pod) [%(default)s]")
@@ -102,8 +116,13 @@ def register(subparsers: Any) -> None:
         "zombie reaping, exit code). proxy mode: an HTTP/1.1 proxy on --listen in front of "
         "the child on --upstream tracks every request and stream, drains like "
         "`drainsafe serve`, and gives the child SIGTERM once nothing is in flight. signal "
-        "mode: no data path; readiness on --listen, SIGTERM held for the drain delay, then "
-        "until the child's own in-flight metric is zero.")
+        "mode: no data path (the child serves the pod's port; no --listen); SIGTERM held "
+        "for the drain delay, then until the child's own in-flight metric is zero. In both "
+        "modes readiness, liveness, the drain trigger and metrics are on the admin port "
+        "(--admin-port), never on the serving port. "
+        + exit_codes_text(*_LIFECYCLE_EXITS) + " Otherwise the child's own code "
+        f"({EXIT_NOT_FOUND}: CMD cannot be started; {SIGNAL_EXIT_BASE}+N: the child died "
+        "from signal N that drainsafe did not send).")
     run.add_argument("--mode", choices=["proxy", "signal"], default="proxy")
     run.add_argument("--listen", type=host_port, default=None,
                      metavar="HOST:PORT", help="proxy mode: the pod's serving port (use "
@@ -170,10 +189,10 @@ def _serve(args: argparse.Namespace) -> int:
         admin = _admin(args)
     except ValueError as exc:
         print(f"drainsafe serve: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.admin_port == args.port != 0:
         print(f"drainsafe serve: --port and --admin-port are both {args.port}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from uvicorn.importer import ImportFromStringError, import_from_string
 
     from drainsafe.server import serve
@@ -186,7 +205,7 @@ def _serve(args: argparse.Namespace) -> int:
             app = app()
     except ImportFromStringError as exc:
         print(f"drainsafe serve: cannot import {args.app}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     runtime = DrainRuntime(settings, paths=_paths(args))
     server = serve.build(app, runtime, admin, host=args.host, port=args.port,
                          timeout_keep_alive=args.keep_alive_timeout,
@@ -202,18 +221,18 @@ def _run(args: argparse.Namespace) -> int:
     if not command:
         print("drainsafe run: give the command after --, e.g. "
               "drainsafe run -- uvicorn app:app --port 8000", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         settings = _start_up(args)
         admin = _admin(args)
     except ValueError as exc:
         print(f"drainsafe run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from drainsafe.server import supervisor
 
     try:
         options = supervisor.RunOptions.from_args(args, command, settings, _paths(args), admin)
     except ValueError as exc:
         print(f"drainsafe run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return supervisor.main(options)

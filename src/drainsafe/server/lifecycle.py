@@ -24,13 +24,12 @@ from dataclasses import dataclass, replace
 
 from drainsafe.budget import DEFAULT_GRACE_SECONDS, Budget
 from drainsafe.server.config import Settings
+from drainsafe.shell import EXIT_FAILED, EXIT_FORCED, EXIT_OK
 
-EXIT_OK = 0
-EXIT_CUT = 1
-"""Some requests or streams were still running at the deadline and were ended on purpose."""
-EXIT_USAGE = 2
-EXIT_FORCED = 3
-"""A second signal forced exit while work was in flight."""
+EXIT_CUT = EXIT_FAILED
+"""serve's and run's own bad outcome: some requests or streams were still running at the
+deadline and were ended on purpose. EXIT_FORCED: a second signal forced exit while work
+was in flight (drainsafe.shell has the table)."""
 
 
 class Phase(enum.StrEnum):
