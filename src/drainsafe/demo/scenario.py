@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import is_ready, is_terminating
+from drainsafe.shell import EXIT_FAILED, EXIT_OK
 from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult, run_load
 from drainsafe.verify.record import (
     POD_EXITED,
@@ -410,7 +411,7 @@ async def run_drain_under_load(
                                          options=DrainOptions(strategy=s.strategy))
                 result.strategy = s.strategy
                 report = await NodeDrainer(client, node, settings).run()
-                result.exit_code = 0 if report.ok else 1
+                result.exit_code = EXIT_OK if report.ok else EXIT_FAILED
                 result.detail = report.failure
             else:
                 binary = kubectl_binary()

@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from drainsafe.shell import EXIT_USAGE
+
 DEFAULT_STATE_DIR = os.path.join(os.path.expanduser("~"), ".drainsafe", "lab")
 
 
@@ -52,7 +54,7 @@ def register(subparsers: Any) -> None:
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
-    return 2
+    return EXIT_USAGE
 
 
 def _up(args: argparse.Namespace) -> int:

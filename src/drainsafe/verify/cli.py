@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_API = 3
+from drainsafe.shell import (
+    EXIT_API,
+    EXIT_FAILED,
+    EXIT_NOT_BOUNDED,
+    EXIT_OK,
+    EXIT_USAGE,
+    exit_codes_text,
+)
 
 LIMITS: dict[str, float] = {
     "duration": 7 * 86_400.0, "concurrency": 10_000, "rate": 100_000.0,
@@ -35,10 +39,13 @@ def _register_verify(subparsers: Any) -> None:
         description="Send constant load to URL over a keep-alive pool, classify every request "
         "(ok, http_5xx, refused, reset, closed, timeout, truncated stream, drain marker), "
         "optionally watch the pods behind it, and write a record and a timeline. "
-        "Exit codes: 0 every request ok; 1 a request failed (it can gate a rollout in CI); "
-        "2 usage error (bad URL, flag, --out or kubeconfig, all checked before the load "
-        "starts); 3 with -n: the API server cannot be reached or refuses the pod list "
-        "(checked first, within 5 s).",
+        + exit_codes_text(
+            (EXIT_OK, "every request ok"),
+            (EXIT_FAILED, "a request failed (it can gate a rollout in CI)"),
+            (EXIT_USAGE, "usage error (bad URL, flag, --out or kubeconfig, all checked "
+             "before the load starts)"),
+            (EXIT_API, f"with -n: the API server cannot be reached or refuses the pod list "
+             f"(checked first, within {PREFLIGHT_SECONDS:g} s)")),
     )
     p.add_argument("url", help="target URL (http:// or https://)")
     p.add_argument("--duration", type=float, default=30.0, metavar="S",
@@ -102,9 +109,11 @@ def _register_tune(subparsers: Any) -> None:
         description="Read verify's record and/or drainsafe serve/run metrics and recommend "
         "drain delay (propagation bound + margin), shutdown deadline (request duration p99 or "
         "declared maximum), terminationGracePeriodSeconds and readiness probe timing, "
-        "stating the measurement behind each number. Exit codes: 0 settings printed, 1 "
-        "nothing measured, 2 usage or input error, 4 the record cannot bound the "
-        "propagation lag (tune names the run that would).",
+        "stating the measurement behind each number. " + exit_codes_text(
+            (EXIT_OK, "settings printed"), (EXIT_FAILED, "nothing measured"),
+            (EXIT_USAGE, "usage or input error"),
+            (EXIT_NOT_BOUNDED, "the record cannot bound the propagation lag (tune names the "
+             "run that would)")),
     )
     p.add_argument("--from", dest="source", action="append", default=[], metavar="PATH",
                    help="verify --out directory or record.json, or a metrics dump or pod log "

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.server.types import Receive, Scope, Send
+from drainsafe.shell import EXIT_OK
 
 MODEL = "drainsafe-workload"
 DONE = b"data: [DONE]\n\n"
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
