@@ -226,10 +226,11 @@ def run_verify(args: argparse.Namespace) -> int:
         with _runner() as runner:
             record = runner.run(main())
     except Exception as exc:  # kubeconfig / API errors: name them, no traceback
-        if type(exc).__module__.startswith("drainsafe.kube") or isinstance(exc, TimeoutError):
-            err.print(f"[red]drainsafe verify: watching pods failed: {exc}[/]")
-            return EXIT_USAGE
-        raise
+        exit_code = watch_failure_exit(exc)
+        if exit_code is None:
+            raise
+        err.print(f"drainsafe verify: watching pods failed: {exc}", style="red", markup=False)
+        return exit_code
     if args.out:
         from drainsafe.verify.timeline import HTML_FILE, PNG_FILE, render_html, render_png
 
@@ -265,6 +266,24 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
+def watch_failure_exit(exc: BaseException) -> int | None:
+    """The exit code for an error from watching pods (None: not one verify expects).
+
+    The kubeconfig and its credential plugin are input (EXIT_USAGE); an API server that
+    cannot be reached, answers with an error, or does not list within the sync timeout is
+    EXIT_API, as for drain and audit."""
+    from drainsafe.kube.auth import ExecPluginError
+    from drainsafe.kube.client import KubeconfigError
+    from drainsafe.kube.errors import KubeError
+    from drainsafe.kube.watch import WaitTimeout
+
+    if isinstance(exc, KubeconfigError | ExecPluginError):
+        return EXIT_USAGE
+    if isinstance(exc, KubeError | WaitTimeout):
+        return EXIT_API
+    return None
+
+
 def _preflight(watch: Any) -> tuple[int, str] | None:
     """One pod list with a short timeout before the load: an unreachable API server fails
     here, in seconds, instead of after the informers' 30 s of retries. Runs without
@@ -272,6 +291,7 @@ def _preflight(watch: Any) -> tuple[int, str] | None:
     import asyncio
 
     from drainsafe.kube import KubeClient, KubeconfigError, KubeError, api_path
+    from drainsafe.kube.auth import ExecPluginError
 
     try:
         client = KubeClient.from_kubeconfig(watch.kubeconfig, watch.context,
@@ -288,9 +308,11 @@ def _preflight(watch: Any) -> tuple[int, str] | None:
 
     try:
         asyncio.run(probe())
-    except KubeError as exc:
-        return EXIT_API, (f"cannot list pods in namespace {watch.namespace!r} at "
-                          f"{client.identity.server}: {exc}")
+    except (KubeError, ExecPluginError) as exc:
+        code = watch_failure_exit(exc)
+        assert code is not None
+        return code, (f"cannot list pods in namespace {watch.namespace!r} at "
+                      f"{client.identity.server}: {exc}")
     return None
 
 
