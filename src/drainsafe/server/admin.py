@@ -19,7 +19,8 @@ So does drainsafe: `drainsafe serve`, `drainsafe run` (both modes) and
 Other methods get 405 with `Allow`; HEAD gets the headers and no body. With a token
 (`--admin-token-file`), the drain trigger also needs header `X-Drainsafe-Token: TOKEN`
 (a preStop `httpGet` sends it through `httpHeaders`); without it or with another one the
-answer is 403 and nothing changes. The connection limits are drainsafe.server.http1's.
+answer is 403 and nothing changes. The connection limits are drainsafe.server.config.Limits,
+enforced by drainsafe.server.http1.
 """
 
 from __future__ import annotations
