@@ -77,7 +77,7 @@ async def feed(kind: str, requests: int) -> tuple[float, int]:
         config = uvicorn.Config(app, **options)
     else:
         from drainsafe.server import serve
-        from drainsafe.server.lifecycle import Settings
+        from drainsafe.server.config import Settings
         from drainsafe.server.runtime import DrainRuntime
 
         runtime = DrainRuntime(Settings(drain_delay=0, shutdown_timeout=1), environ={})

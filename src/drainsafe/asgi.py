@@ -40,26 +40,23 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable
 from types import FrameType
 from typing import Any
 
 from drainsafe.marker import sse_error_event
-from drainsafe.server.admin import (
-    DEFAULT_ADMIN_HOST,
-    DEFAULT_ADMIN_PORT,
-    AdminServer,
+from drainsafe.server.admin import AdminServer
+from drainsafe.server.config import (
+    DEFAULT_DRAIN_DELAY,
+    DEFAULT_SHUTDOWN_TIMEOUT,
     AdminSettings,
-    read_token,
+    Paths,
+    Settings,
+    admin_settings_from_env,
 )
-from drainsafe.server.lifecycle import Phase, Settings
-from drainsafe.server.runtime import DrainRuntime, Paths, Tracked
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from drainsafe.server.lifecycle import Phase
+from drainsafe.server.runtime import DrainRuntime, Tracked
+from drainsafe.server.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger("drainsafe.server")
 
@@ -130,8 +127,8 @@ class DrainMiddleware:
         self,
         app: ASGIApp,
         *,
-        drain_delay: float = 5.0,
-        shutdown_timeout: float = 20.0,
+        drain_delay: float = DEFAULT_DRAIN_DELAY,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         runtime: DrainRuntime | None = None,
         paths: Paths | None = None,
         hook_signals: bool = True,
@@ -217,22 +214,6 @@ class DrainMiddleware:
                     and self._hooks is not None:
                 self._hooks.forward(signal.SIGTERM)
             await asyncio.sleep(0.05)
-
-
-def admin_settings_from_env(environ: Mapping[str, str]) -> AdminSettings:
-    """The middleware's admin port from DRAINSAFE_ADMIN_HOST, DRAINSAFE_ADMIN_PORT and
-    DRAINSAFE_ADMIN_TOKEN_FILE (a uvicorn command line has no room for drainsafe's flags);
-    ValueError naming the variable when one is wrong."""
-    host = environ.get("DRAINSAFE_ADMIN_HOST", "").strip() or DEFAULT_ADMIN_HOST
-    text = environ.get("DRAINSAFE_ADMIN_PORT", "").strip()
-    port = DEFAULT_ADMIN_PORT
-    if text:
-        if not text.isdigit() or not 0 <= int(text) <= 65535:
-            raise ValueError(f"DRAINSAFE_ADMIN_PORT={text!r} is not a port number")
-        port = int(text)
-    token_file = environ.get("DRAINSAFE_ADMIN_TOKEN_FILE", "").strip()
-    token = read_token(token_file) if token_file else None
-    return AdminSettings(host=host, port=port, token=token)
 
 
 async def _end_cut(req: AsgiRequest, send: Send) -> None:

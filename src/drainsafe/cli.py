@@ -15,7 +15,13 @@ import sys
 from collections.abc import Sequence
 
 from drainsafe import __version__
-from drainsafe.shell import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_INTERRUPTED, internal_error
+from drainsafe.shell import (
+    EXIT_CODES_HELP,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    internal_error,
+)
 
 # Module per part, in the order `--help` lists them.
 COMMAND_MODULES = (
@@ -28,8 +34,6 @@ COMMAND_MODULES = (
     "drainsafe.simulate.cli",
     "drainsafe.demo.cli",
 )
-
-EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:

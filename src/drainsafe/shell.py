@@ -1,17 +1,23 @@
 """What every command's shell shares: exit codes, consoles, output checks.
 
 Exit codes are the same across commands where they mean the same thing, so a script can
-tell outcomes apart (each command's --help lists its own):
+tell outcomes apart; this is the one table (each command's --help lists the codes it uses,
+written with `exit_codes_text` from these constants):
 
 - 0: done, nothing wrong.
 - 1: the command's own bad outcome: findings (check), failed requests (verify), a drain that
-  did not finish, a forgotten cordon (audit), lost requests (simulate).
+  did not finish, a forgotten cordon (audit), lost requests (simulate), work ended at the
+  shutdown deadline (serve, run).
 - 2: usage or input error: a bad flag, file, scenario, manifest or kubeconfig.
 - 3: the Kubernetes API server could not be reached or answered with an error (drain,
   audit, verify -n).
 - 4: tune: the measurements cannot bound the propagation lag (it names the run that would).
+- 5: serve, run: a second signal forced exit while work was in flight.
 - 70: an unexpected internal error (a bug); the message names the command line.
 - 130: interrupted (Ctrl-C); 143: terminated (SIGTERM), where a command handles it.
+
+`drainsafe run` otherwise passes its child's code on, as a shell does: 127 when the command
+cannot be started, 128+N when the child died from signal N.
 
 Tables and messages are written at a fixed width when the stream is not a terminal, so CI
 logs and pipes get whole lines whatever the runner's COLUMNS; on a terminal, its width.
@@ -37,14 +43,27 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_API = 3
 EXIT_NOT_BOUNDED = 4
+EXIT_FORCED = 5
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
-EXIT_CODES_HELP = (
-    "exit codes shared by every command: 2 usage or input error; 70 unexpected internal "
-    "error (a bug: the message names the command line); 130 interrupted (Ctrl-C)."
-)
+EXIT_NOT_FOUND = 127
+"""A command that could not be started (POSIX shells' "command not found")."""
+SIGNAL_EXIT_BASE = 128
+"""A process killed by signal N exits 128+N, as shells and container runtimes report it."""
+
+
+def exit_codes_text(*codes: tuple[int, str], lead: str = "Exit codes:") -> str:
+    """A command's exit codes for its --help, from the constants: "Exit codes: 0 x; 1 y."."""
+    return f"{lead} " + "; ".join(f"{code} {meaning}" for code, meaning in codes) + "."
+
+
+EXIT_CODES_HELP = exit_codes_text(
+    (EXIT_USAGE, "usage or input error"),
+    (EXIT_INTERNAL, "unexpected internal error (a bug: the message names the command line)"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+    lead="exit codes shared by every command:")
 
 PIPE_WIDTH = 200
 """Columns used when output is not a terminal: wide enough for any table drainsafe prints."""

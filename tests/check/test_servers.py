@@ -58,7 +58,7 @@ def test_exec_sleep_seconds(command: tuple[str, ...], seconds: float | None) -> 
 
 
 def test_drainsafe_defaults_come_from_serve() -> None:
-    from drainsafe.server.cli import DEFAULT_DRAIN_DELAY, DEFAULT_SHUTDOWN_TIMEOUT
+    from drainsafe.server.config import DEFAULT_DRAIN_DELAY, DEFAULT_SHUTDOWN_TIMEOUT
 
     found = identify(command_line(["drainsafe", "serve", "app:app"], None))
     assert found is not None

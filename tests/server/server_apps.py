@@ -10,7 +10,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from drainsafe.asgi import DrainMiddleware, Receive, Scope, Send
+from drainsafe.asgi import DrainMiddleware
+from drainsafe.server.types import Receive, Scope, Send
 from drainsafe.workload.streaming import app as workload
 
 

@@ -17,7 +17,8 @@ import httpx
 import pytest
 from server_harness import Replica, start_replica, wait_exit
 
-from drainsafe.server.lifecycle import Phase, Settings, State, begin_drain, live
+from drainsafe.server.config import Settings
+from drainsafe.server.lifecycle import Phase, State, begin_drain, live
 
 CATCH_ALL = "server_apps:catch_all"
 RUNTIME_PATHS = ("/drainsafe/drain", "/drainsafe/drain?wait=0", "/readyz", "/livez",

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_harness import start_replica
 
-from drainsafe.server.lifecycle import Settings
+from drainsafe.server.config import Settings
 from drainsafe.server.runtime import (
     DURATION_BUCKETS,
     DURATION_METRIC,

@@ -7,20 +7,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drainsafe.server import lifecycle
+from drainsafe.server.config import Paths, Settings, parse_grace
 from drainsafe.server.lifecycle import (
     EXIT_CUT,
-    EXIT_FORCED,
-    EXIT_OK,
     Phase,
-    Settings,
     State,
     advance,
     begin_drain,
     budget_warning,
     on_signal,
-    parse_grace,
 )
 from drainsafe.server.runtime import DrainRuntime, Tracked
+from drainsafe.shell import EXIT_API, EXIT_FORCED, EXIT_OK
 
 S = Settings(drain_delay=5, shutdown_timeout=20, idle_grace=0.5, flush=1)
 
@@ -60,7 +58,8 @@ def test_exit_codes() -> None:
     assert lifecycle.exit_code(State(), cut=1, in_flight=0) == EXIT_CUT
     forced = State(forced=True)
     assert lifecycle.exit_code(forced, cut=0, in_flight=0) == EXIT_OK
-    assert lifecycle.exit_code(forced, cut=2, in_flight=0) == EXIT_FORCED
+    assert lifecycle.exit_code(forced, cut=2, in_flight=0) == EXIT_FORCED == 5
+    assert EXIT_FORCED != EXIT_API  # 3 means the API server in every command
 
 
 @given(st.lists(st.tuples(st.sampled_from(["signal", "drain", "tick"]),
@@ -134,7 +133,6 @@ def test_runtime_counts_requests_after_drain_and_cuts_at_deadline() -> None:
 
 def test_presets_feed_signal_mode_options() -> None:
     from drainsafe.cli import build_parser
-    from drainsafe.server.runtime import Paths
     from drainsafe.server.supervisor import RunOptions
 
     args = build_parser().parse_args(
@@ -150,3 +148,36 @@ def test_presets_feed_signal_mode_options() -> None:
     bare = build_parser().parse_args(["run", "--mode", "signal", "--", "server"])
     with pytest.raises(ValueError, match="--in-flight-metric"):
         RunOptions.from_args(bare, ["server"], Settings(), Paths())
+
+
+def _help(command: str, capsys: pytest.CaptureFixture[str]) -> str:
+    from drainsafe import cli
+
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_run_help_says_where_signal_mode_serves_readiness(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from drainsafe.cli import build_parser
+    from drainsafe.server.supervisor import RunOptions
+
+    text = _help("run", capsys)
+    # --listen is refused in signal mode, so the help must not send readiness there.
+    assert "readiness on --listen" not in text
+    assert "no --listen" in text
+    assert "readiness, liveness, the drain trigger and metrics are on the admin port" in text
+    args = build_parser().parse_args(
+        ["run", "--mode", "signal", "--preset", "vllm", "--listen", "0.0.0.0:8080", "--",
+         "vllm", "serve"])
+    with pytest.raises(ValueError, match="drop --listen"):
+        RunOptions.from_args(args, ["vllm", "serve"], Settings(), Paths())
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_serve_and_run_help_give_forced_exit_its_own_code(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    text = _help(command, capsys)
+    assert f"{EXIT_FORCED} forced by a second signal" in text
+    assert f"{EXIT_API} forced" not in text and f"{EXIT_API}: forced" not in text

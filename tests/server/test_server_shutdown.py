@@ -25,7 +25,8 @@ from server_harness import (
 )
 
 from drainsafe.marker import DRAIN_ERROR_TYPE, is_drain_error_event
-from drainsafe.server.lifecycle import EXIT_CUT, EXIT_FORCED
+from drainsafe.server.lifecycle import EXIT_CUT
+from drainsafe.shell import EXIT_FORCED
 
 LONG = {"stream": True, "duration": 6, "token_interval": 0.1}
 

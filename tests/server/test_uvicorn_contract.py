@@ -21,7 +21,7 @@ import uvicorn.protocols.http.httptools_impl as httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from drainsafe.server import serve
-from drainsafe.server.lifecycle import Settings
+from drainsafe.server.config import Settings
 from drainsafe.server.runtime import DrainRuntime
 
 

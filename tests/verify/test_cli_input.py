@@ -169,3 +169,64 @@ def test_sigterm_stops_the_load_and_keeps_the_record(tmp_path: Path) -> None:
     assert summary["total"] > 0 and summary["failed"] == 0, summary
     assert record["elapsed"] < 60, record["elapsed"]  # stopped early, not at --duration
     assert yaml.safe_load(stdout)["total"] == summary["total"]
+
+
+def test_api_server_lost_after_the_preflight_exits_3_not_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The API server answers the preflight's pod list, then is gone when the watches
+    list: that is the API server (3), not a usage error (2, before issue 28)."""
+    import http.server
+    import json
+    import threading
+
+    from drainsafe.verify import session
+
+    class OnePodList(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"kind": "PodList", "apiVersion": "v1",
+                               "metadata": {"resourceVersion": "1"}, "items": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), OnePodList)
+    answered = threading.Thread(target=lambda: (server.handle_request(), server.server_close()))
+    answered.start()
+    # The watches retry until their sync timeout; the test need not wait the full 30 s.
+    monkeypatch.setattr(session, "WATCH_SYNC_SECONDS", 1.0)
+    kc = _kubeconfig(tmp_path, f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        code = main(["verify", "http://127.0.0.1:1/", "--duration", "5", "--no-progress",
+                     "-n", "default", "--kubeconfig", kc])
+    finally:
+        answered.join(timeout=10)
+    err = capsys.readouterr().err
+    assert not answered.is_alive()  # the preflight was answered, then the server closed
+    assert code == 3, err
+    assert "watching pods failed: could not list /api/v1/namespaces/default/pods" in err
+
+
+def test_watch_errors_map_to_the_exit_table_by_type() -> None:
+    # A narrow unit test of the error mapping: each error verify expects from a watch.
+    from drainsafe.kube.auth import ExecPluginError
+    from drainsafe.kube.client import KubeconfigError
+    from drainsafe.kube.errors import Forbidden, ServerError, TransportError
+    from drainsafe.kube.watch import WaitTimeout
+    from drainsafe.shell import EXIT_API, EXIT_USAGE
+    from drainsafe.verify.cli import watch_failure_exit
+
+    assert watch_failure_exit(KubeconfigError("kubeconfig x does not exist")) == EXIT_USAGE
+    assert watch_failure_exit(ExecPluginError("plugin failed")) == EXIT_USAGE
+    assert watch_failure_exit(TransportError(0, "ConnectError", "refused")) == EXIT_API
+    assert watch_failure_exit(Forbidden(403, "Forbidden", "pods is forbidden")) == EXIT_API
+    assert watch_failure_exit(ServerError(500, "InternalError", "etcd")) == EXIT_API
+    assert watch_failure_exit(WaitTimeout("could not list /api/v1/pods")) == EXIT_API
+    # Anything else is a bug, for the one internal-error path (exit 70), whatever it says.
+    assert watch_failure_exit(RuntimeError("drainsafe.kube: no answer")) is None
+    assert watch_failure_exit(TimeoutError("a plain timeout")) is None

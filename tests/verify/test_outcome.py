@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import errno
+import itertools
+import socket
 
+import httpcore
+import httpx
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from drainsafe.marker import sse_error_event
-from drainsafe.verify.outcome import Kind, Observation, classify, error_facts
+from drainsafe.verify.outcome import (
+    Failure,
+    Kind,
+    Observation,
+    classify,
+    error_message,
+    failure_of,
+)
 from drainsafe.verify.scan import MarkerScanner
 
 SSE = "text/event-stream; charset=utf-8"
@@ -33,31 +45,94 @@ def test_http_errors_are_named_by_code() -> None:
 
 def test_drain_marker_wins_over_truncation_and_framing() -> None:
     obs = Observation(status=200, content_type=SSE, drain_marker_seen=True,
-                      error_types=("RemoteProtocolError",), error_message="incomplete chunked read")
+                      failure=Failure.PROTOCOL, error_name="RemoteProtocolError",
+                      error_message="incomplete chunked read")
     assert classify(obs).kind is Kind.DRAIN_MARKER
 
 
-def test_transport_errors_by_errno_and_by_type() -> None:
-    refused = Observation(error_types=("ConnectError", "OSError", "ConnectionRefusedError"),
-                          error_errno=errno.ECONNREFUSED)
-    assert classify(refused).kind is Kind.REFUSED
-    reset = Observation(error_types=("ReadError", "BrokenResourceError", "ConnectionResetError"),
-                        error_errno=errno.ECONNRESET)
+def test_transport_failures_become_outcomes() -> None:
+    assert classify(Observation(failure=Failure.REFUSED)).kind is Kind.REFUSED
+    reset = Observation(failure=Failure.RESET)
     assert classify(reset).kind is Kind.RESET
     assert "before a response" in classify(reset).detail
-    mid = Observation(status=200, body_bytes=99, error_types=("ReadError",),
-                      error_errno=errno.ECONNRESET)
+    mid = Observation(status=200, body_bytes=99, failure=Failure.RESET)
     assert classify(mid).detail == "connection reset after 99 body bytes"
-    assert classify(Observation(error_types=("ReadTimeout", "TimeoutError"))).label == "timeout"
-    assert classify(Observation(error_types=("TimeoutError",))).label == "timeout"
-    closed = Observation(error_types=("RemoteProtocolError",),
+    timeout = classify(Observation(failure=Failure.TIMEOUT, error_name="ReadTimeout"))
+    assert timeout.label == "timeout" and timeout.detail == "ReadTimeout"
+    closed = Observation(failure=Failure.PROTOCOL,
                          error_message="Server disconnected without sending a response.")
     assert classify(closed).kind is Kind.CLOSED
+    # The same protocol error once the status line arrived is a truncated body.
+    assert classify(Observation(status=200, failure=Failure.PROTOCOL)).kind is Kind.TRUNCATED
+
+
+def _raised(exc: BaseException, *causes: BaseException) -> BaseException:
+    """`exc` as httpx raises it: each exception `raise ... from` the next (root last)."""
+    chain = [exc, *causes]
+    for outer, inner in itertools.pairwise(chain):
+        outer.__cause__ = inner
+    return exc
+
+
+class _PlainOSError(OSError):
+    pass
+
+
+# A narrow unit test of the error mapping: the chains httpx 0.29 / httpcore 1.0 build
+# (tests/verify/test_inject.py makes each of them happen on a real socket).
+@pytest.mark.parametrize(("exc", "failure", "name"), [
+    (_raised(httpx.ConnectError("All connection attempts failed"),
+             httpcore.ConnectError("All connection attempts failed"),
+             ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")),
+     Failure.REFUSED, "ConnectionRefusedError"),
+    # OSError(ECONNREFUSED, ...) is constructed as a ConnectionRefusedError (PEP 3151).
+    (_raised(httpx.ConnectError("x"), OSError(errno.ECONNREFUSED, "Connect call failed")),
+     Failure.REFUSED, "ConnectionRefusedError"),
+    # An OSError subclass is not mapped by errno: the errno itself still says reset.
+    (_raised(httpx.ReadError(""), _PlainOSError(errno.ECONNRESET, "reset")),
+     Failure.RESET, "ReadError"),
+    (_raised(httpx.ReadError(""), httpcore.ReadError(""),
+             ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")),
+     Failure.RESET, "ConnectionResetError"),
+    (_raised(httpx.WriteError(""), BrokenPipeError(errno.EPIPE, "Broken pipe")),
+     Failure.RESET, "BrokenPipeError"),
+    (_raised(httpx.ReadTimeout(""), httpcore.ReadTimeout("")), Failure.TIMEOUT, "ReadTimeout"),
+    (_raised(httpx.ConnectTimeout("")), Failure.TIMEOUT, "ConnectTimeout"),
+    (TimeoutError(), Failure.TIMEOUT, "TimeoutError"),  # verify's own per-request deadline
+    (_raised(httpx.RemoteProtocolError("Server disconnected without sending a response."),
+             httpcore.RemoteProtocolError("Server disconnected without sending a response.")),
+     Failure.PROTOCOL, "RemoteProtocolError"),
+    (_raised(httpx.ConnectError("[Errno -2] Name or service not known"),
+             socket.gaierror(socket.EAI_NONAME, "Name or service not known")),
+     Failure.OTHER, "ConnectError"),
+    # Types decide, not words: these messages name other failures.
+    (httpx.RemoteProtocolError("timed out: connection refused"), Failure.PROTOCOL,
+     "RemoteProtocolError"),
+    (httpx.ReadError("Connection reset by peer"), Failure.OTHER, "ReadError"),
+])
+def test_exception_types_map_to_failures(exc: BaseException, failure: Failure,
+                                         name: str) -> None:
+    assert failure_of(exc) == (failure, name)
+
+
+def test_failure_mapping_keeps_the_report_wording() -> None:
+    refused = _raised(httpx.ConnectError("All connection attempts failed"),
+                      ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
+    failure, name = failure_of(refused)
+    outcome = classify(Observation(failure=failure, error_name=name,
+                                   error_message=error_message(refused)))
+    assert (outcome.label, outcome.detail) == ("refused", "All connection attempts failed")
+    other = httpx.UnsupportedProtocol("Request URL is missing an 'http://' protocol.")
+    failure, name = failure_of(other)
+    outcome = classify(Observation(failure=failure, error_name=name,
+                                   error_message=error_message(other)))
+    assert outcome.detail == ("UnsupportedProtocol: Request URL is missing an 'http://' "
+                              "protocol.")
 
 
 def test_truncation_reasons() -> None:
     def reason(message: str) -> str:
-        obs = Observation(status=200, error_types=("RemoteProtocolError",), error_message=message)
+        obs = Observation(status=200, failure=Failure.PROTOCOL, error_message=message)
         outcome = classify(obs)
         assert outcome.kind is Kind.TRUNCATED
         return outcome.detail
@@ -70,39 +145,37 @@ def test_truncation_reasons() -> None:
 
 
 def test_unknown_errors_keep_their_names() -> None:
-    outcome = classify(Observation(error_types=("SSLError",), error_message="bad cert"))
+    outcome = classify(Observation(failure=Failure.OTHER, error_name="SSLError",
+                                   error_message="bad cert"))
     assert outcome.kind is Kind.ERROR and outcome.detail == "SSLError: bad cert"
 
 
 @given(status=st.one_of(st.none(), st.integers(100, 599)), ctype=st.sampled_from(["", SSE]),
        end=st.booleans(), drain=st.booleans(),
-       errors=st.lists(st.sampled_from(["ReadError", "ConnectError", "RemoteProtocolError",
-                                        "ReadTimeout", "ConnectionResetError", "X"]), max_size=3),
-       code=st.one_of(st.none(), st.sampled_from([errno.ECONNREFUSED, errno.ECONNRESET, 5])))
+       failure=st.one_of(st.none(), st.sampled_from(Failure)))
 def test_every_observation_gets_exactly_one_outcome(status: int | None, ctype: str, end: bool,
-                                                    drain: bool, errors: list[str],
-                                                    code: int | None) -> None:
+                                                    drain: bool,
+                                                    failure: Failure | None) -> None:
     obs = Observation(status=status, content_type=ctype, end_marker_seen=end,
-                      drain_marker_seen=drain, error_types=tuple(errors), error_errno=code)
+                      drain_marker_seen=drain, failure=failure, error_name="X")
     outcome = classify(obs)
     # ok only when the server answered < 400, nothing failed, and a stream was complete
     if outcome.ok:
-        assert status is not None and status < 400 and not errors and not drain
+        assert status is not None and status < 400 and failure is None and not drain
         assert end or ctype != SSE
     if drain:
         assert outcome.kind is Kind.DRAIN_MARKER
 
 
-def test_error_facts_walk_the_cause_chain() -> None:
+def test_the_cause_chain_is_walked_as_python_links_it() -> None:
     try:
         try:
             raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
-        except ConnectionResetError as inner:
-            raise RuntimeError("read failed") from inner
+        except ConnectionResetError:
+            raise RuntimeError("read failed")  # noqa: B904 - the implicit context is walked too
     except RuntimeError as exc:
-        names, code, message = error_facts(exc)
-    assert names == ("RuntimeError", "ConnectionResetError")
-    assert code == errno.ECONNRESET and message == "read failed"
+        assert failure_of(exc) == (Failure.RESET, "ConnectionResetError")
+        assert error_message(exc) == "read failed"
 
 
 def test_scanner_finds_markers_split_across_chunks() -> None:

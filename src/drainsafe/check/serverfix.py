@@ -20,8 +20,8 @@ from drainsafe.check.model import Container, mapping, sequence
 from drainsafe.check.servers import CommandLine, ServerShutdown
 
 # drainsafe run's admin port: /readyz, /livez, /drainsafe/drain, /metrics.
-from drainsafe.server.cli import ADMIN_PORT_NAME, DEFAULT_READY_PATH
-from drainsafe.server.cli import DEFAULT_ADMIN_PORT as ADMIN_PORT
+from drainsafe.server.config import ADMIN_PORT_NAME, DEFAULT_READY_PATH
+from drainsafe.server.config import DEFAULT_ADMIN_PORT as ADMIN_PORT
 
 PROBE_HANDLERS = ("httpGet", "tcpSocket", "exec", "grpc")
 HOOK_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")

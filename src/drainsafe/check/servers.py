@@ -39,7 +39,7 @@ between releases. Facts, each read at the source at the release named:
 - hypercorn: `--graceful-timeout N`, default 3 s (pgjones/hypercorn src/hypercorn/config.py
   `graceful_timeout: float = 3 * SECONDS` at 0.18.0).
 - drainsafe serve/run: --drain-delay N, --shutdown-timeout N; probes and the drain trigger on
-  the admin port --admin-port N, --drain-path P (defaults from drainsafe.server.cli).
+  the admin port --admin-port N, --drain-path P (defaults from drainsafe.server.config).
 
 Not relied on (not found at a release): vLLM `--shutdown-mode drain` and
 `--shutdown-drain-timeout` (only proposed, in the closed vLLM PR #32420), and vLLM `/live`.
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 # drainsafe serve/run's own defaults (its cli module imports only argparse).
-from drainsafe.server.cli import (
+from drainsafe.server.config import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_DRAIN_DELAY,
     DEFAULT_DRAIN_PATH,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from drainsafe.shell import EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_codes_text
+
 
 def _run_numbers(value: str) -> list[int]:
     try:
@@ -28,8 +30,9 @@ def register(subparsers: Any) -> None:
         "drain, 4 kubectl drain with the drainsafe controller (when the build has it). "
         "Time-scaled: 1 s of the demo is 10 s of the real thing (a 90 s generation "
         "takes 9 s, the default 30 s grace 3 s). Writes results.json, capacity.png, a "
-        "timeline per run and report.html. Exit codes: 0 every run showed what it is there "
-        "to show; 1 a run did not (the demo says which and what is missing).",
+        "timeline per run and report.html. " + exit_codes_text(
+            (EXIT_OK, "every run showed what it is there to show"),
+            (EXIT_FAILED, "a run did not (the demo says which and what is missing)")),
     )
     p.add_argument("--out", default="drainsafe-demo", metavar="DIR",
                    help="where to write results and pictures (default ./drainsafe-demo)")
@@ -52,13 +55,13 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"drainsafe demo: --scale {args.scale:g}: must be between 1 and 30 (grace "
               "periods are whole seconds; above 30 the default grace would round to 1 s)",
               file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from drainsafe.shell import output_dir_problem
 
     problem = output_dir_problem(args.out)
     if problem:
         print(f"drainsafe demo: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from drainsafe.demo.run import run
 
     return asyncio.run(run(args))

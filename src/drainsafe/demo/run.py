@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.text import Text
 
 from drainsafe.demo import names
+from drainsafe.shell import EXIT_FAILED, EXIT_OK
 from drainsafe.shell import console as make_console
 
 if TYPE_CHECKING:
@@ -242,4 +243,4 @@ def _show(args: argparse.Namespace, console: Console, reports: list[RunReport],
     results, capacity, page = files
     console.print(f"\nresults: {results}\ncapacity: {capacity}\nreport: {page}")
     failed_to_show = any(r.missing for r in reports)
-    return 1 if failed_to_show or not reports else 0
+    return EXIT_FAILED if failed_to_show or not reports else EXIT_OK

@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, condition, is_ready, is_terminating
+from drainsafe.server.config import ADMIN_PORT_NAME, DEFAULT_ADMIN_PORT, DEFAULT_READY_PATH
+from drainsafe.shell import EXIT_FAILED, EXIT_OK
 from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult, run_load
 from drainsafe.verify.record import (
     POD_EXITED,
@@ -105,11 +107,12 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
         # host), which the Service does not list.
         command = [sys.executable, "-m", "drainsafe", "serve",
                    "drainsafe.workload.streaming:app", "--host", "$(POD_IP)", "--port", "8000",
-                   "--admin-host", "$(POD_IP)", "--admin-port", "8490",
+                   "--admin-host", "$(POD_IP)", "--admin-port", str(DEFAULT_ADMIN_PORT),
                    "--no-access-log", "--drain-delay", f"{s.drain_delay:g}",
                    "--shutdown-timeout", f"{deadline:g}"]
-        probe: dict[str, Any] = {"httpGet": {"path": "/readyz", "port": "drainsafe-admin"}}
-        ports.append({"name": "drainsafe-admin", "containerPort": 8490})
+        probe: dict[str, Any] = {"httpGet": {"path": DEFAULT_READY_PATH,
+                                             "port": ADMIN_PORT_NAME}}
+        ports.append({"name": ADMIN_PORT_NAME, "containerPort": DEFAULT_ADMIN_PORT})
     else:
         command = [sys.executable, "-m", "uvicorn", "drainsafe.workload.streaming:app",
                    "--host", "$(POD_IP)", "--port", "8000", "--no-access-log"]
@@ -409,7 +412,7 @@ async def run_drain_under_load(
                                          options=DrainOptions(strategy=s.strategy))
                 result.strategy = s.strategy
                 report = await NodeDrainer(client, node, settings).run()
-                result.exit_code = 0 if report.ok else 1
+                result.exit_code = EXIT_OK if report.ok else EXIT_FAILED
                 result.detail = report.failure
             else:
                 binary = kubectl_binary()

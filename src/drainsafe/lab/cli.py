@@ -6,9 +6,9 @@ import argparse
 import os
 from typing import Any
 
+from drainsafe.shell import EXIT_USAGE
+
 DEFAULT_STATE_DIR = os.path.join(os.path.expanduser("~"), ".drainsafe", "lab")
-PID_FILE = "lab.pid"
-STATUS_FILE = "lab.json"
 
 
 def register(subparsers: Any) -> None:
@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
-    return 2
+    return EXIT_USAGE
 
 
 def _up(args: argparse.Namespace) -> int:

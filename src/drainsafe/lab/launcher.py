@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from drainsafe.lab.cli import PID_FILE, STATUS_FILE
 from drainsafe.lab.features import FeatureGates, UnknownFeatureGate
+from drainsafe.shell import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+PID_FILE = "lab.pid"
+STATUS_FILE = "lab.json"
+"""In the state directory: the running lab's pid, and its status for `lab status`."""
 DETACH_TIMEOUT = 90.0
 DOWN_TIMEOUT = 60.0
 
@@ -67,7 +69,7 @@ def up(args: argparse.Namespace) -> int:
     if pid is not None:
         _err(f"a lab is already running in {state_dir} (pid {pid}); "
              "stop it with `drainsafe lab down`")
-        return EXIT_FAIL
+        return EXIT_FAILED
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / STATUS_FILE).unlink(missing_ok=True)
     if args.detach:
@@ -75,7 +77,7 @@ def up(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_serve(args, state_dir))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _detach(args: argparse.Namespace, state_dir: Path) -> int:
@@ -103,11 +105,11 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
         if child.poll() is not None:
             _err(f"the lab exited at start-up (code {child.returncode}); "
                  f"log {log_path}:\n{_tail(log_path)}")
-            return EXIT_FAIL
+            return EXIT_FAILED
         time.sleep(0.2)
     child.terminate()
     _err(f"the lab did not come up within {DETACH_TIMEOUT:g}s; log {log_path}")
-    return EXIT_FAIL
+    return EXIT_FAILED
 
 
 async def _serve(args: argparse.Namespace, state_dir: Path) -> int:
@@ -153,7 +155,7 @@ def status(args: argparse.Namespace) -> int:
     data = read_status(state_dir)
     if pid is None or data is None or data.get("pid") != pid:
         _err(f"no lab running in {state_dir} (start one with `drainsafe lab up`)")
-        return EXIT_FAIL
+        return EXIT_FAILED
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
@@ -190,7 +192,7 @@ def down(args: argparse.Namespace) -> int:
     if pid is None:
         _err(f"no lab running in {state_dir}")
         (state_dir / PID_FILE).unlink(missing_ok=True)
-        return EXIT_FAIL
+        return EXIT_FAILED
     leftovers = (read_status(state_dir) or {}).get("pids", [])
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + DOWN_TIMEOUT

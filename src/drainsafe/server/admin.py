@@ -19,7 +19,8 @@ So does drainsafe: `drainsafe serve`, `drainsafe run` (both modes) and
 Other methods get 405 with `Allow`; HEAD gets the headers and no body. With a token
 (`--admin-token-file`), the drain trigger also needs header `X-Drainsafe-Token: TOKEN`
 (a preStop `httpGet` sends it through `httpHeaders`); without it or with another one the
-answer is 403 and nothing changes. The connection limits are drainsafe.server.http1's.
+answer is 403 and nothing changes. The connection limits are drainsafe.server.config.Limits,
+enforced by drainsafe.server.http1.
 """
 
 from __future__ import annotations
@@ -31,47 +32,17 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from drainsafe.server.cli import ADMIN_PORT_NAME as ADMIN_PORT_NAME
-from drainsafe.server.cli import DEFAULT_ADMIN_HOST as DEFAULT_ADMIN_HOST
-from drainsafe.server.cli import DEFAULT_ADMIN_PORT as DEFAULT_ADMIN_PORT
-from drainsafe.server.http1 import DEFAULT_LIMITS, Http1Connection, Limits, sweep
+from drainsafe.server.config import AdminSettings
+from drainsafe.server.http1 import Http1Connection, sweep
 from drainsafe.server.lifecycle import Phase, live
 from drainsafe.server.runtime import DrainRuntime
 
 logger = logging.getLogger("drainsafe.server")
 
-# DEFAULT_ADMIN_HOST: every interface, as the kubelet probes the pod IP and a preStop
-# httpGet goes there too. No Service routes to the port unless a manifest lists it, and a
-# NetworkPolicy keeps other pods off it (docs/server.md). ADMIN_PORT_NAME: the container
-# port's name in manifests; drainsafe check recognises probes and preStop on it.
 TOKEN_HEADER = b"x-drainsafe-token"
 
 ReadyCheck = Callable[[], Awaitable[bool]]
-
-
-@dataclass(frozen=True)
-class AdminSettings:
-    host: str = DEFAULT_ADMIN_HOST
-    port: int = DEFAULT_ADMIN_PORT
-    token: str | None = None
-    """When set, the drain trigger needs it in `X-Drainsafe-Token`."""
-    limits: Limits = DEFAULT_LIMITS
-
-
-def read_token(path: str) -> str:
-    """The token in `path` (surrounding whitespace dropped), or ValueError naming the file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"--admin-token-file {path}: cannot read it ({exc})") from None
-    if not text:
-        raise ValueError(f"--admin-token-file {path}: the file is empty")
-    if any(not 0x21 <= ord(c) <= 0x7E for c in text):
-        raise ValueError(f"--admin-token-file {path}: the token must be visible ASCII "
-                         "(it is sent as a header value)")
-    return text
 
 
 async def endpoint_response(

@@ -6,17 +6,22 @@ import argparse
 import sys
 from typing import Any
 
-DEFAULT_ADMIN_HOST = "0.0.0.0"
-DEFAULT_ADMIN_PORT = 8490
-"""As drainsafe.server.admin's (this module imports only argparse: drainsafe check reads
-its defaults)."""
-ADMIN_PORT_NAME = "drainsafe-admin"
-"""The admin port's name in the pod spec."""
-DEFAULT_DRAIN_PATH = "/drainsafe/drain"
-DEFAULT_READY_PATH = "/readyz"
-DEFAULT_DRAIN_DELAY = 5.0
-DEFAULT_SHUTDOWN_TIMEOUT = 20.0
-"""Defaults fit the default 30 s grace period with drainsafe.budget's 5 s buffer."""
+from drainsafe.server import config
+from drainsafe.shell import (
+    EXIT_FAILED,
+    EXIT_FORCED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    SIGNAL_EXIT_BASE,
+    exit_codes_text,
+)
+
+_LIFECYCLE_EXITS = (
+    (EXIT_OK, "everything finished"),
+    (EXIT_FAILED, "something was ended at the deadline"),
+    (EXIT_FORCED, "forced by a second signal while work was in flight"),
+)
 
 
 def seconds(text: str) -> float:
@@ -37,47 +42,50 @@ def host_port(text: str) -> tuple[str, int]:
 
 
 def port_number(text: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
-    return int(text)
+    try:
+        return config.port_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _lifecycle_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drain-delay", type=seconds, default=DEFAULT_DRAIN_DELAY, metavar="S",
+    p.add_argument("--drain-delay", type=seconds, default=config.DEFAULT_DRAIN_DELAY, metavar="S",
                    help="keep accepting after SIGTERM this long, answering readiness 503 and "
                    "Connection: close (cover endpoint propagation) [%(default)s]")
-    p.add_argument("--shutdown-timeout", type=seconds, default=DEFAULT_SHUTDOWN_TIMEOUT,
+    p.add_argument("--shutdown-timeout", type=seconds, default=config.DEFAULT_SHUTDOWN_TIMEOUT,
                    metavar="S", help="after the drain delay, in-flight work gets this long; "
                    "streams still open then end with the drain error event [%(default)s]")
-    p.add_argument("--idle-grace", type=seconds, default=0.5, metavar="S",
+    p.add_argument("--idle-grace", type=seconds, default=config.DEFAULT_IDLE_GRACE, metavar="S",
                    help="close an idle keep-alive connection once idle this long after the "
                    "listener closed [%(default)s]")
-    p.add_argument("--admin-host", default=DEFAULT_ADMIN_HOST,
+    p.add_argument("--admin-host", default=config.DEFAULT_ADMIN_HOST,
                    help="the admin port's bind address: readiness, liveness, the drain "
                    "trigger and metrics are served there only, never on the application's "
                    "port; every interface by default, as the kubelet probes the pod IP "
                    "[%(default)s]")
-    p.add_argument("--admin-port", type=port_number, default=DEFAULT_ADMIN_PORT,
+    p.add_argument("--admin-port", type=port_number, default=config.DEFAULT_ADMIN_PORT,
                    help="the admin port (name it drainsafe-admin in the pod spec; list it "
                    "in no Service) [%(default)s]")
     p.add_argument("--admin-token-file", metavar="FILE", default=None,
                    help="the drain trigger then needs this file's token in header "
                    "X-Drainsafe-Token (preStop httpGet: httpHeaders); others get 403")
-    p.add_argument("--header-timeout", type=seconds, default=10.0, metavar="S",
+    p.add_argument("--header-timeout", type=seconds, default=config.DEFAULT_HEADER_TIMEOUT,
+                   metavar="S",
                    help="drainsafe's own listeners (run's proxy, the admin port) close a "
                    "connection whose request head is not complete after this long "
                    "[%(default)s]")
-    p.add_argument("--keep-alive-timeout", type=seconds, default=5.0, metavar="S",
+    p.add_argument("--keep-alive-timeout", type=seconds,
+                   default=config.DEFAULT_KEEP_ALIVE_TIMEOUT, metavar="S",
                    help="close a keep-alive connection idle this long (serve: uvicorn's "
                    "--timeout-keep-alive, the same default) [%(default)s]")
-    p.add_argument("--ready-path", default=DEFAULT_READY_PATH,
+    p.add_argument("--ready-path", default=config.DEFAULT_READY_PATH,
                    help="readiness endpoint on the admin port [%(default)s]")
-    p.add_argument("--live-path", default="/livez",
+    p.add_argument("--live-path", default=config.DEFAULT_LIVE_PATH,
                    help="liveness endpoint on the admin port [%(default)s]")
-    p.add_argument("--drain-path", default=DEFAULT_DRAIN_PATH,
+    p.add_argument("--drain-path", default=config.DEFAULT_DRAIN_PATH,
                    help="drain trigger on the admin port, for a preStop httpGet "
                    "[%(default)s]")
-    p.add_argument("--metrics-path", default="/metrics",
+    p.add_argument("--metrics-path", default=config.DEFAULT_METRICS_PATH,
                    help="Prometheus metrics on the admin port [%(default)s]")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
@@ -90,9 +98,8 @@ def register(subparsers: Any) -> None:
         "fails at once while the server keeps accepting for the drain delay with "
         "Connection: close on every response; then the listener closes and in-flight work "
         "runs to the shutdown deadline; streams still open are ended with an explicit "
-        "error event. Exit 0: everything finished; 1: something was ended at the deadline; "
-        "3: forced by a second signal. DRAINSAFE_GRACE_SECONDS (the pod's "
-        "terminationGracePeriodSeconds) is checked against the settings at start-up.")
+        f"error event. {exit_codes_text(*_LIFECYCLE_EXITS)} DRAINSAFE_GRACE_SECONDS (the "
+        "pod's terminationGracePeriodSeconds) is checked against the settings at start-up.")
     serve.add_argument("app", metavar="MODULE:APP", help="the ASGI app to import")
     serve.add_argument("--host", default="127.0.0.1",
                        help="bind address (use 0.0.0.0 in a pod) [%(default)s]")
@@ -109,8 +116,13 @@ def register(subparsers: Any) -> None:
         "zombie reaping, exit code). proxy mode: an HTTP/1.1 proxy on --listen in front of "
         "the child on --upstream tracks every request and stream, drains like "
         "`drainsafe serve`, and gives the child SIGTERM once nothing is in flight. signal "
-        "mode: no data path; readiness on --listen, SIGTERM held for the drain delay, then "
-        "until the child's own in-flight metric is zero.")
+        "mode: no data path (the child serves the pod's port; no --listen); SIGTERM held "
+        "for the drain delay, then until the child's own in-flight metric is zero. In both "
+        "modes readiness, liveness, the drain trigger and metrics are on the admin port "
+        "(--admin-port), never on the serving port. "
+        + exit_codes_text(*_LIFECYCLE_EXITS) + " Otherwise the child's own code "
+        f"({EXIT_NOT_FOUND}: CMD cannot be started; {SIGNAL_EXIT_BASE}+N: the child died "
+        "from signal N that drainsafe did not send).")
     run.add_argument("--mode", choices=["proxy", "signal"], default="proxy")
     run.add_argument("--listen", type=host_port, default=None,
                      metavar="HOST:PORT", help="proxy mode: the pod's serving port (use "
@@ -133,49 +145,38 @@ def register(subparsers: Any) -> None:
     run.set_defaults(handler=_run)
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from drainsafe.server.lifecycle import Settings
-
-    return Settings(drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout,
-                    idle_grace=args.idle_grace)
+def _settings(args: argparse.Namespace) -> config.Settings:
+    return config.Settings(drain_delay=args.drain_delay,
+                           shutdown_timeout=args.shutdown_timeout, idle_grace=args.idle_grace)
 
 
-def _paths(args: argparse.Namespace) -> Any:
-    from drainsafe.server.runtime import Paths
-
-    return Paths(ready=args.ready_path, live=args.live_path, drain=args.drain_path,
-                 metrics=args.metrics_path)
+def _paths(args: argparse.Namespace) -> config.Paths:
+    return config.Paths(ready=args.ready_path, live=args.live_path, drain=args.drain_path,
+                        metrics=args.metrics_path)
 
 
-def _admin(args: argparse.Namespace) -> Any:
+def _admin(args: argparse.Namespace) -> config.AdminSettings:
     """The admin port's settings; ValueError when the token file is unusable."""
-    from drainsafe.server.admin import AdminSettings, read_token
-
-    token = None if args.admin_token_file is None else read_token(args.admin_token_file)
-    return AdminSettings(host=args.admin_host, port=args.admin_port, token=token,
-                         limits=_limits(args))
-
-
-def _limits(args: argparse.Namespace) -> Any:
-    from drainsafe.server.http1 import Limits
-
-    return Limits(header_timeout=args.header_timeout,
-                  keep_alive_timeout=args.keep_alive_timeout)
+    token = None if args.admin_token_file is None else config.read_token(args.admin_token_file)
+    limits = config.Limits(header_timeout=args.header_timeout,
+                           keep_alive_timeout=args.keep_alive_timeout)
+    return config.AdminSettings(host=args.admin_host, port=args.admin_port, token=token,
+                                limits=limits)
 
 
-def _start_up(args: argparse.Namespace) -> Any:
+def _start_up(args: argparse.Namespace) -> config.Settings:
     """Logging, settings and the grace-period check common to both commands."""
     import logging
     import os
 
-    from drainsafe.server.lifecycle import budget_warning, parse_grace
+    from drainsafe.server.lifecycle import budget_warning
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(message)s")
     # httpx logs every request at INFO; readiness and metrics polls are not news.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = _settings(args)
-    grace = parse_grace(os.environ.get("DRAINSAFE_GRACE_SECONDS"))
+    grace = config.parse_grace(os.environ.get(config.ENV_GRACE))
     warning = budget_warning(settings, grace)
     if warning:
         logging.getLogger("drainsafe.server").warning("drainsafe: %s", warning)
@@ -188,10 +189,10 @@ def _serve(args: argparse.Namespace) -> int:
         admin = _admin(args)
     except ValueError as exc:
         print(f"drainsafe serve: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.admin_port == args.port != 0:
         print(f"drainsafe serve: --port and --admin-port are both {args.port}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from uvicorn.importer import ImportFromStringError, import_from_string
 
     from drainsafe.server import serve
@@ -204,7 +205,7 @@ def _serve(args: argparse.Namespace) -> int:
             app = app()
     except ImportFromStringError as exc:
         print(f"drainsafe serve: cannot import {args.app}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     runtime = DrainRuntime(settings, paths=_paths(args))
     server = serve.build(app, runtime, admin, host=args.host, port=args.port,
                          timeout_keep_alive=args.keep_alive_timeout,
@@ -220,18 +221,18 @@ def _run(args: argparse.Namespace) -> int:
     if not command:
         print("drainsafe run: give the command after --, e.g. "
               "drainsafe run -- uvicorn app:app --port 8000", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         settings = _start_up(args)
         admin = _admin(args)
     except ValueError as exc:
         print(f"drainsafe run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from drainsafe.server import supervisor
 
     try:
         options = supervisor.RunOptions.from_args(args, command, settings, _paths(args), admin)
     except ValueError as exc:
         print(f"drainsafe run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return supervisor.main(options)

@@ -35,19 +35,8 @@ from typing import cast
 
 import httptools
 
+from drainsafe.server.config import DEFAULT_LIMITS, Limits
 
-@dataclass(frozen=True)
-class Limits:
-    request_line: int = 8192
-    header_line: int = 8192
-    head: int = 32768
-    headers: int = 100
-    header_timeout: float = 10.0
-    keep_alive_timeout: float = 5.0
-    pipelined: int = 16
-
-
-DEFAULT_LIMITS = Limits()
 H2_PREFACE = b"PRI * HTTP/2.0\r\n"
 LINGER = 2.0
 _HEAD_SLICE = 4096

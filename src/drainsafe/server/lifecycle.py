@@ -23,13 +23,13 @@ import json
 from dataclasses import dataclass, replace
 
 from drainsafe.budget import DEFAULT_GRACE_SECONDS, Budget
+from drainsafe.server.config import Settings
+from drainsafe.shell import EXIT_FAILED, EXIT_FORCED, EXIT_OK
 
-EXIT_OK = 0
-EXIT_CUT = 1
-"""Some requests or streams were still running at the deadline and were ended on purpose."""
-EXIT_USAGE = 2
-EXIT_FORCED = 3
-"""A second signal forced exit while work was in flight."""
+EXIT_CUT = EXIT_FAILED
+"""serve's and run's own bad outcome: some requests or streams were still running at the
+deadline and were ended on purpose. EXIT_FORCED: a second signal forced exit while work
+was in flight (drainsafe.shell has the table)."""
 
 
 class Phase(enum.StrEnum):
@@ -37,24 +37,6 @@ class Phase(enum.StrEnum):
     DRAINING = "draining"
     CLOSING = "closing"
     EXIT = "exit"
-
-
-@dataclass(frozen=True)
-class Settings:
-    drain_delay: float = 5.0
-    shutdown_timeout: float = 20.0
-    idle_grace: float = 0.5
-    """In CLOSING, an idle keep-alive connection is closed once idle this long; a request
-    that arrives on it sooner is still served (with Connection: close). Closing at once
-    races with a client or proxy sending on that connection (uvicorn discussion #2315)."""
-    flush: float = 1.0
-    """After cutting streams at the deadline, time given to write the marker and close."""
-
-    def __post_init__(self) -> None:
-        for name in ("drain_delay", "shutdown_timeout", "idle_grace", "flush"):
-            value = getattr(self, name)
-            if not value >= 0:  # also rejects NaN
-                raise ValueError(f"{name.replace('_', '-')} must be >= 0 seconds, got {value}")
 
 
 @dataclass(frozen=True)
@@ -149,20 +131,6 @@ def budget_warning(settings: Settings, grace: float | None) -> str | None:
     source = "DRAINSAFE_GRACE_SECONDS" if grace is not None else "the default grace period"
     return (f"drain delay + shutdown timeout + buffer do not fit {source}: "
             f"{budget.arithmetic()}; the kubelet sends SIGKILL at {budget.sigkill_at:g}s")
-
-
-def parse_grace(value: str | None) -> float | None:
-    """DRAINSAFE_GRACE_SECONDS as seconds, or ValueError naming the variable."""
-    if value is None or value.strip() == "":
-        return None
-    try:
-        grace = float(value)
-    except ValueError:
-        raise ValueError(f"DRAINSAFE_GRACE_SECONDS={value!r} is not a number of seconds") \
-            from None
-    if not grace >= 0:
-        raise ValueError(f"DRAINSAFE_GRACE_SECONDS={value!r} must be >= 0")
-    return grace
 
 
 def phase_log_line(phase: Phase, now_wall: float, **figures: object) -> str:

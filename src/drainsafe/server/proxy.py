@@ -42,10 +42,9 @@ from typing import cast
 import httptools
 
 from drainsafe.marker import sse_error_event
+from drainsafe.server.config import DEFAULT_LIMITS, Limits
 from drainsafe.server.http1 import (
-    DEFAULT_LIMITS,
     Http1Connection,
-    Limits,
     Refusal,
     error_response,
     sweep,

@@ -25,7 +25,6 @@ import re
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -36,7 +35,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from drainsafe.server import lifecycle
-from drainsafe.server.lifecycle import Phase, Settings, State
+from drainsafe.server.config import Paths, Settings
+from drainsafe.server.lifecycle import Phase, State
 
 logger = logging.getLogger("drainsafe.server")
 
@@ -136,16 +136,6 @@ class Tracked:
     def cut(self) -> None:
         """End this request now, with the explicit marker where the response allows."""
         self.was_cut = True
-
-
-@dataclass(frozen=True)
-class Paths:
-    """The runtime's own endpoints, on the admin port only (drainsafe.server.admin)."""
-
-    ready: str = "/readyz"
-    live: str = "/livez"
-    drain: str = "/drainsafe/drain"
-    metrics: str = "/metrics"
 
 
 class DrainRuntime:

@@ -48,12 +48,14 @@ from typing import Any
 import uvicorn
 import uvicorn.protocols.http.httptools_impl as httptools_impl
 
-from drainsafe.asgi import ASGIApp
 from drainsafe.marker import sse_error_event
-from drainsafe.server.admin import AdminServer, AdminSettings
+from drainsafe.server.admin import AdminServer
+from drainsafe.server.config import AdminSettings
 from drainsafe.server.lifecycle import Phase
 from drainsafe.server.runtime import POD_HEADER, DrainRuntime
 from drainsafe.server.ticktimer import Outcome, TickTimer
+from drainsafe.server.types import ASGIApp
+from drainsafe.shell import EXIT_FAILED
 
 POLL = 0.05
 logger = logging.getLogger("drainsafe.server")
@@ -166,7 +168,7 @@ class DrainServer(uvicorn.Server):
         except OSError as exc:
             logger.error("drainsafe serve: cannot listen on the admin port %s:%d: %s",
                          self.admin.settings.host, self.admin.settings.port, exc)
-            sys.exit(1)
+            sys.exit(EXIT_FAILED)
         await super().startup(sockets)
         self._timer.last_look = self.runtime.clock()  # as the listener opens
 
@@ -316,9 +318,10 @@ def run(server: DrainServer) -> int:
         server.run()
     except SystemExit as exc:
         # uvicorn exits with its own code 3 when start-up fails (port in use, lifespan
-        # failure); drainsafe's 3 means "forced", so report a plain failure instead.
+        # failure; uvicorn/config.py STARTUP_FAILURE); drainsafe's 3 means the API server
+        # (drainsafe.shell), so report serve's own failure instead.
         if exc.code not in (0, None):
-            return 1
+            return EXIT_FAILED
     if not server.started:
-        return 1
+        return EXIT_FAILED
     return server.runtime.exit_code()

@@ -36,12 +36,14 @@ from dataclasses import dataclass, field
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS
 from drainsafe.lifetime import own_session_dying_with_parent
 from drainsafe.server import lifecycle
-from drainsafe.server.admin import AdminServer, AdminSettings
+from drainsafe.server.admin import AdminServer
 from drainsafe.server.childmetrics import UnreadableMetrics, in_flight
-from drainsafe.server.lifecycle import Phase, Settings
+from drainsafe.server.config import AdminSettings, Paths, Settings
+from drainsafe.server.lifecycle import Phase
 from drainsafe.server.presets import PRESETS, Preset
 from drainsafe.server.proxy import Proxy
-from drainsafe.server.runtime import DrainRuntime, Paths
+from drainsafe.server.runtime import DrainRuntime
+from drainsafe.shell import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, SIGNAL_EXIT_BASE
 
 logger = logging.getLogger("drainsafe.server")
 
@@ -148,13 +150,13 @@ class Child:
 
     def exit_code(self) -> int:
         if self.status is None:
-            return 1
+            return EXIT_FAILED
         code = os.waitstatus_to_exitcode(self.status)
         if code < 0:
             # Death by a signal we sent as the planned stop is a clean end.
             if -code in self.signalled and -code in (signal.SIGTERM, signal.SIGINT):
-                return 0
-            return 128 - code
+                return EXIT_OK
+            return SIGNAL_EXIT_BASE - code
         return code
 
     async def wait(self, timeout: float) -> bool:
@@ -182,7 +184,7 @@ class Supervisor:
             self.child = Child(opts.command)
         except OSError as exc:
             logger.error("drainsafe run: cannot start %s: %s", opts.command[0], exc)
-            return 127
+            return EXIT_NOT_FOUND
         child = self.child
         try:
             return await self._supervise(child)
@@ -216,7 +218,7 @@ class Supervisor:
             child.send(signal.SIGTERM)
             await child.wait(opts.child_exit_timeout)
             child.send(signal.SIGKILL)
-            return 1
+            return EXIT_FAILED
         try:
             return await self._lifecycle()
         finally:
@@ -241,7 +243,7 @@ class Supervisor:
                                child.exit_code(), rt.phase.value)
                 proxy.close_listener()
                 rt.cut_all()
-                return child.exit_code() or (lifecycle.EXIT_CUT if rt.cut_count else 0)
+                return child.exit_code() or (lifecycle.EXIT_CUT if rt.cut_count else EXIT_OK)
             if opts.mode == "signal" and rt.phase is Phase.CLOSING:
                 running = await self._child_in_flight()
                 # Unreadable: nothing to wait for that can be known; the child gets its

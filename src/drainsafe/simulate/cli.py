@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+from drainsafe.shell import EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_codes_text
 
 EXAMPLE = "fleet-500x8.yaml"
 
@@ -21,9 +19,11 @@ def register(subparsers: Any) -> None:
         "capacity), serving capacity over time and the total upgrade time. --sweep searches "
         "drain delay, grace period, parallelism, surge nodes and strategy for zero failures "
         "at the shortest upgrade. Scenario format and limits (10,000 nodes, 100,000 "
-        "replicas, durations up to 30 days): docs/simulate.md. Exit codes: 0 no request "
-        "lost; 1 requests fail or the upgrade wedges (with --sweep: no setting loses "
-        "nothing); 2 bad scenario or usage (the message names the field).",
+        "replicas, durations up to 30 days): docs/simulate.md. " + exit_codes_text(
+            (EXIT_OK, "no request lost"),
+            (EXIT_FAILED, "requests fail or the upgrade wedges (with --sweep: no setting "
+             "loses nothing)"),
+            (EXIT_USAGE, "bad scenario or usage (the message names the field)")),
     )
     p.add_argument("scenario", nargs="?", metavar="SCENARIO.yaml", help="the scenario file")
     p.add_argument("--example", action="store_true",

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_API = 3
+from drainsafe.shell import (
+    EXIT_API,
+    EXIT_FAILED,
+    EXIT_NOT_BOUNDED,
+    EXIT_OK,
+    EXIT_USAGE,
+    exit_codes_text,
+)
 
 LIMITS: dict[str, float] = {
     "duration": 7 * 86_400.0, "concurrency": 10_000, "rate": 100_000.0,
@@ -35,10 +39,13 @@ def _register_verify(subparsers: Any) -> None:
         description="Send constant load to URL over a keep-alive pool, classify every request "
         "(ok, http_5xx, refused, reset, closed, timeout, truncated stream, drain marker), "
         "optionally watch the pods behind it, and write a record and a timeline. "
-        "Exit codes: 0 every request ok; 1 a request failed (it can gate a rollout in CI); "
-        "2 usage error (bad URL, flag, --out or kubeconfig, all checked before the load "
-        "starts); 3 with -n: the API server cannot be reached or refuses the pod list "
-        "(checked first, within 5 s).",
+        + exit_codes_text(
+            (EXIT_OK, "every request ok"),
+            (EXIT_FAILED, "a request failed (it can gate a rollout in CI)"),
+            (EXIT_USAGE, "usage error (bad URL, flag, --out or kubeconfig, all checked "
+             "before the load starts)"),
+            (EXIT_API, f"with -n: the API server cannot be reached or refuses the pod list "
+             f"(checked first, within {PREFLIGHT_SECONDS:g} s)")),
     )
     p.add_argument("url", help="target URL (http:// or https://)")
     p.add_argument("--duration", type=float, default=30.0, metavar="S",
@@ -102,9 +109,11 @@ def _register_tune(subparsers: Any) -> None:
         description="Read verify's record and/or drainsafe serve/run metrics and recommend "
         "drain delay (propagation bound + margin), shutdown deadline (request duration p99 or "
         "declared maximum), terminationGracePeriodSeconds and readiness probe timing, "
-        "stating the measurement behind each number. Exit codes: 0 settings printed, 1 "
-        "nothing measured, 2 usage or input error, 4 the record cannot bound the "
-        "propagation lag (tune names the run that would).",
+        "stating the measurement behind each number. " + exit_codes_text(
+            (EXIT_OK, "settings printed"), (EXIT_FAILED, "nothing measured"),
+            (EXIT_USAGE, "usage or input error"),
+            (EXIT_NOT_BOUNDED, "the record cannot bound the propagation lag (tune names the "
+             "run that would)")),
     )
     p.add_argument("--from", dest="source", action="append", default=[], metavar="PATH",
                    help="verify --out directory or record.json, or a metrics dump or pod log "
@@ -217,10 +226,11 @@ def run_verify(args: argparse.Namespace) -> int:
         with _runner() as runner:
             record = runner.run(main())
     except Exception as exc:  # kubeconfig / API errors: name them, no traceback
-        if type(exc).__module__.startswith("drainsafe.kube") or isinstance(exc, TimeoutError):
-            err.print(f"[red]drainsafe verify: watching pods failed: {exc}[/]")
-            return EXIT_USAGE
-        raise
+        exit_code = watch_failure_exit(exc)
+        if exit_code is None:
+            raise
+        err.print(f"drainsafe verify: watching pods failed: {exc}", style="red", markup=False)
+        return exit_code
     if args.out:
         from drainsafe.verify.timeline import HTML_FILE, PNG_FILE, render_html, render_png
 
@@ -256,6 +266,24 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
+def watch_failure_exit(exc: BaseException) -> int | None:
+    """The exit code for an error from watching pods (None: not one verify expects).
+
+    The kubeconfig and its credential plugin are input (EXIT_USAGE); an API server that
+    cannot be reached, answers with an error, or does not list within the sync timeout is
+    EXIT_API, as for drain and audit."""
+    from drainsafe.kube.auth import ExecPluginError
+    from drainsafe.kube.client import KubeconfigError
+    from drainsafe.kube.errors import KubeError
+    from drainsafe.kube.watch import WaitTimeout
+
+    if isinstance(exc, KubeconfigError | ExecPluginError):
+        return EXIT_USAGE
+    if isinstance(exc, KubeError | WaitTimeout):
+        return EXIT_API
+    return None
+
+
 def _preflight(watch: Any) -> tuple[int, str] | None:
     """One pod list with a short timeout before the load: an unreachable API server fails
     here, in seconds, instead of after the informers' 30 s of retries. Runs without
@@ -263,6 +291,7 @@ def _preflight(watch: Any) -> tuple[int, str] | None:
     import asyncio
 
     from drainsafe.kube import KubeClient, KubeconfigError, KubeError, api_path
+    from drainsafe.kube.auth import ExecPluginError
 
     try:
         client = KubeClient.from_kubeconfig(watch.kubeconfig, watch.context,
@@ -279,9 +308,11 @@ def _preflight(watch: Any) -> tuple[int, str] | None:
 
     try:
         asyncio.run(probe())
-    except KubeError as exc:
-        return EXIT_API, (f"cannot list pods in namespace {watch.namespace!r} at "
-                          f"{client.identity.server}: {exc}")
+    except (KubeError, ExecPluginError) as exc:
+        code = watch_failure_exit(exc)
+        assert code is not None
+        return code, (f"cannot list pods in namespace {watch.namespace!r} at "
+                      f"{client.identity.server}: {exc}")
     return None
 
 

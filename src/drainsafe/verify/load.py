@@ -22,10 +22,12 @@ import httpx
 
 from drainsafe.verify.outcome import (
     DEFAULT_END_MARKER,
+    Failure,
     Observation,
     Outcome,
     classify,
-    error_facts,
+    error_message,
+    failure_of,
 )
 from drainsafe.verify.scan import MarkerScanner
 
@@ -244,7 +246,8 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> Requ
     pod: str | None = None
     headers_at: float | None = None
     first_byte: float | None = None
-    facts: tuple[tuple[str, ...], int | None, str] = ((), None, "")
+    failure: Failure | None = None
+    error_name = message = ""
     try:
         async with asyncio.timeout(spec.timeout):
             request = client.build_request(spec.method, spec.url, content=spec.body,
@@ -263,11 +266,12 @@ async def send_one(client: httpx.AsyncClient, spec: LoadSpec, t0: float) -> Requ
             finally:
                 await response.aclose()
     except Exception as exc:  # every failure is a finding, recorded below
-        facts = error_facts(exc)
+        failure, error_name = failure_of(exc)
+        message = error_message(exc)
     observation = Observation(
         status=status, content_type=content_type, body_bytes=scanner.bytes,
         end_marker_seen=scanner.end_marker_seen, drain_marker_seen=scanner.drain_marker_seen,
-        error_types=facts[0], error_errno=facts[1], error_message=facts[2],
+        failure=failure, error_name=error_name, error_message=message,
     )
     return RequestResult(
         start=start, end=now() - t0,

@@ -1,20 +1,24 @@
 """What happened to one request: a pure function of what the client observed.
 
 The load generator writes down plain facts (status line, content type, bytes, which markers
-went by, and the chain of exception types if the exchange failed) and `classify` turns them
-into one outcome. Keeping this free of I/O lets every failure kind be tested on its own, and
-lets a recorded run be re-classified later.
+went by, and, if the exchange failed, the `Failure` its exception chain shows) and `classify`
+turns them into one outcome. Keeping this free of I/O lets every failure kind be tested on
+its own, and lets a recorded run be re-classified later.
 
-How httpx/httpcore/h11 report each failure (checked against httpx 0.29, httpcore 1.0, h11 0.16
-with small socket servers; see tests/verify/test_inject.py, which injects each one for real):
+A failure is named by exception type (`failure_of`), along the chain httpx builds
+(httpx <- httpcore <- the socket's OSError, each `raise ... from`). How httpx/httpcore/h11
+report each failure (checked against httpx 0.29, httpcore 1.0, h11 0.16 with small socket
+servers; see tests/verify/test_inject.py, which injects each one for real):
 
 - refused:  httpx.ConnectError <- ... <- ConnectionRefusedError (errno 111)
 - reset:    httpx.ReadError / WriteError <- ... <- ConnectionResetError (errno 104), or EPIPE
-- closed:   httpx.RemoteProtocolError "Server disconnected without sending a response."
-            (FIN before any response: e.g. an idle keep-alive connection closed by the server)
-- truncated body: httpx.RemoteProtocolError after the status line; h11 says
-            "incomplete chunked read" (no terminating chunk), "illegal chunk header"
-            (broken framing) or "received N bytes, expected M" (short Content-Length)
+- closed:   httpx.RemoteProtocolError before any response ("Server disconnected without
+            sending a response": FIN first, e.g. an idle keep-alive connection the server
+            closed)
+- truncated body: httpx.RemoteProtocolError after the status line. h11 raises that one type
+            for "incomplete chunked read" (no terminating chunk), "illegal chunk header"
+            (broken framing) and "received N bytes, expected M" (short Content-Length); its
+            text only picks the words of the report's detail, never the outcome.
 - timeout:  httpx.TimeoutException subclasses, or our own overall deadline (TimeoutError)
 """
 
@@ -23,6 +27,9 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 from enum import StrEnum
+
+import httpcore
+import httpx
 
 
 class Kind(StrEnum):
@@ -44,12 +51,24 @@ class Kind(StrEnum):
 SSE_CONTENT_TYPE = "text/event-stream"
 DEFAULT_END_MARKER = "[DONE]"
 
+class Failure(StrEnum):
+    """What a failed exchange's exception chain shows, by type (`failure_of`)."""
+
+    REFUSED = "refused"
+    RESET = "reset"
+    TIMEOUT = "timeout"
+    PROTOCOL = "protocol"
+    """The server broke HTTP/1.1: closed before a response, or mid-body."""
+    OTHER = "other"
+
+
 _REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
 _RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
-_TIMEOUT_NAMES = frozenset({
-    "TimeoutException", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout",
-    "TimeoutError",
-})
+_RESET_TYPES = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+_TIMEOUT_TYPES: tuple[type[BaseException], ...] = (httpx.TimeoutException,
+                                                   httpcore.TimeoutException, TimeoutError)
+_PROTOCOL_TYPES: tuple[type[BaseException], ...] = (httpx.RemoteProtocolError,
+                                                    httpcore.RemoteProtocolError)
 
 
 @dataclass(frozen=True)
@@ -62,11 +81,12 @@ class Observation:
     body_bytes: int = 0
     end_marker_seen: bool = False
     drain_marker_seen: bool = False
-    error_types: tuple[str, ...] = ()
-    """Exception class names from the outermost to the root cause; empty if none."""
-    error_errno: int | None = None
-    """The first errno found along the exception chain."""
+    failure: Failure | None = None
+    """What the exception chain showed (None: the exchange raised nothing)."""
+    error_name: str = ""
+    """For the report: the type name of the exception that showed the failure."""
     error_message: str = ""
+    """For the report: the first message along the chain."""
 
 
 @dataclass(frozen=True)
@@ -100,15 +120,15 @@ def classify(obs: Observation, *, end_marker: str | None = DEFAULT_END_MARKER,
     1. The drain marker: the server said on purpose why the stream ended.
     2. An HTTP error status (>= error_status): the server answered, with an error. verify's
        probe passes 500: a 404 from the probe path still shows a live pod answered.
-    3. A transport failure, named by errno or exception type (refused, reset, timeout...).
+    3. A transport failure, by the type its exception chain showed (refused, reset...).
     4. A body that ended without its end marker (SSE), though the transport was clean.
     """
     if obs.drain_marker_seen:
         return Outcome(Kind.DRAIN_MARKER, obs.status, "stream ended by the shutdown deadline")
     if obs.status is not None and obs.status >= error_status:
         return Outcome(Kind.HTTP, obs.status, _first_line(obs.error_message))
-    if obs.error_types:
-        return _classify_error(obs)
+    if obs.failure is not None:
+        return _classify_failure(obs, obs.failure)
     if obs.status is None:
         return Outcome(Kind.ERROR, None, "no response and no error recorded")
     if expects_end_marker(obs.content_type, end_marker) and not obs.end_marker_seen:
@@ -116,25 +136,24 @@ def classify(obs: Observation, *, end_marker: str | None = DEFAULT_END_MARKER,
     return Outcome(Kind.OK, obs.status)
 
 
-def _classify_error(obs: Observation) -> Outcome:
-    names = set(obs.error_types)
+def _classify_failure(obs: Observation, failure: Failure) -> Outcome:
     message = _first_line(obs.error_message)
     started = obs.status is not None
-    if obs.error_errno in _REFUSED_ERRNOS or "ConnectionRefusedError" in names:
-        return Outcome(Kind.REFUSED, obs.status, message or "connection refused")
-    if obs.error_errno in _RESET_ERRNOS or names & {
-        "ConnectionResetError", "BrokenPipeError", "ConnectionAbortedError",
-    }:
-        where = f"after {obs.body_bytes} body bytes" if started else "before a response"
-        return Outcome(Kind.RESET, obs.status, f"connection reset {where}")
-    if names & _TIMEOUT_NAMES:
-        name = next((n for n in obs.error_types if n in _TIMEOUT_NAMES), "timeout")
-        return Outcome(Kind.TIMEOUT, obs.status, name)
-    if "RemoteProtocolError" in names:
-        if not started:
+    match failure:
+        case Failure.REFUSED:
+            return Outcome(Kind.REFUSED, obs.status, message or "connection refused")
+        case Failure.RESET:
+            where = f"after {obs.body_bytes} body bytes" if started else "before a response"
+            return Outcome(Kind.RESET, obs.status, f"connection reset {where}")
+        case Failure.TIMEOUT:
+            return Outcome(Kind.TIMEOUT, obs.status, obs.error_name or "timeout")
+        case Failure.PROTOCOL if not started:
             return Outcome(Kind.CLOSED, None, message or "server closed the connection")
-        return Outcome(Kind.TRUNCATED, obs.status, _truncation_reason(message))
-    return Outcome(Kind.ERROR, obs.status, f"{obs.error_types[0]}: {message}".rstrip(": "))
+        case Failure.PROTOCOL:
+            return Outcome(Kind.TRUNCATED, obs.status, _truncation_reason(message))
+        case Failure.OTHER:
+            return Outcome(Kind.ERROR, obs.status,
+                           f"{obs.error_name}: {message}".rstrip(": "))
 
 
 def _truncation_reason(message: str) -> str:
@@ -151,20 +170,41 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0][:200] if text.strip() else ""
 
 
-def error_facts(exc: BaseException) -> tuple[tuple[str, ...], int | None, str]:
-    """(exception type names outermost first, first errno, message) along the cause chain."""
-    names: list[str] = []
-    first_errno: int | None = None
-    message = ""
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and its causes, outermost first (each once: a context can loop)."""
+    chain: list[BaseException] = []
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        names.append(type(current).__name__)
-        code = getattr(current, "errno", None)
-        if first_errno is None and isinstance(code, int):
-            first_errno = code
-        if not message and str(current):
-            message = str(current)
+        chain.append(current)
         current = current.__cause__ or current.__context__
-    return tuple(names), first_errno, message
+    return chain
+
+
+def failure_of(exc: BaseException) -> tuple[Failure, str]:
+    """The failure an exception chain shows, and the type name of the exception showing it.
+
+    The socket's own error decides first (refused, reset: by OSError subclass, or by the
+    first errno along the chain), then a timeout, then httpx's protocol error."""
+    chain = _chain(exc)
+    code = next((c.errno for c in chain if isinstance(c, OSError) and c.errno is not None),
+                None)
+    for failure, types, errnos in ((Failure.REFUSED, (ConnectionRefusedError,), _REFUSED_ERRNOS),
+                                   (Failure.RESET, _RESET_TYPES, _RESET_ERRNOS)):
+        shown = next((c for c in chain if isinstance(c, types)), None)
+        if shown is not None:
+            return failure, type(shown).__name__
+        if code in errnos:
+            return failure, type(exc).__name__
+    for failure, kinds in ((Failure.TIMEOUT, _TIMEOUT_TYPES),
+                           (Failure.PROTOCOL, _PROTOCOL_TYPES)):
+        found = next((c for c in chain if isinstance(c, kinds)), None)
+        if found is not None:
+            return failure, type(found).__name__
+    return Failure.OTHER, type(exc).__name__
+
+
+def error_message(exc: BaseException) -> str:
+    """The first non-empty message along the chain, for the report."""
+    return next((str(c) for c in _chain(exc) if str(c)), "")

@@ -21,10 +21,9 @@ from typing import Any
 
 from drainsafe.kube.client import KubeClient, api_path
 from drainsafe.kube.errors import KubeError
+from drainsafe.server.config import ADMIN_PORT_NAME, DEFAULT_METRICS_PATH
 from drainsafe.verify.record import PodMetrics
 
-ADMIN_PORT_NAME = "drainsafe-admin"
-METRICS_PATH = "metrics"
 SCRAPE_INTERVAL_SECONDS = 0.25
 SCRAPE_TIMEOUT_SECONDS = 2.0
 
@@ -79,7 +78,7 @@ class PodMetricsReader:
 
     async def _scrape(self, name: str, port: int) -> None:
         path = (api_path("v1", "pods", namespace=self._namespace, name=f"{name}:{port}")
-                + f"/proxy/{METRICS_PATH}")
+                + f"/proxy{DEFAULT_METRICS_PATH}")
         scrapes = 0
         while True:
             with contextlib.suppress(KubeError, TimeoutError):

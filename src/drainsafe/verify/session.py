@@ -22,6 +22,9 @@ from drainsafe.verify.record import EventCallback, LifecycleEvent, PodMetrics, R
 PROBE_ERROR_STATUS = 500
 """Any answer below 500 from the probe path shows a live pod answered a fresh connection."""
 PROBE_MAX_INFLIGHT = 100
+WATCH_SYNC_SECONDS = 30.0
+"""How long the pod and EndpointSlice watches get for their first list (the informers retry
+meanwhile); past it verify stops with the API server's last error, before the load."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ async def verify(spec: LoadSpec, *, watch: WatchSpec | None = None,
         reader = PodMetricsReader(client, watch.namespace, watch.metrics_port, clock_zero[0])
         watcher = LifecycleWatch(client, watch.namespace, watch.selector, clock_zero, on_event,
                                  metrics=reader)
-        await watcher.start()
+        await watcher.start(sync_timeout=WATCH_SYNC_SECONDS)
         probing = asyncio.Event()
         probe_task = None
         if watch.probe.rate > 0:

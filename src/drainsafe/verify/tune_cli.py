@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from drainsafe.shell import EXIT_NOT_BOUNDED, console
+from drainsafe.shell import EXIT_FAILED, EXIT_NOT_BOUNDED, EXIT_OK, EXIT_USAGE, console
 from drainsafe.verify.propagation import CONFIDENCE, MAX_RESOLUTION
 from drainsafe.verify.record import RECORD_FILE, Record
 from drainsafe.verify.tune import (
@@ -30,8 +30,6 @@ from drainsafe.verify.tune import (
     tune,
 )
 
-EXIT_NOT_ENOUGH_DATA = 1
-EXIT_USAGE = 2
 _METRIC_SUFFIXES = (".prom", ".metrics", ".txt", ".log", ".jsonl")
 
 
@@ -94,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NOT_BOUNDED
     except NotEnoughData as exc:
         err.print(f"[red]drainsafe tune: {exc}[/]")
-        return EXIT_NOT_ENOUGH_DATA
+        return EXIT_FAILED  # nothing measured
     except ValueError as exc:
         err.print(f"[red]drainsafe tune: {exc}[/]")
         return EXIT_USAGE
@@ -112,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         print_text(tuning, body, kind, name, args.namespace, args.drain_via, console())
     for warning in tuning.warnings:
         err.print(f"[yellow]note: {warning}[/]")
-    return 0
+    return EXIT_OK
 
 
 def kubectl_patch(kind: str, name: str, namespace: str | None, body: dict[str, object]) -> str:

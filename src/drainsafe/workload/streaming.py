@@ -29,14 +29,12 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+from drainsafe.server.types import Receive, Scope, Send
+from drainsafe.shell import EXIT_OK
 
 MODEL = "drainsafe-workload"
 DONE = b"data: [DONE]\n\n"
@@ -281,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":
