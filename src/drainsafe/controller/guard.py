@@ -27,7 +27,7 @@ from typing import Any
 
 from drainsafe.controller.config import ControllerConfig
 from drainsafe.controller.decision import Allow, AllowReason, Facts, Hold, Release, decide
-from drainsafe.controller.engine import SurgeEngine, SurgeRecordView
+from drainsafe.controller.engine import SurgeEngine
 from drainsafe.controller.events import record_event
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.metrics import GuardMetrics
@@ -43,7 +43,9 @@ from drainsafe.controller.view import (
     pod_key,
     workload_pods,
 )
+from drainsafe.drain.ownership import SurgeRecord
 from drainsafe.kube import Informer, KubeClient, KubeError, NotFound, api_path
+from drainsafe.kube.objects import WorkloadRef
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -110,7 +112,7 @@ class Guard:
                        dry_run=dry_run)
         return dataclasses.replace(facts, can_surge=self.engine is not None)
 
-    def _record_of(self, deployment: Mapping[str, Any]) -> SurgeRecordView | None:
+    def _record_of(self, deployment: Mapping[str, Any]) -> SurgeRecord | None:
         return self.engine.record_of(deployment) if self.engine is not None else None
 
     async def _pod(self, namespace: str, name: str) -> Obj | None:
@@ -240,7 +242,8 @@ class Guard:
                         wanting.add(pod_key(p))
             held = held_pods(members)
             record = self.engine.record_of(dep)
-            workload = f"Deployment/{meta.get('namespace')}/{meta.get('name')}"
+            workload = WorkloadRef("Deployment", str(meta.get("namespace")),
+                                   str(meta.get("name")))
             if record is not None and not record.guard:
                 continue  # a `drainsafe drain` surge: it restores its own
             if record is None:

@@ -29,14 +29,14 @@ from drainsafe.controller.decision import (
     SurgeFacts,
     WorkloadFacts,
 )
-from drainsafe.controller.engine import SurgeRecordView
 from drainsafe.controller.record import (
     HOLD_ANNOTATION,
     RELEASED_ANNOTATION,
 )
+from drainsafe.drain.ownership import SurgeRecord
 
 Obj = dict[str, Any]
-RecordReader = Callable[[Mapping[str, Any]], SurgeRecordView | None]
+RecordReader = Callable[[Mapping[str, Any]], SurgeRecord | None]
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
