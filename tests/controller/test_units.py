@@ -3,21 +3,31 @@ certificate's Secret, Events, and the facts gathered from a cache snapshot."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import ssl
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from cryptography import x509
 
 from drainsafe.controller.certs import make_serving_cert, service_dns_names
 from drainsafe.controller.config import ControllerConfig
-from drainsafe.controller.decision import Allow, AllowReason, Hold, Release, ReleaseReason
+from drainsafe.controller.decision import (
+    Allow,
+    AllowReason,
+    Hold,
+    Release,
+    ReleaseReason,
+    decide,
+)
 from drainsafe.controller.events import event_manifest
-from drainsafe.controller.guard import review_response
 from drainsafe.controller.leader import may_take
+from drainsafe.controller.reviewer import review_response
 from drainsafe.controller.serving import cert_from_secret, secret_manifest
-from drainsafe.controller.view import gather
+from drainsafe.controller.view import Confirmed, fresher, gather
+from drainsafe.kube.objects import rollout_in_progress
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -67,7 +77,8 @@ def test_serving_cert_names_the_service_and_round_trips_through_its_secret() -> 
 def test_event_names_the_object() -> None:
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
     event = event_manifest(pod, reason="EvictionHeld", message="m" * 2000, kind="Pod",
-                           api_version="v1", event_type="Normal", now=NOW, instance="c-0")
+                           api_version="v1", event_type="Normal", now=NOW.timestamp(),
+                           instance="c-0")
     assert event["involvedObject"] == {"kind": "Pod", "apiVersion": "v1", "name": "p",
                                        "namespace": "ns", "uid": "u", "resourceVersion": "7"}
     assert event["metadata"]["namespace"] == "ns" and len(event["message"]) == 1024
@@ -112,7 +123,7 @@ def _gather(pods: list[dict[str, Any]], nodes: list[dict[str, Any]], *,
                   deployments={"ml/llm": DEPLOYMENT}, replicasets={"ml/llm-1": RS},
                   pods={f"ml/{p['metadata']['name']}": p for p in pods},
                   nodes={n["metadata"]["name"]: n for n in nodes},
-                  record_of=lambda _d: None, now=NOW, **kw)
+                  record_of=lambda _d: None, now=NOW.timestamp(), **kw)
 
 
 def test_gather_counts_available_pods_from_the_cache_and_room_elsewhere() -> None:
@@ -132,3 +143,60 @@ def test_gather_opt_in_by_namespace_and_terminating_pods_do_not_count() -> None:
     assert facts.pod.opted_in
     assert facts.workload.available == 1
     assert not _gather(pods, [_node("n0")]).pod.opted_in
+
+
+# ---- mid-rollout: the guard asks kube.objects.rollout_in_progress, as drain does ---------
+
+def _rs(name: str, spec: int, status: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ml", "uid": f"r-{name}",
+                         "ownerReferences": [{"kind": "Deployment", "name": "llm",
+                                              "uid": "d1", "controller": True}]},
+            "spec": {"replicas": spec}, "status": {"replicas": status}}
+
+
+@pytest.mark.parametrize("deployment, replicasets, mid", [
+    # The old ReplicaSet is scaled to 0 and its last pod is still terminating: the
+    # guard's old rule (spec or status replicas on two sets) held the eviction for a
+    # rollout; the deployment controller spreads a scale only over sets with spec.replicas
+    # > 0, and drain surged. Now both surge.
+    ({**DEPLOYMENT, "status": {"observedGeneration": 1, "updatedReplicas": 2}},
+     [_rs("llm-1", 2, 2), _rs("llm-0", 0, 1)], False),
+    # A new template the controller has not observed yet: drain stood down, the guard's
+    # old rule (one live ReplicaSet) surged. Now both treat it as mid-rollout.
+    ({"metadata": {**DEPLOYMENT["metadata"], "generation": 2},
+      "spec": {"replicas": 2}, "status": {"observedGeneration": 1, "updatedReplicas": 2}},
+     [_rs("llm-1", 2, 2)], True),
+    # Not every replica runs the new template yet.
+    ({**DEPLOYMENT, "status": {"updatedReplicas": 1}}, [_rs("llm-1", 2, 2)], True),
+])
+def test_the_guard_and_drain_agree_on_mid_rollout(
+        deployment: dict[str, Any], replicasets: list[dict[str, Any]], mid: bool) -> None:
+    pods = [_pod("a", "n0", labels={"drainsafe.io/guard": "true"}), _pod("b", "n1")]
+    facts = gather(pods[0], namespace=None, deployments={"ml/llm": deployment},
+                   replicasets={f"ml/{rs['metadata']['name']}": rs for rs in replicasets},
+                   pods={f"ml/{p['metadata']['name']}": p for p in pods},
+                   nodes={n["metadata"]["name"]: n for n in (_node("n0"), _node("n1"),
+                                                             _node("n2"))},
+                   record_of=lambda _d: None, now=NOW.timestamp())
+    drain_says = rollout_in_progress(deployment, replicasets)  # drain.plan asks this
+    assert facts.workload is not None
+    assert facts.workload.mid_rollout is mid is (drain_says is not None)
+    verdict = decide(facts, hold_limit=600)
+    assert isinstance(verdict, Hold)
+    assert verdict.waiting_for == ("rollout" if mid else "stand-in")
+
+
+# ---- the view: a confirmed write is laid over the cache until the cache shows it --------
+
+def test_a_confirmed_write_applies_until_the_cache_catches_up() -> None:
+    cached = _pod("a", "n0")
+    written = {"drainsafe.io/eviction-held-since": "2026-12-03T12:00:00Z"}
+    returned = copy.deepcopy(cached)
+    returned["metadata"]["annotations"] = dict(written)
+    confirmed = Confirmed(returned, written)
+    assert fresher(cached, confirmed) is returned  # the cache is older than the write
+    assert fresher(returned, confirmed) is None  # the watch delivered it
+    assert fresher(None, confirmed) is None  # the pod is gone
+    replaced = copy.deepcopy(cached)
+    replaced["metadata"]["uid"] = "uid-other"
+    assert fresher(replaced, confirmed) is None  # another pod of the same name
