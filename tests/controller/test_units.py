@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import ssl
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +28,9 @@ from drainsafe.controller.leader import may_take
 from drainsafe.controller.reviewer import review_response
 from drainsafe.controller.serving import cert_from_secret, secret_manifest
 from drainsafe.controller.view import Confirmed, fresher, gather
+from drainsafe.kube.errors import GUARD_HOLD_CAUSE, GuardHeld, RateLimited, error_from_response
 from drainsafe.kube.objects import rollout_in_progress
+from drainsafe.lab.admission_webhook import denial
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -49,9 +52,13 @@ def test_review_answers() -> None:
     held = review_response("u1", Hold("wait for it", 3, "stand-in"), retry_after=0)
     assert held == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                     "response": {"uid": "u1", "allowed": False, "status": {
-                        "code": 429, "reason": "TooManyRequests", "message": "wait for it"}}}
+                        "code": 429, "reason": "TooManyRequests", "message": "wait for it",
+                        "details": {"causes": [{"reason": "drainsafe.io/EvictionGuardHold",
+                                                "message": "wait for it"}]}}}}
     with_retry = review_response("u1", Hold("w", 3, "stand-in"), retry_after=5)
-    assert with_retry["response"]["status"]["details"] == {"retryAfterSeconds": 5}
+    assert with_retry["response"]["status"]["details"] == {
+        "causes": [{"reason": "drainsafe.io/EvictionGuardHold", "message": "w"}],
+        "retryAfterSeconds": 5}
     allowed = review_response("u2", Allow(AllowReason.CAPACITY), retry_after=5)
     assert allowed["response"] == {"uid": "u2", "allowed": True}
     released = review_response("u3", Release(ReleaseReason.NO_ROOM, "no room"), retry_after=0)
@@ -143,6 +150,24 @@ def test_gather_opt_in_by_namespace_and_terminating_pods_do_not_count() -> None:
     assert facts.pod.opted_in
     assert facts.workload.available == 1
     assert not _gather(pods, [_node("n0")]).pod.opted_in
+
+
+# ---- the hold's 429 through the API server's denial, as a client reads it --------------
+
+def test_a_hold_reaches_the_client_as_guard_held_and_throttling_does_not() -> None:
+    status = review_response("u", Hold("drainsafe guard: holding", 3, "stand-in"),
+                             retry_after=0)["response"]["status"]
+    # The lab's API server returns a denying webhook's Status as ToStatusErr does.
+    body = denial("guard.drainsafe.io", status).body()
+    assert body["details"]["causes"][0]["reason"] == GUARD_HOLD_CAUSE
+    err = error_from_response(429, {}, json.dumps(body), method="POST", path="/eviction")
+    assert isinstance(err, GuardHeld)
+    assert err.hold_message == "drainsafe guard: holding"
+    assert err.message == ('admission webhook "guard.drainsafe.io" denied the request: '
+                           "drainsafe guard: holding")
+    # API Priority and Fairness: a 429 with no Status cause stays throttling.
+    throttled = error_from_response(429, {"Retry-After": "1"}, "Too many requests")
+    assert isinstance(throttled, RateLimited) and not isinstance(throttled, GuardHeld)
 
 
 # ---- mid-rollout: the guard asks kube.objects.rollout_in_progress, as drain does ---------

@@ -7,6 +7,13 @@ start, a Release and an allowed eviction of a held pod have effects
 (drainsafe.controller.holds); a pod this replica lets go counts as gone in its view for a
 while.
 
+A Hold is a 429 whose Status carries `details.causes = [{reason: GUARD_HOLD_CAUSE}]`
+(kube.errors): kube-apiserver returns a denying webhook's Status as it is, details
+included, with only the code (>= 400), status and message prefix set (k8s.io/apiserver
+v0.33.0, Kubernetes v1.33, pkg/admission/plugin/webhook/errors/statuserror.go
+ToStatusErr), so a client can tell the guard's hold from API Priority and Fairness
+throttling, which is a 429 with no Status cause. kubectl drain keys on the code alone
+(IsTooManyRequests) and prints the message, so its behaviour is unchanged.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from drainsafe.controller.metrics import GuardMetrics
 from drainsafe.controller.record import HOLD_ANNOTATION, annotations_of
 from drainsafe.controller.view import ClusterView
 from drainsafe.drain.ownership import SurgeRecord
+from drainsafe.kube.errors import GUARD_HOLD_CAUSE
 
 Obj = dict[str, Any]
 
@@ -61,11 +69,12 @@ def review_response(uid: str, verdict: Verdict, *, retry_after: int) -> dict[str
     """The AdmissionReview v1 answer for a verdict. Pure."""
     response: dict[str, Any] = {"uid": uid, "allowed": not isinstance(verdict, Hold)}
     if isinstance(verdict, Hold):
-        status: dict[str, Any] = {"code": 429, "reason": "TooManyRequests",
-                                  "message": verdict.message}
+        details: dict[str, Any] = {"causes": [{"reason": GUARD_HOLD_CAUSE,
+                                               "message": verdict.message}]}
         if retry_after > 0:
-            status["details"] = {"retryAfterSeconds": retry_after}
-        response["status"] = status
+            details["retryAfterSeconds"] = retry_after
+        response["status"] = {"code": 429, "reason": "TooManyRequests",
+                              "message": verdict.message, "details": details}
     elif isinstance(verdict, Release):
         response["warnings"] = [f"drainsafe guard released the hold: {verdict.message}"]
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
