@@ -45,7 +45,6 @@ from controller.guardlab import (  # noqa: E402
     ready_pods,
     until,
 )
-from drainsafe.controller.engine import engine_available  # noqa: E402
 from drainsafe.lab.apiserver.discovery import BY_KEY  # noqa: E402
 from drainsafe.lab.cluster import Lab  # noqa: E402
 
@@ -265,10 +264,6 @@ async def main() -> None:
             for name, lat, failed in rows:
                 print(f"{name:40} {len(lat):5d} {pct(lat, 0.5):7.1f} {pct(lat, 0.99):7.1f} "
                       f"{max(lat) * 1000:7.1f} {failed:6d}")
-            if not engine_available():
-                print("\nHold time: skipped (the surge engine, drainsafe.drain.scale, is not "
-                      "in this build)")
-                return
             hold = await hold_time(lab, args.startup)
             print(f"\nHold time (eviction retried every 0.2 s; stand-in start-up configured "
                   f"{args.startup:g} s):")

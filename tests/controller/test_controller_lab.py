@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from drainsafe.kube import GuardHeld, KubeClient
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
 
@@ -98,6 +99,14 @@ async def test_installed_with_kubectl_apply_k_holds_a_guarded_eviction(guard_lab
                               f"default/{victim}")
     held = store.get(PODS, "default", victim)
     assert "drainsafe.io/eviction-held-since" in held["metadata"]["annotations"]
+    # drainsafe's own client tells the guard's hold from API throttling: the cause in the
+    # webhook's Status comes through the API server's denial.
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        with pytest.raises(GuardHeld) as info:
+            await client.evict("default", victim, uid=None)
+    assert info.value.code == 429
+    assert info.value.hold_message.startswith(
+        "drainsafe guard: no room for a stand-in of deployment default/llm")
     # Prometheus metrics of the replicas: one first hold, counted by whichever answered.
     holds = 0.0
     async with httpx.AsyncClient(timeout=10) as client:

@@ -3,21 +3,34 @@ certificate's Secret, Events, and the facts gathered from a cache snapshot."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import json
 import ssl
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from cryptography import x509
 
 from drainsafe.controller.certs import make_serving_cert, service_dns_names
 from drainsafe.controller.config import ControllerConfig
-from drainsafe.controller.decision import Allow, AllowReason, Hold, Release, ReleaseReason
+from drainsafe.controller.decision import (
+    Allow,
+    AllowReason,
+    Hold,
+    Release,
+    ReleaseReason,
+    decide,
+)
 from drainsafe.controller.events import event_manifest
-from drainsafe.controller.guard import review_response
 from drainsafe.controller.leader import may_take
+from drainsafe.controller.reviewer import review_response
 from drainsafe.controller.serving import cert_from_secret, secret_manifest
-from drainsafe.controller.view import gather
+from drainsafe.controller.view import Confirmed, fresher, gather
+from drainsafe.kube.errors import GUARD_HOLD_CAUSE, GuardHeld, RateLimited, error_from_response
+from drainsafe.kube.objects import rollout_in_progress
+from drainsafe.lab.apiserver.admission_webhook import denial
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -39,9 +52,13 @@ def test_review_answers() -> None:
     held = review_response("u1", Hold("wait for it", 3, "stand-in"), retry_after=0)
     assert held == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                     "response": {"uid": "u1", "allowed": False, "status": {
-                        "code": 429, "reason": "TooManyRequests", "message": "wait for it"}}}
+                        "code": 429, "reason": "TooManyRequests", "message": "wait for it",
+                        "details": {"causes": [{"reason": "drainsafe.io/EvictionGuardHold",
+                                                "message": "wait for it"}]}}}}
     with_retry = review_response("u1", Hold("w", 3, "stand-in"), retry_after=5)
-    assert with_retry["response"]["status"]["details"] == {"retryAfterSeconds": 5}
+    assert with_retry["response"]["status"]["details"] == {
+        "causes": [{"reason": "drainsafe.io/EvictionGuardHold", "message": "w"}],
+        "retryAfterSeconds": 5}
     allowed = review_response("u2", Allow(AllowReason.CAPACITY), retry_after=5)
     assert allowed["response"] == {"uid": "u2", "allowed": True}
     released = review_response("u3", Release(ReleaseReason.NO_ROOM, "no room"), retry_after=0)
@@ -67,7 +84,8 @@ def test_serving_cert_names_the_service_and_round_trips_through_its_secret() -> 
 def test_event_names_the_object() -> None:
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
     event = event_manifest(pod, reason="EvictionHeld", message="m" * 2000, kind="Pod",
-                           api_version="v1", event_type="Normal", now=NOW, instance="c-0")
+                           api_version="v1", event_type="Normal", now=NOW.timestamp(),
+                           instance="c-0")
     assert event["involvedObject"] == {"kind": "Pod", "apiVersion": "v1", "name": "p",
                                        "namespace": "ns", "uid": "u", "resourceVersion": "7"}
     assert event["metadata"]["namespace"] == "ns" and len(event["message"]) == 1024
@@ -112,7 +130,7 @@ def _gather(pods: list[dict[str, Any]], nodes: list[dict[str, Any]], *,
                   deployments={"ml/llm": DEPLOYMENT}, replicasets={"ml/llm-1": RS},
                   pods={f"ml/{p['metadata']['name']}": p for p in pods},
                   nodes={n["metadata"]["name"]: n for n in nodes},
-                  record_of=lambda _d: None, now=NOW, **kw)
+                  record_of=lambda _d: None, now=NOW.timestamp(), **kw)
 
 
 def test_gather_counts_available_pods_from_the_cache_and_room_elsewhere() -> None:
@@ -132,3 +150,78 @@ def test_gather_opt_in_by_namespace_and_terminating_pods_do_not_count() -> None:
     assert facts.pod.opted_in
     assert facts.workload.available == 1
     assert not _gather(pods, [_node("n0")]).pod.opted_in
+
+
+# ---- the hold's 429 through the API server's denial, as a client reads it --------------
+
+def test_a_hold_reaches_the_client_as_guard_held_and_throttling_does_not() -> None:
+    status = review_response("u", Hold("drainsafe guard: holding", 3, "stand-in"),
+                             retry_after=0)["response"]["status"]
+    # The lab's API server returns a denying webhook's Status as ToStatusErr does.
+    body = denial("guard.drainsafe.io", status).body()
+    assert body["details"]["causes"][0]["reason"] == GUARD_HOLD_CAUSE
+    err = error_from_response(429, {}, json.dumps(body), method="POST", path="/eviction")
+    assert isinstance(err, GuardHeld)
+    assert err.hold_message == "drainsafe guard: holding"
+    assert err.message == ('admission webhook "guard.drainsafe.io" denied the request: '
+                           "drainsafe guard: holding")
+    # API Priority and Fairness: a 429 with no Status cause stays throttling.
+    throttled = error_from_response(429, {"Retry-After": "1"}, "Too many requests")
+    assert isinstance(throttled, RateLimited) and not isinstance(throttled, GuardHeld)
+
+
+# ---- mid-rollout: the guard asks kube.objects.rollout_in_progress, as drain does ---------
+
+def _rs(name: str, spec: int, status: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ml", "uid": f"r-{name}",
+                         "ownerReferences": [{"kind": "Deployment", "name": "llm",
+                                              "uid": "d1", "controller": True}]},
+            "spec": {"replicas": spec}, "status": {"replicas": status}}
+
+
+@pytest.mark.parametrize("deployment, replicasets, mid", [
+    # The old ReplicaSet is scaled to 0 and its last pod is still terminating: the
+    # guard's old rule (spec or status replicas on two sets) held the eviction for a
+    # rollout; the deployment controller spreads a scale only over sets with spec.replicas
+    # > 0, and drain surged. Now both surge.
+    ({**DEPLOYMENT, "status": {"observedGeneration": 1, "updatedReplicas": 2}},
+     [_rs("llm-1", 2, 2), _rs("llm-0", 0, 1)], False),
+    # A new template the controller has not observed yet: drain stood down, the guard's
+    # old rule (one live ReplicaSet) surged. Now both treat it as mid-rollout.
+    ({"metadata": {**DEPLOYMENT["metadata"], "generation": 2},
+      "spec": {"replicas": 2}, "status": {"observedGeneration": 1, "updatedReplicas": 2}},
+     [_rs("llm-1", 2, 2)], True),
+    # Not every replica runs the new template yet.
+    ({**DEPLOYMENT, "status": {"updatedReplicas": 1}}, [_rs("llm-1", 2, 2)], True),
+])
+def test_the_guard_and_drain_agree_on_mid_rollout(
+        deployment: dict[str, Any], replicasets: list[dict[str, Any]], mid: bool) -> None:
+    pods = [_pod("a", "n0", labels={"drainsafe.io/guard": "true"}), _pod("b", "n1")]
+    facts = gather(pods[0], namespace=None, deployments={"ml/llm": deployment},
+                   replicasets={f"ml/{rs['metadata']['name']}": rs for rs in replicasets},
+                   pods={f"ml/{p['metadata']['name']}": p for p in pods},
+                   nodes={n["metadata"]["name"]: n for n in (_node("n0"), _node("n1"),
+                                                             _node("n2"))},
+                   record_of=lambda _d: None, now=NOW.timestamp())
+    drain_says = rollout_in_progress(deployment, replicasets)  # drain.plan asks this
+    assert facts.workload is not None
+    assert facts.workload.mid_rollout is mid is (drain_says is not None)
+    verdict = decide(facts, hold_limit=600)
+    assert isinstance(verdict, Hold)
+    assert verdict.waiting_for == ("rollout" if mid else "stand-in")
+
+
+# ---- the view: a confirmed write is laid over the cache until the cache shows it --------
+
+def test_a_confirmed_write_applies_until_the_cache_catches_up() -> None:
+    cached = _pod("a", "n0")
+    written = {"drainsafe.io/eviction-held-since": "2026-12-03T12:00:00Z"}
+    returned = copy.deepcopy(cached)
+    returned["metadata"]["annotations"] = dict(written)
+    confirmed = Confirmed(returned, written)
+    assert fresher(cached, confirmed) is returned  # the cache is older than the write
+    assert fresher(returned, confirmed) is None  # the watch delivered it
+    assert fresher(None, confirmed) is None  # the pod is gone
+    replaced = copy.deepcopy(cached)
+    replaced["metadata"]["uid"] = "uid-other"
+    assert fresher(replaced, confirmed) is None  # another pod of the same name

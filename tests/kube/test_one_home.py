@@ -41,13 +41,6 @@ RETRY_FUNCTIONS = frozenset({"retry_on_conflict"})
 # Copies the drain, controller and lab helpers remove in parallel with this test (issue 28).
 # The lead empties this at merge; test_pending_is_still_pending says when an entry is done.
 PENDING: dict[str, str] = {
-    # controller helper: view.py's pod predicates, pod_key and mid_rollout, the guard's
-    # autoscaler lookup, Event/Lease times (rfc3339 / rfc3339_micro), serving.py's loops
-    "controller/guard.py": "controller",
-    "controller/leader.py": "controller",
-    "controller/record.py": "controller",
-    "controller/serving.py": "controller",
-    "controller/view.py": "controller",
 }
 
 

@@ -3,11 +3,12 @@
 The guard does not scale anything itself. It asks the engine that `drainsafe drain --surge`
 uses (drainsafe.drain.scale: record the scale or the HPA's bounds on the Deployment before
 any change, scale up or raise the HPA's minReplicas, restore exactly the recorded values,
-also after a crash) through this Protocol, so both tools share one record format and never
-surge the same workload twice.
+also after a crash) through this Protocol, so both tools share one record format
+(drainsafe.drain.ownership.SurgeRecord) and never surge the same workload twice.
 
-`load_engine` binds the Protocol to drainsafe.drain.scale by plain imports, so a rename on
-the engine's side fails at import and in mypy, never silently at run time.
+The Protocol speaks the engine's own record type, and `DrainScaleEngine` calls
+drainsafe.drain.scale's functions by name with typed arguments, so a rename or a changed
+signature on the engine's side fails at import and in mypy, never silently at run time.
 """
 
 from __future__ import annotations
@@ -15,68 +16,54 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from drainsafe.drain import ownership, scale
+from drainsafe.drain import scale
+from drainsafe.drain.ownership import SurgeRecord
 from drainsafe.kube import KubeClient
-
-
-class SurgeRecordView(Protocol):
-    """The parts of the engine's record the guard reads."""
-
-    @property
-    def replicas(self) -> int: ...
-
-    @property
-    def pods(self) -> Mapping[str, str]: ...
-
-    @property
-    def guard(self) -> bool:
-        """Written by the guard (True) or by a `drainsafe drain` (False)."""
+from drainsafe.kube.objects import WorkloadRef
 
 
 class SurgeEngine(Protocol):
-    def record_of(self, deployment: Mapping[str, Any]) -> SurgeRecordView | None:
-        """The surge record on a Deployment, or None."""
+    def record_of(self, deployment: Mapping[str, Any]) -> SurgeRecord | None:
+        """The surge record on a Deployment, or None (also when it is unreadable)."""
 
-    async def begin(self, workload: str, *, node: str, autoscaler: str | None,
-                    pods: dict[str, str]) -> SurgeRecordView:
+    async def begin(self, workload: WorkloadRef, *, node: str, autoscaler: str | None,
+                    pods: dict[str, str]) -> SurgeRecord:
         """Record the guard's surge (or return the record already there, which may be a
         `drainsafe drain`'s: see its `guard`); changes no scale."""
 
-    async def set_scale(self, workload: str, record: SurgeRecordView, target: int) -> None:
+    async def set_scale(self, workload: WorkloadRef, record: SurgeRecord, target: int
+                        ) -> None:
         """Scale to `target` (raising the HPA's bounds first when there is one)."""
 
-    async def finish(self, workload: str, record: SurgeRecordView) -> None:
+    async def finish(self, workload: WorkloadRef, record: SurgeRecord) -> None:
         """Restore exactly the recorded scale and bounds, then remove the record."""
 
 
 class DrainScaleEngine:
-    """SurgeEngine over drainsafe.drain.scale and drainsafe.drain.ownership.SurgeRecord."""
+    """SurgeEngine over drainsafe.drain.scale, bound to one client."""
 
-    def __init__(self, client: KubeClient, scale: Any, record_type: Any) -> None:
+    def __init__(self, client: KubeClient) -> None:
         self._client = client
-        self._scale = scale
-        self._record_type = record_type
 
-    def record_of(self, deployment: Mapping[str, Any]) -> SurgeRecordView | None:
+    def record_of(self, deployment: Mapping[str, Any]) -> SurgeRecord | None:
         try:
-            record: SurgeRecordView | None = self._record_type.of(deployment)
+            return SurgeRecord.of(deployment)
         except ValueError:
             return None
-        return record
 
-    async def begin(self, workload: str, *, node: str, autoscaler: str | None,
-                    pods: dict[str, str]) -> SurgeRecordView:
-        record: SurgeRecordView = await self._scale.begin(
-            self._client, workload, node=node, autoscaler=autoscaler, pods=pods, guard=True)
-        return record
+    async def begin(self, workload: WorkloadRef, *, node: str, autoscaler: str | None,
+                    pods: dict[str, str]) -> SurgeRecord:
+        return await scale.begin(self._client, str(workload), node=node,
+                                 autoscaler=autoscaler, pods=pods, guard=True)
 
-    async def set_scale(self, workload: str, record: SurgeRecordView, target: int) -> None:
-        await self._scale.set_scale(self._client, workload, record, target)
+    async def set_scale(self, workload: WorkloadRef, record: SurgeRecord, target: int
+                        ) -> None:
+        await scale.set_scale(self._client, str(workload), record, target)
 
-    async def finish(self, workload: str, record: SurgeRecordView) -> None:
-        await self._scale.finish(self._client, workload, record)
+    async def finish(self, workload: WorkloadRef, record: SurgeRecord) -> None:
+        await scale.finish(self._client, str(workload), record)
 
 
 def load_engine(client: KubeClient) -> SurgeEngine:
     """The drain's surge engine, bound to `client`."""
-    return DrainScaleEngine(client, scale, ownership.SurgeRecord)
+    return DrainScaleEngine(client)

@@ -1,22 +1,28 @@
-"""core/v1 Events on the pod and the workload, so `kubectl describe` tells why a drain waits."""
+"""core/v1 Events on the pod and the workload, so `kubectl describe` tells why a drain waits.
+
+Written as client-go's record.EventRecorder writes them (tools/record/event.go): in the
+background, best effort, never in the way of the answer the API server is waiting for.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
+import asyncio
 import logging
 import secrets
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Literal
 
-from drainsafe.controller.record import rfc3339
 from drainsafe.kube import KubeClient, KubeError, api_path
+from drainsafe.kube.objects import rfc3339
 
 log = logging.getLogger(__name__)
 COMPONENT = "drainsafe-controller"
+EventType = Literal["Normal", "Warning"]
+KIND_VERSIONS = {"Pod": "v1", "Deployment": "apps/v1"}
 
 
 def event_manifest(obj: Mapping[str, Any], *, reason: str, message: str, kind: str,
-                   api_version: str, event_type: str, now: dt.datetime, instance: str
+                   api_version: str, event_type: EventType, now: float, instance: str
                    ) -> dict[str, Any]:
     """An Event about `obj` (as client-go's record.EventRecorder writes it). Pure."""
     meta = obj.get("metadata") or {}
@@ -35,15 +41,37 @@ def event_manifest(obj: Mapping[str, Any], *, reason: str, message: str, kind: s
     }
 
 
-async def record_event(client: KubeClient, obj: Mapping[str, Any], *, reason: str,
-                       message: str, kind: str, api_version: str, instance: str,
-                       event_type: str = "Normal") -> None:
+async def record_event(client: KubeClient, body: Mapping[str, Any]) -> None:
     """Write an Event; a failure is logged, never raised (an Event is best effort)."""
-    body = event_manifest(obj, reason=reason, message=message, kind=kind,
-                          api_version=api_version, event_type=event_type,
-                          now=dt.datetime.now(dt.UTC), instance=instance)
     try:
         await client.post(api_path("v1", "events", namespace=body["metadata"]["namespace"]),
                           body)
     except KubeError as exc:
-        log.warning("could not write event %s on %s: %s", reason, body["involvedObject"], exc)
+        log.warning("could not write event %s on %s: %s", body["reason"],
+                    body["involvedObject"], exc)
+
+
+class EventRecorder:
+    """Events about pods and Deployments, written in the background by one replica."""
+
+    def __init__(self, client: KubeClient, *, instance: str, wall: Callable[[], float]
+                 ) -> None:
+        self._client, self._instance, self._wall = client, instance, wall
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def emit(self, obj: Mapping[str, Any], kind: Literal["Pod", "Deployment"], reason: str,
+             message: str, event_type: EventType = "Normal") -> None:
+        body = event_manifest(obj, reason=reason, message=message, kind=kind,
+                              api_version=KIND_VERSIONS[kind], event_type=event_type,
+                              now=self._wall(), instance=self._instance)
+        self._background(record_event(self._client, body))
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

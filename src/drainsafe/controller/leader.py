@@ -16,21 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from drainsafe.kube import KubeClient, KubeError, NotFound, api_path
+from drainsafe.kube.objects import parse_time, rfc3339_micro
 
 log = logging.getLogger(__name__)
-
-
-def _micro(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def may_take(lease: dict[str, Any] | None, identity: str, now: dt.datetime) -> bool:
@@ -41,9 +29,11 @@ def may_take(lease: dict[str, Any] | None, identity: str, now: dt.datetime) -> b
     holder = spec.get("holderIdentity")
     if not holder or holder == identity:
         return True
-    renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+    renewed = parse_time(spec.get("renewTime"))
+    if renewed is None:
+        renewed = parse_time(spec.get("acquireTime"))
     duration = float(spec.get("leaseDurationSeconds") or 15)
-    return renewed is None or (now - renewed).total_seconds() > duration
+    return renewed is None or now.timestamp() - renewed > duration
 
 
 class LeaderElector:
@@ -74,10 +64,10 @@ class LeaderElector:
             return False
         spec = dict((lease or {}).get("spec") or {})
         if spec.get("holderIdentity") != self.identity:
-            spec["acquireTime"] = _micro(now)
+            spec["acquireTime"] = rfc3339_micro(now.timestamp())
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (
                 1 if lease is not None else 0)
-        spec.update(holderIdentity=self.identity, renewTime=_micro(now),
+        spec.update(holderIdentity=self.identity, renewTime=rfc3339_micro(now.timestamp()),
                     leaseDurationSeconds=int(self.lease_seconds))
         if lease is None:
             await self.client.post(

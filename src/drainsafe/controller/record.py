@@ -1,7 +1,8 @@
 """What the guard writes on pods, and how it recognises the surges it started.
 
 The surge itself is recorded by the surge engine, on the Deployment, before any scale
-change (drainsafe.controller.engine); the guard adds only:
+change (drainsafe.controller.engine); the guard adds only (drainsafe.controller.holds
+writes them, once each, first writer wins):
 
 - `drainsafe.io/eviction-held-since` on a pod, when any replica first answers 429 for it:
   the shared start of the hold, so every replica applies the same hold limit and the leader
@@ -16,11 +17,25 @@ resourceVersion-guarded patch, so the leader restores only surges it owns, never
 
 from __future__ import annotations
 
-import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from drainsafe.kube.objects import is_active, meta, parse_time
 
 HOLD_ANNOTATION = "drainsafe.io/eviction-held-since"
 RELEASED_ANNOTATION = "drainsafe.io/eviction-released"
 
 
-def rfc3339(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def held_since(pod: Mapping[str, Any]) -> float | None:
+    """When the pod's hold began (as stored on it), or None if it was never held."""
+    return parse_time(annotations_of(pod).get(HOLD_ANNOTATION))
+
+
+def is_held(pod: Mapping[str, Any]) -> bool:
+    """An active pod that asked for a stand-in and was not released."""
+    notes = annotations_of(pod)
+    return is_active(pod) and HOLD_ANNOTATION in notes and RELEASED_ANNOTATION not in notes

@@ -12,7 +12,6 @@ merge leaves it alone.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime as dt
 import logging
@@ -20,7 +19,8 @@ from typing import Any
 
 from drainsafe.controller.certs import ServingCert, make_serving_cert, service_dns_names
 from drainsafe.controller.config import ControllerConfig
-from drainsafe.kube import Conflict, KubeClient, NotFound, api_path
+from drainsafe.kube import KubeClient, NotFound, api_path
+from drainsafe.kube.retry import KeptChanging, retry_on_conflict, retry_write
 
 log = logging.getLogger(__name__)
 RENEW_BEFORE = dt.timedelta(days=30)
@@ -50,28 +50,30 @@ def cert_from_secret(secret: dict[str, Any]) -> ServingCert | None:
 
 
 async def ensure_serving_cert(client: KubeClient, cfg: ControllerConfig) -> ServingCert:
-    """The shared certificate: read it, or make and store it (renewed 30 days before expiry)."""
+    """The shared certificate: read it, or make and store it (renewed 30 days before expiry).
+    Replicas race on it; a 409 (AlreadyExists or Conflict) means another wrote first."""
     path = api_path("v1", "secrets", namespace=cfg.namespace, name=cfg.tls_secret)
-    for _ in range(5):
+
+    async def read() -> dict[str, Any] | None:
         try:
-            secret = await client.get(path)
+            return await client.get(path)
         except NotFound:
-            secret = None
+            return None
+
+    async def decide(secret: dict[str, Any] | None) -> ServingCert:
         cert = cert_from_secret(secret) if secret is not None else None
         if cert is not None and cert.not_after() - dt.datetime.now(dt.UTC) > RENEW_BEFORE:
             return cert
         fresh = make_serving_cert(service_dns_names(cfg.service, cfg.namespace))
         body = secret_manifest(cfg, fresh)
-        try:
-            if secret is None:
-                await client.post(api_path("v1", "secrets", namespace=cfg.namespace), body)
-            else:
-                body["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
-                await client.request("PUT", path, body=body)
-            return fresh
-        except Conflict:  # another replica wrote first (409 AlreadyExists or Conflict)
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"secret {cfg.namespace}/{cfg.tls_secret} kept changing")
+        if secret is None:
+            await client.post(api_path("v1", "secrets", namespace=cfg.namespace), body)
+        else:
+            body["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
+            await client.request("PUT", path, body=body)
+        return fresh
+
+    return await retry_write(read, decide, what=f"secret {cfg.namespace}/{cfg.tls_secret}")
 
 
 async def sync_ca_bundle(client: KubeClient, cfg: ControllerConfig, ca_pem: bytes) -> bool:
@@ -79,12 +81,8 @@ async def sync_ca_bundle(client: KubeClient, cfg: ControllerConfig, ca_pem: byte
     path = api_path("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations",
                     name=cfg.webhook_config)
     bundle = _b64(ca_pem)
-    for _ in range(5):
-        try:
-            config = await client.get(path)
-        except NotFound:
-            log.warning("ValidatingWebhookConfiguration %s not found (yet)", cfg.webhook_config)
-            return False
+
+    async def decide(config: dict[str, Any]) -> bool:
         changed = False
         for hook in config.get("webhooks") or []:
             svc = (hook.get("clientConfig") or {}).get("service") or {}
@@ -92,12 +90,15 @@ async def sync_ca_bundle(client: KubeClient, cfg: ControllerConfig, ca_pem: byte
                     and hook["clientConfig"].get("caBundle") != bundle:
                 hook["clientConfig"]["caBundle"] = bundle
                 changed = True
-        if not changed:
-            return True
-        try:
+        if changed:
             await client.request("PUT", path, body=config)
             log.info("caBundle of %s updated", cfg.webhook_config)
-            return True
-        except Conflict:
-            await asyncio.sleep(0.1)
-    return False
+        return True
+
+    try:
+        return await retry_on_conflict(client, path, decide)
+    except NotFound:
+        log.warning("ValidatingWebhookConfiguration %s not found (yet)", cfg.webhook_config)
+        return False
+    except KeptChanging:
+        return False

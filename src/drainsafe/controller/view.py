@@ -1,27 +1,36 @@
 """The shared view every replica answers from: informers, and the facts for one eviction.
 
 Each replica keeps its own list+watch caches (drainsafe.kube.watch.Informer) of pods,
-Deployments, ReplicaSets, nodes and namespaces, so any replica can answer any review without
-a round trip to the API server. `gather` turns a cache snapshot into the plain data the
-decision takes (drainsafe.controller.decision); it is pure.
+Deployments, ReplicaSets, nodes, namespaces and HPAs, so any replica can answer any review
+without a round trip to the API server. `gather` turns a snapshot into the plain data the
+decision takes (drainsafe.controller.decision); it is pure, and so is `ClusterView.facts`,
+which only reads.
+
+The caches hold only what the API server sent. What this replica wrote to a pod (a hold's
+start, a release) is known from the object the server returned for that write
+(`confirm`), and laid over the cache in a snapshot until the watch delivers the same
+annotation (`fresher`): the watch sends a pod's changes in order, so a cached pod without
+the write is older than the returned one.
 
 Available pods are counted from the pod cache, not from the Deployment's status, which lags
-behind by a controller sync: a pod counts when it is Ready for minReadySeconds, not
-terminating and not finished (the ReplicaSet controller's FilterActivePods and
-podutil.IsPodAvailable, kubernetes/kubernetes pkg/controller/controller_utils.go). Pods this
-replica has just let go are counted as gone until the cache shows them terminating, so two
-evictions of one workload in the same instant are not both let through on one count (the
+behind by a controller sync: a pod counts when it is Available (kube.objects.is_available,
+podutil.IsPodAvailable) and active (FilterActivePods, kubernetes/kubernetes
+pkg/controller/controller_utils.go). Pods this replica has just let go are counted as gone
+for LET_GO_SECONDS (until the cache shows them terminating), so two evictions of one
+workload in the same instant are not both let through on one count (the
 PodDisruptionBudget, checked by the API server after the webhook, is the final guard across
-replicas).
+replicas). Mid-rollout is kube.objects.rollout_in_progress, the rule drain uses too.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from drainsafe import placement
+from drainsafe.controller.clock import Clock
 from drainsafe.controller.decision import (
     GUARD_LABEL,
     Facts,
@@ -29,64 +38,30 @@ from drainsafe.controller.decision import (
     SurgeFacts,
     WorkloadFacts,
 )
-from drainsafe.controller.engine import SurgeRecordView
-from drainsafe.controller.record import (
-    HOLD_ANNOTATION,
-    RELEASED_ANNOTATION,
+from drainsafe.controller.record import annotations_of, held_since, is_held
+from drainsafe.drain.ownership import SurgeRecord
+from drainsafe.kube import Informer, KubeClient, NotFound, api_path
+from drainsafe.kube.objects import (
+    controller_ref,
+    is_active,
+    is_available,
+    is_ready,
+    is_terminating,
+    key_of,
+    meta,
+    rollout_in_progress,
 )
 
 Obj = dict[str, Any]
-RecordReader = Callable[[Mapping[str, Any]], SurgeRecordView | None]
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    return next((r for r in _meta(obj).get("ownerReferences") or [] if r.get("controller")),
-                None)
-
-
-def is_ready(pod: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def _parse_time(text: str | None) -> dt.datetime | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def is_available(pod: Mapping[str, Any], min_ready_seconds: int, now: dt.datetime) -> bool:
-    """podutil.IsPodAvailable: Ready for at least minReadySeconds."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready" and c.get("status") == "True":
-            if min_ready_seconds <= 0:
-                return True
-            since = _parse_time(c.get("lastTransitionTime"))
-            return since is not None and (now - since).total_seconds() >= min_ready_seconds
-    return False
-
-
-def is_active(pod: Mapping[str, Any]) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return not _meta(pod).get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    return f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
+RecordReader = Callable[[Mapping[str, Any]], SurgeRecord | None]
+LET_GO_SECONDS = 10.0
 
 
 def opted_in(pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> bool:
     """The pod label, or the same label on its namespace."""
-    if (_meta(pod).get("labels") or {}).get(GUARD_LABEL) == "true":
+    if (meta(pod).get("labels") or {}).get(GUARD_LABEL) == "true":
         return True
-    return namespace is not None and (_meta(namespace).get("labels") or {}).get(
+    return namespace is not None and (meta(namespace).get("labels") or {}).get(
         GUARD_LABEL) == "true"
 
 
@@ -98,7 +73,7 @@ def deployment_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
         return None, None
     if ref.get("kind") != "ReplicaSet":
         return str(ref.get("kind")), None
-    rs = replicasets.get(f"{_meta(pod).get('namespace')}/{ref.get('name')}")
+    rs = replicasets.get(f"{meta(pod).get('namespace')}/{ref.get('name')}")
     rs_ref = controller_ref(rs) if rs is not None else None
     if rs_ref is None or rs_ref.get("kind") != "Deployment":
         return "ReplicaSet", None
@@ -107,10 +82,10 @@ def deployment_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
 
 def workload_pods(deployment: Mapping[str, Any], pods: Iterable[Obj],
                   replicasets: Mapping[str, Obj]) -> list[Obj]:
-    ns, name = _meta(deployment).get("namespace"), _meta(deployment).get("name")
+    ns, name = meta(deployment).get("namespace"), meta(deployment).get("name")
     out = []
     for pod in pods:
-        if _meta(pod).get("namespace") != ns:
+        if meta(pod).get("namespace") != ns:
             continue
         kind, owner = deployment_of(pod, replicasets)
         if kind == "Deployment" and owner == name:
@@ -118,31 +93,25 @@ def workload_pods(deployment: Mapping[str, Any], pods: Iterable[Obj],
     return out
 
 
-def mid_rollout(deployment: Mapping[str, Any], replicasets: Mapping[str, Obj]) -> bool:
-    """More than one ReplicaSet of the Deployment still has replicas."""
-    uid = _meta(deployment).get("uid")
-    live = 0
-    for rs in replicasets.values():
-        ref = controller_ref(rs)
-        if ref is None or ref.get("uid") != uid:
-            continue
-        if int((rs.get("spec") or {}).get("replicas") or 0) > 0 or \
-                int((rs.get("status") or {}).get("replicas") or 0) > 0:
-            live += 1
-    return live > 1
+def owned_replicasets(deployment: Mapping[str, Any], replicasets: Iterable[Obj]
+                      ) -> list[Obj]:
+    """The Deployment's ReplicaSets: those whose controller reference is its UID."""
+    uid = meta(deployment).get("uid")
+    return [rs for rs in replicasets
+            if (ref := controller_ref(rs)) is not None and ref.get("uid") == uid]
 
 
 def room_for_stand_in(pod: Mapping[str, Any], nodes: Iterable[Obj], pods: Iterable[Obj]
                       ) -> bool:
     """Does a copy of `pod` fit on a node other than its own (drainsafe.placement)?"""
     own = (pod.get("spec") or {}).get("nodeName")
-    candidates = [n for n in nodes if _meta(n).get("name") != own]
+    candidates = [n for n in nodes if meta(n).get("name") != own]
     bound: dict[str, list[Obj]] = {}
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
         if node:
             bound.setdefault(str(node), []).append(p)
-    stand_in = {"metadata": {k: v for k, v in _meta(pod).items()
+    stand_in = {"metadata": {k: v for k, v in meta(pod).items()
                              if k in ("namespace", "labels", "ownerReferences")},
                 "spec": {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}}
     best, _ = placement.choose(candidates, stand_in, bound)
@@ -150,50 +119,149 @@ def room_for_stand_in(pod: Mapping[str, Any], nodes: Iterable[Obj], pods: Iterab
 
 
 def held_pods(members: Iterable[Obj]) -> set[str]:
-    """Active pods that asked for a stand-in and were not released."""
-    out = set()
-    for p in members:
-        annotations = _meta(p).get("annotations") or {}
-        if is_active(p) and HOLD_ANNOTATION in annotations \
-                and RELEASED_ANNOTATION not in annotations:
-            out.add(pod_key(p))
-    return out
+    """Keys of the active pods that asked for a stand-in and were not released."""
+    return {key_of(p) for p in members if is_held(p)}
 
 
 def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
            replicasets: Mapping[str, Obj], pods: Mapping[str, Obj], nodes: Mapping[str, Obj],
-           record_of: RecordReader, let_go: Iterable[str] = (), now: dt.datetime,
-           dry_run: bool = False) -> Facts:
-    """The decision's facts for an eviction of `pod`. Pure."""
-    meta = _meta(pod)
+           record_of: RecordReader, let_go: Iterable[str] = (), now: float,
+           dry_run: bool = False, can_surge: bool = True) -> Facts:
+    """The decision's facts for an eviction of `pod` at wall time `now`. Pure."""
+    m = meta(pod)
     kind, deployment_name = deployment_of(pod, replicasets)
     status = pod.get("status") or {}
     pfacts = PodFacts(
-        namespace=str(meta.get("namespace")), name=str(meta.get("name")),
-        uid=str(meta.get("uid") or ""), opted_in=opted_in(pod, namespace),
+        namespace=str(m.get("namespace")), name=str(m.get("name")),
+        uid=str(m.get("uid") or ""), opted_in=opted_in(pod, namespace),
         phase=str(status.get("phase") or "Pending"),
-        terminating=bool(meta.get("deletionTimestamp")), ready=is_ready(pod), owner_kind=kind)
-    held_since = _parse_time((meta.get("annotations") or {}).get(HOLD_ANNOTATION))
-    held_for = None if held_since is None else max(0.0, (now - held_since).total_seconds())
+        terminating=is_terminating(pod), ready=is_ready(pod), owner_kind=kind)
+    since = held_since(pod)
+    held_for = None if since is None else max(0.0, now - since)
     deployment = (deployments.get(f"{pfacts.namespace}/{deployment_name}")
                   if deployment_name else None)
     if deployment is None:
-        return Facts(pfacts, None, None, room=False, held_for=held_for, dry_run=dry_run)
+        return Facts(pfacts, None, None, room=False, held_for=held_for, dry_run=dry_run,
+                     can_surge=can_surge)
     members = workload_pods(deployment, pods.values(), replicasets)
     gone = set(let_go)
     min_ready = int((deployment.get("spec") or {}).get("minReadySeconds") or 0)
-    available = sum(1 for p in members if is_active(p) and pod_key(p) not in gone
+    available = sum(1 for p in members if is_active(p) and key_of(p) not in gone
                     and is_available(p, min_ready, now))
+    rollout = rollout_in_progress(deployment, owned_replicasets(deployment,
+                                                                replicasets.values()))
     workload = WorkloadFacts(
         name=str(deployment_name),
         replicas=int((deployment.get("spec") or {}).get("replicas", 1)),
-        available=available, mid_rollout=mid_rollout(deployment, replicasets))
+        available=available, mid_rollout=rollout is not None)
     record = record_of(deployment)
     surge = None
     if record is not None:
-        active = {pod_key(p) for p in members if is_active(p)}
+        active = {key_of(p) for p in members if is_active(p)}
         surge = SurgeFacts(record.replicas,
                            frozenset((set(record.pods) & active) | held_pods(members)),
                            owned=record.guard)
     room = room_for_stand_in(pod, nodes.values(), pods.values()) if surge is None else True
-    return Facts(pfacts, workload, surge, room=room, held_for=held_for, dry_run=dry_run)
+    return Facts(pfacts, workload, surge, room=room, held_for=held_for, dry_run=dry_run,
+                 can_surge=can_surge)
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A pod as the server returned it after this replica wrote `written` on it."""
+
+    pod: Obj
+    written: Mapping[str, str]
+
+
+def fresher(cached: Obj | None, confirmed: Confirmed) -> Obj | None:
+    """The newer of the cached pod and the confirmed write, or None when the confirmed
+    one no longer applies (the pod is gone or replaced, or the cache has caught up)."""
+    if cached is None or meta(cached).get("uid") != meta(confirmed.pod).get("uid"):
+        return None
+    notes = annotations_of(cached)
+    if all(notes.get(k) == v for k, v in confirmed.written.items()):
+        return None
+    return confirmed.pod
+
+
+class ClusterView:
+    """One replica's caches, its confirmed writes to pods, and the pods it just let go."""
+
+    def __init__(self, client: KubeClient, clock: Clock) -> None:
+        self.client, self.clock = client, clock
+        self.pod_informer = Informer(client, "/api/v1/pods")
+        self.deployments = Informer(client, "/apis/apps/v1/deployments")
+        self.replicasets = Informer(client, "/apis/apps/v1/replicasets")
+        self.nodes = Informer(client, "/api/v1/nodes")
+        self.namespaces = Informer(client, "/api/v1/namespaces")
+        self.autoscalers = Informer(client, "/apis/autoscaling/v2/horizontalpodautoscalers")
+        self._informers = [self.pod_informer, self.deployments, self.replicasets,
+                           self.nodes, self.namespaces, self.autoscalers]
+        self._confirmed: dict[str, Confirmed] = {}
+        self._let_go: dict[str, float] = {}  # pod key -> monotonic time it was let go
+
+    async def start(self) -> None:
+        await asyncio.gather(*(i.start() for i in self._informers))
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(i.stop() for i in self._informers))
+
+    # ---- reading --------------------------------------------------------------------
+
+    def pods(self) -> Mapping[str, Obj]:
+        """The pod cache with this replica's confirmed writes laid over it."""
+        cache = self.pod_informer.cache
+        if not self._confirmed:
+            return cache
+        snapshot = dict(cache)
+        for key, confirmed in self._confirmed.items():
+            newer = fresher(cache.get(key), confirmed)
+            if newer is not None:
+                snapshot[key] = newer
+        return snapshot
+
+    async def pod(self, namespace: str, name: str) -> Obj | None:
+        key = f"{namespace}/{name}"
+        cached = self.pod_informer.get(key)
+        if cached is not None:
+            confirmed = self._confirmed.get(key)
+            newer = fresher(cached, confirmed) if confirmed is not None else None
+            return newer if newer is not None else cached
+        try:  # a pod newer than the cache
+            pod: Obj = await self.client.get(api_path("v1", "pods", namespace=namespace,
+                                                      name=name))
+            return pod
+        except NotFound:
+            return None
+
+    def gone(self) -> frozenset[str]:
+        """Pods this replica let go less than LET_GO_SECONDS ago."""
+        now = self.clock.monotonic()
+        return frozenset(k for k, at in self._let_go.items() if now - at < LET_GO_SECONDS)
+
+    def facts(self, pod: Obj, *, dry_run: bool, record_of: RecordReader, can_surge: bool
+              ) -> Facts:
+        """The decision's facts for an eviction of `pod`, from this view. Reads only."""
+        ns = str(meta(pod).get("namespace"))
+        return gather(pod, namespace=self.namespaces.get(ns),
+                      deployments=self.deployments.cache, replicasets=self.replicasets.cache,
+                      pods=self.pods(), nodes=self.nodes.cache, record_of=record_of,
+                      let_go=self.gone(), now=self.clock.wall(), dry_run=dry_run,
+                      can_surge=can_surge)
+
+    # ---- what this replica did --------------------------------------------------------
+
+    def confirm(self, pod: Obj, written: Mapping[str, str]) -> None:
+        """Remember the pod the server returned for a write, until the cache shows it."""
+        cache = self.pod_informer.cache
+        self._confirmed = {k: c for k, c in self._confirmed.items()
+                           if fresher(cache.get(k), c) is not None}
+        self._confirmed[key_of(pod)] = Confirmed(pod, dict(written))
+
+    def let_go(self, pod: Obj) -> None:
+        """Count `pod` as gone for LET_GO_SECONDS: this replica allowed its eviction."""
+        now = self.clock.monotonic()
+        self._let_go = {k: at for k, at in self._let_go.items()
+                        if now - at < LET_GO_SECONDS}
+        self._let_go[key_of(pod)] = now

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from drainsafe.kube.client import KubeClient
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class KeptChanging(RuntimeError):
@@ -29,13 +30,23 @@ async def retry_on_conflict(
 ) -> T:
     """Read the object at `path` and pass it to `decide`, which writes (guarded by its
     resourceVersion) and returns; a Conflict means someone else wrote first: read again."""
+    return await retry_write(lambda: client.get(path), decide, what=path,
+                             attempts=attempts, pause=pause)
+
+
+async def retry_write(
+    read: Callable[[], Awaitable[R]], decide: Callable[[R], Awaitable[T]], *, what: str,
+    attempts: int = 5, pause: float = 0.1,
+) -> T:
+    """The loop behind retry_on_conflict, for a read of its own (one that may find nothing,
+    so `decide` creates; a 409 AlreadyExists then means another writer created it first)."""
     for attempt in range(attempts):
-        obj = await client.get(path)
+        current = await read()
         try:
-            return await decide(obj)
+            return await decide(current)
         except Conflict:
             await asyncio.sleep(pause * (attempt + 1))
-    raise KeptChanging(f"{path}: the object kept changing (409 on every attempt)")
+    raise KeptChanging(f"{what}: the object kept changing (409 on every attempt)")
 
 
 @dataclass(frozen=True)
