@@ -6,7 +6,7 @@ from typing import Any
 
 from drainsafe.drain.ownership import AutoscalerBounds, SurgeRecord
 from drainsafe.drain.plan import ClusterState, DrainOptions, plan_drain
-from drainsafe.kube.objects import rollout_in_progress
+from drainsafe.kube.objects import rollout_in_progress, statefulset_rollout_in_progress
 
 from .factory import node, pdb, pod, serving
 
@@ -133,3 +133,30 @@ def test_budget_with_max_unavailable_paces_one_at_a_time() -> None:
                       ["g1"])
     [b] = plan.budgets
     assert (b.surge, b.best_case_disruptions, b.best_case_with_surge) == (2, 1, 1)
+
+
+def test_statefulset_rollout_as_kubectl_rollout_status_reads_it() -> None:
+    steady = {"metadata": {"generation": 2},
+              "spec": {"replicas": 3},
+              "status": {"observedGeneration": 2, "updatedReplicas": 3,
+                         "currentRevision": "db-1", "updateRevision": "db-1"}}
+    assert statefulset_rollout_in_progress(steady) is None
+    behind = {**steady, "metadata": {"generation": 3}}
+    assert statefulset_rollout_in_progress(behind) == \
+        "observedGeneration 2 is behind generation 3"
+    never = {**steady, "status": {}}
+    assert statefulset_rollout_in_progress(never) == \
+        "observedGeneration 0 is behind generation 2"
+    rolling = {**steady, "status": {**steady["status"], "updatedReplicas": 1,
+                                    "updateRevision": "db-2"}}
+    assert statefulset_rollout_in_progress(rolling) == \
+        "rolling update from revision db-1 to db-2"
+    partitioned = {**rolling, "spec": {"replicas": 3, "updateStrategy": {
+        "type": "RollingUpdate", "rollingUpdate": {"partition": 1}}}}
+    assert statefulset_rollout_in_progress(partitioned) == \
+        "partitioned roll out: 1/2 new pods updated"
+    # kubectl calls a partitioned update with its pods updated complete; a stand-in would
+    # still start at the update revision.
+    staged = {**partitioned, "status": {**rolling["status"], "updatedReplicas": 2}}
+    assert statefulset_rollout_in_progress(staged) == \
+        "rolling update from revision db-1 to db-2"
