@@ -83,7 +83,12 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
     gone_waits: list[asyncio.Task[None]] = []
     try:
         if remaining:
-            target = base + len(remaining)
+            # A Deployment's scale came down by one per accepted eviction; a StatefulSet's
+            # stand-ins all stay until the restore (an earlier run's evicted pods may still
+            # be starting under their names), so its surge is every pod the record names.
+            surge = len(remaining) if w.identity == "interchangeable" \
+                else max(len(record.pods), len(remaining))
+            target = base + surge
             await scale.set_scale(ctx.client, w.workload, record, target)
             how = (f"HPA {record.autoscaler.name} minReplicas and " if record.autoscaler
                    else "")
