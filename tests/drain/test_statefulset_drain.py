@@ -92,3 +92,17 @@ async def test_drainsafe_keeps_a_statefulset_at_capacity_and_kubectl_drops_it(
         # loaded its model.
         assert theirs.lowest_ready == 1, theirs.to_dict()
         assert theirs.failed == {} and theirs.truncated == 0, theirs.to_dict()
+
+
+async def test_an_hpa_owned_statefulset_is_surged_through_its_min_replicas(
+        tmp_path: Path) -> None:
+    settings = replace(SETTINGS, hpa_min=2, min_available=2)
+    async with gpu_lab(tmp_path, nodes=SETTINGS.nodes, gpus=1,
+                       propagation=SETTINGS.propagation) as lab:
+        ours = await run_drain_under_load(lab, "drainsafe", settings)
+        assert_made_before_broken(ours)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            hpa = await client.get(api_path("autoscaling/v2", "horizontalpodautoscalers",
+                                            namespace=NAMESPACE, name=APP))
+            assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 4)
+            await back_to_its_ordinals(client, ours.node, ours.old_pods)
