@@ -95,7 +95,11 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
             ctx.scaled[w.workload] = f"{how}replicas {base} -> {target}"
             ctx.say(f"{w.workload}: surged {base} -> {target}; waiting for "
                     f"{len(remaining)} new pod(s) Available elsewhere")
-            await _wait_surge(ctx, w, remaining, base)
+            # A StatefulSet pod an earlier run evicted may still be starting under its
+            # name: its stand-in must stay, whatever else fails.
+            await _wait_surge(ctx, w, remaining, base,
+                              take_back=w.identity == "interchangeable"
+                              or len(remaining) >= len(record.pods))
             if w.identity == "stable":
                 await _evict_for_recreation(ctx, ref.namespace, remaining, gone_waits)
             else:
@@ -114,7 +118,7 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
 
 
 async def _wait_surge(ctx: DrainContext, w: WorkloadPlan, remaining: Sequence[PodPlan],
-                      base: int) -> None:
+                      base: int, *, take_back: bool) -> None:
     selector = ctx.selectors.get(w.workload)
     if selector is None:
         raise DrainFailed(f"{w.workload}: no selector; cannot tell its pods")
@@ -124,6 +128,10 @@ async def _wait_surge(ctx: DrainContext, w: WorkloadPlan, remaining: Sequence[Po
             selector, base, excluding=(ctx.node,), timeout=ctx.remaining(),
             unschedulable_after=ctx.settings.unschedulable_after, stop=ctx.stop)
     except Unschedulable as exc:
+        if not take_back:
+            raise DrainFailed(f"{exc}; the surge stays (its stand-ins serve in the place "
+                              "of the pods evicted before): rerun once there is room"
+                              ) from exc
         # Nothing of this workload was evicted yet: take the surge back, then stop.
         record = await scale.begin(ctx.client, w.workload, node=ctx.node,
                                    autoscaler=w.autoscaler, pods={}, clock=ctx.clock)
