@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from drainsafe.drain.ownership import SURGE_KINDS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,6 +32,8 @@ def test_every_path_the_drain_code_builds_is_granted() -> None:
     assert used, "no api_path calls found"
     # read_cluster lists the apps/v1 controllers in a loop over (plural, Kind) pairs.
     used |= {("apps/v1", p) for p in re.findall(r'\("([a-z]+)", "[A-Z][A-Za-z]+"\)', source)}
+    # The surge engine writes the workloads of the surgeable kinds (drain.scale).
+    used |= {("apps/v1", p) for p in SURGE_KINDS.values()}
     rules = granted()
     for group_version, plural in used:
         group = "" if group_version == "v1" else group_version.split("/")[0]
@@ -44,7 +48,10 @@ def test_every_resource_the_drain_watches_may_be_listed_and_watched() -> None:
     source = "\n".join(p.read_text() for p in (ROOT / "src/drainsafe/drain").glob("*.py"))
     watched = set(re.findall(r'Informer\(\s*client,\s*api_path\(\s*"([^"]+)",\s*"([a-z]+)"',
                              source))
-    assert ("apps/v1", "deployments") in watched, watched  # the guard-surge wait
+    # The guard-surge wait watches the surgeable kinds (drain.nodewatch, drain.preflight).
+    assert re.search(r"Informer\(client, api_path\(\"apps/v1\", (SURGE_KINDS\[kind\]|plural)",
+                     source)
+    watched |= {("apps/v1", p) for p in SURGE_KINDS.values()}
     rules = granted()
     for group_version, plural in watched:
         group = "" if group_version == "v1" else group_version.split("/")[0]

@@ -6,7 +6,7 @@ from typing import Any
 
 from drainsafe.drain.ownership import AutoscalerBounds, SurgeRecord
 from drainsafe.drain.plan import ClusterState, DrainOptions, plan_drain
-from drainsafe.kube.objects import rollout_in_progress
+from drainsafe.kube.objects import rollout_in_progress, statefulset_rollout_in_progress
 
 from .factory import node, pdb, pod, serving
 
@@ -43,16 +43,66 @@ def test_evict_strategy_and_its_capacity_floor() -> None:
     assert w.why == "--strategy evict"
 
 
-def test_statefulset_is_evict_first_with_the_floor_stated() -> None:
-    pods = [pod(f"db-{i}", n, owner=("StatefulSet", "db"), labels={"app": "db"})
-            for i, n in enumerate(["g1", "g2", "g3"])]
-    ctrl = {"StatefulSet/ml/db": {"kind": "StatefulSet",
-                                  "metadata": {"name": "db", "namespace": "ml"},
-                                  "spec": {"replicas": 3}}}
-    plan = plan_drain(ClusterState(three_nodes(), pods, controllers=ctrl), ["g1"])
+def statefulset(nodes: list[str], *, replicas: int | None = None, gpus: int = 1,
+                **status: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    pods = [pod(f"db-{i}", n, owner=("StatefulSet", "db"), labels={"app": "db"}, gpus=gpus)
+            for i, n in enumerate(nodes)]
+    n = replicas if replicas is not None else len(nodes)
+    ctrl = {"StatefulSet/ml/db": {
+        "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ml", "generation": 1},
+        "spec": {"replicas": n, "selector": {"matchLabels": {"app": "db"}}},
+        "status": {"observedGeneration": 1, "replicas": n, "readyReplicas": n,
+                   "currentRevision": "db-1", "updateRevision": "db-1", **status}}}
+    return pods, ctrl
+
+
+def test_statefulset_surges_with_stand_ins_and_room_for_its_recreation_too() -> None:
+    pods, ctrl = statefulset(["g1", "g2", "g3"])
+    nodes = [node("g1"), node("g2"), node("g3"), node("g4"), node("g5")]
+    plan = plan_drain(ClusterState(nodes, pods, controllers=ctrl), ["g1"])
+    assert plan.ok, plan.blockers
+    [w] = plan.workload_plans
+    assert (w.strategy, w.surge, w.floor, w.replicas, w.identity) == (
+        "surge", 1, 3, 3, "stable")
+    assert "recreated under its name" in w.why
+    # One GPU for the stand-in db-3, one for db-0 recreated while db-3 still runs.
+    assert sorted(p.node for p in plan.placements) == ["g4", "g5"]
+    # Room for only one of the two: refused, saying why, once.
+    short = plan_drain(ClusterState(nodes[:4], pods, controllers=ctrl), ["g1"])
+    [b] = short.blockers
+    assert b.kind == "no-room" and "stand-in and for itself" in b.message
+
+
+def test_statefulset_rerun_with_its_stand_in_running_needs_room_for_the_recreation() -> None:
+    pods, ctrl = statefulset(["g1", "g2", "g3"], replicas=2)  # db-2 is the stand-in
+    ctrl["StatefulSet/ml/db"]["metadata"]["annotations"] = {"drainsafe.io/surge": SurgeRecord(
+        node="g1", replicas=2, pods={"ml/db-0": "uid-db-0"}).to_json()}
+    nodes = [node("g1"), node("g2"), node("g3"), node("g4")]
+    plan = plan_drain(ClusterState(nodes, pods, controllers=ctrl), ["g1"])
+    assert plan.ok, plan.blockers
+    [w] = plan.workload_plans
+    assert (w.strategy, w.replicas, w.resumed) == ("surge", 2, True)
+    assert [p.node for p in plan.placements] == ["g4"]
+
+
+def test_statefulset_mid_update_is_evict_first_with_the_floor_stated() -> None:
+    pods, ctrl = statefulset(["g1", "g2", "g3"], updateRevision="db-2")
+    nodes = [node("g1"), node("g2"), node("g3"), node("g4"), node("g5")]
+    plan = plan_drain(ClusterState(nodes, pods, controllers=ctrl), ["g1"])
     [w] = plan.workload_plans
     assert (w.strategy, w.floor, w.replicas) == ("evict", 2, 3)
-    assert "identity" in w.why
+    assert "mid-update (rolling update from revision db-1 to db-2)" in w.why
+
+
+def test_statefulset_hpa_is_named() -> None:
+    pods, ctrl = statefulset(["g1", "g2"])
+    scaler = hpa("db", "db", 2, 4)
+    scaler["spec"]["scaleTargetRef"]["kind"] = "StatefulSet"
+    nodes = [node("g1"), node("g2"), node("g3"), node("g4")]
+    plan = plan_drain(ClusterState(nodes, pods, controllers=ctrl, autoscalers=[scaler]),
+                      ["g1"])
+    [w] = plan.workload_plans
+    assert w.strategy == "surge" and w.autoscaler == "ml/db" and "minReplicas" in w.why
 
 
 def test_mid_rollout_stands_down_to_evict() -> None:
@@ -133,3 +183,41 @@ def test_budget_with_max_unavailable_paces_one_at_a_time() -> None:
                       ["g1"])
     [b] = plan.budgets
     assert (b.surge, b.best_case_disruptions, b.best_case_with_surge) == (2, 1, 1)
+
+
+def test_statefulset_rollout_as_kubectl_rollout_status_reads_it() -> None:
+    steady = {"metadata": {"generation": 2},
+              "spec": {"replicas": 3},
+              "status": {"observedGeneration": 2, "updatedReplicas": 3,
+                         "currentRevision": "db-1", "updateRevision": "db-1"}}
+    assert statefulset_rollout_in_progress(steady) is None
+    behind = {**steady, "metadata": {"generation": 3}}
+    assert statefulset_rollout_in_progress(behind) == \
+        "observedGeneration 2 is behind generation 3"
+    never = {**steady, "status": {}}
+    assert statefulset_rollout_in_progress(never) == \
+        "observedGeneration 0 is behind generation 2"
+    rolling = {**steady, "status": {**steady["status"], "updatedReplicas": 1,
+                                    "updateRevision": "db-2"}}
+    assert statefulset_rollout_in_progress(rolling) == \
+        "rolling update from revision db-1 to db-2"
+    partitioned = {**rolling, "spec": {"replicas": 3, "updateStrategy": {
+        "type": "RollingUpdate", "rollingUpdate": {"partition": 1}}}}
+    assert statefulset_rollout_in_progress(partitioned) == \
+        "partitioned roll out: 1/2 new pods updated"
+    # kubectl calls a partitioned update with its pods updated complete; a stand-in would
+    # still start at the update revision.
+    staged = {**partitioned, "status": {**rolling["status"], "updatedReplicas": 2}}
+    assert statefulset_rollout_in_progress(staged) == \
+        "rolling update from revision db-1 to db-2"
+
+
+def test_statefulset_min_available_equal_to_replicas_does_not_wedge_the_surge() -> None:
+    pods, ctrl = statefulset(["g1", "g2"])
+    nodes = [node("g1"), node("g2"), node("g3"), node("g4")]
+    plan = plan_drain(ClusterState(nodes, pods, [pdb("db", {"app": "db"}, min_available=2)],
+                                   ctrl), ["g1"])
+    assert plan.ok, plan.blockers
+    [b] = plan.budgets
+    assert (b.best_case_disruptions, b.best_case_with_surge) == (0, 1)
+    assert any("the budget is respected, not bypassed" in n for n in plan.notes)

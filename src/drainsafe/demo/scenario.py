@@ -29,7 +29,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +48,8 @@ from drainsafe.verify.record import (
 
 Tool = Literal["drainsafe", "kubectl"]
 Strategy = Literal["surge", "evict"]
+Kind = Literal["Deployment", "StatefulSet"]
+PLURAL: dict[Kind, str] = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
 KUBECTL_VERSIONED = Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
 APP = "llm"
 NAMESPACE = "default"
@@ -76,6 +78,7 @@ class ScenarioSettings:
     strategy: Strategy = "surge"  # drainsafe drain --strategy
     min_available: int | None = None  # the PDB: minAvailable N instead of maxUnavailable 1
     hpa_min: int | None = None  # an HPA owns the scale: minReplicas N (maxReplicas +2)
+    kind: Kind = "Deployment"  # the workload's controller (a StatefulSet: `llm-0`, ...)
 
 
 def kubectl_binary() -> str | None:
@@ -148,9 +151,10 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
     }
     labels = {"app": APP}
     return [
-        {"apiVersion": "apps/v1", "kind": "Deployment",
+        {"apiVersion": "apps/v1", "kind": s.kind,
          "metadata": {"name": APP, "namespace": NAMESPACE},
          "spec": {"replicas": s.replicas, "selector": {"matchLabels": labels},
+                  **({"serviceName": APP} if s.kind == "StatefulSet" else {}),
                   "template": {"metadata": {"labels": labels},
                                "spec": {"terminationGracePeriodSeconds": s.grace,
                                         "containers": [container]}}}},
@@ -166,7 +170,7 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
         *([] if s.hpa_min is None else [
             {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
              "metadata": {"name": APP, "namespace": NAMESPACE},
-             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": s.kind,
                                          "name": APP},
                       "minReplicas": s.hpa_min, "maxReplicas": s.replicas + 2}}]),
     ]
@@ -190,7 +194,7 @@ class ScenarioResult:
     old_pods: list[str] = field(default_factory=list)
     evicted_by_api: list[str] = field(default_factory=list)  # DisruptionTarget seen
     pods_created: int = 0  # pods of the workload created during the drain
-    replicas_after: int | None = None  # the Deployment's spec.replicas afterwards
+    replicas_after: int | None = None  # the workload's spec.replicas afterwards
     annotations_left: list[str] = field(default_factory=list)  # drainsafe.io/* afterwards
     longest_request_seconds: float = 0.0  # the longest successful request of the run
     replicas: int = 0
@@ -347,7 +351,7 @@ async def run_drain_under_load(
     extra = [] if prepare is None else await prepare(lab)
     say("deploying the streaming server: 2 replicas, a Service, a PDB; loading the model")
     await lab.apply(*extra, *llm_manifests(s))
-    await lab.wait_available(NAMESPACE, APP, timeout=s.wait_timeout + s.model_load)
+    await _wait_available(lab, s, timeout=s.wait_timeout + s.model_load)
     await lab.wait_backends(NAMESPACE, APP, s.replicas, timeout=60)
     url = lab.service_url(NAMESPACE, APP)
     specs = [_load_spec(url, s.stream_seconds, s.concurrency, s)]
@@ -452,7 +456,7 @@ async def run_drain_under_load(
         result.pods_created = len(set(tracker.created) - known)
         gone = [tracker.deleted_at[n] for n in old if n in tracker.deleted_at]
         result.empty_seconds = max(gone) - started if gone and len(gone) == len(old) else None
-        dep = await client.get(api_path("apps/v1", "deployments", namespace=NAMESPACE,
+        dep = await client.get(api_path("apps/v1", PLURAL[s.kind], namespace=NAMESPACE,
                                         name=APP))
         result.replicas_after = (dep.get("spec") or {}).get("replicas")
         result.annotations_left = sorted(
@@ -489,6 +493,25 @@ async def run_drain_under_load(
         else:
             result.failed[r.outcome.label] = result.failed.get(r.outcome.label, 0) + 1
     return result
+
+
+async def _wait_available(lab: Any, s: ScenarioSettings, *, timeout: float) -> None:
+    """Until the workload has all its replicas Available (a Deployment: the lab's rollout
+    status test; a StatefulSet: status.availableReplicas at its generation)."""
+    if s.kind == "Deployment":
+        await lab.wait_available(NAMESPACE, APP, timeout=timeout)
+        return
+
+    def available(cache: Mapping[str, dict[str, Any]]) -> bool:
+        sts = cache.get(f"{NAMESPACE}/{APP}") or {}
+        st = sts.get("status") or {}
+        return (st.get("observedGeneration") == (sts.get("metadata") or {}).get("generation")
+                and st.get("availableReplicas") == s.replicas == st.get("replicas"))
+
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, Informer(
+            client, api_path("apps/v1", "statefulsets", namespace=NAMESPACE)) as informer:
+        await informer.wait_for(available, timeout=timeout,
+                                what=f"StatefulSet {NAMESPACE}/{APP} Available")
 
 
 def _merge(runs: list[LoadRun]) -> LoadRun:

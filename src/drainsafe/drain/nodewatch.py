@@ -19,10 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from drainsafe.drain.filters import DrainOptions, classify
-from drainsafe.drain.ownership import guard_surged
+from drainsafe.drain.ownership import SURGE_KINDS, guard_surged
 from drainsafe.drain.workloads import WorkloadSelector
 from drainsafe.kube import Informer, KubeClient, WaitTimeout, api_path
 from drainsafe.kube.objects import (
+    WorkloadRef,
     endpoint_uid,
     is_active,
     is_available,
@@ -67,12 +68,14 @@ class NodeWatch:
                                                      namespace=ns)) for ns in namespaces}
         self.budgets = {ns: Informer(client, api_path("policy/v1", "poddisruptionbudgets",
                                                       namespace=ns)) for ns in namespaces}
-        self.deployments = {ns: Informer(client, api_path("apps/v1", "deployments",
-                                                          namespace=ns)) for ns in namespaces}
+        # The surgeable workloads, for a surge of the eviction guard's (its record).
+        self.workloads = {(kind, ns): Informer(client, api_path("apps/v1", plural,
+                                                                namespace=ns))
+                          for kind, plural in SURGE_KINDS.items() for ns in namespaces}
 
     def _all(self) -> list[Informer]:
         return [self.node_pods, *self.pods.values(), *self.slices.values(),
-                *self.budgets.values(), *self.deployments.values()]
+                *self.budgets.values(), *self.workloads.values()]
 
     async def start(self) -> None:
         await asyncio.gather(*(i.start() for i in self._all()))
@@ -147,9 +150,10 @@ class NodeWatch:
         allowed = status.get("disruptionsAllowed")
         return int(allowed) if isinstance(allowed, int) else 0
 
-    def guard_surged(self, namespace: str, name: str) -> bool:
-        """The Deployment carries a surge record of the eviction guard's."""
-        return guard_surged(self.deployments[namespace].cache.get(f"{namespace}/{name}"))
+    def guard_surged(self, ref: WorkloadRef) -> bool:
+        """The workload carries a surge record of the eviction guard's."""
+        informer = self.workloads[(ref.kind, ref.namespace)]
+        return guard_surged(informer.cache.get(f"{ref.namespace}/{ref.name}"))
 
     def slices_settled(self, namespace: str, drained: set[str]) -> bool:
         """No slice lists a pod of this drain, nor a pod that no longer exists."""
@@ -219,12 +223,45 @@ class NodeWatch:
                                 what=f"{w.key} to have {want} Available pods", recheck=0.5,
                                 stop=stop)
 
-    async def wait_no_guard_surge(self, namespace: str, name: str, *, timeout: float,
+    async def wait_recreated(self, namespace: str, old: Mapping[str, str], *,
+                             min_ready_seconds: float, timeout: float,
+                             excluding: Sequence[str] = (), unschedulable_after: float,
+                             stop: asyncio.Event | None = None) -> list[Obj]:
+        """Until each pod of `old` ("ns/name" -> the old UID) is there again under its
+        name, with another UID, active, Available and off the `excluding` nodes: a
+        StatefulSet's recreation (pkg/controller/statefulset/stateful_set_control.go
+        processReplica creates a missing ordinal under its name). One Unschedulable for
+        `unschedulable_after` seconds raises Unschedulable."""
+        pending_since: dict[str, float] = {}
+
+        def check() -> list[Obj] | None:
+            found = []
+            now = self.clock()
+            for key, uid in old.items():
+                p = self.pod(namespace, key)
+                if p is None or uid_of(p) == uid or not is_active(p):
+                    return None
+                reason = unschedulable_reason(p)
+                if reason:
+                    since = pending_since.setdefault(key, self.monotonic())
+                    if self.monotonic() - since > unschedulable_after:
+                        raise Unschedulable(f"{key} cannot be scheduled: {reason}")
+                    return None
+                pending_since.pop(key, None)
+                if node_of(p) in excluding or not is_available(p, min_ready_seconds, now):
+                    return None
+                found.append(p)
+            return found
+
+        return await self.until([self.pods[namespace]], check, timeout=timeout,
+                                what=f"{', '.join(sorted(old))} to be recreated and Available "
+                                "elsewhere", recheck=0.5, stop=stop)
+
+    async def wait_no_guard_surge(self, ref: WorkloadRef, *, timeout: float,
                                   stop: asyncio.Event | None = None) -> None:
-        await self.until([self.deployments[namespace]],
-                         lambda: not self.guard_surged(namespace, name), timeout=timeout,
-                         what=f"the eviction guard to restore Deployment {namespace}/{name}",
-                         stop=stop)
+        await self.until([self.workloads[(ref.kind, ref.namespace)]],
+                         lambda: not self.guard_surged(ref), timeout=timeout,
+                         what=f"the eviction guard to restore {ref}", stop=stop)
 
     async def wait_budget(self, namespace: str, keys: Sequence[str], *, timeout: float,
                           stop: asyncio.Event | None = None) -> int:

@@ -187,6 +187,11 @@ def audit_record(node: Mapping[str, Any], pods_on_node: int, daemon_pods: int) -
 
 SURGE = PREFIX + "surge"
 
+# The kinds a surge record goes on (apps/v1, by plural): the workloads a drain scales up by
+# their pods on the node and back. A Deployment's surge pods replace the old ones; a
+# StatefulSet's new ordinals stand in while each old pod is recreated under its own name.
+SURGE_KINDS: Mapping[str, str] = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
+
 
 @dataclass(frozen=True)
 class AutoscalerBounds:

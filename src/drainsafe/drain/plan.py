@@ -212,10 +212,17 @@ def _plan_room(
     # A workload needs room for as many new pods as it lacks off the drained nodes: all of
     # its pods here on a first run, none on a rerun whose surge pods already run elsewhere.
     lacking = {w.workload: _lacking(state, w, targets) for w in workload_plans}
+    # A surged StatefulSet pod needs room twice while it moves: for its stand-in (a new
+    # ordinal, counted as lacking above) and for itself, recreated under its name while
+    # the stand-in still runs (the drained nodes are cordoned).
+    stable = {w.workload for w in workload_plans
+              if w.strategy == "surge" and w.identity == "stable"}
     wanted = []
     for p in pods:
         if not p.needs_replacement:
             continue
+        if p.workload in stable:
+            wanted.append((p.key, specs[p.key]))  # its recreation
         if p.workload in lacking:
             if lacking[p.workload] <= 0:
                 continue
@@ -225,17 +232,21 @@ def _plan_room(
         return []
     placements = place_replacements(wanted, state.nodes, state.pods, excluded=targets)
     by_key = {p.key: p for p in pods}
+    refused: set[str] = set()
     for placement in placements:
-        if placement.node is not None:
+        if placement.node is not None or placement.pod in refused:
             continue
+        refused.add(placement.pod)
         pod = by_key[placement.pod]
         needs = ", ".join(f"{k}: {v}" for k, v in pod.gpus.items()) or "its CPU/memory requests"
         reasons = "; ".join(f"{n}: {r}" for n, r in sorted(placement.reasons.items()))
+        what = ("its stand-in and for itself, recreated under its name (a StatefulSet pod "
+                "needs both while it moves)" if pod.workload in stable else "its replacement")
         blockers.append(
             Blocker(
                 "no-room",
                 f"Pod {pod.key}",
-                f"no other schedulable node has room for its replacement (needs {needs}): "
+                f"no other schedulable node has room for {what} (needs {needs}): "
                 f"{reasons or 'no other nodes'}",
                 "add a node first (drainsafe drain --surge waits for one) or free capacity "
                 "elsewhere; evicting now would leave the replacement Pending",

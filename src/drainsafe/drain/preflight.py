@@ -10,12 +10,14 @@ cluster-autoscaler overprovisioning pattern). Any blocker left refuses, before t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.drain import ownership
+from drainsafe.drain.ownership import SURGE_KINDS
 from drainsafe.drain.plan import DrainPlan, plan_drain
 from drainsafe.drain.settings import DrainSettings
 from drainsafe.drain.surge import SurgeFailed, surge
@@ -70,15 +72,18 @@ async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
     """Until none of `workloads` carries the eviction guard's surge record (or `timeout`:
     then the plan that follows says what is still in the way)."""
     refs = [WorkloadRef.parse(w) for w in workloads]
-    keys = {f"{r.namespace}/{r.name}" for r in refs}  # the informer's object keys
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    for kind in sorted({r.kind for r in refs}):
+        keys = {f"{r.namespace}/{r.name}" for r in refs if r.kind == kind}  # informer keys
 
-    def restored(cache: Mapping[str, Obj]) -> bool:
-        return not any(ownership.guard_surged(cache.get(k)) for k in keys)
+        def restored(cache: Mapping[str, Obj], keys: set[str] = keys) -> bool:
+            return not any(ownership.guard_surged(cache.get(k)) for k in keys)
 
-    async with Informer(client, api_path("apps/v1", "deployments")) as deployments:
-        with contextlib.suppress(WaitTimeout):
-            await deployments.wait_for(restored, timeout=timeout,
-                                       what="the eviction guard's restore")
+        async with Informer(client, api_path("apps/v1", SURGE_KINDS[kind])) as informer:
+            with contextlib.suppress(WaitTimeout):
+                await informer.wait_for(restored, timeout=max(deadline - loop.time(), 0.0),
+                                        what="the eviction guard's restore")
 
 
 def only_no_room(plan: DrainPlan) -> bool:

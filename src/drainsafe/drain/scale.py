@@ -1,7 +1,10 @@
 """Surge-first scaling: a workload scaled up by k and back, recorded on it before any change.
 
-The record (drain.ownership.SurgeRecord, annotation drainsafe.io/surge) is written on the
-Deployment in a resourceVersion-guarded patch before the first scale change, and holds the
+One engine for the scalable kinds (drain.ownership.SURGE_KINDS: Deployment, StatefulSet),
+used by the drain and by the eviction guard. The record (drain.ownership.SurgeRecord,
+annotation drainsafe.io/surge) is written on the workload (its spec.replicas is what the
+scale subresource reads and writes for both kinds) in a resourceVersion-guarded patch
+before the first scale change, and holds the
 scale before the drain, or the HorizontalPodAutoscaler's minReplicas/maxReplicas before it.
 Whatever stops the drain (Ctrl-C, SIGKILL, a crash), a rerun of the same drain, or
 `drainsafe uncordon`, sets exactly those values again and only then removes the record.
@@ -9,8 +12,13 @@ Whatever stops the drain (Ctrl-C, SIGKILL, a crash), a rerun of the same drain, 
 An HPA owns its target's spec.replicas and would take a direct scale back on its next sync
 (kubernetes/kubernetes pkg/controller/podautoscaler/horizontal.go normalizeDesiredReplicas
 clamps to [minReplicas, maxReplicas]), so for an HPA-managed Deployment the surge raises
-minReplicas (and maxReplicas when needed) first, then scales the Deployment to the same
+minReplicas (and maxReplicas when needed) first, then scales the workload to the same
 count, which the HPA then agrees with instead of waiting a sync period for it.
+
+What a StatefulSet removes when the scale comes back: the highest ordinals
+(kubernetes pkg/controller/statefulset/stateful_set_control.go processCondemned; with
+OrderedReady one at a time and only while every other pod is healthy), which are the
+stand-ins the surge created, once the pods they stood in for are recreated and Ready.
 
 What the ReplicaSet removes when the scale comes back (pkg/controller/controller_utils.go
 ActivePodsWithRanks, the order of getPodsToDelete): among *active* pods only (a pod with a
@@ -33,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from drainsafe.drain.ownership import (
+    SURGE_KINDS,
     AutoscalerBounds,
     SurgedWorkload,
     SurgeRecord,
@@ -46,8 +55,9 @@ from drainsafe.kube.retry import retry_on_conflict
 Obj = dict[str, Any]
 
 
-def deployment_path(namespace: str, name: str) -> str:
-    return api_path("apps/v1", "deployments", namespace=namespace, name=name)
+def workload_path(ref: WorkloadRef) -> str:
+    """The workload's object (apps/v1): the record and spec.replicas are written there."""
+    return api_path("apps/v1", SURGE_KINDS[ref.kind], namespace=ref.namespace, name=ref.name)
 
 
 def hpa_path(namespace: str, name: str) -> str:
@@ -57,11 +67,11 @@ def hpa_path(namespace: str, name: str) -> str:
 async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str | None,
                 pods: dict[str, str], guard: bool = False,
                 clock: Callable[[], float] = time.time) -> SurgeRecord:
-    """Record the surge on the Deployment (if no record is there yet) and return the record:
+    """Record the surge on the workload (if no record is there yet) and return the record:
     the one already there when there is one, whoever wrote it (see its `node` and
     `guard`). Changes no scale: call `set_scale` after."""
-    _, namespace, name = WorkloadRef.parse(workload)
-    path = deployment_path(namespace, name)
+    ref = WorkloadRef.parse(workload)
+    namespace, path = ref.namespace, workload_path(ref)
 
     async def decide(obj: Obj) -> SurgeRecord:
         existing = SurgeRecord.of(obj)
@@ -87,7 +97,7 @@ async def set_scale(client: KubeClient, workload: str, record: SurgeRecord, targ
     """Scale to `target` (the record's replicas plus what is still surged). With an HPA,
     its bounds first: minReplicas up to the target while surged, exactly the recorded
     values once the target is back at the recorded scale."""
-    _, namespace, name = WorkloadRef.parse(workload)
+    ref = WorkloadRef.parse(workload)
     bounds = record.autoscaler
     if bounds is not None:
         spec: dict[str, int | None]
@@ -96,15 +106,14 @@ async def set_scale(client: KubeClient, workload: str, record: SurgeRecord, targ
                     "maxReplicas": max(bounds.max_replicas, target)}
         else:
             spec = {"minReplicas": bounds.min_replicas, "maxReplicas": bounds.max_replicas}
-        await client.patch(hpa_path(namespace, bounds.name), {"spec": spec})
-    await client.patch(deployment_path(namespace, name), {"spec": {"replicas": target}})
+        await client.patch(hpa_path(ref.namespace, bounds.name), {"spec": spec})
+    await client.patch(workload_path(ref), {"spec": {"replicas": target}})
 
 
 async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None:
     """Restore exactly the recorded scale (and HPA bounds), then remove the record."""
-    _, namespace, name = WorkloadRef.parse(workload)
     await set_scale(client, workload, record, record.replicas)
-    path = deployment_path(namespace, name)
+    path = workload_path(WorkloadRef.parse(workload))
 
     async def decide(obj: Obj) -> None:
         if SurgeRecord.of(obj) is not None:
@@ -113,30 +122,31 @@ async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None
     await retry_on_conflict(client, path, decide)
 
 
-async def surged(client: KubeClient) -> list[tuple[Obj, SurgeRecord]]:
-    """Every Deployment carrying a surge record."""
-    try:
-        items, _ = await client.list(api_path("apps/v1", "deployments"))
-    except NotFound:
-        return []
+async def surged(client: KubeClient) -> list[tuple[WorkloadRef, Obj, SurgeRecord]]:
+    """Every workload (of the scalable kinds) carrying a surge record."""
     out = []
-    for obj in items:
+    for kind, plural in SURGE_KINDS.items():
         try:
-            record = SurgeRecord.of(obj)
-        except ValueError:
-            continue
-        if record is not None:
-            out.append((obj, record))
+            items, _ = await client.list(api_path("apps/v1", plural))
+        except NotFound:
+            continue  # a kind this server does not serve
+        for obj in items:
+            try:
+                record = SurgeRecord.of(obj)
+            except ValueError:
+                continue
+            if record is not None:
+                out.append((_ref(kind, obj), obj, record))
     return out
 
 
 async def restore_all_for_node(client: KubeClient, node: str) -> list[str]:
     """Give up every surge recorded for `node`: restore and un-record. Returns the keys."""
     done = []
-    for obj, record in await surged(client):
+    for ref, _obj, record in await surged(client):
         if record.node != node or record.guard:  # the guard restores its own
             continue
-        workload = str(_ref(obj))
+        workload = str(ref)
         await finish(client, workload, record)
         done.append(workload)
     return done
@@ -144,9 +154,9 @@ async def restore_all_for_node(client: KubeClient, node: str) -> list[str]:
 
 async def audit_surged(client: KubeClient) -> list[SurgedWorkload]:
     out = []
-    for obj, record in await surged(client):
+    for ref, obj, record in await surged(client):
         out.append(SurgedWorkload(
-            workload=str(_ref(obj)), node=record.node,
+            workload=str(ref), node=record.node,
             replicas_now=int((obj.get("spec") or {}).get("replicas", 1)),
             replicas_before=record.replicas,
             autoscaler=record.autoscaler.name if record.autoscaler else "",
@@ -154,7 +164,7 @@ async def audit_surged(client: KubeClient) -> list[SurgedWorkload]:
     return out
 
 
-def _ref(deployment: Obj) -> WorkloadRef:
+def _ref(kind: str, obj: Obj) -> WorkloadRef:
     # A list's items carry no kind of their own.
-    meta = deployment.get("metadata") or {}
-    return WorkloadRef("Deployment", str(meta.get("namespace") or ""), str(meta.get("name")))
+    meta = obj.get("metadata") or {}
+    return WorkloadRef(kind, str(meta.get("namespace") or ""), str(meta.get("name")))

@@ -7,7 +7,13 @@ outside its bounds back: kubernetes pkg/controller/podautoscaler/horizontal.go
 normalizeDesiredReplicas); a Deployment mid-rollout (kube.objects.rollout_in_progress, as
 kubectl pkg/polymorphichelpers/rollout_status.go reads it) stands down to evict-first,
 since a scale then is spread over its ReplicaSets (pkg/controller/deployment/sync.go,
-proportional scaling); StatefulSets, bare ReplicaSets and other controllers evict first.
+proportional scaling). A StatefulSet not mid-update (kube.objects.
+statefulset_rollout_in_progress) surges too, with stable identities: its k new ordinals
+stand in while each old pod is evicted and recreated under its own name
+(pkg/controller/statefulset/stateful_set_control.go processReplica), and the restore
+removes the highest ordinals, the stand-ins (processCondemned); mid-update it stands
+down, since its stand-ins would start at the update revision. Bare ReplicaSets and other
+controllers evict first.
 Each plan carries its Ready floor and expected time. A surge record of an earlier run on
 these nodes is continued (its recorded replicas are the scale to restore); one of another
 node's drain refuses ("surge-owned"); the eviction guard's own surge is a bounded hold the
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from drainsafe.drain.blockers import Blocker
 from drainsafe.drain.filters import DrainOptions, Strategy
@@ -29,7 +36,21 @@ from drainsafe.drain.workloads import (
     owned_replicasets,
     surge_record,
 )
-from drainsafe.kube.objects import WorkloadRef, autoscaler_for, key_of, meta, rollout_in_progress
+from drainsafe.kube.objects import (
+    WorkloadRef,
+    autoscaler_for,
+    key_of,
+    meta,
+    rollout_in_progress,
+    statefulset_rollout_in_progress,
+)
+
+# Who takes an old pod's place in a surge. "interchangeable" (a Deployment): the surge pods
+# themselves, so the scale comes down by one right after each accepted eviction.
+# "stable" (a StatefulSet): the old pod, recreated under its name by its controller; the
+# stand-ins serve until the recreation is Ready elsewhere, then the restore removes them.
+Identity = Literal["interchangeable", "stable"]
+IDENTITY: dict[str, Identity] = {"Deployment": "interchangeable", "StatefulSet": "stable"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,7 @@ class WorkloadPlan:
     why: str
     autoscaler: str | None = None  # "ns/name" of the HPA that owns the scale
     resumed: bool = False  # a surge record of an earlier run on these nodes exists
+    identity: Identity = "interchangeable"  # who takes an old pod's place (above)
 
 
 
@@ -93,30 +115,46 @@ def plan_workloads(
                 f"(drainsafe uncordon {record.node}) which restores the scale"))
         if options.strategy == "evict" and record is None:
             why = "--strategy evict"
-        elif w.kind != "Deployment" or not obj:
+        elif w.kind not in IDENTITY or not obj:
             why = {
-                "StatefulSet": "a StatefulSet pod keeps its name and identity: its "
-                "replacement can only start once it is gone",
                 "ReplicaSet": "a bare ReplicaSet (no Deployment): evict-first",
             }.get(w.kind, f"{w.kind}: evict-first")
         else:
-            rollout = None if record is not None else rollout_in_progress(
-                obj, owned_replicasets(state, obj))
+            identity = IDENTITY[w.kind]
+            if record is not None:
+                rollout = None
+            elif identity == "stable":
+                rollout = statefulset_rollout_in_progress(obj)
+            else:
+                rollout = rollout_in_progress(obj, owned_replicasets(state, obj))
             if rollout is not None:
                 why = (f"mid-rollout ({rollout}): a scale now is spread over the "
-                       "ReplicaSets, so drainsafe stands down to evict-first")
+                       "ReplicaSets, so drainsafe stands down to evict-first"
+                       if identity == "interchangeable" else
+                       f"mid-update ({rollout}): stand-ins would start at the update "
+                       "revision, so drainsafe stands down to evict-first")
             else:
                 strategy = "surge"
-                hpa = autoscaler_for(WorkloadRef("Deployment", w.namespace, w.name),
-                                     state.autoscalers)
+                hpa = autoscaler_for(w.ref, state.autoscalers)
                 if hpa is not None:
                     autoscaler = key_of(hpa)
-                why = (f"Deployment: {len(mine)} more pod(s) first, Ready elsewhere before "
-                       "the old ones are evicted"
+                why = ((f"Deployment: {len(mine)} more pod(s) first, Ready elsewhere "
+                        "before the old ones are evicted" if identity == "interchangeable"
+                        else f"StatefulSet: {len(mine)} more ordinal(s) first, Ready "
+                        "elsewhere; each old pod is then evicted and recreated under its "
+                        "name elsewhere before the scale is restored (the highest ordinals "
+                        "go)")
                        + (f"; the HPA {autoscaler} owns the scale: its minReplicas is "
                           "raised instead" if autoscaler else ""))
         k = len(mine)
-        if strategy == "surge":
+        if strategy == "surge" and IDENTITY.get(w.kind) == "stable":
+            # The stand-ins' start-up (OrderedReady creates them one at a time,
+            # stateful_set_control.go), then the old pods' grace and their recreations'.
+            floor = replicas
+            ordered = (obj.get("spec") or {}).get("podManagementPolicy") != "Parallel"
+            expected = None if startup is None else (
+                (k if ordered else 1) * startup + grace + startup)
+        elif strategy == "surge":
             floor = replicas
             expected = None if startup is None else startup + grace
         else:
@@ -126,7 +164,8 @@ def plan_workloads(
             workload=key, strategy=strategy, pods=tuple(p.key for p in mine),
             replicas=replicas, surge=k if strategy == "surge" else 0, floor=floor,
             startup_seconds=startup, expected_seconds=expected, why=why,
-            autoscaler=autoscaler, resumed=record is not None))
+            autoscaler=autoscaler, resumed=record is not None,
+            identity=IDENTITY.get(w.kind, "interchangeable")))
     # A rerun after the old pods were all evicted but before the scale was restored: nothing
     # left to move, but the scale (or the HPA's bounds) still to restore.
     planned = {w.workload for w in out}
@@ -141,5 +180,6 @@ def plan_workloads(
             why="an earlier run surged it and was stopped before the restore: restore",
             autoscaler=None if bounds is None
             else f"{meta(obj).get('namespace')}/{bounds.name}",
-            resumed=True))
+            resumed=True, identity=IDENTITY.get(WorkloadRef.parse(key).kind,
+                                                "interchangeable")))
     return out

@@ -1,4 +1,4 @@
-"""Surge-first (make before break) for one Deployment, as its WorkloadPlan says.
+"""Surge-first (make before break) for one Deployment or StatefulSet, as its WorkloadPlan says.
 
 Record the surge on the Deployment before any change (drain.scale, drain.ownership's
 SurgeRecord), scale up by its pods on the node in one step (an HPA's minReplicas raised
@@ -10,6 +10,17 @@ accepted eviction (the ReplicaSet then has nothing to remove, or only the replac
 has just started, which is not Ready and so ranks first: pkg/controller/controller_utils.go
 ActivePodsWithRanks), and restore exactly the recorded scale. A new pod Unschedulable for
 `unschedulable_after` takes the surge back before any eviction and stops.
+
+A StatefulSet (WorkloadPlan.identity "stable") keeps the surge through the evictions:
+its pods have stable names, so an evicted pod is recreated under its name by the
+StatefulSet controller (pkg/controller/statefulset/stateful_set_control.go
+processReplica), on another node since this one is cordoned, and the k new ordinals
+stand in meanwhile. Evictions are paced by the budgets as above; once every old pod is
+gone and its recreation is Available elsewhere (and a ready endpoint, behind a Service),
+the recorded scale is restored and the controller removes the highest ordinals, the
+stand-ins (processCondemned; with OrderedReady only while every other pod is healthy).
+A rerun waits for the recreations of the pods the record names before it restores, so a
+restore never takes a stand-in while the pod it stands in for is still starting.
 
 When the eviction guard (drainsafe controller) has surged the workload for another
 drainer, the drain waits for the guard's restore and then records its own: never a surge
@@ -65,24 +76,38 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
         # guard holds other evictions of the workload while ours is recorded.
         ctx.say(f"{w.workload}: surged by the eviction guard for a drain of "
                 f"{record.node}; waiting for its restore")
-        await ctx.watch.wait_no_guard_surge(ref.namespace, ref.name,
-                                            timeout=ctx.remaining(), stop=ctx.stop)
+        await ctx.watch.wait_no_guard_surge(ref, timeout=ctx.remaining(), stop=ctx.stop)
     if record.node != ctx.node:
         raise DrainFailed(f"{w.workload} is surged for a drain of {record.node}")
     base = record.replicas
     gone_waits: list[asyncio.Task[None]] = []
     try:
         if remaining:
-            target = base + len(remaining)
+            # A Deployment's scale came down by one per accepted eviction; a StatefulSet's
+            # stand-ins all stay until the restore (an earlier run's evicted pods may still
+            # be starting under their names), so its surge is every pod the record names.
+            surge = len(remaining) if w.identity == "interchangeable" \
+                else max(len(record.pods), len(remaining))
+            target = base + surge
             await scale.set_scale(ctx.client, w.workload, record, target)
             how = (f"HPA {record.autoscaler.name} minReplicas and " if record.autoscaler
                    else "")
             ctx.scaled[w.workload] = f"{how}replicas {base} -> {target}"
             ctx.say(f"{w.workload}: surged {base} -> {target}; waiting for "
                     f"{len(remaining)} new pod(s) Available elsewhere")
-            await _wait_surge(ctx, w, remaining, base)
-            await _evict_paced(ctx, w.workload, ref.namespace, remaining, record, base,
-                               gone_waits)
+            # A StatefulSet pod an earlier run evicted may still be starting under its
+            # name: its stand-in must stay, whatever else fails.
+            await _wait_surge(ctx, w, remaining, base,
+                              take_back=w.identity == "interchangeable"
+                              or len(remaining) >= len(record.pods))
+            if w.identity == "stable":
+                await _evict_for_recreation(ctx, ref.namespace, remaining, gone_waits)
+            else:
+                await _evict_paced(ctx, w.workload, ref.namespace, remaining, record, base,
+                                   gone_waits)
+        if w.identity == "stable":
+            await asyncio.gather(*gone_waits)
+            await _wait_recreated(ctx, w, record)
         await scale.finish(ctx.client, w.workload, record)
         ctx.say(f"{w.workload}: scale restored to {base}")
         if gone_waits:
@@ -93,7 +118,7 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
 
 
 async def _wait_surge(ctx: DrainContext, w: WorkloadPlan, remaining: Sequence[PodPlan],
-                      base: int) -> None:
+                      base: int, *, take_back: bool) -> None:
     selector = ctx.selectors.get(w.workload)
     if selector is None:
         raise DrainFailed(f"{w.workload}: no selector; cannot tell its pods")
@@ -103,6 +128,10 @@ async def _wait_surge(ctx: DrainContext, w: WorkloadPlan, remaining: Sequence[Po
             selector, base, excluding=(ctx.node,), timeout=ctx.remaining(),
             unschedulable_after=ctx.settings.unschedulable_after, stop=ctx.stop)
     except Unschedulable as exc:
+        if not take_back:
+            raise DrainFailed(f"{exc}; the surge stays (its stand-ins serve in the place "
+                              "of the pods evicted before): rerun once there is room"
+                              ) from exc
         # Nothing of this workload was evicted yet: take the surge back, then stop.
         record = await scale.begin(ctx.client, w.workload, node=ctx.node,
                                    autoscaler=w.autoscaler, pods={}, clock=ctx.clock)
@@ -157,3 +186,54 @@ async def _evict_paced(ctx: DrainContext, workload: str, namespace: str,
                 await scale.set_scale(ctx.client, workload, record, base + surged)
         for p in batch:
             gone_waits.append(asyncio.create_task(ctx.after_eviction(p)))
+
+
+async def _evict_for_recreation(ctx: DrainContext, namespace: str,
+                                remaining: Sequence[PodPlan],
+                                gone_waits: list[asyncio.Task[None]]) -> None:
+    """Evict as many at once as the budgets allow; the scale stays up (the stand-ins
+    serve until each evicted pod is recreated under its name)."""
+    left = list(remaining)
+    while left:
+        allowed = await ctx.budget_allows(namespace, left)
+        batch, left = left[:max(allowed, 1)], left[max(allowed, 1):]
+        await asyncio.gather(*(ctx.evict(p) for p in batch))
+        for p in batch:
+            gone_waits.append(asyncio.create_task(ctx.after_eviction(p)))
+
+
+async def _wait_recreated(ctx: DrainContext, w: WorkloadPlan,
+                          record: ownership.SurgeRecord) -> None:
+    """Until every pod the record names is recreated under its name, Available off the
+    node and, behind a Service, a ready endpoint: only then may the restore take the
+    stand-ins away."""
+    selector = ctx.selectors.get(w.workload)
+    if selector is None:
+        raise DrainFailed(f"{w.workload}: no selector; cannot tell its pods")
+    if not record.pods:
+        return
+    ctx.say(f"{w.workload}: waiting for {', '.join(sorted(record.pods))} to be recreated "
+            f"elsewhere")
+    try:
+        recreated = await ctx.watch.wait_recreated(
+            selector.namespace, record.pods, min_ready_seconds=selector.min_ready_seconds,
+            excluding=(ctx.node,), timeout=ctx.remaining(),
+            unschedulable_after=ctx.settings.unschedulable_after, stop=ctx.stop)
+    except Unschedulable as exc:
+        raise DrainFailed(f"{exc}; the surge stays (its stand-ins serve in the evicted "
+                          "pods' place): rerun once there is room") from exc
+    if any(ctx.watch.listed(selector.namespace, uid_of(p))
+           for p in ctx.watch.serving(selector)):
+        # Behind a Service: the restore removes stand-ins that are endpoints, so the
+        # recreations must be endpoints first.
+        await ctx.watch.wait_endpoints_ready(
+            selector.namespace, [uid_of(p) for p in recreated],
+            timeout=min(60.0, ctx.remaining()), stop=ctx.stop)
+    now = ctx.clock()
+    for p in recreated:
+        rep = ctx.reports.get(key_of(p))
+        if rep is not None:
+            rep.replacement = key_of(p)
+            rep.replacement_node = (p.get("spec") or {}).get("nodeName")
+            rep.replacement_ready_at = now
+    ctx.say(f"{w.workload}: {', '.join(sorted(record.pods))} recreated elsewhere")

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drainsafe.drain.ownership import SurgeRecord, guard_surged
+from drainsafe.drain.ownership import SURGE_KINDS, SurgeRecord, guard_surged
 from drainsafe.kube.objects import WorkloadRef, controller_ref, meta, started_up_seconds
 from drainsafe.labels import Selector, SelectorError, from_label_selector
 
@@ -138,7 +138,7 @@ def observed_startup(state: ClusterState, workload: str, template: Obj) -> float
 
 
 def guard_surges(state: ClusterState) -> list[str]:
-    """Deployments ("Deployment/ns/name") the eviction guard has surged right now: their
+    """Workloads ("Kind/ns/name") the eviction guard has surged right now: their
     stand-ins hold room that its restore gives back within seconds to minutes."""
     return sorted(key for key, obj in state.controllers.items()
-                  if WorkloadRef.parse(key).kind == "Deployment" and guard_surged(obj))
+                  if WorkloadRef.parse(key).kind in SURGE_KINDS and guard_surged(obj))

@@ -30,6 +30,14 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   (spec.replicas > 0), which is when the deployment controller spreads a scale over them
   (pkg/controller/deployment/sync.go scale(), proportional scaling). Drain and the guard
   both ask this one rule.
+- a StatefulSet mid-rolling-update (`statefulset_rollout_in_progress`), as `kubectl rollout
+  status sts` reads it (same file, StatefulSetStatusViewer): observedGeneration behind
+  generation, or, for a partitioned update, fewer updatedReplicas than replicas minus the
+  partition; else currentRevision differs from updateRevision. Unlike kubectl, a partitioned
+  update whose updated pods are all there still counts while the revisions differ: a pod
+  the set creates at an ordinal at or above the partition (a stand-in) starts at the update
+  revision, not at the revision of the pod it stands in for. Not Ready replicas are not a
+  rollout here (kubectl waits for them too): the drain waits for them anyway.
 - a workload's autoscaler: the HorizontalPodAutoscaler in its namespace whose
   scaleTargetRef names its kind and name (`autoscaler_for`).
 - times: the API writes metav1.Time as RFC 3339 in whole seconds (`rfc3339`) and
@@ -171,6 +179,26 @@ def rollout_in_progress(deployment: Obj, replicasets: Iterable[Obj]) -> str | No
     updated = status.get("updatedReplicas")
     if isinstance(replicas, int) and isinstance(updated, int) and updated < replicas:
         return f"{updated}/{replicas} replicas updated"
+    return None
+
+
+def statefulset_rollout_in_progress(sts: Obj) -> str | None:
+    """Why the StatefulSet is mid-rolling-update, or None (the rule in the module docstring)."""
+    m = meta(sts)
+    spec = sts.get("spec") or {}
+    status = sts.get("status") or {}
+    generation, observed = m.get("generation"), status.get("observedGeneration")
+    if isinstance(generation, int) and (not isinstance(observed, int) or observed < generation):
+        return f"observedGeneration {observed or 0} is behind generation {generation}"
+    rolling = ((spec.get("updateStrategy") or {}).get("rollingUpdate") or {})
+    replicas, partition = spec.get("replicas"), rolling.get("partition")
+    updated = int(status.get("updatedReplicas") or 0)
+    if isinstance(replicas, int) and isinstance(partition, int) \
+            and updated < replicas - partition:
+        return f"partitioned roll out: {updated}/{replicas - partition} new pods updated"
+    current, update = status.get("currentRevision"), status.get("updateRevision")
+    if current and update and current != update:
+        return f"rolling update from revision {current} to {update}"
     return None
 
 
