@@ -326,9 +326,22 @@ def _same_quoted(scalar: str) -> bool:
 
 
 def _unquoted_text(text: str) -> str:
-    """The text with the quoted scalars _unquoted finds blanked, offsets kept."""
-    return "\n".join(_unquoted(line, []) if '"' in line or "'" in line else line
-                     for line in text.split("\n"))
+    """The text with the quoted scalars _unquoted finds blanked on the lines that hold a `*`
+    (the only ones the alias checks read), offsets kept."""
+    pieces: list[str] = []
+    at = 0
+    star = text.find("*")
+    while star != -1:
+        start = text.rfind("\n", 0, star) + 1
+        end = text.find("\n", star)
+        if end == -1:
+            end = len(text)
+        pieces.append(text[at:start])
+        pieces.append(_unquoted(text[start:end], []))
+        at = end
+        star = text.find("*", end)
+    pieces.append(text[at:])
+    return "".join(pieces)
 
 
 _FLOW_GOES_ON = re.compile(r"[{,] *$", re.M)
