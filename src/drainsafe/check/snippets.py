@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
+from drainsafe.check import fastyaml
 from drainsafe.check.findings import Path
 
 _NESTED: dict[tuple[Path, str, tuple[tuple[int, str], ...]], str] = {}
@@ -41,15 +43,126 @@ _DUMPED: dict[str, str] = {}
 
 
 def dump(node: Any) -> str:
-    """Block-style YAML; many findings share a snippet, so each distinct one is dumped once."""
+    """Block-style YAML, exactly as PyYAML's dumper writes it (sort_keys=False,
+    default_flow_style=False, width=100). Fix snippets are small mappings of names and
+    numbers: emit() writes those directly (a fleet's snippets differ in names and namespaces,
+    so a cache of dumps stops helping, and a dump costs ~0.2 ms); anything it is not sure
+    of goes to PyYAML."""
+    text = emit(node)
+    if text is not None:
+        return text
     key = repr(node)
     text = _DUMPED.get(key)
     if text is None:
         text = yaml.dump(node, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
-                         width=100).rstrip("\n")
+                         width=WIDTH).rstrip("\n")
         if len(_DUMPED) < 10_000:
             _DUMPED[key] = text
     return text
+
+
+WIDTH = 100
+_PLAIN = re.compile(r"-*[A-Za-z0-9_./][A-Za-z0-9_./=@+-]*(?:[ :][A-Za-z0-9_./=@+-]+)*")
+"""Strings written plain or single-quoted here: no indicator first (`--flag` is not one), no
+quote, no `#`, no `: ` or trailing colon, no flow indicator, single spaces. PyYAML writes such
+a string plain, or single-quoted when plain it would read as another type ("1", "true")."""
+_SHORT = 60
+"""Strings with a space longer than this go to PyYAML, which folds plain scalars past the
+width (a key and its indentation come before the value)."""
+
+
+class _Unsure(Exception):
+    """A value emit() leaves to PyYAML."""
+
+
+def emit(node: Any) -> str | None:
+    """PyYAML's block-style text for a mapping of mappings, lists, and plain-safe strings,
+    ints, booleans and nulls; None for anything else (tests/check/test_snippets.py compares
+    the two, and reads the text back)."""
+    if type(node) is not dict or not node:
+        return None
+    lines: list[str] = []
+    try:
+        _mapping(node, "", lines, seen=set())
+    except _Unsure:
+        return None
+    return "\n".join(lines)
+
+
+def _shared(node: object, seen: set[int]) -> None:
+    """PyYAML writes a collection met twice as an anchor and aliases (`&id001`): left to it."""
+    if id(node) in seen:
+        raise _Unsure
+    seen.add(id(node))
+
+
+def _mapping(node: dict[Any, Any], pad: str, lines: list[str], seen: set[int],
+             first: str | None = None) -> None:
+    """`first`: the prefix of the first key's line (`- ` items put their first key there)."""
+    _shared(node, seen)
+    for key, value in node.items():
+        lead = pad if first is None else first
+        first = None
+        head = f"{lead}{_scalar(key)}:"
+        kind = type(value)
+        if kind is dict:
+            if value:
+                lines.append(head)
+                _mapping(value, pad + "  ", lines, seen)
+            else:
+                _shared(value, seen)
+                lines.append(head + " {}")
+        elif kind is list:
+            if value:
+                lines.append(head)
+                _sequence(value, pad, lines, seen)  # PyYAML indents no sequence in a mapping
+            else:
+                _shared(value, seen)
+                lines.append(head + " []")
+        else:
+            lines.append(f"{head} {_scalar(value)}")
+
+
+def _sequence(node: list[Any], pad: str, lines: list[str], seen: set[int]) -> None:
+    _shared(node, seen)
+    for item in node:
+        kind = type(item)
+        if kind is dict:
+            if item:
+                _mapping(item, pad + "  ", lines, seen, first=pad + "- ")
+            else:
+                _shared(item, seen)
+                lines.append(pad + "- {}")
+        elif kind is list:
+            raise _Unsure  # nested sequences: PyYAML's own layout
+        else:
+            lines.append(f"{pad}- {_scalar(item)}")
+
+
+def _scalar(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        if _PLAIN.fullmatch(value) is None or (" " in value and len(value) > _SHORT) \
+                or value.startswith(("---", "...")):  # document markers: quoted
+            raise _Unsure
+        if value.endswith(":") or type(_resolved(value)) is not str:
+            return f"'{value}'"  # as plain it would read as a number, a bool, null...
+        text: str = value
+        return text
+    if kind is int:
+        return str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    raise _Unsure  # floats, dates, bytes: PyYAML's own representers
+
+
+def _resolved(value: str) -> Any:
+    try:
+        return fastyaml._plain(value)
+    except fastyaml.Unsupported:  # a timestamp or `=`: not a str read plain
+        return None
 
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
