@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -83,8 +84,20 @@ def test_emitter_on_names_and_numbers(node: dict[str, Any]) -> None:
     assert dump(node) == _pyyaml(node)
 
 
-def test_a_collection_met_twice_is_left_to_pyyaml() -> None:
-    labels = {"app": "debug"}
-    node = {"selector": {"matchLabels": labels}, "template": {"labels": labels}}
-    assert emit(node) is None
-    assert "&id001" in dump(node) and dump(node) == _pyyaml(node)
+@pytest.mark.parametrize("shared", [{"app": "debug"}, ["a", "b"], {"x": {"y": 1}}])
+def test_a_collection_met_twice_gets_pyyaml_anchors(shared: Any) -> None:
+    # The Deployment that replaces a bare Pod shares its labels between selector and
+    # template: PyYAML writes an anchor and aliases, and so does the emitter.
+    other = {"k": 1}
+    for node in (
+        {"selector": {"matchLabels": shared}, "template": {"labels": shared}},
+        {"a": [{"s": shared}, {"t": shared}], "b": shared},
+        {"a": other, "b": {"c": shared, "d": other}, "e": [{"s": shared}], "f": shared},
+    ):
+        assert emit(node) is not None
+        assert emit(node) == _pyyaml(node), node
+        assert yaml.safe_load(emit(node) or "") == node
+    assert emit({"a": [], "b": []}) == _pyyaml({"a": [], "b": []})  # distinct, not shared
+    empty: dict[str, Any] = {}
+    assert emit({"a": empty, "b": empty}) is None  # PyYAML's `&id001 {}`: left to it
+    assert dump({"a": empty, "b": empty}) == _pyyaml({"a": empty, "b": empty})

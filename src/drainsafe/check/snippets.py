@@ -78,60 +78,96 @@ class _Unsure(Exception):
 def emit(node: Any) -> str | None:
     """PyYAML's block-style text for a mapping of mappings, lists, and plain-safe strings,
     ints, booleans and nulls; None for anything else (tests/check/test_snippets.py compares
-    the two, and reads the text back)."""
+    the two, and reads the text back). A collection met twice is written as PyYAML does:
+    an anchor (`&id001`, numbered in the order the second meetings are found) where it is
+    first written, an alias (`*id001`) after."""
     if type(node) is not dict or not node:
         return None
     lines: list[str] = []
     try:
-        _mapping(node, "", lines, seen=set())
+        anchors: dict[int, str] = {}
+        _find_anchors(node, set(), anchors)
+        _mapping(node, "", lines, _Anchors(anchors))
     except _Unsure:
         return None
     return "\n".join(lines)
 
 
-def _shared(node: object, seen: set[int]) -> None:
-    """PyYAML writes a collection met twice as an anchor and aliases (`&id001`): left to it."""
+class _Anchors:
+    __slots__ = ("names", "written")
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.written: set[int] = set()
+
+    def mark(self, node: object) -> str | None:
+        """`&id001` where a shared collection is first written, `*id001` (an alias: nothing
+        more is written) after; None for the others."""
+        name = self.names.get(id(node)) if self.names else None
+        if name is None:
+            return None
+        if id(node) in self.written:
+            return f"*{name}"
+        self.written.add(id(node))
+        return f"&{name}"
+
+
+def _find_anchors(node: Any, seen: set[int], anchors: dict[int, str]) -> None:
+    """PyYAML's serializer (anchor_node): a collection gets an anchor when it is met a second
+    time, in the order of the walk."""
+    kind = type(node)
+    if kind is not dict and kind is not list:
+        return
     if id(node) in seen:
-        raise _Unsure
+        if not node:
+            raise _Unsure  # a shared empty collection (`&id001 {}`): PyYAML's own layout
+        if id(node) not in anchors:
+            anchors[id(node)] = f"id{len(anchors) + 1:03d}"
+        return
     seen.add(id(node))
+    for child in (node.values() if kind is dict else node):
+        _find_anchors(child, seen, anchors)
 
 
-def _mapping(node: dict[Any, Any], pad: str, lines: list[str], seen: set[int],
+def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors,
              first: str | None = None) -> None:
     """`first`: the prefix of the first key's line (`- ` items put their first key there)."""
-    _shared(node, seen)
     for key, value in node.items():
         lead = pad if first is None else first
         first = None
         head = f"{lead}{_scalar(key)}:"
         kind = type(value)
-        if kind is dict:
-            if value:
+        if kind is dict or kind is list:
+            mark = anchors.mark(value)
+            if mark is not None:
+                if mark[0] == "*":
+                    lines.append(f"{head} {mark}")
+                    continue
+                head = f"{head} {mark}"
+            if not value:
+                lines.append(head + (" {}" if kind is dict else " []"))
+            elif kind is dict:
                 lines.append(head)
-                _mapping(value, pad + "  ", lines, seen)
+                _mapping(value, pad + "  ", lines, anchors)
             else:
-                _shared(value, seen)
-                lines.append(head + " {}")
-        elif kind is list:
-            if value:
                 lines.append(head)
-                _sequence(value, pad, lines, seen)  # PyYAML indents no sequence in a mapping
-            else:
-                _shared(value, seen)
-                lines.append(head + " []")
+                _sequence(value, pad, lines, anchors)  # PyYAML indents no sequence here
         else:
             lines.append(f"{head} {_scalar(value)}")
 
 
-def _sequence(node: list[Any], pad: str, lines: list[str], seen: set[int]) -> None:
-    _shared(node, seen)
+def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors) -> None:
     for item in node:
         kind = type(item)
         if kind is dict:
-            if item:
-                _mapping(item, pad + "  ", lines, seen, first=pad + "- ")
+            mark = anchors.mark(item)
+            if mark is not None:
+                lines.append(f"{pad}- {mark}")
+                if mark[0] == "&":  # the mapping follows, on lines of its own
+                    _mapping(item, pad + "  ", lines, anchors)
+            elif item:
+                _mapping(item, pad + "  ", lines, anchors, first=pad + "- ")
             else:
-                _shared(item, seen)
                 lines.append(pad + "- {}")
         elif kind is list:
             raise _Unsure  # nested sequences: PyYAML's own layout
