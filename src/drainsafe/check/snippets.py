@@ -48,14 +48,13 @@ def dump(node: Any) -> str:
     numbers: emit() writes those directly (a fleet's snippets differ in names and namespaces,
     so a cache of dumps stops helping, and a dump costs ~0.2 ms); anything it is not sure
     of goes to PyYAML."""
-    text = emit(node)
-    if text is not None:
-        return text
-    key = repr(node)
+    key = repr(node)  # a repeated snippet (a chart's replicas) is a lookup
     text = _DUMPED.get(key)
     if text is None:
-        text = yaml.dump(node, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
-                         width=WIDTH).rstrip("\n")
+        text = emit(node)
+        if text is None:
+            text = yaml.dump(node, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+                             width=WIDTH).rstrip("\n")
         if len(_DUMPED) < 10_000:
             _DUMPED[key] = text
     return text
