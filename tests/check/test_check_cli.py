@@ -258,3 +258,38 @@ def test_fix_leaves_stdin_and_json_alone(capsys: pytest.CaptureFixture[str],
     before = Path(f).read_text()
     code, _, err = run_cli(capsys, "--fix", f)
     assert Path(f).read_text() == before and "no safe automatic fixes" in err and code == 1
+
+
+def test_text_in_a_pipe_is_what_rich_prints(tmp_path: Path) -> None:
+    # Without colour the text report writes lines itself (issue 31); it must print what rich
+    # printed: markup-like text kept literally, emoji codes replaced, tabs expanded, control
+    # characters stripped (those lines go through rich).
+    import io
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from drainsafe.check import report
+    from drainsafe.check.context import Context
+    from drainsafe.check.engine import Result
+    from drainsafe.check.findings import Finding, ObjectRef, Severity
+
+    def finding(message: str, fix: str) -> Finding:
+        return Finding("grace-budget", Severity.ERROR, ObjectRef("Deployment", "ns", "[web]"),
+                       "f.yaml", 3, message, fix)
+
+    cases = [("plain [bold]x[/] text", "spec:\n  a: [1]"), ("a :fire: b", "k: :fire:"),
+             ("tab\there", "k:\tv"), ("bell\x07here", "k: v\x07")]
+    for message, fix in cases:
+        out = io.StringIO()
+        report.text(Result(findings=[finding(message, fix)]), Context(), out)
+        expected = io.StringIO()
+        console = Console(file=expected, highlight=False, soft_wrap=True, width=200)
+        console.print(f"[bold]{escape('Deployment ns/[web]')}[/]  [dim]f.yaml:3[/]")
+        console.print(f"  [bold red]error  [/] [bold]grace-budget[/] [dim]line 3[/]  "
+                      f"{escape(message)}")
+        console.print("          fix:", style="dim")
+        console.print(escape("\n".join("            " + x for x in fix.splitlines())),
+                      style="green")
+        console.print()
+        assert out.getvalue().startswith(expected.getvalue()), (message, out.getvalue())

@@ -137,7 +137,7 @@ def scenarios() -> list[tuple[str, list[Obj], dict[str, Any]]]:
             command=SGLANG, pre_stop=SLEEP10,
             readiness={"httpGet": {"path": "/v1/models", "port": 8000}},
             liveness={"httpGet": {"path": "/health", "port": 8000}})]), service(), pdb()],
-         {"max_request_seconds": 90}),
+         {"max_request_seconds": 90, "cluster_version": (1, 20)}),
         ("deadline-flag-unreleased", [deployment(grace=120, containers=[container(
             image="vllm/vllm-openai:v0.11.0", args=[*VLLM_ARGS, "--shutdown-timeout=90"],
             pre_stop=SLEEP10)]), service(), pdb()], {}),

@@ -214,39 +214,80 @@ def test_readiness_slow_behind_load_balancer() -> None:
 
 # liveness-on-readiness ------------------------------------------------------------------
 
-def test_liveness_on_readiness_endpoint() -> None:
+def test_liveness_on_readiness_endpoint_is_a_style_preference() -> None:
+    # The kubelet stops liveness probes once a pod terminates (1.21 on): identical probes
+    # restart no draining server, and are reported as info, worded as a preference.
     probe = {"httpGet": {"path": "/ready", "port": 8000}}
     d = deployment(grace=60, containers=[container(pre_stop=SLEEP10, liveness=probe,
                                                    readiness=probe)])
-    assert of(check(d, service(), pdb()), "liveness-on-readiness")
+    found = of(check(d, service(), pdb()), "liveness-on-readiness")
+    assert [f.severity for f in found] == [Severity.INFO], found
+    assert "style preference" in found[0].message
+    assert "restarts a draining server" not in found[0].message
     d = deployment(grace=60, containers=[container(
         pre_stop=SLEEP10, readiness=probe, liveness={"httpGet": {"path": "/livez", "port": 8000}})])
     assert not of(check(d, service(), pdb()), "liveness-on-readiness")
 
 
 def test_liveness_on_vllm_health() -> None:
-    # vLLM's /health stays 200 while it drains: liveness there is only a finding when it is
-    # the readiness probe too, and the fix is a TCP check (vLLM has no /live or /livez).
+    # vLLM 0.32.0's /health stays 200 while --shutdown-timeout drains (503 only for a dead
+    # engine): no warning that liveness restarts it; identical probes are a preference (info),
+    # fixed with a TCP check (vLLM has no /live or /livez).
     health = {"httpGet": {"path": "/health", "port": 8000}}
-    c = vllm("--shutdown-timeout", "40", readiness=health, liveness=health)
-    found = of(check(deployment(grace=60, containers=[c]), service(), pdb()),
-               "liveness-on-readiness")
-    assert found and "tcpSocket" in found[0].fix and "/live" not in found[0].fix
-    assert "httpGet: null" in found[0].fix
+    c = vllm("--shutdown-timeout", "40", image="vllm/vllm-openai:v0.32.0", readiness=health,
+             liveness=health)
+    for version in ((1, 34), (1, 20)):  # its /health does not fail in the drain: either way
+        found = of(check(deployment(grace=60, containers=[c]), service(), pdb(),
+                         cluster_version=version), "liveness-on-readiness")
+        assert [f.severity for f in found] == [Severity.INFO], found
+        assert "draining" not in found[0].message
+        assert "tcpSocket" in found[0].fix and "/live" not in found[0].fix
+        assert "httpGet: null" in found[0].fix
     c = vllm("--shutdown-timeout", "40", liveness=health,
              readiness={"httpGet": {"path": "/v1/models", "port": 8000}})
     assert not of(check(deployment(grace=60, containers=[c]), service(), pdb()),
                   "liveness-on-readiness")
 
 
-def test_liveness_on_sglang_health() -> None:
-    # SGLang answers 503 on /health once SIGTERM starts its shutdown.
-    c = container(command=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
-                  pre_stop=SLEEP10, liveness={"httpGet": {"path": "/health", "port": 8000}},
+SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", "m"]
+
+
+@pytest.mark.parametrize("path", ["/health", "/health_generate"])
+def test_liveness_on_sglang_health(path: str) -> None:
+    # SGLang 0.5.23 answers 503 on /health and /health_generate once SIGTERM starts its
+    # shutdown: a kubelet that probes liveness during termination (before 1.21) restarts it
+    # mid-drain; from 1.21 the kubelet stops liveness first, and nothing is reported.
+    c = container(command=SGLANG, pre_stop=SLEEP10,
+                  liveness={"httpGet": {"path": path, "port": 8000}},
                   readiness={"httpGet": {"path": "/v1/models", "port": 8000}})
-    found = of(check(deployment(grace=120, containers=[c]), service(), pdb()),
-               "liveness-on-readiness")
-    assert found and "fails /health while it drains" in found[0].message
+    d = deployment(grace=120, containers=[c])
+    found = of(check(d, service(), pdb(), cluster_version=(1, 20)), "liveness-on-readiness")
+    assert [f.severity for f in found] == [Severity.WARNING], found
+    assert f"sglang fails {path} while it drains" in found[0].message
+    assert not of(check(d, service(), pdb(), cluster_version=(1, 21)), "liveness-on-readiness")
+
+
+@pytest.mark.parametrize("path", ["/v2/health/live", "/v2/health/ready"])
+def test_liveness_on_triton_health(path: str) -> None:
+    # Triton answers UNAVAILABLE ("Server exiting") on both health routes while it exits.
+    c = container(command=["tritonserver", "--model-repository=/m"], pre_stop=SLEEP10,
+                  liveness={"httpGet": {"path": path, "port": 8000}},
+                  readiness={"httpGet": {"path": "/v2/models/m/ready", "port": 8000}})
+    d = deployment(grace=120, containers=[c])
+    found = of(check(d, service(), pdb(), cluster_version=(1, 19)), "liveness-on-readiness")
+    assert [f.severity for f in found] == [Severity.WARNING], found
+    assert f"triton fails {path} while it drains" in found[0].message
+    assert not of(check(d, service(), pdb()), "liveness-on-readiness")
+
+
+def test_liveness_on_tgi_health_claims_no_drain_fact() -> None:
+    # TGI's /health during the drain was not read at a release: no warning is claimed.
+    health = {"httpGet": {"path": "/health", "port": 80}}
+    c = container(image="ghcr.io/huggingface/text-generation-inference:3.3.6",
+                  args=["--model-id", "m"], pre_stop=SLEEP10, liveness=health,
+                  readiness={"httpGet": {"path": "/info", "port": 80}})
+    assert not of(check(deployment(grace=120, containers=[c]), service(), pdb(),
+                        cluster_version=(1, 19)), "liveness-on-readiness")
 
 
 # signal-not-forwarded -------------------------------------------------------------------

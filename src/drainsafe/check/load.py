@@ -32,7 +32,7 @@ MAX_INPUT_BYTES = 8 * 1024 * 1024
 and checking hold ~45 bytes of memory per byte of YAML: 8 MB of Deployments took 350 MB and
 5 s on the 2-core dev machine (docs/check.md)."""
 
-MAX_TOTAL_BYTES = 32 * 1024 * 1024
+MAX_TOTAL_BYTES = 64 * 1024 * 1024
 """Refuse inputs beyond this many bytes read in one run (~1.2 GB of memory at the limit)."""
 
 MAX_NESTING = 1000

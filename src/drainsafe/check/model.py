@@ -357,6 +357,12 @@ class Index:
             else:
                 self.skipped += 1
 
+    def workloads_in(self, namespace: str) -> list[Workload]:
+        """The workloads of a namespace (pod templates inside other kinds excluded), in
+        input order: a lookup, where a scan of every workload per object would make a rule
+        quadratic in the input."""
+        return self._workloads_by_ns.get(namespace, [])
+
     def pdbs_for(self, w: Workload) -> list[Pdb]:
         if w.embedded:
             return []

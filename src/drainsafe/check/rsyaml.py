@@ -5,9 +5,10 @@ some plain scalars (`yes`, `0777`, `1:30`, `1e3`, `_1`, dates...), and yaml-rs a
 things libyaml refuses (control characters, empty and complex keys). Check's behaviour is
 PyYAML's, so this reader takes an input only when a gate proves the two read it alike:
 
-- every whitespace-separated token of the text outside comments (split further at flow
-  indicators) is a plain scalar both libraries resolve to the same value (asked of both
-  and cached), or syntax that means the same to both;
+- every whitespace-separated token of the text outside comments and outside quoted
+  scalars that open and close on one line (split further at flow indicators) is a plain
+  scalar both libraries resolve to the same value (asked of both and cached), or syntax that
+  means the same to both; a double-quoted scalar with an escape is read by both, whole;
 - no tags, merge keys, directives, `...` markers, tabs, carriage returns, control or
   YAML 1.1 line-break characters, empty or complex keys, duplicate keys;
 - no alias can lie inside its own anchored node (yaml-rs reads it as null, PyYAML as a
@@ -26,6 +27,8 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
+
+import yaml
 
 from drainsafe.check import fastyaml
 
@@ -226,7 +229,17 @@ def _lines_read(words: str) -> tuple[str | None, bool]:
         return None, False
     fresh = set(lines) - _LINES_TAKEN
     distinct = "\n".join(fresh)
-    uncommented = _without_comments(distinct) if "#" in distinct else distinct
+    tokens = distinct
+    if '"' in distinct or "'" in distinct:
+        # Words inside a quoted scalar are text to both libraries, not scalars or syntax:
+        # `"0 3 * * *"` holds no alias.
+        escapes: list[str] = []
+        tokens = "\n".join(_unquoted(line, escapes) if '"' in line or "'" in line else line
+                           for line in fresh)
+        for quoted in escapes:
+            if not _same_quoted(quoted):
+                return f"quoted scalar {quoted[:40]!r} reads differently", True
+    uncommented = _without_comments(tokens) if "#" in tokens else tokens
     verdicts = _VERDICTS
     for token in frozenset(uncommented.split()):
         verdict = verdicts.get(token)
@@ -241,6 +254,94 @@ def _lines_read(words: str) -> tuple[str | None, bool]:
     if len(_LINES_TAKEN) < _LINES_TAKEN_LIMIT:
         _LINES_TAKEN.update(line for line in fresh if len(line) <= 200)
     return None, False
+
+
+_QUOTE = re.compile("[\"']")
+_QUOTED_ENDS = frozenset(" ,]}:")
+"""What may follow a quoted scalar's closing quote on its line (or the line's end)."""
+
+
+def _unquoted(line: str, escapes: list[str]) -> str:
+    """The line with the inside of each quoted scalar that opens where a node starts and
+    closes on this line blanked (its quotes kept, the length unchanged); the line as it
+    stands from the first quote that does not (a multi-line scalar, a quote inside a plain
+    scalar). Double-quoted scalars with a backslash go to `escapes`: their escapes are read
+    by both libraries (_same_quoted)."""
+    pieces: list[str] = []
+    at = 0
+    found = _QUOTE.search(line)
+    while found is not None:
+        start = found.start()
+        before = line[:start].rstrip(" ")
+        spaced = len(before) < start
+        last = before[-1:]
+        if not (not before or last in "[{," or (spaced and last == ":")
+                or (spaced and last == "-" and before[-2:-1] in ("", " "))):
+            break  # not where a node starts: text of a plain scalar (`it's`)
+        quote = line[start]
+        end = start + 1
+        while True:
+            end = line.find(quote, end)
+            if end == -1:
+                break
+            if quote == '"':
+                slashes = len(line[start + 1:end]) - len(line[start + 1:end].rstrip("\\"))
+                if slashes % 2 == 0:
+                    break
+            elif line[end + 1:end + 2] != "'":
+                break
+            else:
+                end += 1  # '' inside a single-quoted scalar
+            end += 1
+        if end == -1 or (end + 1 < len(line) and line[end + 1] not in _QUOTED_ENDS):
+            break
+        if quote == '"' and "\\" in line[start:end]:
+            escapes.append(line[start:end + 1])
+        pieces.append(line[at:start + 1])
+        pieces.append(" " * (end - start - 1))
+        at = end
+        found = _QUOTE.search(line, end + 1)
+    pieces.append(line[at:])
+    return "".join(pieces)
+
+
+_QUOTED_VERDICTS: dict[str, bool] = {}
+
+
+def _same_quoted(scalar: str) -> bool:
+    """Whether PyYAML and yaml-rs read a double-quoted scalar (with escapes) alike."""
+    verdict = _QUOTED_VERDICTS.get(scalar)
+    if verdict is None:
+        text = f"k: {scalar}\n"
+        try:
+            ours = yaml.load(text, Loader=yaml.CSafeLoader)
+            theirs = yaml_rs.loads(text, parse_datetime=False)
+        except Exception:  # any error in either: not the same reading
+            verdict = False
+        else:
+            verdict = type(ours) is type(theirs) and ours == theirs
+        if len(_QUOTED_VERDICTS) < _VERDICT_LIMIT:
+            _QUOTED_VERDICTS[scalar] = verdict
+    return verdict
+
+
+def _unquoted_text(text: str) -> str:
+    """The text with the quoted scalars _unquoted finds blanked on the lines that hold a `*`
+    (the only ones the alias checks read), offsets kept."""
+    pieces: list[str] = []
+    at = 0
+    star = text.find("*")
+    while star != -1:
+        start = text.rfind("\n", 0, star) + 1
+        end = text.find("\n", star)
+        if end == -1:
+            end = len(text)
+        pieces.append(text[at:start])
+        pieces.append(_unquoted(text[start:end], []))
+        at = end
+        star = text.find("*", end)
+    pieces.append(text[at:])
+    return "".join(pieces)
 
 
 _FLOW_GOES_ON = re.compile(r"[{,] *$", re.M)
@@ -471,6 +572,10 @@ def documents(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]]:
         raise Unsupported(why)
     count, content = text.count, _CONTENT.search
     aliases = "*" in structure and _has_alias(structure, 0, len(structure))
+    if aliases and ('"' in structure or "'" in structure):
+        # A `*` inside a quoted scalar (a cron schedule) is text, not an alias.
+        structure = _unquoted_text(structure)
+        aliases = _has_alias(structure, 0, len(structure))
     if aliases:
         why = _recursive_alias(structure)
         if why is not None:

@@ -41,6 +41,28 @@ between releases. Facts, each read at the source at the release named:
 - drainsafe serve/run: --drain-delay N, --shutdown-timeout N; probes and the drain trigger on
   the admin port --admin-port N, --drain-path P (defaults from drainsafe.server.config).
 
+Health endpoints during the drain (what liveness-on-readiness rests on):
+
+- vLLM: `/health` answers 503 only for a dead engine, and stays 200 while
+  `--shutdown-timeout` drains (vllm 0.18.0 and 0.32.0 vllm/entrypoints/serve/instrumentator/
+  health.py; measured on the real 0.32.0 server by the project's peer suite).
+- SGLang: `/health` and `/health_generate` answer 503 once SIGTERM sets gracefully_exit
+  (sglang 0.5.23 srt/entrypoints/http_server.py).
+- Triton: `/v2/health/live` and `/v2/health/ready` answer UNAVAILABLE ("Server exiting") once
+  Stop() sets SERVER_EXITING, for the whole `--exit-timeout-secs` wait
+  (triton-inference-server/core src/server.cc InferenceServer::IsLive/IsReady, commit
+  0040f6c8; the HTTP routes in server v2.71.0 src/http_server.cc).
+- TGI: `/health` during the drain was not read at a release: no fact is claimed for it.
+- drainsafe serve/run: `/readyz` is 503 from the drain's first instant and before the app
+  (serve) or the child (run) is ready; `/livez` stays 200 (docs/server.md).
+
+And the kubelet's: it stops liveness and startup probes once the pod is terminating, before
+the preStop hook and SIGTERM (kubernetes/kubernetes pkg/kubelet/prober/worker.go doProbe,
+"Pod deletion requested, setting probe result to success", PR #98571, released in 1.21 and
+back-ported to 1.18-1.20 patch releases; kubelet.go SyncTerminatingPod
+StopLivenessAndStartup, PR #110191). So on 1.21 and later no liveness probe restarts a
+server while its pod drains, whatever its health endpoints answer.
+
 Not relied on (not found at a release): vLLM `--shutdown-mode drain` and
 `--shutdown-drain-timeout` (only proposed, in the closed vLLM PR #32420), and vLLM `/live`.
 """
@@ -99,6 +121,17 @@ DEADLINE_FLAGS: dict[str, tuple[str, tuple[int, ...] | None]] = {
     "hypercorn": ("--graceful-timeout", None),
     "drainsafe": ("--shutdown-timeout", None),
 }
+
+# Endpoints a server fails on purpose once SIGTERM starts its drain (module docstring). A
+# server missing here either keeps them up (vLLM's /health) or was not read (TGI).
+DRAIN_FAILING_PATHS: dict[str, tuple[str, ...]] = {
+    "sglang": ("/health", "/health_generate"),
+    "triton": ("/v2/health/live", "/v2/health/ready"),
+}
+
+LIVENESS_STOPS_ON_TERMINATION = (1, 21)
+"""The kubelet release from which liveness probes stop once a pod terminates (module
+docstring): from here on, a health endpoint failing during the drain restarts nothing."""
 
 _RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?![\d.])")
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
+from drainsafe.check import fastyaml
 from drainsafe.check.findings import Path
 
 _NESTED: dict[tuple[Path, str, tuple[tuple[int, str], ...]], str] = {}
@@ -41,15 +43,161 @@ _DUMPED: dict[str, str] = {}
 
 
 def dump(node: Any) -> str:
-    """Block-style YAML; many findings share a snippet, so each distinct one is dumped once."""
-    key = repr(node)
+    """Block-style YAML, exactly as PyYAML's dumper writes it (sort_keys=False,
+    default_flow_style=False, width=100). Fix snippets are small mappings of names and
+    numbers: emit() writes those directly (a fleet's snippets differ in names and namespaces,
+    so a cache of dumps stops helping, and a dump costs ~0.2 ms); anything it is not sure
+    of goes to PyYAML."""
+    key = repr(node)  # a repeated snippet (a chart's replicas) is a lookup
     text = _DUMPED.get(key)
     if text is None:
-        text = yaml.dump(node, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
-                         width=100).rstrip("\n")
+        text = emit(node)
+        if text is None:
+            text = yaml.dump(node, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+                             width=WIDTH).rstrip("\n")
         if len(_DUMPED) < 10_000:
             _DUMPED[key] = text
     return text
+
+
+WIDTH = 100
+_PLAIN = re.compile(r"-*[A-Za-z0-9_./][A-Za-z0-9_./=@+-]*(?:[ :][A-Za-z0-9_./=@+-]+)*")
+"""Strings written plain or single-quoted here: no indicator first (`--flag` is not one), no
+quote, no `#`, no `: ` or trailing colon, no flow indicator, single spaces. PyYAML writes such
+a string plain, or single-quoted when plain it would read as another type ("1", "true")."""
+_SHORT = 60
+"""Strings with a space longer than this go to PyYAML, which folds plain scalars past the
+width (a key and its indentation come before the value)."""
+
+
+class _Unsure(Exception):
+    """A value emit() leaves to PyYAML."""
+
+
+def emit(node: Any) -> str | None:
+    """PyYAML's block-style text for a mapping of mappings, lists, and plain-safe strings,
+    ints, booleans and nulls; None for anything else (tests/check/test_snippets.py compares
+    the two, and reads the text back). A collection met twice is written as PyYAML does:
+    an anchor (`&id001`, numbered in the order the second meetings are found) where it is
+    first written, an alias (`*id001`) after."""
+    if type(node) is not dict or not node:
+        return None
+    lines: list[str] = []
+    try:
+        anchors: dict[int, str] = {}
+        _find_anchors(node, set(), anchors)
+        _mapping(node, "", lines, _Anchors(anchors))
+    except _Unsure:
+        return None
+    return "\n".join(lines)
+
+
+class _Anchors:
+    __slots__ = ("names", "written")
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.written: set[int] = set()
+
+    def mark(self, node: object) -> str | None:
+        """`&id001` where a shared collection is first written, `*id001` (an alias: nothing
+        more is written) after; None for the others."""
+        name = self.names.get(id(node)) if self.names else None
+        if name is None:
+            return None
+        if id(node) in self.written:
+            return f"*{name}"
+        self.written.add(id(node))
+        return f"&{name}"
+
+
+def _find_anchors(node: Any, seen: set[int], anchors: dict[int, str]) -> None:
+    """PyYAML's serializer (anchor_node): a collection gets an anchor when it is met a second
+    time, in the order of the walk."""
+    kind = type(node)
+    if kind is not dict and kind is not list:
+        return
+    if id(node) in seen:
+        if not node:
+            raise _Unsure  # a shared empty collection (`&id001 {}`): PyYAML's own layout
+        if id(node) not in anchors:
+            anchors[id(node)] = f"id{len(anchors) + 1:03d}"
+        return
+    seen.add(id(node))
+    for child in (node.values() if kind is dict else node):
+        _find_anchors(child, seen, anchors)
+
+
+def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors,
+             first: str | None = None) -> None:
+    """`first`: the prefix of the first key's line (`- ` items put their first key there)."""
+    for key, value in node.items():
+        lead = pad if first is None else first
+        first = None
+        head = f"{lead}{_scalar(key)}:"
+        kind = type(value)
+        if kind is dict or kind is list:
+            mark = anchors.mark(value)
+            if mark is not None:
+                if mark[0] == "*":
+                    lines.append(f"{head} {mark}")
+                    continue
+                head = f"{head} {mark}"
+            if not value:
+                lines.append(head + (" {}" if kind is dict else " []"))
+            elif kind is dict:
+                lines.append(head)
+                _mapping(value, pad + "  ", lines, anchors)
+            else:
+                lines.append(head)
+                _sequence(value, pad, lines, anchors)  # PyYAML indents no sequence here
+        else:
+            lines.append(f"{head} {_scalar(value)}")
+
+
+def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors) -> None:
+    for item in node:
+        kind = type(item)
+        if kind is dict:
+            mark = anchors.mark(item)
+            if mark is not None:
+                lines.append(f"{pad}- {mark}")
+                if mark[0] == "&":  # the mapping follows, on lines of its own
+                    _mapping(item, pad + "  ", lines, anchors)
+            elif item:
+                _mapping(item, pad + "  ", lines, anchors, first=pad + "- ")
+            else:
+                lines.append(pad + "- {}")
+        elif kind is list:
+            raise _Unsure  # nested sequences: PyYAML's own layout
+        else:
+            lines.append(f"{pad}- {_scalar(item)}")
+
+
+def _scalar(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        if _PLAIN.fullmatch(value) is None or (" " in value and len(value) > _SHORT) \
+                or value.startswith(("---", "...")):  # document markers: quoted
+            raise _Unsure
+        if value.endswith(":") or type(_resolved(value)) is not str:
+            return f"'{value}'"  # as plain it would read as a number, a bool, null...
+        text: str = value
+        return text
+    if kind is int:
+        return str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    raise _Unsure  # floats, dates, bytes: PyYAML's own representers
+
+
+def _resolved(value: str) -> Any:
+    try:
+        return fastyaml._plain(value)
+    except fastyaml.Unsupported:  # a timestamp or `=`: not a str read plain
+        return None
 
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -11,7 +11,9 @@ int32 >= 0 (DeploymentSpec, StatefulSetSpec, ReplicaSetSpec);
 `terminationGracePeriodSeconds` is an int64 and "must be non-negative integer" (PodSpec);
 `containers` and `initContainers` are lists of Container objects; an HPA's `minReplicas`
 and `maxReplicas` are int32. drainsafe's own annotations hold a number of seconds: finite,
->= 0, at most MAX_SECONDS.
+>= 0, at most MAX_SECONDS. A container's `resources.requests` and `resources.limits` map
+resource names to quantities, each parsed and validated as the API server does
+(drainsafe.quantity, which cites quantity.go and validation.go).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from drainsafe.check.findings import Path
 from drainsafe.check.load import InputError
 from drainsafe.check.locate import locate
 from drainsafe.check.model import SCALED_KINDS, Hpa, Index, Subject, Workload, mapping
+from drainsafe.quantity import resource_quantity_problem
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -110,7 +113,48 @@ def _workload(w: Workload) -> list[tuple[Path, str]]:
             if not isinstance(item, dict):
                 problems.append(((*w.pod_path, key, i),
                                  f"expected a container (a mapping), got {_shown(item)}"))
+                continue
+            resources = item.get("resources")
+            if resources is not None:
+                problems.extend(_resources((*w.pod_path, key, i, "resources"), resources))
     return problems
+
+
+def _resources(path: Path, resources: object) -> list[tuple[Path, str]]:
+    """What the API server refuses in a container's requests and limits."""
+    if not isinstance(resources, dict):
+        return [(path, f"expected a mapping (requests, limits), got {_shown(resources)}")]
+    problems: list[tuple[Path, str]] = []
+    for part in ("requests", "limits"):
+        amounts = resources.get(part)
+        if amounts is None:
+            continue
+        if not isinstance(amounts, dict):
+            problems.append(((*path, part), "expected a mapping of resource names to "
+                             f"quantities, got {_shown(amounts)}"))
+            continue
+        for name, amount in amounts.items():
+            problem = _quantity(str(name), amount)
+            if problem:
+                problems.append(((*path, part, str(name)), problem))
+    return problems
+
+
+_QUANTITIES: dict[tuple[str, object, type], str | None] = {}
+
+
+def _quantity(name: str, amount: object) -> str | None:
+    """resource_quantity_problem, once per distinct (name, value): a fleet's containers
+    repeat a few ("nvidia.com/gpu", 1), ("memory", "64Gi")."""
+    if isinstance(amount, list | dict):
+        return resource_quantity_problem(name, amount)
+    key = (name, amount, type(amount))  # 1 and True and 1.0 hash alike
+    found = _QUANTITIES.get(key, _QUANTITIES)
+    if found is _QUANTITIES:
+        found = resource_quantity_problem(name, amount)
+        if len(_QUANTITIES) < 10_000:
+            _QUANTITIES[key] = found
+    return found  # type: ignore[return-value]
 
 
 def _hpa(hpa: Hpa) -> Iterator[tuple[Path, str]]:

@@ -188,9 +188,8 @@ def _selects_nothing(index: Index, context: Context) -> Iterator[Finding]:
 
 def _selector_fix(index: Index, pdb: Pdb) -> str:
     """The selector of the one unprotected workload in the PDB's namespace, else advice."""
-    candidates = [w for w in index.workloads
-                  if w.ref.namespace == pdb.ref.namespace and not w.embedded
-                  and w.ref.kind in SCALED_KINDS and not index.pdbs_for(w)]
+    candidates = [w for w in index.workloads_in(pdb.ref.namespace)
+                  if w.ref.kind in SCALED_KINDS and not index.pdbs_for(w)]
     if len(candidates) != 1 or not candidates[0].selector_labels:
         return ("# select the pods this budget protects: spec.selector.matchLabels with the "
                 "labels of their pod template")

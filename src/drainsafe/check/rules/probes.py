@@ -11,25 +11,19 @@ from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.hooks import on_admin_port
 from drainsafe.check.model import Index, integer, mapping, number
 from drainsafe.check.rules import rule
-from drainsafe.check.rules.termination import serves_traffic, serving
+from drainsafe.check.rules.termination import Serving, serves_traffic, serving
 from drainsafe.check.serverfix import pre_stop, probe
-from drainsafe.check.servers import ServerShutdown
+from drainsafe.check.servers import (
+    DRAIN_FAILING_PATHS,
+    LIVENESS_STOPS_ON_TERMINATION,
+    ServerShutdown,
+)
 from drainsafe.check.snippets import container_fix
 
 # Probe defaults (kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#Probe).
 DEFAULT_PERIOD = 10
 DEFAULT_FAILURE_THRESHOLD = 3
 DEFAULT_TIMEOUT = 1
-
-# Endpoints that a server fails on purpose while it drains: SGLang's /health and
-# /health_generate answer 503 once SIGTERM set gracefully_exit (sgl-project/sglang 0.5.23
-# python/sglang/srt/entrypoints/http_server.py). vLLM's /health stays 200 while
-# --shutdown-timeout drains; it answers 503 only for a dead engine (vllm 0.18.0 and 0.32.0
-# vllm/entrypoints/serve/instrumentator/health.py).
-DRAIN_FAILING_PATHS = {
-    "sglang": ("/health", "/health_generate"),
-}
-
 
 READINESS_MISSING = rule(
     "readiness-missing", Severity.WARNING,
@@ -213,22 +207,62 @@ def _endpoint(probe: dict[str, Any]) -> tuple[str, str] | None:
 
 LIVENESS_ON_READINESS = rule(
     "liveness-on-readiness", Severity.WARNING,
-    "Liveness probes the readiness endpoint, or one that fails while the server drains.",
+    "Liveness restarts the server where readiness fails on purpose (warning), or probes the "
+    "readiness endpoint (info: a style preference).",
     """
-Readiness should fail while a server drains (so traffic moves away); liveness must not, or
-the kubelet restarts the container in the middle of its drain and the in-flight requests die
-with it. SGLang's /health and /health_generate return 503 once SIGTERM starts its shutdown.
-A liveness probe identical to the readiness probe restarts a server that is merely
-overloaded, and one that fails readiness on purpose while it drains. The fix is a TCP
-liveness check on the serving port: it needs no endpoint the server may not have (vLLM has
-/health and /ping, no /live or /livez), and it passes while the process drains.
+Readiness fails on purpose (a server draining, or still loading its model) so that traffic
+moves away; liveness restarts the container when it fails. So liveness on an endpoint that
+fails on purpose restarts a server that is working as meant:
 
-Sources: sgl-project/sglang 0.5.23 python/sglang/srt/entrypoints/http_server.py (503 "during
-shutdown" once gracefully_exit is set); vllm 0.18.0 and 0.32.0
-vllm/entrypoints/serve/instrumentator/health.py (/health is 503 only for a dead engine);
-kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/ (a failed
-liveness probe restarts the container); kube-score pod-probes-identical.
+- drainsafe serve/run: /readyz is 503 until the app (serve) or the wrapped server (run) is
+  ready, and from the drain's first instant; liveness there restarts a server still loading.
+  Its /livez on the admin port is the liveness endpoint.
+- Before Kubernetes 1.21 (and the 1.18-1.20 patch releases that took the change), the
+  kubelet kept probing liveness while a pod terminated: a server whose health endpoint fails
+  once SIGTERM starts its drain (SGLang /health and /health_generate; Triton
+  /v2/health/live and /v2/health/ready) was restarted in the middle of its drain. From 1.21
+  the kubelet stops liveness probes once the pod terminates, before the preStop hook and
+  SIGTERM, so no drain is cut short this way (--cluster-version decides).
+
+Otherwise a liveness probe identical to the readiness probe is a style preference, reported
+as info: a readiness failure (an overloaded server timing out) then restarts the container
+too. vLLM's /health stays 200 while it drains and fails only for a dead engine, so liveness
+on it restarts only a dead server. The fix is a TCP liveness check on the serving port: it
+needs no endpoint the server may not have (vLLM has /health and /ping, no /live or /livez).
+
+Sources: kubernetes/kubernetes pkg/kubelet/prober/worker.go (doProbe: "Pod deletion
+requested, setting probe result to success", PR #98571) and pkg/kubelet/kubelet.go
+(SyncTerminatingPod: StopLivenessAndStartup before killPod); sgl-project/sglang 0.5.23
+python/sglang/srt/entrypoints/http_server.py (503 "during shutdown" once gracefully_exit is
+set); triton-inference-server/core src/server.cc (IsLive/IsReady: UNAVAILABLE "Server
+exiting"); vllm 0.18.0 and 0.32.0 vllm/entrypoints/serve/instrumentator/health.py (/health
+is 503 only for a dead engine); drainsafe docs/server.md (/readyz, /livez);
+kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/; kube-score
+pod-probes-identical.
 """)
+
+
+def _liveness_problem(s: Serving, live: tuple[str, str], ready: tuple[str, str] | None,
+                      context: Context) -> tuple[Severity, str] | None:
+    """Why liveness on `live` is reported, and how severely (None: it is not): a pure
+    function of the server's facts at its release and the kubelet's (servers.py)."""
+    server = s.server
+    name = server.server if server is not None else ""
+    if server is not None and server.admin_port is not None and live == ready:
+        return Severity.WARNING, (
+            f"liveness restarts a server that is not ready yet: it probes drainsafe's "
+            f"readiness endpoint {live[0]}, 503 while the server loads and while it drains")
+    failing = DRAIN_FAILING_PATHS.get(name, ())
+    if live[0] in failing and not context.at_least(*LIVENESS_STOPS_ON_TERMINATION):
+        return Severity.WARNING, (
+            f"liveness restarts a draining server: {name} fails {live[0]} while it drains, "
+            f"and the kubelet before 1.21 keeps probing liveness during termination")
+    if live == ready:
+        return Severity.INFO, (
+            f"liveness probes the readiness endpoint {live[0]} (a style preference: a "
+            "readiness failure restarts the container too; not a drain problem, the kubelet "
+            "stops liveness probes once the pod terminates)")
+    return None
 
 
 @LIVENESS_ON_READINESS.check
@@ -240,15 +274,13 @@ def _liveness(index: Index, context: Context) -> Iterator[Finding]:
             if not liveness:
                 continue
             live = _endpoint(liveness)
-            ready = _endpoint(mapping(c.spec.get("readinessProbe")))
-            failing = DRAIN_FAILING_PATHS.get(s.server.server if s.server else "", ())
-            if live is not None and live[0] in failing:
-                reason = (f"{s.server.server if s.server else 'the server'} fails "
-                          f"{live[0]} while it drains")
-            elif live is not None and live == ready:
-                reason = f"it probes the readiness endpoint {live[0]}"
-            else:
+            if live is None:
                 continue
+            found = _liveness_problem(s, live, _endpoint(mapping(c.spec.get("readinessProbe"))),
+                                      context)
+            if found is None:
+                continue
+            severity, reason = found
             port = mapping(liveness.get("httpGet")).get("port") or _first_port(c.spec)
             if s.server is not None and s.server.admin_port is not None:
                 # drainsafe serve/run: /livez on the admin port (and only there).
@@ -261,7 +293,8 @@ def _liveness(index: Index, context: Context) -> Iterator[Finding]:
                 fixed = probe(liveness, "tcpSocket", {"port": port})
             yield LIVENESS_ON_READINESS.finding(
                 w,
-                f"container {c.name}: liveness restarts a draining server: {reason}",
+                f"container {c.name}: {reason}",
                 container_fix(w.pod_path, c.name, {"livenessProbe": fixed}),
                 path=(*c.path, "livenessProbe"),
+                severity=severity,
             )
