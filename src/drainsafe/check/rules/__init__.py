@@ -1,4 +1,5 @@
-"""The rule registry: every rule's id, severity, one-line summary and explanation.
+"""The rules: `all_rules()` loads every rule module, each of which registers its rules in
+drainsafe.check.rules.registry on import.
 
 A rule is a pure function of the input's index and the context that yields findings.
 Rule modules register themselves on import; `all_rules()` imports them in a fixed order.
@@ -6,65 +7,9 @@ Rule modules register themselves on import; `all_rules()` imports them in a fixe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from drainsafe.check.rules.registry import REGISTRY, Rule, rule
 
-from drainsafe.budget import Budget
-from drainsafe.check.findings import Edit, Finding, Path, Severity
-from drainsafe.check.locate import locate
-
-if TYPE_CHECKING:
-    from drainsafe.check.context import Context
-    from drainsafe.check.model import Index, Subject
-
-Check = Callable[["Index", "Context"], Iterable[Finding]]
-
-
-@dataclass
-class Rule:
-    id: str
-    severity: Severity
-    summary: str
-    explain: str
-    """Why it matters, with the Kubernetes facts and their sources (for --explain)."""
-    checks: list[Check] = field(default_factory=list)
-
-    def check(self, fn: Check) -> Check:
-        self.checks.append(fn)
-        return fn
-
-    def finding(self, subject: Subject, message: str, fix: str, *, path: Path = (),
-                budget: Budget | None = None, edits: tuple[Edit, ...] = (),
-                severity: Severity | None = None) -> Finding:
-        doc = subject.doc
-        return Finding(
-            rule=self.id,
-            severity=severity or self.severity,
-            object=subject.ref,
-            file=doc.source.name,
-            line=locate(doc, path),
-            message=message,
-            fix=fix,
-            doc_index=doc.doc_index,
-            path=path,
-            budget=budget,
-            edits=tuple(Edit((*doc.prefix, *e.path), e.value) for e in edits) if edits else (),
-        )
-
-    def run(self, index: Index, context: Context) -> Iterable[Finding]:
-        for fn in self.checks:
-            yield from fn(index, context)
-
-
-REGISTRY: dict[str, Rule] = {}
-
-
-def rule(id: str, severity: Severity, summary: str, explain: str) -> Rule:
-    if id in REGISTRY:
-        raise ValueError(f"rule {id} registered twice")
-    REGISTRY[id] = Rule(id, severity, summary, explain.strip())
-    return REGISTRY[id]
+__all__ = ["REGISTRY", "Rule", "all_rules", "rule"]
 
 
 def all_rules() -> dict[str, Rule]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from drainsafe.check.context import STARTUP_ANNOTATION, Context
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import SCALED_KINDS, Index, Pdb, Workload, mapping, number
-from drainsafe.check.rules import rule
+from drainsafe.check.rules.registry import rule
 from drainsafe.check.rules.termination import serves_traffic
 from drainsafe.check.snippets import dump
 from drainsafe.pdb import is_percent

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import Container, Index, mapping, sequence
-from drainsafe.check.rules import rule
+from drainsafe.check.rules.registry import rule
 from drainsafe.check.rules.termination import is_sidecar
 from drainsafe.check.snippets import dump, pod_fix
 

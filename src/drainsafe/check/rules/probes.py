@@ -10,7 +10,7 @@ from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.hooks import on_admin_port
 from drainsafe.check.model import Index, integer, mapping, number
-from drainsafe.check.rules import rule
+from drainsafe.check.rules.registry import rule
 from drainsafe.check.rules.termination import Serving, serves_traffic, serving
 from drainsafe.check.serverfix import pre_stop, probe
 from drainsafe.check.servers import (

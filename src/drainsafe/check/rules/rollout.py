@@ -9,7 +9,7 @@ from functools import lru_cache
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import Index, Workload, mapping, number
-from drainsafe.check.rules import rule
+from drainsafe.check.rules.registry import rule
 from drainsafe.check.snippets import dump
 from drainsafe.pdb import BudgetSpecError, desired_healthy, scaled_value
 

@@ -13,7 +13,7 @@ from drainsafe.check.context import MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION,
 from drainsafe.check.findings import Edit, Finding, Severity
 from drainsafe.check.hooks import DrainDelay, drain_delay, needs_shell
 from drainsafe.check.model import Container, Index, Workload
-from drainsafe.check.rules import rule
+from drainsafe.check.rules.registry import rule
 from drainsafe.check.serverfix import WRAPPER_NOTE, pre_stop, with_flag, wrapped
 from drainsafe.check.servers import (
     CommandLine,
