@@ -29,14 +29,14 @@ import random
 import re
 import time
 import uuid
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, parse_time, rfc3339
 from drainsafe.lab.apiserver import status as st
-from drainsafe.lab.apiserver.discovery import BY_KEY, ResourceType
+from drainsafe.lab.apiserver.discovery import BY_KEY, Catalog, ResourceType
 from drainsafe.lab.apiserver.fields import EVERYTHING as ALL_FIELDS
 from drainsafe.lab.apiserver.fields import FieldSelector
 from drainsafe.labels import EVERYTHING as ALL_LABELS
@@ -108,10 +108,13 @@ class Store:
         self.clock = clock
         self._history_size = history
         self._rv = 0
-        self._objects: dict[str, dict[tuple[str, str], Obj]] = {k: {} for k in BY_KEY}
-        self._history: dict[str, deque[Event]] = {k: deque() for k in BY_KEY}
-        self._dropped: dict[str, int] = dict.fromkeys(BY_KEY, 0)
-        self._watches: dict[str, set[Watch]] = {k: set() for k in BY_KEY}
+        # The kinds served; CustomResourceDefinitions add to it (drainsafe.lab.apiserver.crd),
+        # so the per-resource tables grow on first use.
+        self.catalog = Catalog()
+        self._objects: defaultdict[str, dict[tuple[str, str], Obj]] = defaultdict(dict)
+        self._history: defaultdict[str, deque[Event]] = defaultdict(deque)
+        self._dropped: defaultdict[str, int] = defaultdict(int)
+        self._watches: defaultdict[str, set[Watch]] = defaultdict(set)
         self._listeners: list[Callable[[Event], None]] = []
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
         self.admission: list[Admission] = []
@@ -318,7 +321,7 @@ class Store:
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         new["metadata"]["resourceVersion"] = om["resourceVersion"]
         self._admit(rt, new, old)
-        if _spec_changed(old, new):
+        if _spec_changed(old, new, status_is_spec=not rt.has_status):
             new["metadata"]["generation"] = int(om.get("generation", 0)) + 1
         if new == old:
             return clone(old)  # type: ignore[no-any-return]  # no-op: no new version
@@ -404,8 +407,9 @@ class Store:
         self._emit(Event("DELETED", rt.key, last, old, self._rv))
         self._collect(old, propagation)
         if rt.key == "namespaces":
-            for other in BY_KEY.values():
-                if other.namespaced:
+            for res in self.catalog.resource_keys():
+                other = self.catalog.by_key(res)
+                if other is not None and other.namespaced:
                     for o in list(self.items(other, key[1])):
                         if (key[1], o["metadata"]["name"]) in self._objects[other.key]:
                             self._remove(other, (key[1], o["metadata"]["name"]), "Background")
@@ -414,7 +418,10 @@ class Store:
     def _collect(self, owner: Obj, propagation: str) -> None:
         uid = owner["metadata"]["uid"]
         for res, ns, name in sorted(self._dependents.get(uid, ())):
-            rt = BY_KEY[res]
+            found = self.catalog.by_key(res)
+            if found is None:
+                continue
+            rt = found
             dep = self.peek(rt, ns, name)
             if dep is None:
                 continue
@@ -426,11 +433,23 @@ class Store:
                 self.delete(rt, ns, name)
 
     def _owner_alive(self, ref: Obj, namespace: str) -> bool:
-        for rt in BY_KEY.values():
-            if rt.kind == ref.get("kind"):
+        group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+        for rt in self.catalog.all():
+            if rt.kind == ref.get("kind") and rt.group == group:
                 o = self.peek(rt, namespace, str(ref.get("name")))
                 return o is not None and o["metadata"]["uid"] == ref.get("uid")
         return False
+
+    def forget(self, rt: ResourceType) -> None:
+        """Stop storing a resource (its CustomResourceDefinition is gone): every object
+        is deleted (watchers see DELETED, dependents are collected), then its watches end
+        and its history goes, as the custom resource's storage is torn down."""
+        for key in list(self._objects.get(rt.key, {})):
+            self._remove(rt, key, "Background")
+        for w in list(self._watches.get(rt.key, ())):
+            self.unwatch(w)
+        for table in (self._objects, self._history, self._dropped, self._watches):
+            table.pop(rt.key, None)
 
     def dependents(self, owner_uid: str) -> Iterable[tuple[str, str, str]]:
         return tuple(sorted(self._dependents.get(owner_uid, ())))
@@ -455,6 +474,11 @@ def _pod_may_go_at_once(pod: Obj) -> bool:
 _NOT_SPEC = frozenset({"metadata", "status", "apiVersion", "kind"})
 
 
-def _spec_changed(old: Obj, new: Obj) -> bool:
+def _spec_changed(old: Obj, new: Obj, *, status_is_spec: bool = False) -> bool:
+    """Whether metadata.generation moves: anything but metadata changed, status too
+    unless the kind has a status subresource (the custom resource strategy's
+    PrepareForUpdate; built-in kinds without one have no status)."""
     keys = (set(old) | set(new)) - _NOT_SPEC
+    if status_is_spec:
+        keys.add("status")
     return any(old.get(k) != new.get(k) for k in keys)
