@@ -1,0 +1,310 @@
+"""Structural schemas of custom resources: pruning, defaulting and validation.
+
+What kube-apiserver's apiextensions-apiserver does to a custom resource with the
+`openAPIV3Schema` of its CustomResourceDefinition version (k8s.io/apiextensions-apiserver
+at v0.33, cited per function; the OpenAPI validator is k8s.io/kube-openapi
+pkg/validation/validate and its messages pkg/validation/errors/schema.go):
+
+- `prune` drops every field the schema does not specify (pkg/apiserver/schema/pruning/
+  algorithm.go): unknown properties of an object go unless it says
+  `x-kubernetes-preserve-unknown-fields: true`; `additionalProperties` specifies every
+  key; at the root, and in an `x-kubernetes-embedded-resource`, apiVersion, kind and
+  metadata stay. The paths returned are what field validation reports as
+  `unknown field "spec.foo"` (Strict refuses, Warn warns).
+- `default` applies `default` values (pkg/apiserver/schema/defaulting/algorithm.go
+  Default): a property that is absent, or null where the schema is not nullable, gets a
+  copy of its default, top-down, also under additionalProperties and array items; then
+  `prune_nulls` removes the nulls left where nothing is nullable or defaulted
+  (prunenulls.go PruneNonNullableNullsWithoutDefaults).
+- `validate` checks the value (kube-openapi SchemaValidator: type, nullable, enum,
+  minimum/maximum and their exclusive forms, multipleOf, minLength, maxLength, pattern,
+  minItems, maxItems, required, minProperties, maxProperties, properties,
+  additionalProperties, items, x-kubernetes-int-or-string) and words each failure as
+  pkg/apiserver/validation/validation.go kubeOpenAPIResultToFieldErrors turns it into a
+  field error: `spec.replicas: Invalid value: "string": spec.replicas in body must be of
+  type integer: "string"`, `spec.mode: Unsupported value: "x": supported values: "a",
+  "b"`, `spec.size: Required value`, `spec.replicas: Invalid value: -1: spec.replicas in
+  body should be greater than or equal to 0`.
+
+Not checked: `format`, `allOf`/`anyOf`/`oneOf`/`not` (beyond the int-or-string pattern),
+`x-kubernetes-validations` (CEL), list-type uniqueness (`x-kubernetes-list-type` set/map),
+and the order of several errors (upstream follows Go's map order; here, the document's).
+Pure functions over JSON-shaped data.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from drainsafe.lab.apiserver.validation import (
+    TOO_LONG,
+    TOO_MANY,
+    TYPE_INVALID,
+    FieldError,
+    invalid,
+    not_supported,
+    required,
+)
+
+Schema = Mapping[str, Any]
+_ROOT_FIELDS = ("apiVersion", "kind", "metadata")
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+INT_OR_STRING = "x-kubernetes-int-or-string"
+EMBEDDED = "x-kubernetes-embedded-resource"
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+# ---- pruning ----------------------------------------------------------------------------
+
+def prune(obj: dict[str, Any], schema: Schema | None) -> list[str]:
+    """Remove the fields `schema` does not specify from a whole object; their paths."""
+    gone: list[str] = []
+    _prune(obj, schema, "", gone, root=True)
+    return gone
+
+
+def _prune(value: Any, schema: Schema | None, path: str, gone: list[str], *,
+           root: bool = False) -> None:
+    if schema is None or schema.get(INT_OR_STRING):
+        return
+    if isinstance(value, dict):
+        props: Mapping[str, Any] = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        keep_meta = root or bool(schema.get(EMBEDDED))
+        for key in list(value):
+            if keep_meta and key in _ROOT_FIELDS:
+                continue
+            if key in props:
+                _prune(value[key], props[key], _child(path, key), gone)
+            elif isinstance(extra, Mapping):
+                _prune(value[key], extra, _child(path, key), gone)
+            elif extra is True or schema.get(PRESERVE):
+                continue
+            else:
+                gone.append(_child(path, key))
+                del value[key]
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for n, item in enumerate(value):
+                _prune(item, items, f"{path}[{n}]", gone)
+
+
+# ---- defaulting -------------------------------------------------------------------------
+
+def _non_nullable_null(value: Any, schema: Schema | None) -> bool:
+    return value is None and schema is not None and not schema.get("nullable")
+
+
+def default(value: Any, schema: Schema | None) -> None:
+    """Fill in defaults in place (algorithm.go Default)."""
+    if schema is None:
+        return
+    if isinstance(value, dict):
+        props: Mapping[str, Any] = schema.get("properties") or {}
+        for key, prop in props.items():
+            if "default" not in prop:
+                continue
+            if key not in value or _non_nullable_null(value[key], prop):
+                value[key] = copy.deepcopy(prop["default"])
+        extra = schema.get("additionalProperties")
+        for key in list(value):
+            if key in props:
+                default(value[key], props[key])
+            elif isinstance(extra, Mapping):
+                if _non_nullable_null(value[key], extra) and "default" in extra:
+                    value[key] = copy.deepcopy(extra["default"])
+                default(value[key], extra)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for n, item in enumerate(value):
+                if _non_nullable_null(item, items) and "default" in items:
+                    value[n] = copy.deepcopy(items["default"])
+                default(value[n], items)
+
+
+def _field_schema(schema: Schema | None, key: str) -> Schema | None:
+    if schema is None:
+        return None
+    props = schema.get("properties") or {}
+    if key in props:
+        return props[key]  # type: ignore[no-any-return]
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, Mapping) else None
+
+
+def prune_nulls(value: Any, schema: Schema | None) -> None:
+    """Remove nulls where the schema is neither nullable nor defaulted (prunenulls.go)."""
+    if isinstance(value, dict):
+        for key in list(value):
+            sub = _field_schema(schema, key)
+            if _non_nullable_null(value[key], sub) and sub is not None and "default" not in sub:
+                del value[key]
+            else:
+                prune_nulls(value[key], sub)
+    elif isinstance(value, list):
+        items = schema.get("items") if schema is not None else None
+        for item in value:
+            prune_nulls(item, items if isinstance(items, Mapping) else None)
+
+
+# ---- validation -------------------------------------------------------------------------
+
+def json_type(value: Any) -> str:
+    """The JSON type name kube-openapi infers for a decoded value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def go_number(value: float | int) -> str:
+    """A float64 as Go's %v prints it (integral values without a fraction)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    return str(value)
+
+
+def _type_ok(want: str, value: Any) -> bool:
+    got = json_type(value)
+    if got == want:
+        return True
+    if want == "number" and got == "integer":
+        return True
+    return want == "integer" and got == "number" and float(value).is_integer()
+
+
+def validate(obj: Any, schema: Schema | None) -> list[FieldError]:
+    """The field errors of a whole object against its version's schema."""
+    errs: list[FieldError] = []
+    if schema is not None:
+        _validate(obj, schema, "", errs)
+    return errs
+
+
+def _in_body(path: str, text: str) -> str:
+    return f"{path} in body {text}"
+
+
+def _validate(value: Any, schema: Schema, path: str, errs: list[FieldError]) -> None:
+    if value is None:
+        want = schema.get("type")
+        if want and not schema.get("nullable"):
+            errs.append(FieldError(TYPE_INVALID, path, "null", _in_body(
+                path, f'must be of type {want}: "null"')))
+        return
+    if schema.get(INT_OR_STRING):
+        if json_type(value) not in ("integer", "string"):
+            got = json_type(value)
+            errs.append(FieldError(TYPE_INVALID, path, got, _in_body(
+                path, f'must be of type integer,string: "{got}"')))
+        return
+    want = schema.get("type")
+    if want and not _type_ok(str(want), value):
+        got = json_type(value)
+        errs.append(FieldError(TYPE_INVALID, path, got, _in_body(
+            path, f'must be of type {want}: "{got}"')))
+        return
+    if "enum" in schema and value not in schema["enum"]:
+        errs.append(not_supported(path, value, [
+            v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+            for v in schema["enum"]]))
+    if isinstance(value, str):
+        _validate_string(value, schema, path, errs)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        _validate_number(value, schema, path, errs)
+    elif isinstance(value, list):
+        _validate_array(value, schema, path, errs)
+    elif isinstance(value, dict):
+        _validate_object(value, schema, path, errs)
+
+
+def _validate_string(value: str, schema: Schema, path: str, errs: list[FieldError]) -> None:
+    max_len, min_len = schema.get("maxLength"), schema.get("minLength")
+    if max_len is not None and len(value) > int(max_len):
+        # field.TooLong (apimachinery v1.31): the value is not shown.
+        errs.append(FieldError(TOO_LONG, path, "", f"may not be more than {int(max_len)} "
+                               f"{'byte' if int(max_len) == 1 else 'bytes'}"))
+    if min_len is not None and len(value) < int(min_len):
+        errs.append(invalid(path, value, _in_body(path, f"should be at least {int(min_len)} "
+                                                        "chars long")))
+    pattern = schema.get("pattern")
+    if pattern is not None and re.search(str(pattern), value) is None:
+        errs.append(invalid(path, value, _in_body(path, f"should match '{pattern}'")))
+
+
+def _validate_number(value: float, schema: Schema, path: str, errs: list[FieldError]) -> None:
+    shown = int(value) if isinstance(value, float) and value.is_integer() else value
+    maximum, minimum = schema.get("maximum"), schema.get("minimum")
+    if maximum is not None:
+        if schema.get("exclusiveMaximum") and value >= maximum:
+            errs.append(invalid(path, shown, _in_body(
+                path, f"should be less than {go_number(float(maximum))}")))
+        elif value > maximum:
+            errs.append(invalid(path, shown, _in_body(
+                path, f"should be less than or equal to {go_number(float(maximum))}")))
+    if minimum is not None:
+        if schema.get("exclusiveMinimum") and value <= minimum:
+            errs.append(invalid(path, shown, _in_body(
+                path, f"should be greater than {go_number(float(minimum))}")))
+        elif value < minimum:
+            errs.append(invalid(path, shown, _in_body(
+                path, f"should be greater than or equal to {go_number(float(minimum))}")))
+    factor = schema.get("multipleOf")
+    if factor and not math.isclose(value / factor, round(value / factor)):
+        errs.append(invalid(path, shown, _in_body(
+            path, f"should be a multiple of {go_number(float(factor))}")))
+
+
+def _validate_array(value: list[Any], schema: Schema, path: str,
+                    errs: list[FieldError]) -> None:
+    lo, hi = schema.get("minItems"), schema.get("maxItems")
+    if lo is not None and len(value) < int(lo):
+        errs.append(invalid(path, len(value), _in_body(
+            path, f"should have at least {int(lo)} items")))
+    if hi is not None and len(value) > int(hi):
+        errs.append(FieldError(TOO_MANY, path, len(value), f"must have at most {int(hi)} items"))
+    items = schema.get("items")
+    if isinstance(items, Mapping):
+        for n, item in enumerate(value):
+            _validate(item, items, f"{path}[{n}]", errs)
+
+
+def _validate_object(value: dict[str, Any], schema: Schema, path: str,
+                     errs: list[FieldError]) -> None:
+    lo, hi = schema.get("minProperties"), schema.get("maxProperties")
+    if lo is not None and len(value) < int(lo):
+        errs.append(invalid(path, len(value), _in_body(
+            path, f"should have at least {int(lo)} properties")))
+    if hi is not None and len(value) > int(hi):
+        errs.append(FieldError(TOO_MANY, path, len(value),
+                               f"must have at most {int(hi)} items"))
+    for key in schema.get("required") or []:
+        if key not in value:
+            errs.append(required(_child(path, str(key))))
+    props: Mapping[str, Any] = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    for key, item in value.items():
+        if path == "" and key in _ROOT_FIELDS:
+            continue  # metadata is ObjectMeta, validated as such
+        sub = props.get(key, extra if isinstance(extra, Mapping) else None)
+        if sub is not None:
+            _validate(item, sub, _child(path, key), errs)
