@@ -698,6 +698,8 @@ class CustomResources:
         if found is None:
             return
         kind, version = found
+        # Stored at the storage version (conversion None: only apiVersion differs).
+        obj["apiVersion"] = f"{kind.group}/{kind.storage.name}"
         if old is None and version.status:
             obj.pop("status", None)
         crdschema.prune(obj, version.schema)

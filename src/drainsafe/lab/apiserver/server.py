@@ -261,7 +261,7 @@ class ApiServer:
                                     writer.manager)
                 with ssa.writing(writer):
                     created = self.store.create(rt, obj, namespace=namespace, dry_run=dry_run)
-                return _warned(json_response(created, 201), warnings)
+                return _warned(json_response(self.crds.present(rt, created), 201), warnings)
             if sub == "eviction":
                 return await self._evict(namespace or "", name, _dict(body), dry_run)
             if sub == "binding":
@@ -279,11 +279,14 @@ class ApiServer:
                                      custom=self._pruner(rt)) if sub is None else []
             with ssa.writing(writer):
                 put = self._put(rt, namespace or "", name, sub, obj, dry_run)
-            return _warned(json_response(put), warnings)
+            return _warned(json_response(put if sub == "scale" else self.crds.present(rt, put)),
+                           warnings)
         if method == "PATCH":
             with ssa.writing(writer):
                 patched, warnings = self._patch(rt, namespace or "", name, sub, ctype, body,
                                                 dry_run, directive)
+            if sub != "scale":
+                patched = self.crds.present(rt, patched)
             return _warned(json_response(patched), warnings)
         if method == "DELETE":
             return self._delete(request, rt, namespace or "", name, _dict(body or {}))
@@ -500,6 +503,12 @@ class ApiServer:
         q = request.query_params
         manager = q.get("fieldManager") or ""
         force = q.get("force") in ("true", "1")
+        if self.crds.kind(rt) is not None:
+            unknown = self.crds.unknown_fields(rt, applied, drop=False)
+            if unknown:  # the typed patch object is built from the CRD's schema
+                raise st.bad_request(
+                    f"failed to create typed patch object ({rt.api_version}, Kind={rt.kind}): "
+                    f".{unknown[0]}: field not declared in schema")
         live = self.store.peek(rt, namespace or "", name)
         merged = ssa.apply(rt, clone(live) if live is not None else None, applied, manager,
                            force=force, now=self.store.clock())
@@ -508,10 +517,11 @@ class ApiServer:
         if live is None:
             if rt.namespaced:
                 mm["namespace"] = namespace
-            return json_response(self.store.create(rt, merged, namespace=namespace,
-                                                   dry_run=dry_run), 201)
+            return json_response(self.crds.present(rt, self.store.create(
+                rt, merged, namespace=namespace, dry_run=dry_run)), 201)
         mm["resourceVersion"] = live["metadata"]["resourceVersion"]
-        return json_response(self.store.update(rt, merged, dry_run=dry_run))
+        return json_response(self.crds.present(rt, self.store.update(rt, merged,
+                                                                     dry_run=dry_run)))
 
     def _delete(self, request: Request, rt: ResourceType, namespace: str, name: str,
                 opts: dict[str, Any]) -> Response:
