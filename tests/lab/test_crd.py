@@ -415,3 +415,27 @@ async def test_every_served_version_reads_the_same_objects(control_plane: Contro
     example = next(g for g in group.groups if g.name == "example.io")
     assert [v.version for v in example.versions] == ["v1", "v1beta1"]
     assert example.preferred_version.version == "v1"
+
+
+async def test_an_hpa_scales_a_custom_resource_through_its_scale_paths(
+        control_plane: ControlPlane, k8s: Clients, kubectl: Kubectl) -> None:
+    await k8s(k8s.ext.create_custom_resource_definition, WIDGET_CRD)
+    await established(control_plane, "widgets.example.io")
+    await k8s(k8s.custom.create_namespaced_custom_object, "example.io", "v1", "default",
+              "widgets", widget("h", replicas=1))
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": "h", "namespace": "default"},
+           "spec": {"minReplicas": 3, "maxReplicas": 5,
+                    "scaleTargetRef": {"apiVersion": "example.io/v1", "kind": "Widget",
+                                       "name": "h"}}}
+    await kubectl.ok("apply", "-f", "-", stdin=yaml.safe_dump(hpa))
+    widgets = control_plane.store.catalog.by_key("example.io/widgets")
+    assert widgets is not None
+
+    def replicas() -> int:
+        found = control_plane.store.peek(widgets, "default", "h")
+        return -1 if found is None else int(found["spec"]["replicas"])
+
+    await wait_until(control_plane, lambda: replicas() == 3, what="the HPA's minReplicas")
+    await kubectl.ok("scale", "widget", "h", "--replicas=8")
+    await wait_until(control_plane, lambda: replicas() == 5, what="the HPA's maxReplicas")

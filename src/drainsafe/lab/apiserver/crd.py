@@ -546,6 +546,21 @@ def set_replicas(paths: ScalePaths, obj: Obj, replicas: Any) -> None:
     cur[parts[-1]] = replicas
 
 
+def scale_paths(store: Store, rt: ResourceType) -> ScalePaths | None:
+    """The scale subresource of a custom kind as its CRD defines it now (None for a
+    built-in kind, or a version without one)."""
+    found = store.peek(CRDS, "", f"{rt.plural}.{rt.group}")
+    if found is None or not store.catalog.is_custom(rt):
+        return None
+    version = kind_of(found).version(rt.version)
+    return None if version is None else version.scale
+
+
+def spec_replicas(paths: ScalePaths, obj: Obj) -> int:
+    value = _get(obj, paths.spec_replicas)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def validate_scale(kind: CustomKind, paths: ScalePaths, replicas: Any, name: str) -> None:
     """ValidateScaleSpec: a non-negative integer within int32."""
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
