@@ -107,6 +107,10 @@ async def test_kubectl_serves_a_custom_resource(control_plane: ControlPlane,
     assert crd["status"]["acceptedNames"]["shortNames"] == ["wd"]
     assert crd["status"]["storedVersions"] == ["v1"]
 
+    crds = (await kubectl.ok("get", "crds")).splitlines()
+    assert crds[0].split() == ["NAME", "CREATED", "AT"]
+    assert crds[1].split()[0] == "widgets.example.io" and crds[1].split()[1].endswith("Z")
+
     resources = await kubectl.ok("api-resources", "--api-group=example.io")
     assert "widgets" in resources and "wd" in resources and "Widget" in resources
 
