@@ -420,6 +420,22 @@ async def test_every_served_version_reads_the_same_objects(control_plane: Contro
     assert [v.version for v in example.versions] == ["v1", "v1beta1"]
     assert example.preferred_version.version == "v1"
 
+    # A default added to the schema later shows on objects written before (read-time
+    # defaulting), and the object is stored at the storage version.
+    crd = await k8s(k8s.ext.read_custom_resource_definition, "widgets.example.io")
+    body = k8s.api.sanitize_for_serialization(crd)
+    body["spec"]["versions"][1]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"]["colour"] = {"type": "string", "default": "blue"}
+    await k8s(k8s.ext.replace_custom_resource_definition, "widgets.example.io", body)
+    got = await k8s(k8s.custom.get_namespaced_custom_object, "example.io", "v1", "default",
+                    "widgets", "old")
+    assert got["spec"]["colour"] == "blue"
+    widgets = control_plane.store.catalog.by_key("example.io/widgets")
+    assert widgets is not None
+    stored = control_plane.store.peek(widgets, "default", "old")
+    assert stored is not None and stored["apiVersion"] == "example.io/v1"
+    assert "colour" not in stored["spec"]
+
 
 async def test_an_hpa_scales_a_custom_resource_through_its_scale_paths(
         control_plane: ControlPlane, k8s: Clients, kubectl: Kubectl) -> None:

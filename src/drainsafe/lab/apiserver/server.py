@@ -150,16 +150,15 @@ class ApiServer:
             return json_response(discovery.SERVER_VERSION)
         if path == "/api":
             return json_response(discovery.api_versions())
-        served = self.crds.discoverable()
         if path == "/apis":
-            return json_response(discovery.api_group_list(served))
+            return json_response(discovery.api_group_list(self.crds.discoverable()))
         if path == "/openapi/v2":
             # kubectl <= 1.27 insists on fetching the v2 document (as protobuf) before
             # apply; an empty body is a valid, empty openapi_v2.Document, so kubectl
             # finds no schemas and falls back to its built-in types (see openapi.py).
             return Response(b"", media_type="application/octet-stream")
         if path.startswith("/openapi/"):
-            doc = openapi.document(path, served, self._openapi_schemas)
+            doc = openapi.document(path, self.crds.discoverable(), self._openapi_schemas)
             if doc is None:
                 raise st.StatusError(404, "NotFound", "the server could not find the "
                                      "requested resource")
@@ -169,7 +168,7 @@ class ApiServer:
             group, version, rest = "", segs[1], segs[2:]
         elif segs[0] == "apis" and len(segs) >= 2:
             if len(segs) == 2:
-                doc = discovery.api_group(segs[1], served)
+                doc = discovery.api_group(segs[1], self.crds.discoverable())
                 if doc is None:
                     raise _page_not_found()
                 return json_response(doc)
@@ -177,7 +176,7 @@ class ApiServer:
         else:
             raise _page_not_found()
         if not rest:
-            doc = discovery.api_resource_list(group, version, served)
+            doc = discovery.api_resource_list(group, version, self.crds.discoverable())
             if doc is None:
                 raise _page_not_found()
             return json_response(doc)
@@ -349,7 +348,8 @@ class ApiServer:
         q = request.query_params
         labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"))
         items, rv = self.store.list(rt, namespace, labels=labels, fields=flds)
-        items = [self.crds.present(rt, o) for o in items]
+        if self.crds.kind(rt) is not None:
+            items = [self.crds.present(rt, o) for o in items]
         list_meta: dict[str, Any] = {"resourceVersion": str(rv)}
         start = _decode_continue(q.get("continue")) if q.get("continue") else None
         if start is not None:
