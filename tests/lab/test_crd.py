@@ -127,6 +127,11 @@ async def test_kubectl_serves_a_custom_resource(control_plane: ControlPlane,
     got = yaml.safe_load(await kubectl.ok("get", "widget", "w", "-o", "yaml"))
     assert got["spec"] == {"size": "small", "replicas": 2, "mode": "Safe"}
     assert got["metadata"]["generation"] == 1
+    out = await kubectl.ok("apply", "-f", "-",
+                           stdin=yaml.safe_dump(widget(replicas=2, mode="Fast")))
+    assert "widget.example.io/w configured" in out
+    got = yaml.safe_load(await kubectl.ok("get", "widget", "w", "-o", "yaml"))
+    assert got["spec"]["mode"] == "Fast" and got["metadata"]["generation"] == 2
 
     described = await kubectl.ok("describe", "widget", "w")
     assert "Kind:         Widget" in described and "Size:      small" in described
@@ -141,7 +146,7 @@ async def test_kubectl_serves_a_custom_resource(control_plane: ControlPlane,
                                             "selector": "app=w"}}))
     got = json.loads(await kubectl.ok("get", "widget", "w", "-o", "json"))
     assert got["spec"]["replicas"] == 3 and got["status"]["readyReplicas"] == 3
-    assert got["metadata"]["generation"] == 2  # the scale, not the status write
+    assert got["metadata"]["generation"] == 3  # the scale, not the status write
     scale = json.loads(await kubectl.ok(
         "get", "--raw", "/apis/example.io/v1/namespaces/default/widgets/w/scale"))
     assert scale["spec"] == {"replicas": 3}
