@@ -334,8 +334,24 @@ async def test_official_client_custom_objects(control_plane: ControlPlane,
     await k8s(k8s.custom.delete_collection_namespaced_custom_object, *args)
     assert (await k8s(k8s.custom.list_namespaced_custom_object, *args))["items"] == []
 
-    # Deleting the CRD deletes what it served.
+    # Deleting the CRD deletes what it served: a watcher sees DELETED, then its watch ends.
+    seen: list[str] = []
+    listed_racks = await k8s(k8s.custom.list_cluster_custom_object, "example.io", "v1alpha1",
+                             "racks")
+
+    def follow_racks() -> None:
+        for ev in watch.Watch().stream(
+                k8s.custom.list_cluster_custom_object, "example.io", "v1alpha1", "racks",
+                resource_version=listed_racks["metadata"]["resourceVersion"],
+                timeout_seconds=30):
+            seen.append(f'{ev["type"]} {ev["object"]["metadata"]["name"]}')
+
+    racks_watch = asyncio.create_task(asyncio.to_thread(follow_racks))
+    await wait_until(control_plane, lambda: control_plane.store.watching("example.io/racks")
+                     > 0, what="the racks watch")
     await k8s(k8s.ext.delete_custom_resource_definition, "racks.example.io")
+    await asyncio.wait_for(racks_watch, 20)  # ended by the server, well before its timeout
+    assert seen == ["DELETED r1"]
     with pytest.raises(ApiException) as err:
         await k8s(k8s.custom.get_cluster_custom_object, "example.io", "v1alpha1", "racks",
                   "r1")

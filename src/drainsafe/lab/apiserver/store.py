@@ -192,6 +192,10 @@ class Store:
             for w in list(ws):
                 self.unwatch(w)
 
+    def watching(self, key: str) -> int:
+        """How many watches of a resource are open."""
+        return len(self._watches.get(key, ()))
+
     def oldest_watchable(self, rt: ResourceType) -> int:
         return self._dropped[rt.key]
 
