@@ -23,6 +23,12 @@ SCHEMA: dict[str, Any] = {
                 "items": {"type": "array", "maxItems": 2, "items": {
                     "type": "object", "properties": {"name": {"type": "string"}}}},
                 "note": {"type": "string"},
+                "tags": {"type": "array", "x-kubernetes-list-type": "set",
+                         "items": {"type": "string"}},
+                "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                          "x-kubernetes-list-map-keys": ["name"],
+                          "items": {"type": "object", "properties": {
+                              "name": {"type": "string"}, "port": {"type": "integer"}}}},
             }},
         "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
     },
@@ -80,6 +86,11 @@ def test_validation_words_errors_as_the_api_server() -> None:
     assert messages(widget(size="s", items=[{}, {}, {}])) == [
         "spec.items: Too many: 3: must have at most 2 items"]
     assert messages(widget(size="s", replicas=2.0)) == []  # an integral number is an integer
+    assert messages(widget(size="s", tags=["a", "b", "a", "a"])) == [
+        'spec.tags[2]: Duplicate value: "a"']
+    assert messages(widget(size="s", ports=[{"name": "http", "port": 80},
+                                            {"name": "http", "port": 81}, {"port": 1}])) == [
+        'spec.ports[1]: Duplicate value: map[string]interface {}{"name":"http"}']
 
 
 def test_printer_column_paths() -> None:

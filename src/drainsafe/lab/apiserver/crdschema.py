@@ -26,9 +26,13 @@ pkg/validation/validate and its messages pkg/validation/errors/schema.go):
   "b"`, `spec.size: Required value`, `spec.replicas: Invalid value: -1: spec.replicas in
   body should be greater than or equal to 0`.
 
+Then `x-kubernetes-list-type` set and map lists must not repeat an item or a key
+(pkg/apiserver/schema/listtype/validation.go): `spec.ports[1]: Duplicate value:
+map[string]interface {}{"name":"http"}`, once per repeated value.
+
 Not checked: `format`, `allOf`/`anyOf`/`oneOf`/`not` (beyond the int-or-string pattern),
-`x-kubernetes-validations` (CEL), list-type uniqueness (`x-kubernetes-list-type` set/map),
-and the order of several errors (upstream follows Go's map order; here, the document's).
+`x-kubernetes-validations` (CEL), and the order of several errors (upstream follows Go's
+map order; here, the document's).
 Pure functions over JSON-shaped data.
 """
 
@@ -42,10 +46,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from drainsafe.lab.apiserver.validation import (
+    DUPLICATE,
     TOO_LONG,
     TOO_MANY,
     TYPE_INVALID,
     FieldError,
+    GoValue,
+    go_quote,
     invalid,
     not_supported,
     required,
@@ -197,7 +204,73 @@ def validate(obj: Any, schema: Schema | None) -> list[FieldError]:
     errs: list[FieldError] = []
     if schema is not None:
         _validate(obj, schema, "", errs)
+        _list_types(obj, schema, "", errs)
     return errs
+
+
+def go_interface(value: Any) -> str:
+    """A decoded JSON value as Go's %#v prints it inside an interface{}."""
+    if isinstance(value, str):
+        return go_quote(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "interface {}(nil)"
+    if isinstance(value, float):
+        return go_number(value)
+    if isinstance(value, dict):
+        return "map[string]interface {}{" + ", ".join(
+            f"{go_quote(k)}:{go_interface(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[]interface {}{" + ", ".join(go_interface(v) for v in value) + "}"
+    return str(value)
+
+
+def _repeated(values: list[Any]) -> list[int]:
+    """validateListSet: the index of each value's second occurrence."""
+    counts: dict[str, int] = {}
+    out = []
+    for n, v in enumerate(values):
+        key = json.dumps(v, sort_keys=True)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] == 2:
+            out.append(n)
+    return out
+
+
+def _list_types(value: Any, schema: Schema, path: str, errs: list[FieldError]) -> None:
+    """ValidateListSetsAndMaps: no repeated item in a set, no repeated key in a map."""
+    if isinstance(value, dict):
+        props: Mapping[str, Any] = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, Mapping) else None)
+            if sub is not None:
+                _list_types(item, sub, _child(path, key), errs)
+        return
+    if not isinstance(value, list):
+        return
+    kind = schema.get("x-kubernetes-list-type")
+    if kind == "set":
+        errs += [FieldError(DUPLICATE, f"{path}[{n}]", GoValue(go_interface(value[n])))
+                 for n in _repeated(value)]
+    elif kind == "map":
+        keys = [str(k) for k in schema.get("x-kubernetes-list-map-keys") or []]
+        found = [{k: item[k] for k in keys if k in item} if isinstance(item, dict) else {}
+                 for item in value]
+        if len(keys) == 1:  # the key's value alone, reported as {key: value}
+            errs += [FieldError(DUPLICATE, f"{path}[{n}]", GoValue(go_interface(found[n])))
+                     for n in _repeated([f.get(keys[0], _UNSET) for f in found])]
+        else:
+            errs += [FieldError(DUPLICATE, f"{path}[{n}]", GoValue(go_interface(found[n])))
+                     for n in _repeated(found)]
+    items = schema.get("items")
+    if isinstance(items, Mapping):
+        for n, item in enumerate(value):
+            _list_types(item, items, f"{path}[{n}]", errs)
+
+
+_UNSET = {"$unset": True}  # an item without the key: equal to other such items only
 
 
 def _in_body(path: str, text: str) -> str:
