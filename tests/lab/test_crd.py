@@ -178,6 +178,9 @@ async def test_kubectl_serves_a_custom_resource(control_plane: ControlPlane,
     # kubectl asks for strict field validation: an unknown field is refused ...
     result = await kubectl("apply", "-f", "-", stdin=yaml.safe_dump(widget("u", colour="red")))
     assert result.returncode != 0 and 'unknown field "spec.colour"' in result.stderr
+    result = await kubectl("apply", "-f", "-", stdin=yaml.safe_dump(
+        {**widget("u"), "metadata": {"name": "u", "lables": {"a": "b"}}}))
+    assert result.returncode != 0 and 'unknown field "metadata.lables"' in result.stderr
     # ... and pruned without it.
     await kubectl.ok("create", "--validate=false", "-f", "-",
                      stdin=yaml.safe_dump(widget("u", colour="red")))

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.kube.objects import parse_time, rfc3339
-from drainsafe.lab.apiserver import crdschema
+from drainsafe.lab.apiserver import crdschema, schema
 from drainsafe.lab.apiserver import status as st
 from drainsafe.lab.apiserver.discovery import BY_KEY, ResourceType, Subresource
 from drainsafe.lab.apiserver.store import Event, Obj, Store, clone
@@ -698,8 +698,7 @@ class CustomResources:
         found = self.version(rt)
         if found is None:
             return []
-        target = obj if drop else copy.deepcopy(obj)
-        return crdschema.prune(target, found[1].schema)
+        return prune(obj if drop else copy.deepcopy(obj), found[1].schema)
 
     def _admit(self, rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         if rt.key == CRDS.key:
@@ -717,7 +716,7 @@ class CustomResources:
         obj["apiVersion"] = f"{kind.group}/{kind.storage.name}"
         if old is None and version.status:
             obj.pop("status", None)
-        crdschema.prune(obj, version.schema)
+        prune(obj, version.schema)
         crdschema.default(obj, version.schema)
         crdschema.prune_nulls(obj, version.schema)
         errs = crdschema.validate(obj, version.schema)
@@ -739,6 +738,15 @@ class CustomResources:
         kind = kind_of(ev.obj)
         self._kinds[kind.key] = kind
         self.store.catalog.serve(kind.key, resource_types(kind))
+
+
+def prune(obj: Obj, version_schema: Mapping[str, Any] | None) -> list[str]:
+    """Drop what a custom resource may not hold: metadata fields ObjectMeta lacks
+    (schema/objectmeta coerce.go), then what the schema does not specify."""
+    gone = []
+    if isinstance(obj.get("metadata"), dict):
+        gone = schema.drop_unknown("V1ObjectMeta", obj["metadata"], "metadata")
+    return gone + crdschema.prune(obj, version_schema)
 
 
 def strategic_merge_refused() -> st.StatusError:
