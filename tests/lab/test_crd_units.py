@@ -149,3 +149,17 @@ def test_crd_validation() -> None:
         "spec.versions[0].schema.openAPIV3Schema: Required value: schemas are required",
         "spec.versions: Invalid value: []apiextensions.CustomResourceDefinitionVersion{...}: "
         "must have exactly one version marked as storage version"]
+
+
+def test_ratcheting_forgives_only_what_an_update_left_unchanged() -> None:
+    old = widget(size="s", replicas=20, mode="Slow")  # valid under an older, looser schema
+    new = widget(size="s", replicas=20, mode="Fast", note="x")
+    assert [str(e) for e in crdschema.ratchet(crdschema.validate(new, SCHEMA), new, old)] == []
+    new = widget(size="s", replicas=30, mode="Slow")
+    assert [str(e) for e in crdschema.ratchet(crdschema.validate(new, SCHEMA), new, old)] == [
+        "spec.replicas: Invalid value: 30: spec.replicas in body should be less than or "
+        "equal to 10"]
+    old, new = widget(), widget(note="x")
+    del old["spec"]["size"], new["spec"]["size"]
+    assert [str(e) for e in crdschema.ratchet(crdschema.validate(new, SCHEMA), new, old)] == [
+        "spec.size: Required value"]  # spec changed: the missing field counts again

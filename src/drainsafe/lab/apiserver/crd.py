@@ -19,7 +19,8 @@ v0.33; files named below are under its pkg/):
   lists a CRD's resources only once it is Established, with the accepted short names
   and categories (apiserver/customresource_discovery_controller.go).
 - Writes: unknown fields pruned (and reported per fieldValidation), defaults applied,
-  the schema validated (drainsafe.lab.apiserver.crdschema); with the status
+  the schema validated (drainsafe.lab.apiserver.crdschema; on updates, unchanged values
+  are not held against the object: validation ratcheting); with the status
   subresource, a create drops `status`, main-resource writes keep the stored status,
   status writes keep everything else, and metadata.generation moves only when
   something outside metadata and status changes (registry/customresource/strategy.go);
@@ -720,6 +721,8 @@ class CustomResources:
         crdschema.default(obj, version.schema)
         crdschema.prune_nulls(obj, version.schema)
         errs = crdschema.validate(obj, version.schema)
+        if old is not None:
+            errs = crdschema.ratchet(errs, obj, old)
         if errs:
             raise invalid_error(kind.group, kind.kind, str(obj["metadata"].get("name", "")),
                                 errs)

@@ -26,6 +26,10 @@ pkg/validation/validate and its messages pkg/validation/errors/schema.go):
   "b"`, `spec.size: Required value`, `spec.replicas: Invalid value: -1: spec.replicas in
   body should be greater than or equal to 0`.
 
+On an update, `ratchet` forgives the errors of values the update did not change
+(CRDValidationRatcheting, beta and on by default since v1.30: pkg/apiserver/validation/
+ratcheting.go), so a schema made stricter does not block unrelated writes.
+
 Then `x-kubernetes-list-type` set and map lists must not repeat an item or a key
 (pkg/apiserver/schema/listtype/validation.go): `spec.ports[1]: Duplicate value:
 map[string]interface {}{"name":"http"}`, once per repeated value.
@@ -47,6 +51,7 @@ from typing import Any
 
 from drainsafe.lab.apiserver.validation import (
     DUPLICATE,
+    REQUIRED,
     TOO_LONG,
     TOO_MANY,
     TYPE_INVALID,
@@ -206,6 +211,35 @@ def validate(obj: Any, schema: Schema | None) -> list[FieldError]:
         _validate(obj, schema, "", errs)
         _list_types(obj, schema, "", errs)
     return errs
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+_MISSING = object()
+
+
+def _at(obj: Any, path: str) -> Any:
+    cur = obj
+    for name, index in _PATH_PART.findall(path):
+        if name and isinstance(cur, dict):
+            cur = cur.get(name, _MISSING)
+        elif index and isinstance(cur, list) and int(index) < len(cur):
+            cur = cur[int(index)]
+        else:
+            return _MISSING
+    return cur
+
+
+def ratchet(errors: list[FieldError], new: Any, old: Any) -> list[FieldError]:
+    """The errors an update still fails with: those whose value it changed. A missing
+    required field is judged by its parent object; values inside lists are not
+    correlated with the old object, so they are never forgiven (as upstream for
+    atomic lists)."""
+    kept = []
+    for e in errors:
+        path = e.field.rpartition(".")[0] if e.type == REQUIRED else e.field
+        if "[" in e.field or _at(new, path) != _at(old, path):
+            kept.append(e)
+    return kept
 
 
 def go_interface(value: Any) -> str:
