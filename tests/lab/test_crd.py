@@ -483,3 +483,31 @@ async def test_an_hpa_scales_a_custom_resource_through_its_scale_paths(
     await wait_until(control_plane, lambda: replicas() == 3, what="the HPA's minReplicas")
     await kubectl.ok("scale", "widget", "h", "--replicas=8")
     await wait_until(control_plane, lambda: replicas() == 5, what="the HPA's maxReplicas")
+
+
+async def test_a_custom_resource_owns_built_in_objects(control_plane: ControlPlane,
+                                                       k8s: Clients) -> None:
+    """Garbage collection through a custom owner (an LWS owns its StatefulSets): deleting
+    the owner, or its CRD, deletes the dependents."""
+    core = client.CoreV1Api(k8s.api)
+    await k8s(k8s.ext.create_custom_resource_definition, WIDGET_CRD)
+    await established(control_plane, "widgets.example.io")
+    args = ("example.io", "v1", "default", "widgets")
+    owners = [await k8s(k8s.custom.create_namespaced_custom_object, *args, widget(n))
+              for n in ("a", "b")]
+    for owner in owners:
+        name = owner["metadata"]["name"]
+        await k8s(core.create_namespaced_config_map, "default", {
+            "metadata": {"name": f"cm-{name}", "ownerReferences": [{
+                "apiVersion": "example.io/v1", "kind": "Widget", "name": name,
+                "uid": owner["metadata"]["uid"], "controller": True}]}})
+
+    def config_maps() -> list[str]:
+        return sorted(o["metadata"]["name"] for o in control_plane.store.items(
+            control_plane.store.catalog.by_key("configmaps"), "default")  # type: ignore[arg-type]
+            if o["metadata"]["name"].startswith("cm-"))
+
+    await k8s(k8s.custom.delete_namespaced_custom_object, *args, "a")
+    await wait_until(control_plane, lambda: config_maps() == ["cm-b"], what="GC of cm-a")
+    await k8s(k8s.ext.delete_custom_resource_definition, "widgets.example.io")
+    await wait_until(control_plane, lambda: config_maps() == [], what="GC of cm-b")
