@@ -429,13 +429,19 @@ async def test_every_served_version_reads_the_same_objects(control_plane: Contro
                                                            k8s: Clients) -> None:
     two = json.loads(json.dumps(WIDGET_CRD))
     beta = json.loads(json.dumps(two["spec"]["versions"][0]))
-    beta.update(name="v1beta1", storage=False)
+    beta.update(name="v1beta1", storage=False, deprecated=True)
     two["spec"]["versions"].insert(0, beta)
     await k8s(k8s.ext.create_custom_resource_definition, two)
     await established(control_plane, "widgets.example.io")
     made = await k8s(k8s.custom.create_namespaced_custom_object, "example.io", "v1beta1",
                      "default", "widgets", {**widget("old"), "apiVersion": "example.io/v1beta1"})
     assert made["apiVersion"] == "example.io/v1beta1"
+    _, code, headers = await k8s(
+        k8s.custom.get_namespaced_custom_object_with_http_info, "example.io", "v1beta1",
+        "default", "widgets", "old")
+    assert code == 200
+    assert headers["Warning"] == \
+        '299 - "example.io/v1beta1 Widget is deprecated; use example.io/v1 Widget"'
     got = await k8s(k8s.custom.get_namespaced_custom_object, "example.io", "v1", "default",
                     "widgets", "old")
     assert got["apiVersion"] == "example.io/v1" and got["spec"]["mode"] == "Safe"

@@ -60,7 +60,12 @@ from typing import Any
 from drainsafe.kube.objects import parse_time, rfc3339
 from drainsafe.lab.apiserver import crdschema, schema
 from drainsafe.lab.apiserver import status as st
-from drainsafe.lab.apiserver.discovery import BY_KEY, ResourceType, Subresource
+from drainsafe.lab.apiserver.discovery import (
+    BY_KEY,
+    ResourceType,
+    Subresource,
+    version_priority,
+)
 from drainsafe.lab.apiserver.store import Event, Obj, Store, clone
 from drainsafe.lab.apiserver.table import human_duration
 from drainsafe.lab.apiserver.validation import (
@@ -104,6 +109,7 @@ class Version:
     columns: tuple[Mapping[str, Any], ...]
     status: bool
     scale: ScalePaths | None
+    warning: str | None = None  # sent with every request to a deprecated version
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,10 @@ def kind_of(crd: Obj) -> CustomKind:
     accepted = (crd.get("status") or {}).get("acceptedNames") or {}
     versions = []
     for v in spec.get("versions") or []:
+        warning = None
+        if v.get("deprecated"):
+            warning = v.get("deprecationWarning") or deprecation_warning(str(v.get("name")),
+                                                                         spec)
         subs = v.get("subresources") or {}
         scale = subs.get("scale")
         versions.append(Version(
@@ -149,7 +159,8 @@ def kind_of(crd: Obj) -> CustomKind:
             scale=None if scale is None else ScalePaths(
                 str(scale.get("specReplicasPath", "")),
                 str(scale.get("statusReplicasPath", "")),
-                scale.get("labelSelectorPath"))))
+                scale.get("labelSelectorPath")),
+            warning=warning))
     return CustomKind(
         crd=str(crd["metadata"]["name"]), group=str(spec.get("group", "")),
         plural=str(names.get("plural", "")),
@@ -160,6 +171,18 @@ def kind_of(crd: Obj) -> CustomKind:
         short_names=tuple(accepted.get("shortNames") or ()),
         categories=tuple(accepted.get("categories") or ()),
         versions=tuple(versions))
+
+
+def deprecation_warning(version: str, spec: Mapping[str, Any]) -> str:
+    """customresource_handler.go defaultDeprecationWarning: the served, not deprecated
+    version of highest priority above this one is suggested."""
+    kind = (spec.get("names") or {}).get("kind", "")
+    text = f"{spec.get('group')}/{version} {kind} is deprecated"
+    newer = sorted((str(v.get("name")) for v in spec.get("versions") or []
+                    if v.get("served") and not v.get("deprecated")
+                    and version_priority(str(v.get("name"))) < version_priority(version)),
+                   key=version_priority)
+    return f"{text}; use {spec.get('group')}/{newer[0]} {kind}" if newer else text
 
 
 def resource_types(kind: CustomKind) -> list[ResourceType]:

@@ -180,7 +180,14 @@ class ApiServer:
             if doc is None:
                 raise _page_not_found()
             return json_response(doc)
-        return await self._resource(request, group, version, rest)
+        response = await self._resource(request, group, version, rest)
+        parts = rest[1:] if rest[0] == "watch" else rest
+        rt = self._lookup(group, version, parts[2] if parts[0] == "namespaces"
+                          and len(parts) > 2 else parts[0]) if parts else None
+        found = self.crds.version(rt) if rt is not None else None
+        if found is not None and found[1].warning:
+            _warned(response, [found[1].warning])  # a deprecated version of a custom kind
+        return response
 
     def _openapi_schemas(self, rt: ResourceType) -> dict[str, Any]:
         found = self.crds.version(rt)
