@@ -23,6 +23,8 @@ SCHEMA: dict[str, Any] = {
                 "items": {"type": "array", "maxItems": 2, "items": {
                     "type": "object", "properties": {"name": {"type": "string"}}}},
                 "note": {"type": "string"},
+                "at": {"type": "string", "format": "date-time"},
+                "addr": {"type": "string", "format": "ipv4"},
                 "tags": {"type": "array", "x-kubernetes-list-type": "set",
                          "items": {"type": "string"}},
                 "ports": {"type": "array", "x-kubernetes-list-type": "map",
@@ -162,3 +164,16 @@ def test_ratcheting_forgives_only_what_an_update_left_unchanged() -> None:
     old, new = widget(), widget(note="x")  # neither has the required size
     assert [str(e) for e in crdschema.ratchet(crdschema.validate(new, SCHEMA), new, old)] == [
         "spec.size: Required value"]  # spec changed: the missing field counts again
+
+
+def test_string_formats_the_api_server_checks() -> None:
+    for good in ("2026-12-05T09:00:00Z", "2026-12-05t09:00:00.123+01:00"):
+        assert messages(widget(size="s", at=good)) == [], good
+    assert messages(widget(size="s", at="2026-12-05 09:00")) == [
+        'spec.at: Invalid value: "2026-12-05 09:00": spec.at in body must be of type '
+        'date-time: "2026-12-05 09:00"']
+    assert messages(widget(size="s", at="2026-13-05T09:00:00Z")) != []
+    assert messages(widget(size="s", addr="10.0.0.1")) == []
+    assert messages(widget(size="s", addr="10.0.0")) == [
+        'spec.addr: Invalid value: "10.0.0": spec.addr in body must be of type ipv4: '
+        '"10.0.0"']

@@ -34,7 +34,13 @@ Then `x-kubernetes-list-type` set and map lists must not repeat an item or a key
 (pkg/apiserver/schema/listtype/validation.go): `spec.ports[1]: Duplicate value:
 map[string]interface {}{"name":"http"}`, once per repeated value.
 
-Not checked: `format`, `allOf`/`anyOf`/`oneOf`/`not` (beyond the int-or-string pattern),
+String formats (pkg/apiserver/validation/formats.go's supported set, checked as
+kube-openapi pkg/validation/strfmt does): date-time, date, uuid (3, 4, 5), ipv4, ipv6,
+cidr, mac, hostname, byte; a bad one is `spec.at: Invalid value: "x": spec.at in body
+must be of type date-time: "x"`. Other formats are accepted unchecked, and hostnames
+are checked as ASCII only (strfmt also takes Unicode letters).
+
+Not checked: `allOf`/`anyOf`/`oneOf`/`not` (beyond the int-or-string pattern),
 `x-kubernetes-validations` (CEL), and the order of several errors (upstream follows Go's
 map order; here, the document's).
 Pure functions over JSON-shaped data.
@@ -42,11 +48,15 @@ Pure functions over JSON-shaped data.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
+import datetime as dt
+import ipaddress
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from drainsafe.lab.apiserver.validation import (
@@ -356,6 +366,78 @@ def _validate_string(value: str, schema: Schema, path: str, errs: list[FieldErro
     pattern = schema.get("pattern")
     if pattern is not None and re.search(str(pattern), value) is None:
         errs.append(invalid(path, value, _in_body(path, f"should match '{pattern}'")))
+    fmt = schema.get("format")
+    check = _FORMATS.get(str(fmt).replace("-", "")) if fmt else None
+    if check is not None and not check(value):
+        errs.append(FieldError(TYPE_INVALID, path, value, _in_body(
+            path, f"must be of type {fmt}: {go_quote(value)}")))
+
+
+def _is_date(text: str) -> bool:
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return len(text) == 10
+
+
+_CLOCK = re.compile(r"^([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?(z|([+-][0-9]{2}:[0-9]{2}))$")
+
+
+def _is_date_time(text: str) -> bool:
+    """strfmt IsDateTime: a full-date, 't', then hh:mm:ss[.frac] and z or an offset."""
+    parts = text.lower().split("t")
+    if len(text) < 4 or len(parts) < 2 or not _is_date(parts[0]):
+        return False
+    m = _CLOCK.match(parts[1])
+    return m is not None and m.group(1) <= "23" and m.group(2) <= "59" and m.group(3) <= "59"
+
+
+def _is_ip(text: str, version: int) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == version or (
+            version == 6 and ":" in text)
+    except ValueError:
+        return False
+
+
+def _is_cidr(text: str) -> bool:
+    try:
+        ipaddress.ip_interface(text)
+    except ValueError:
+        return False
+    return "/" in text
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def _matches(pattern: str) -> Callable[[str], bool]:
+    rx = re.compile(pattern)
+    return lambda text: rx.match(text) is not None
+
+
+_HOSTNAME = (r"^(?=.{1,255}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+             r"(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$")
+_MAC = r"^([0-9A-Fa-f]{2}[:-]){5,19}[0-9A-Fa-f]{2}$"
+_FORMATS: dict[str, Callable[[str], bool]] = {
+    "datetime": _is_date_time, "date": _is_date,
+    "uuid": _matches(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$"),
+    "uuid3": _matches(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?3[0-9a-f]{3}-?[0-9a-f]{4}-?[0-9a-f]{12}$"),
+    "uuid4": _matches(
+        r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?4[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$"),
+    "uuid5": _matches(
+        r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?5[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$"),
+    "ipv4": lambda text: _is_ip(text, 4) and "." in text,
+    "ipv6": lambda text: _is_ip(text, 6),
+    "cidr": _is_cidr, "mac": _matches(_MAC), "hostname": _matches(_HOSTNAME),
+    "byte": _is_base64,
+}
 
 
 def _validate_number(value: float, schema: Schema, path: str, errs: list[FieldError]) -> None:
