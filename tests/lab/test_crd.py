@@ -517,3 +517,33 @@ async def test_a_custom_resource_owns_built_in_objects(control_plane: ControlPla
     await wait_until(control_plane, lambda: config_maps() == ["cm-b"], what="GC of cm-a")
     await k8s(k8s.ext.delete_custom_resource_definition, "widgets.example.io")
     await wait_until(control_plane, lambda: config_maps() == [], what="GC of cm-b")
+
+
+async def test_finalizers_hold_a_deletion_until_they_are_removed(
+        control_plane: ControlPlane, k8s: Clients, kubectl: Kubectl) -> None:
+    """What a controller's cleanup relies on (issue 30: a NodeMaintenance deleted
+    mid-operation): DELETE only marks the object; removing the last finalizer ends it."""
+    await k8s(k8s.ext.create_custom_resource_definition, WIDGET_CRD)
+    await established(control_plane, "widgets.example.io")
+    args = ("example.io", "v1", "default", "widgets")
+    held = widget("held")
+    held["metadata"]["finalizers"] = ["example.io/cleanup"]
+    await k8s(k8s.custom.create_namespaced_custom_object, *args, held)
+    out = await kubectl.ok("delete", "widget", "held", "--wait=false")
+    assert 'widget.example.io "held" deleted' in out
+    got = await k8s(k8s.custom.get_namespaced_custom_object, *args, "held")
+    assert got["metadata"]["deletionTimestamp"] and \
+        got["metadata"]["deletionGracePeriodSeconds"] == 0
+    with pytest.raises(ApiException) as err:
+        await k8s(k8s.custom.patch_namespaced_custom_object, *args, "held",
+                  {"metadata": {"finalizers": ["example.io/cleanup", "example.io/more"]}})
+    assert err.value.status == 422
+    assert "no new finalizers can be added if the object is being deleted" in err.value.body
+    # A controller may still write the object (its status) while the finalizer holds it.
+    await k8s(k8s.custom.patch_namespaced_custom_object_status, *args, "held",
+              {"status": {"replicas": 0}})
+    await k8s(k8s.custom.patch_namespaced_custom_object, *args, "held",
+              {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as err:
+        await k8s(k8s.custom.get_namespaced_custom_object, *args, "held")
+    assert err.value.status == 404

@@ -40,12 +40,13 @@ v0.33; files named below are under its pkg/):
 - Deleting a CRD deletes its custom resources (the customresourcecleanup finalizer),
   ends their watches and stops serving them.
 
-Not followed, and why: the lab has no finalizers, so a deleted CRD goes at once instead
-of passing through Terminating (no 405 "create not allowed while custom resource
-definition is terminating"); the 2 s hold of a create right after Established (for HA
-API servers) is not applied; conversion webhooks are not called (strategy Webhook is
-served as None); CEL rules (x-kubernetes-validations) and `format` are not checked;
-selectableFields are not indexed (the lab's field selectors accept any path anyway).
+Not followed, and why: the lab models no Terminating phase (as for namespaces), so a
+deleted CRD goes at once with its custom resources, even those holding finalizers (no
+405 "create not allowed while custom resource definition is terminating"); the 2 s
+hold of a create right after Established (for HA API servers) is not applied;
+conversion webhooks are not called (strategy Webhook is served as None); CEL rules
+(x-kubernetes-validations) are not checked; selectableFields are not indexed (the lab's
+field selectors accept any path anyway).
 """
 
 from __future__ import annotations

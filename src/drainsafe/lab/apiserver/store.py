@@ -13,6 +13,11 @@
   goes at once; otherwise metadata.deletionTimestamp = now + grace and
   deletionGracePeriodSeconds are set and the pod stays until its kubelet deletes it
   again with gracePeriodSeconds=0. A second delete may only shorten the grace.
+- Finalizers (pkg/registry/generic/registry/store.go Delete, Update): deleting an object
+  with metadata.finalizers only marks it (deletionTimestamp = now,
+  deletionGracePeriodSeconds 0); the update that removes the last finalizer removes it.
+  A deleting object may not gain finalizers (422 Forbidden). A namespace's deletion and a
+  CRD's deletion still remove their objects at once (the lab models no Terminating phase).
 - ownerReferences garbage collection when an owner is removed (background: dependents
   are deleted; propagationPolicy=Orphan: their ownerReferences are removed). Done
   synchronously here, where the real garbage collector is an asynchronous controller.
@@ -324,6 +329,13 @@ class Store:
                 m["namespace"] = om["namespace"]
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         new["metadata"]["resourceVersion"] = om["resourceVersion"]
+        if om.get("deletionTimestamp"):
+            added = [f for f in m.get("finalizers") or [] if f not in (om.get("finalizers") or [])]
+            if added:
+                raise st.invalid(rt.kind, key[1], [(
+                    "metadata.finalizers", "Forbidden: no new finalizers can be added if the "
+                    "object is being deleted, found new finalizers []string{" +
+                    ", ".join(f'"{f}"' for f in added) + "}")])
         self._admit(rt, new, old)
         if _spec_changed(old, new, status_is_spec=not rt.has_status):
             new["metadata"]["generation"] = int(om.get("generation", 0)) + 1
@@ -331,6 +343,11 @@ class Store:
             return clone(old)  # type: ignore[no-any-return]  # no-op: no new version
         if dry_run:
             return new  # type: ignore[no-any-return]
+        if om.get("deletionTimestamp") and om.get("deletionGracePeriodSeconds") == 0 \
+                and not new["metadata"].get("finalizers"):
+            # The last finalizer went: the stored object is deleted instead of updated
+            # (shouldDeleteDuringUpdate, deleteWithoutFinalizers): watchers see DELETED.
+            return self._remove(rt, key, "Background")
         return self._replace(rt, key, old, new)
 
     def _replace(self, rt: ResourceType, key: tuple[str, str], old: Obj, new: Obj) -> Obj:
@@ -384,9 +401,24 @@ class Store:
                 grace = 0
             if grace > 0:
                 return self._begin_graceful(rt, key, old, max(grace, 1), dry_run)
+        if om.get("finalizers"):
+            return self._mark_deleted(rt, key, old, dry_run)
         if dry_run:
             return clone(old)  # type: ignore[no-any-return]
         return self._remove(rt, key, propagation or "Background")
+
+    def _mark_deleted(self, rt: ResourceType, key: tuple[str, str], old: Obj,
+                      dry_run: bool) -> Obj:
+        """A deletion its finalizers hold: the object stays, marked, until they are gone."""
+        om = old["metadata"]
+        if om.get("deletionTimestamp") and om.get("deletionGracePeriodSeconds") == 0:
+            return clone(old)  # type: ignore[no-any-return]  # already marked
+        new = clone(old)
+        new["metadata"]["deletionTimestamp"] = rfc3339(self.clock())
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        if dry_run:
+            return new  # type: ignore[no-any-return]
+        return self._replace(rt, key, old, new)
 
     def _begin_graceful(self, rt: ResourceType, key: tuple[str, str], old: Obj,
                         grace: int, dry_run: bool) -> Obj:
