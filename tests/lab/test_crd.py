@@ -20,6 +20,7 @@ import yaml
 from conftest import Kubectl, wait_until
 
 from drainsafe.lab.apiserver.crd import CRDS, ESTABLISHED, is_true
+from drainsafe.lab.cluster import Lab
 from drainsafe.lab.controlplane import ControlPlane
 
 kubernetes = pytest.importorskip("kubernetes")
@@ -547,3 +548,17 @@ async def test_finalizers_hold_a_deletion_until_they_are_removed(
     with pytest.raises(ApiException) as err:
         await k8s(k8s.custom.get_namespaced_custom_object, *args, "held")
     assert err.value.status == 404
+
+
+async def test_lab_apply_takes_a_crd_and_its_custom_resources(lab: Lab) -> None:
+    await lab.apply(WIDGET_CRD, RACK_CRD, widget("la", replicas=2), widget("lb"),
+                    {"apiVersion": "example.io/v1alpha1", "kind": "Rack",
+                     "metadata": {"name": "r"}, "spec": {}})
+    await lab.apply(widget("la", replicas=4))  # exists: merge-patched
+    store = lab.control_plane.store
+    widgets = store.catalog.by_key("example.io/widgets")
+    assert widgets is not None
+    assert sorted((w["metadata"]["name"], w["spec"]["replicas"])
+                  for w in store.items(widgets)) == [("la", 4), ("lb", 1)]
+    racks = store.catalog.by_key("example.io/racks")
+    assert racks is not None and store.peek(racks, "", "r") is not None
