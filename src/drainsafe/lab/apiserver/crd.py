@@ -586,8 +586,8 @@ def spec_replicas(paths: ScalePaths, obj: Obj) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def validate_scale(kind: CustomKind, paths: ScalePaths, replicas: Any, name: str) -> None:
-    """ValidateScaleSpec: a non-negative integer within int32."""
+def validate_scale(replicas: Any, name: str) -> None:
+    """autoscaling ValidateScale, which ScaleREST.Update runs: a non-negative integer."""
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
         raise invalid_error("autoscaling", "Scale", name, [
             invalid("spec.replicas", replicas, "must be greater than or equal to 0")])

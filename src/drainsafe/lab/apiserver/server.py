@@ -333,7 +333,7 @@ class ApiServer:
     def _set_replicas(self, rt: ResourceType, obj: Obj, replicas: Any) -> None:
         found = self.crds.version(rt)
         if found is not None and found[1].scale is not None:
-            crd.validate_scale(found[0], found[1].scale, replicas, meta(obj)["name"])
+            crd.validate_scale(replicas, meta(obj)["name"])
             crd.set_replicas(found[1].scale, obj, replicas)
         else:
             obj.setdefault("spec", {})["replicas"] = replicas
