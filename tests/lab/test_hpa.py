@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from drainsafe.lab.apiserver.store import Store
 from drainsafe.lab.controllers.hpa import (
     RECOMMENDED,
     Plan,
@@ -133,11 +134,12 @@ def test_scale_up_stabilization_with_a_behavior() -> None:
 
 
 def test_scale_targets_are_kinds_with_a_scale_subresource() -> None:
-    deployment = scale_target({"apiVersion": "apps/v1", "kind": "Deployment"})
+    store = Store()
+    deployment = scale_target(store, {"apiVersion": "apps/v1", "kind": "Deployment"})
     assert deployment is not None and deployment.plural == "deployments"
-    assert scale_target({"apiVersion": "apps/v1", "kind": "ReplicaSet"}) is not None
-    assert scale_target({"apiVersion": "apps/v1", "kind": "DaemonSet"}) is None
-    assert scale_target({"apiVersion": "v1", "kind": "Deployment"}) is None
+    assert scale_target(store, {"apiVersion": "apps/v1", "kind": "ReplicaSet"}) is not None
+    assert scale_target(store, {"apiVersion": "apps/v1", "kind": "DaemonSet"}) is None
+    assert scale_target(store, {"apiVersion": "v1", "kind": "Deployment"}) is None
 
 
 def test_the_controller_scales_the_target_and_never_on_an_invalid_spec() -> None:

@@ -45,6 +45,7 @@ class Clients:
         self.autoscaling = client.AutoscalingV2Api(self.api)
         self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.admission = client.AdmissionregistrationV1Api(self.api)
+        self.ext = client.ApiextensionsV1Api(self.api)
 
     async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -381,6 +382,20 @@ KINDS: list[tuple[str, dict[str, Any], str, str]] = [
                                  "scope": "Namespaced"}]}]},
      "admission.read_validating_webhook_configuration",
      "admission.list_validating_webhook_configuration"),
+    ("apiextensions.k8s.io/customresourcedefinitions", {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.io"},
+        "spec": {"group": "example.io", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+                 "versions": [{"name": "v1", "served": True, "storage": True,
+                               "subresources": {"status": {}},
+                               "additionalPrinterColumns": [
+                                   {"name": "Size", "type": "string", "jsonPath": ".spec.size"}],
+                               "schema": {"openAPIV3Schema": {
+                                   "type": "object", "properties": {"spec": {
+                                       "type": "object", "properties": {
+                                           "size": {"type": "string", "default": "s"}}}}}}}]}},
+     "ext.read_custom_resource_definition", "ext.list_custom_resource_definition"),
 ]
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 

@@ -87,3 +87,22 @@ def test_pod_status_writes_keep_spec_and_main_writes_keep_status(store: Store) -
     after["metadata"]["labels"] = {"a": "b"}
     again = store.update(PODS, after)
     assert again["status"]["phase"] == "Running" and again["metadata"]["labels"] == {"a": "b"}
+
+
+def test_finalizers_hold_a_deletion_and_the_last_removal_completes_it(store: Store) -> None:
+    seen: list[Event] = []
+    store.listen(seen.append)
+    store.create(CONFIGMAPS, {"metadata": {"name": "f", "namespace": "default",
+                                           "finalizers": ["a/b", "c/d"]}})
+    marked = store.delete(CONFIGMAPS, "default", "f")
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 0
+    assert store.delete(CONFIGMAPS, "default", "f") == marked  # a second delete: no change
+    one = store.get(CONFIGMAPS, "default", "f")
+    one["metadata"]["finalizers"] = ["c/d"]
+    store.update(CONFIGMAPS, one)
+    assert store.peek(CONFIGMAPS, "default", "f") is not None
+    last = store.get(CONFIGMAPS, "default", "f")
+    last["metadata"]["finalizers"] = []
+    store.update(CONFIGMAPS, last)
+    assert store.peek(CONFIGMAPS, "default", "f") is None
+    assert [e.type for e in seen] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]

@@ -25,7 +25,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lightkube import ApiError, AsyncClient, KubeConfig, codecs
+from lightkube import ApiError, AsyncClient, KubeConfig, LoadResourceError, codecs
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.types import PatchType
 
@@ -200,18 +201,54 @@ class Lab:
     # manifests -------------------------------------------------------------------------------
 
     async def apply(self, *manifests: dict[str, Any]) -> None:
-        """Create each object, or merge-patch it when it exists (like a simple kubectl apply)."""
+        """Create each object, or merge-patch it when it exists (like a simple kubectl apply).
+        A CustomResourceDefinition is waited for until Established (as `kubectl wait
+        --for=condition=Established` would), so its custom resources may follow it."""
         client = self._client()
         for manifest in manifests:
-            obj = codecs.from_dict(manifest)
+            obj = self._resource(manifest)
             try:
                 await client.create(obj)
             except ApiError as exc:
                 if exc.status.code != 409:
                     raise
                 meta = manifest.get("metadata") or {}
-                await client.patch(type(obj), meta["name"], manifest,  # type: ignore[type-var]
+                await client.patch(type(obj), meta["name"], manifest,
                                    namespace=meta.get("namespace"), patch_type=PatchType.MERGE)
+            if manifest.get("kind") == "CustomResourceDefinition":
+                await self.wait_established(str(manifest["metadata"]["name"]))
+
+    def _resource(self, manifest: dict[str, Any]) -> Any:
+        """The lightkube object of a manifest; a custom kind the lab serves is registered
+        with lightkube as a generic resource first (it only knows built-in kinds)."""
+        try:
+            return codecs.from_dict(manifest)
+        except LoadResourceError:
+            group, _, version = str(manifest.get("apiVersion", "")).rpartition("/")
+            served = next((rt for rt in self.control_plane.store.catalog.all()
+                           if (rt.group, rt.version, rt.kind) == (
+                               group, version, manifest.get("kind"))), None)
+            if served is None:
+                raise
+            make = create_namespaced_resource if served.namespaced else create_global_resource
+            make(group, version, served.kind, served.plural)
+            return codecs.from_dict(manifest)
+
+    async def wait_established(self, name: str, *, timeout: float = 30.0) -> None:
+        """Until the CustomResourceDefinition `name` is Established (woken by changes)."""
+        from drainsafe.lab.apiserver.crd import CRDS, ESTABLISHED, is_true
+
+        store = self.control_plane.store
+        changed = asyncio.Event()
+        unlisten = store.listen(lambda _ev: changed.set())
+        try:
+            async with asyncio.timeout(timeout):
+                while not ((crd := store.peek(CRDS, "", name)) is not None
+                           and is_true(crd, ESTABLISHED)):
+                    changed.clear()
+                    await changed.wait()
+        finally:
+            unlisten()
 
     async def rollout_restart(self, namespace: str, name: str) -> None:
         """What `kubectl rollout restart` does: stamp the pod template."""

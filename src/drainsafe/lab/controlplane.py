@@ -26,6 +26,7 @@ import uvicorn
 import yaml
 
 from drainsafe.lab.apiserver import admission
+from drainsafe.lab.apiserver.crd import CRDStatusController
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.server import ApiServer
 from drainsafe.lab.apiserver.store import DEFAULT_HISTORY, Store
@@ -76,6 +77,7 @@ class ControlPlane:
             EndpointSliceController(self.store),
             DisruptionController(self.store),
             HorizontalPodAutoscalerController(self.store),
+            CRDStatusController(self.store),
         ]
         self.ca_path = self.state_dir / "pki" / "ca.crt"
         self.url = ""

@@ -20,6 +20,10 @@ kubernetes/apiserver pkg/endpoints/handlers/patch.go (applyPatcher):
   ("Apply failed with 1 conflict: conflict with \"kubectl-patch\" using apps/v1:
   .spec.replicas"), unless `force=true`, which takes the field over.
 
+Custom resources (drainsafe.lab.apiserver.crd) are typed as a structural schema without
+x-kubernetes-map-type or x-kubernetes-list-type is: every object a granular map, every
+list atomic, metadata ObjectMeta (structured-merge-diff's deduced defaults for CRDs).
+
 Not emulated: ownership of fields set by the lab's in-process controllers (they write
 to the store directly, as no manager), the managed-fields upgrade kubectl performs
 when switching a client-side-applied object to server-side apply, apply on
@@ -68,6 +72,9 @@ LIST_KEYS: dict[tuple[str, str], tuple[str, ...]] = {
 SET_LISTS = frozenset({("V1ObjectMeta", "finalizers"), ("V1NamespaceSpec", "finalizers")})
 ATOMIC_TYPES = frozenset({"V1LabelSelector", "V1NodeSelector"})  # +structType=atomic
 KEY_DEFAULTS = {"protocol": "TCP"}  # list-map keys the schema defaults
+# The type names of custom resources: the root, and every object below it.
+CUSTOM_ROOT = "<custom resource>"
+CUSTOM_MAP = "<custom object>"
 # Set by the server, never owned by a manager (fieldmanager stripMeta).
 _SYSTEM_META = frozenset({"name", "namespace", "uid", "resourceVersion", "generation",
                           "creationTimestamp", "deletionTimestamp", "selfLink",
@@ -113,7 +120,21 @@ def _key_element(item: dict[str, Any], keys: tuple[str, ...]) -> str:
 
 
 def _child_type(type_name: str, field: str) -> str | None:
+    if type_name == CUSTOM_ROOT:
+        return "V1ObjectMeta" if field == "metadata" else CUSTOM_MAP
+    if type_name == CUSTOM_MAP:
+        return CUSTOM_MAP
     return schema.types().get(type_name, {}).get(field)
+
+
+def _is_struct(type_name: str | None) -> bool:
+    return type_name in (CUSTOM_ROOT, CUSTOM_MAP) or type_name in schema.types()
+
+
+def root_type(rt: ResourceType) -> str:
+    """The type name of a kind's objects: its model's, or the custom resource's."""
+    name = schema.model_name(rt)
+    return name if name in schema.types() else CUSTOM_ROOT
 
 
 def fieldset(obj: Obj, type_name: str) -> set[Path]:
@@ -160,8 +181,8 @@ def _collect(value: Any, kind: str | None, parent: str, field: str, path: Path,
             _collect(item, inner if inner in schema.types() else None, "", key,
                      (*path, f"f:{key}"), out)
         return
-    if isinstance(value, dict) and kind in schema.types():
-        if not value:
+    if isinstance(value, dict) and _is_struct(kind):
+        if not value or kind == CUSTOM_MAP:  # a custom resource's maps are members
             out.add(path)
         _collect_struct(value, kind, path, out)
         return
@@ -198,7 +219,7 @@ def _diff_struct(old: dict[str, Any], new: dict[str, Any], type_name: str, path:
         kind = _child_type(type_name, key)
         if was is None:
             _collect(item, kind, type_name, key, child, touched)
-            if kind is not None and kind.startswith("Dict["):
+            if kind is not None and (kind.startswith("Dict[") or kind == CUSTOM_MAP):
                 # An added map is itself added (typed/compare.go), so an Update owns it
                 # as a member too: `f:labels: {.: {}, f:app: {}}`. Structs are not
                 # marked: most are non-pointer fields the zero object already has.
@@ -261,7 +282,7 @@ def _diff_value(old: Any, new: Any, kind: str | None, parent: str, field: str, p
             if was is not None and new.get(key) is None:
                 _collect(was, inner_kind, "", key, (*path, f"f:{key}"), gone)
         return
-    if kind in types:
+    if _is_struct(kind):
         _diff_struct(old, new, kind, path, touched, gone)
         return
     touched.add(path)
@@ -293,13 +314,16 @@ def _is_member_item(path: Path) -> bool:
     return bool(path) and path[-1][:2] in ("k:", "v:")
 
 
-def changed(old: Any, new: Any, paths: set[Path]) -> set[Path]:
+def changed(old: Any, new: Any, paths: set[Path], *, maps_are_members: bool = False
+            ) -> set[Path]:
     """The paths of `paths` whose value differs between old and new (an item of an
-    associative list counts as changed only when it is new or gone)."""
+    associative list counts as changed only when it is new or gone; so does a map of a
+    custom resource, which its fields' owners share: `maps_are_members`)."""
     out = set()
     for p in paths:
         a, b = value_at(old, p), value_at(new, p)
-        if _is_member_item(p):
+        if _is_member_item(p) or (maps_are_members and isinstance(a, dict)
+                                  and isinstance(b, dict)):
             if (a is _ABSENT) != (b is _ABSENT):
                 out.add(p)
         elif a != b:
@@ -420,7 +444,7 @@ def _store_entries(obj: Obj, entries: list[Entry]) -> None:
 def record_update(rt: ResourceType, obj: Obj, old: Obj | None, writer: Writer,
                   now: float) -> None:
     """An Update operation: the writer takes the fields it changed."""
-    type_name = schema.model_name(rt)
+    type_name = root_type(rt)
     # A write that leaves managedFields out keeps the stored ones (managedfields.go).
     if old is not None and not (obj.get("metadata") or {}).get("managedFields") \
             and old["metadata"].get("managedFields"):
@@ -471,11 +495,11 @@ def merge(live: Any, applied: Any, type_name: str | None, parent: str = "",
                 if v is not None:
                     out[k] = merge(live.get(k), v, inner if inner in types else None)
             return out
-        if type_name in types:
+        if _is_struct(type_name):
             out = dict(live)
             for k, v in applied.items():
                 if v is not None:
-                    out[k] = merge(live.get(k), v, types[type_name].get(k), type_name, k)
+                    out[k] = merge(live.get(k), v, _child_type(type_name, k), type_name, k)
             return out
     if isinstance(applied, list) and isinstance(live, list) and type_name is not None \
             and type_name.startswith("List["):
@@ -560,7 +584,7 @@ def apply(rt: ResourceType, live: Obj | None, applied: Obj, manager: str, *, for
         raise st.bad_request(
             f"failed to create typed patch object ({rt.api_version}, Kind={rt.kind}): "
             f".{unknown[0]}: field not declared in schema")
-    type_name = schema.model_name(rt)
+    type_name = root_type(rt)
     applied_set = fieldset(applied, type_name)
     entries = _entries(live)
     mine = Entry(manager, "Apply", rt.api_version, rfc3339(now), applied_set)
@@ -571,7 +595,8 @@ def apply(rt: ResourceType, live: Obj | None, applied: Obj, manager: str, *, for
     others = [e for e in entries if e is not previous]
     before = [set(e.fields) for e in others]
     if live is not None:
-        touched = changed(live, merged, applied_set)
+        touched = changed(live, merged, applied_set,
+                          maps_are_members=type_name == CUSTOM_ROOT)
         conflicts = [(e, p) for e in others for p in sorted(touched & e.fields)]
         if conflicts and not force:
             raise conflict_error(conflicts)

@@ -4,10 +4,20 @@ kubectl first asks for aggregated discovery; a plain application/json answer mak
 client-go fall back to legacy APIVersions / APIGroupList / APIResourceList
 (kubernetes/client-go discovery/discovery_client.go). Only groups actually served are
 listed, because client-go fetches every group-version it is told about.
+
+The built-in kinds are fixed (RESOURCES); a `Catalog` adds the kinds that
+CustomResourceDefinitions define (drainsafe.lab.apiserver.crd), per API server. A group
+with several versions lists them highest priority first and prefers the first, as
+apimachinery's version.CompareKubeAwareVersionStrings orders them (v1 > v1beta2 >
+v1beta1 > v1alpha1 > anything else, alphabetically) and the apiextensions discovery
+controller (k8s.io/apiextensions-apiserver pkg/apiserver/customresource_discovery_
+controller.go, v0.33) serves them.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +56,7 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     subresources: tuple[Subresource, ...] = ()
     has_status: bool = field(default=False)
+    singular_name: str = ""  # when it is not the lower-case kind (custom kinds)
 
     @property
     def api_version(self) -> str:
@@ -58,7 +69,7 @@ class ResourceType:
 
     @property
     def singular(self) -> str:
-        return self.kind.lower()
+        return self.singular_name or self.kind.lower()
 
     def subresource(self, name: str) -> Subresource | None:
         return next((s for s in self.subresources if s.name == name), None)
@@ -122,25 +133,81 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
                  True, ("hpa",), ("all",),
                  subresources=(_status("HorizontalPodAutoscaler"),), has_status=True),
+    # The kinds they define are served by drainsafe.lab.apiserver.crd.
+    ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions",
+                 "CustomResourceDefinition", False, ("crd", "crds"), ("api-extensions",),
+                 subresources=(_status("CustomResourceDefinition"),), has_status=True),
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCES}
 _BY_GV: dict[tuple[str, str, str], ResourceType] = {
     (r.group, r.version, r.plural): r for r in RESOURCES
 }
+_KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """A sort key, lowest first: GA by number descending, then beta, then alpha, then
+    non-Kubernetes versions alphabetically (CompareKubeAwareVersionStrings)."""
+    m = _KUBE_VERSION.match(version)
+    if m is None:
+        return (3, 0, 0, version)
+    level = {"": 0, "beta": 1, "alpha": 2}[m.group(2) or ""]
+    return (level, -int(m.group(1)), -int(m.group(3) or 0), "")
+
+
+class Catalog:
+    """The resource types one API server serves: the built-in ones, then those its
+    CustomResourceDefinitions add (several versions of one custom kind share its key)."""
+
+    def __init__(self) -> None:
+        self._custom: dict[tuple[str, str, str], ResourceType] = {}
+
+    def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
+        return _BY_GV.get((group, version, plural)) or self._custom.get((group, version, plural))
+
+    def by_key(self, key: str) -> ResourceType | None:
+        """The type stored under `key` (for a custom kind: its first registered version)."""
+        found = BY_KEY.get(key)
+        if found is None:
+            found = next((r for r in self._custom.values() if r.key == key), None)
+        return found
+
+    def all(self) -> list[ResourceType]:
+        return [*RESOURCES, *self._custom.values()]
+
+    def resource_keys(self) -> list[str]:
+        """Each stored resource once."""
+        return list(dict.fromkeys(r.key for r in self.all()))
+
+    def is_custom(self, rt: ResourceType) -> bool:
+        return (rt.group, rt.version, rt.plural) not in _BY_GV
+
+    def serve(self, key: str, types: Iterable[ResourceType]) -> None:
+        """Serve `types` (the versions of one custom kind) in place of what `key` had."""
+        self.withdraw(key)
+        for r in types:
+            self._custom[(r.group, r.version, r.plural)] = r
+
+    def withdraw(self, key: str) -> None:
+        for gvr in [g for g, r in self._custom.items() if r.key == key]:
+            del self._custom[gvr]
 
 
 def lookup(group: str, version: str, plural: str) -> ResourceType | None:
     return _BY_GV.get((group, version, plural))
 
 
-def group_versions() -> list[tuple[str, str]]:
-    """Served (group, version) pairs in a stable order, core first."""
+def group_versions(resources: Sequence[ResourceType] = RESOURCES) -> list[tuple[str, str]]:
+    """Served (group, version) pairs in a stable order, core first; a group's versions
+    by priority."""
     seen: list[tuple[str, str]] = []
-    for r in RESOURCES:
+    for r in resources:
         if (r.group, r.version) not in seen:
             seen.append((r.group, r.version))
-    return seen
+    groups = list(dict.fromkeys(g for g, _ in seen))
+    return [(g, v) for g in groups
+            for v in sorted((v for gg, v in seen if gg == g), key=version_priority)]
 
 
 def api_versions() -> dict[str, Any]:
@@ -151,26 +218,29 @@ def api_versions() -> dict[str, Any]:
     }
 
 
-def api_group_list() -> dict[str, Any]:
-    groups = []
-    for group, version in group_versions():
-        if not group:
-            continue
-        gv = {"groupVersion": f"{group}/{version}", "version": version}
-        groups.append({"name": group, "versions": [gv], "preferredVersion": gv})
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+def api_group_list(resources: Sequence[ResourceType] = RESOURCES) -> dict[str, Any]:
+    groups: dict[str, list[dict[str, str]]] = {}
+    for group, version in group_versions(resources):
+        if group:
+            groups.setdefault(group, []).append(
+                {"groupVersion": f"{group}/{version}", "version": version})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": g, "versions": versions, "preferredVersion": versions[0]}
+        for g, versions in groups.items()]}
 
 
-def api_group(group: str) -> dict[str, Any] | None:
-    for g in api_group_list()["groups"]:
+def api_group(group: str, resources: Sequence[ResourceType] = RESOURCES
+              ) -> dict[str, Any] | None:
+    for g in api_group_list(resources)["groups"]:
         if g["name"] == group:
             return {"kind": "APIGroup", "apiVersion": "v1", **g}
     return None
 
 
-def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
-    resources: list[dict[str, Any]] = []
-    for r in RESOURCES:
+def api_resource_list(group: str, version: str,
+                      resources: Sequence[ResourceType] = RESOURCES) -> dict[str, Any] | None:
+    entries: list[dict[str, Any]] = []
+    for r in resources:
         if (r.group, r.version) != (group, version):
             continue
         entry: dict[str, Any] = {
@@ -184,7 +254,7 @@ def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
             entry["shortNames"] = list(r.short_names)
         if r.categories:
             entry["categories"] = list(r.categories)
-        resources.append(entry)
+        entries.append(entry)
         for sub in r.subresources:
             sub_entry: dict[str, Any] = {
                 "name": f"{r.plural}/{sub.name}",
@@ -196,9 +266,9 @@ def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
             if sub.group:
                 sub_entry["group"] = sub.group
                 sub_entry["version"] = sub.version
-            resources.append(sub_entry)
-    if not resources:
+            entries.append(sub_entry)
+    if not entries:
         return None
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-            "resources": resources}
+            "resources": entries}

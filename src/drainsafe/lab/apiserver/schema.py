@@ -63,7 +63,13 @@ def unknown_fields(rt: ResourceType, obj: Any) -> list[str]:
 def drop_unknown_fields(rt: ResourceType, obj: Any) -> list[str]:
     """Remove the fields the kind does not have, as decoding into the Go type does;
     returns their paths."""
-    found = list(_walk(types(), model_name(rt), obj, "", ()))
+    return drop_unknown(model_name(rt), obj)
+
+
+def drop_unknown(type_name: str, obj: Any, path: str = "") -> list[str]:
+    """Remove the fields a value of `type_name` does not have (e.g. V1ObjectMeta under
+    a custom resource's "metadata"); returns their paths, prefixed by `path`."""
+    found = list(_walk(types(), type_name, obj, path, ()))
     for _, keys in reversed(found):
         parent = obj
         for k in keys[:-1]:

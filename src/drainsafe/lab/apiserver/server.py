@@ -29,7 +29,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from drainsafe.lab.apiserver import apply as ssa
-from drainsafe.lab.apiserver import discovery, fields, openapi, podproxy, schema, table
+from drainsafe.lab.apiserver import crd, discovery, fields, openapi, podproxy, schema, table
 from drainsafe.lab.apiserver import status as st
 from drainsafe.lab.apiserver.admission_webhook import (
     WebhookDispatcher,
@@ -109,6 +109,7 @@ class ApiServer:
         self.state_dir = state_dir
         self.bookmark_seconds = bookmark_seconds
         self.request_log: list[tuple[str, str]] | None = None
+        self.crds = crd.CustomResources(store)  # before managedFields: they see its changes
         store.admission.append(lambda rt, obj, old: ssa.record(rt, obj, old, store.clock()))
         self.webhooks = WebhookDispatcher(store)
         self.app = Starlette(routes=[
@@ -150,14 +151,14 @@ class ApiServer:
         if path == "/api":
             return json_response(discovery.api_versions())
         if path == "/apis":
-            return json_response(discovery.api_group_list())
+            return json_response(discovery.api_group_list(self.crds.discoverable()))
         if path == "/openapi/v2":
             # kubectl <= 1.27 insists on fetching the v2 document (as protobuf) before
             # apply; an empty body is a valid, empty openapi_v2.Document, so kubectl
             # finds no schemas and falls back to its built-in types (see openapi.py).
             return Response(b"", media_type="application/octet-stream")
         if path.startswith("/openapi/"):
-            doc = openapi.document(path)
+            doc = openapi.document(path, self.crds.discoverable(), self._openapi_schemas)
             if doc is None:
                 raise st.StatusError(404, "NotFound", "the server could not find the "
                                      "requested resource")
@@ -167,7 +168,7 @@ class ApiServer:
             group, version, rest = "", segs[1], segs[2:]
         elif segs[0] == "apis" and len(segs) >= 2:
             if len(segs) == 2:
-                doc = discovery.api_group(segs[1])
+                doc = discovery.api_group(segs[1], self.crds.discoverable())
                 if doc is None:
                     raise _page_not_found()
                 return json_response(doc)
@@ -175,11 +176,29 @@ class ApiServer:
         else:
             raise _page_not_found()
         if not rest:
-            doc = discovery.api_resource_list(group, version)
+            doc = discovery.api_resource_list(group, version, self.crds.discoverable())
             if doc is None:
                 raise _page_not_found()
             return json_response(doc)
-        return await self._resource(request, group, version, rest)
+        response = await self._resource(request, group, version, rest)
+        parts = rest[1:] if rest[0] == "watch" else rest
+        rt = self._lookup(group, version, parts[2] if parts[0] == "namespaces"
+                          and len(parts) > 2 else parts[0]) if parts else None
+        found = self.crds.version(rt) if rt is not None else None
+        if found is not None and found[1].warning:
+            _warned(response, [found[1].warning])  # a deprecated version of a custom kind
+        return response
+
+    def _openapi_schemas(self, rt: ResourceType) -> dict[str, Any]:
+        found = self.crds.version(rt)
+        return {} if found is None else crd.openapi_schemas(*found)
+
+    def _lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
+        """The served type; a custom kind only while its CRD's names are accepted."""
+        rt = self.store.catalog.lookup(group, version, plural)
+        if rt is not None and self.store.catalog.is_custom(rt) and not self.crds.serving(rt):
+            return None
+        return rt
 
     # ---- resource paths ------------------------------------------------------------
 
@@ -190,10 +209,10 @@ class ApiServer:
             segs = segs[1:]
         namespace: str | None = None
         if (len(segs) >= 3 and segs[0] == "namespaces"
-                and (rt3 := discovery.lookup(group, version, segs[2])) is not None
+                and (rt3 := self._lookup(group, version, segs[2])) is not None
                 and rt3.namespaced):
             namespace, segs = segs[1], segs[2:]
-        rt = discovery.lookup(group, version, segs[0]) if segs else None
+        rt = self._lookup(group, version, segs[0]) if segs else None
         if rt is discovery.BY_KEY["pods"] and namespace and len(segs) >= 3 \
                 and segs[2] == "proxy" and not watch_path:
             # The sub-path is everything after .../proxy, trailing slash kept.
@@ -221,10 +240,11 @@ class ApiServer:
             if watch_path:
                 return self._watch(request, rt, namespace, name=name)
             if sub == "scale":
-                return json_response(scale_of(self.store.get(rt, namespace or "", name)))
+                return json_response(self._scale_of(rt, self.store.get(rt, namespace or "",
+                                                                        name)))
             if sub == "log":
                 return self._log(request, namespace or "", name)
-            obj = self.store.get(rt, namespace or "", name)
+            obj = self.crds.present(rt, self.store.get(rt, namespace or "", name))
             return self._render(request, rt, [obj], single=True)
         ctype = request.headers.get("content-type", "application/merge-patch+json")
         if method == "PATCH" and ctype.split(";")[0].strip().lower() == APPLY_PATCH:
@@ -239,14 +259,15 @@ class ApiServer:
         if method == "POST":
             if name is None:
                 obj = _object(body, rt)
-                warnings = _check_fields(rt, obj, directive, decoding=True)
+                warnings = _check_fields(rt, obj, directive, decoding=True,
+                                         custom=self._pruner(rt))
                 m = meta(obj)
                 writer = ssa.Writer(rt.key, (namespace or m.get("namespace") or "default")
                                     if rt.namespaced else "", m.get("name") or "",
                                     writer.manager)
                 with ssa.writing(writer):
                     created = self.store.create(rt, obj, namespace=namespace, dry_run=dry_run)
-                return _warned(json_response(created, 201), warnings)
+                return _warned(json_response(self.crds.present(rt, created), 201), warnings)
             if sub == "eviction":
                 return await self._evict(namespace or "", name, _dict(body), dry_run)
             if sub == "binding":
@@ -260,14 +281,18 @@ class ApiServer:
                                         "requested resource")
         if method == "PUT":
             obj = _object(body, rt) if sub != "scale" else _dict(body)
-            warnings = _check_fields(rt, obj, directive, decoding=True) if sub is None else []
+            warnings = _check_fields(rt, obj, directive, decoding=True,
+                                     custom=self._pruner(rt)) if sub is None else []
             with ssa.writing(writer):
                 put = self._put(rt, namespace or "", name, sub, obj, dry_run)
-            return _warned(json_response(put), warnings)
+            return _warned(json_response(put if sub == "scale" else self.crds.present(rt, put)),
+                           warnings)
         if method == "PATCH":
             with ssa.writing(writer):
                 patched, warnings = self._patch(rt, namespace or "", name, sub, ctype, body,
                                                 dry_run, directive)
+            if sub != "scale":
+                patched = self.crds.present(rt, patched)
             return _warned(json_response(patched), warnings)
         if method == "DELETE":
             return self._delete(request, rt, namespace or "", name, _dict(body or {}))
@@ -287,10 +312,36 @@ class ApiServer:
             response.headers.append("Warning", value)
         return response
 
+    def _pruner(self, rt: ResourceType) -> crd.Pruner | None:
+        if self.crds.version(rt) is None:
+            return None
+        return lambda obj, drop: self.crds.unknown_fields(rt, obj, drop=drop)
+
+    def _table(self, rt: ResourceType, objs: list[Obj], list_meta: dict[str, Any]
+               ) -> dict[str, Any] | None:
+        found = self.crds.version(rt)
+        if found is not None:
+            return crd.table(found[1], objs, list_meta, self.store.clock())
+        return table.render(rt, objs, list_meta, now=self.store.clock())
+
+    def _scale_of(self, rt: ResourceType, obj: Obj) -> Obj:
+        found = self.crds.version(rt)
+        if found is not None and found[1].scale is not None:
+            return crd.scale_of(found[0], found[1].scale, obj)
+        return scale_of(obj)
+
+    def _set_replicas(self, rt: ResourceType, obj: Obj, replicas: Any) -> None:
+        found = self.crds.version(rt)
+        if found is not None and found[1].scale is not None:
+            crd.validate_scale(replicas, meta(obj)["name"])
+            crd.set_replicas(found[1].scale, obj, replicas)
+        else:
+            obj.setdefault("spec", {})["replicas"] = replicas
+
     def _render(self, request: Request, rt: ResourceType, objs: list[Obj], *,
                 single: bool = False, list_meta: dict[str, Any] | None = None) -> Response:
         if table.wants_table(request.headers.get("accept", "")):
-            tbl = table.render(rt, objs, list_meta or {}, now=self.store.clock())
+            tbl = self._table(rt, objs, list_meta or {})
             if tbl is not None:
                 return json_response(tbl)
         if single:
@@ -304,6 +355,8 @@ class ApiServer:
         q = request.query_params
         labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"))
         items, rv = self.store.list(rt, namespace, labels=labels, fields=flds)
+        if self.crds.kind(rt) is not None:
+            items = [self.crds.present(rt, o) for o in items]
         list_meta: dict[str, Any] = {"resourceVersion": str(rv)}
         start = _decode_continue(q.get("continue")) if q.get("continue") else None
         if start is not None:
@@ -346,14 +399,15 @@ class ApiServer:
             return ClientStream(once(), media_type="application/json")
 
         store, interval = self.store, self.bookmark_seconds
+        custom = self.crds.version(rt) is not None
 
         def frame(ev: Event) -> bytes | None:
             kind = _transition(ev, labels, flds)
             if kind is None:
                 return None
-            obj: Any = ev.obj
+            obj: Any = self.crds.present(rt, clone(ev.obj)) if custom else ev.obj
             if as_table:
-                obj = table.render(rt, [obj], {}, now=store.clock()) or obj
+                obj = self._table(rt, [obj], {}) or obj
             return dumps({"type": kind, "object": obj}) + b"\n"
 
         async def stream() -> AsyncIterator[bytes]:
@@ -401,8 +455,8 @@ class ApiServer:
             rv = meta(obj).get("resourceVersion")
             if rv:
                 current["metadata"]["resourceVersion"] = rv
-            current.setdefault("spec", {})["replicas"] = replicas
-            return scale_of(self.store.update(rt, current, dry_run=dry_run))
+            self._set_replicas(rt, current, replicas)
+            return self._scale_of(rt, self.store.update(rt, current, dry_run=dry_run))
         if meta(obj).get("name", name) != name:
             raise st.bad_request("the name of the object "
                                  f"({meta(obj).get('name')}) does not match the name on "
@@ -419,13 +473,16 @@ class ApiServer:
                ctype: str, patch: Any, dry_run: bool, directive: str
                ) -> tuple[Obj, list[str]]:
         current = self.store.get(rt, namespace, name)
+        if self.crds.kind(rt) is not None and \
+                ctype.split(";")[0].strip().lower() == crd.STRATEGIC_MERGE:
+            raise crd.strategic_merge_refused()
         if sub == "scale":
-            patched = apply_patch(ctype, scale_of(current), patch)
-            current.setdefault("spec", {})["replicas"] = _dict(
-                patched.get("spec") or {}).get("replicas", 0)
-            return scale_of(self.store.update(rt, current, dry_run=dry_run)), []
+            patched = apply_patch(ctype, self._scale_of(rt, current), patch)
+            self._set_replicas(rt, current, _dict(patched.get("spec") or {}).get("replicas", 0))
+            return self._scale_of(rt, self.store.update(rt, current, dry_run=dry_run)), []
         patched = apply_patch(ctype, clone(current), patch)
-        warnings = _check_fields(rt, patched, directive, decoding=False)
+        warnings = _check_fields(rt, patched, directive, decoding=False,
+                                 custom=self._pruner(rt))
         pm = meta(patched)
         # A patch may carry a resourceVersion as a precondition; otherwise it applies to
         # the version just read (patch.go retries on conflict; here reads are atomic).
@@ -453,6 +510,12 @@ class ApiServer:
         q = request.query_params
         manager = q.get("fieldManager") or ""
         force = q.get("force") in ("true", "1")
+        if self.crds.kind(rt) is not None:
+            unknown = self.crds.unknown_fields(rt, applied, drop=False)
+            if unknown:  # the typed patch object is built from the CRD's schema
+                raise st.bad_request(
+                    f"failed to create typed patch object ({rt.api_version}, Kind={rt.kind}): "
+                    f".{unknown[0]}: field not declared in schema")
         live = self.store.peek(rt, namespace or "", name)
         merged = ssa.apply(rt, clone(live) if live is not None else None, applied, manager,
                            force=force, now=self.store.clock())
@@ -461,10 +524,11 @@ class ApiServer:
         if live is None:
             if rt.namespaced:
                 mm["namespace"] = namespace
-            return json_response(self.store.create(rt, merged, namespace=namespace,
-                                                   dry_run=dry_run), 201)
+            return json_response(self.crds.present(rt, self.store.create(
+                rt, merged, namespace=namespace, dry_run=dry_run)), 201)
         mm["resourceVersion"] = live["metadata"]["resourceVersion"]
-        return json_response(self.store.update(rt, merged, dry_run=dry_run))
+        return json_response(self.crds.present(rt, self.store.update(rt, merged,
+                                                                     dry_run=dry_run)))
 
     def _delete(self, request: Request, rt: ResourceType, namespace: str, name: str,
                 opts: dict[str, Any]) -> Response:
@@ -668,15 +732,16 @@ async def _yaml_body(request: Request) -> Any:
         raise st.bad_request(f"error decoding YAML: {exc}") from None
 
 
-def _check_fields(rt: ResourceType, obj: Obj, directive: str, *, decoding: bool
-                  ) -> list[str]:
+def _check_fields(rt: ResourceType, obj: Obj, directive: str, *, decoding: bool,
+                  custom: crd.Pruner | None = None) -> list[str]:
     """Unknown fields under fieldValidation (handlers/create.go, update.go, patch.go):
     Strict refuses the request; Warn (the default) returns one warning per field; Warn
-    and Ignore drop them from `obj`."""
+    and Ignore drop them from `obj`. A custom resource's are those its schema prunes."""
     if directive == "Strict":
-        unknown = [f'unknown field "{path}"' for path in schema.unknown_fields(rt, obj)]
+        found = custom(obj, False) if custom else schema.unknown_fields(rt, obj)
+        unknown = [f'unknown field "{path}"' for path in found]
     else:  # decoding into the Go type drops them
-        dropped = schema.drop_unknown_fields(rt, obj)
+        dropped = custom(obj, True) if custom else schema.drop_unknown_fields(rt, obj)
         unknown = [] if directive == "Ignore" else [f'unknown field "{p}"' for p in dropped]
     if not unknown or directive != "Strict":
         return unknown

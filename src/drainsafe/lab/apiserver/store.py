@@ -13,6 +13,11 @@
   goes at once; otherwise metadata.deletionTimestamp = now + grace and
   deletionGracePeriodSeconds are set and the pod stays until its kubelet deletes it
   again with gracePeriodSeconds=0. A second delete may only shorten the grace.
+- Finalizers (pkg/registry/generic/registry/store.go Delete, Update): deleting an object
+  with metadata.finalizers only marks it (deletionTimestamp = now,
+  deletionGracePeriodSeconds 0); the update that removes the last finalizer removes it.
+  A deleting object may not gain finalizers (422 Forbidden). A namespace's deletion and a
+  CRD's deletion still remove their objects at once (the lab models no Terminating phase).
 - ownerReferences garbage collection when an owner is removed (background: dependents
   are deleted; propagationPolicy=Orphan: their ownerReferences are removed). Done
   synchronously here, where the real garbage collector is an asynchronous controller.
@@ -29,14 +34,14 @@ import random
 import re
 import time
 import uuid
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, parse_time, rfc3339
 from drainsafe.lab.apiserver import status as st
-from drainsafe.lab.apiserver.discovery import BY_KEY, ResourceType
+from drainsafe.lab.apiserver.discovery import BY_KEY, Catalog, ResourceType
 from drainsafe.lab.apiserver.fields import EVERYTHING as ALL_FIELDS
 from drainsafe.lab.apiserver.fields import FieldSelector
 from drainsafe.labels import EVERYTHING as ALL_LABELS
@@ -108,10 +113,13 @@ class Store:
         self.clock = clock
         self._history_size = history
         self._rv = 0
-        self._objects: dict[str, dict[tuple[str, str], Obj]] = {k: {} for k in BY_KEY}
-        self._history: dict[str, deque[Event]] = {k: deque() for k in BY_KEY}
-        self._dropped: dict[str, int] = dict.fromkeys(BY_KEY, 0)
-        self._watches: dict[str, set[Watch]] = {k: set() for k in BY_KEY}
+        # The kinds served; CustomResourceDefinitions add to it (drainsafe.lab.apiserver.crd),
+        # so the per-resource tables grow on first use.
+        self.catalog = Catalog()
+        self._objects: defaultdict[str, dict[tuple[str, str], Obj]] = defaultdict(dict)
+        self._history: defaultdict[str, deque[Event]] = defaultdict(deque)
+        self._dropped: defaultdict[str, int] = defaultdict(int)
+        self._watches: defaultdict[str, set[Watch]] = defaultdict(set)
         self._listeners: list[Callable[[Event], None]] = []
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
         self.admission: list[Admission] = []
@@ -188,6 +196,10 @@ class Store:
         for ws in self._watches.values():
             for w in list(ws):
                 self.unwatch(w)
+
+    def watching(self, key: str) -> int:
+        """How many watches of a resource are open."""
+        return len(self._watches.get(key, ()))
 
     def oldest_watchable(self, rt: ResourceType) -> int:
         return self._dropped[rt.key]
@@ -317,13 +329,25 @@ class Store:
                 m["namespace"] = om["namespace"]
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         new["metadata"]["resourceVersion"] = om["resourceVersion"]
+        if om.get("deletionTimestamp"):
+            added = [f for f in m.get("finalizers") or [] if f not in (om.get("finalizers") or [])]
+            if added:
+                raise st.invalid(rt.kind, key[1], [(
+                    "metadata.finalizers", "Forbidden: no new finalizers can be added if the "
+                    "object is being deleted, found new finalizers []string{" +
+                    ", ".join(f'"{f}"' for f in added) + "}")])
         self._admit(rt, new, old)
-        if _spec_changed(old, new):
+        if _spec_changed(old, new, status_is_spec=not rt.has_status):
             new["metadata"]["generation"] = int(om.get("generation", 0)) + 1
         if new == old:
             return clone(old)  # type: ignore[no-any-return]  # no-op: no new version
         if dry_run:
             return new  # type: ignore[no-any-return]
+        if om.get("deletionTimestamp") and om.get("deletionGracePeriodSeconds") == 0 \
+                and not new["metadata"].get("finalizers"):
+            # The last finalizer went: the stored object is deleted instead of updated
+            # (shouldDeleteDuringUpdate, deleteWithoutFinalizers): watchers see DELETED.
+            return self._remove(rt, key, "Background")
         return self._replace(rt, key, old, new)
 
     def _replace(self, rt: ResourceType, key: tuple[str, str], old: Obj, new: Obj) -> Obj:
@@ -377,9 +401,24 @@ class Store:
                 grace = 0
             if grace > 0:
                 return self._begin_graceful(rt, key, old, max(grace, 1), dry_run)
+        if om.get("finalizers"):
+            return self._mark_deleted(rt, key, old, dry_run)
         if dry_run:
             return clone(old)  # type: ignore[no-any-return]
         return self._remove(rt, key, propagation or "Background")
+
+    def _mark_deleted(self, rt: ResourceType, key: tuple[str, str], old: Obj,
+                      dry_run: bool) -> Obj:
+        """A deletion its finalizers hold: the object stays, marked, until they are gone."""
+        om = old["metadata"]
+        if om.get("deletionTimestamp") and om.get("deletionGracePeriodSeconds") == 0:
+            return clone(old)  # type: ignore[no-any-return]  # already marked
+        new = clone(old)
+        new["metadata"]["deletionTimestamp"] = rfc3339(self.clock())
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        if dry_run:
+            return new  # type: ignore[no-any-return]
+        return self._replace(rt, key, old, new)
 
     def _begin_graceful(self, rt: ResourceType, key: tuple[str, str], old: Obj,
                         grace: int, dry_run: bool) -> Obj:
@@ -404,8 +443,9 @@ class Store:
         self._emit(Event("DELETED", rt.key, last, old, self._rv))
         self._collect(old, propagation)
         if rt.key == "namespaces":
-            for other in BY_KEY.values():
-                if other.namespaced:
+            for res in self.catalog.resource_keys():
+                other = self.catalog.by_key(res)
+                if other is not None and other.namespaced:
                     for o in list(self.items(other, key[1])):
                         if (key[1], o["metadata"]["name"]) in self._objects[other.key]:
                             self._remove(other, (key[1], o["metadata"]["name"]), "Background")
@@ -414,7 +454,10 @@ class Store:
     def _collect(self, owner: Obj, propagation: str) -> None:
         uid = owner["metadata"]["uid"]
         for res, ns, name in sorted(self._dependents.get(uid, ())):
-            rt = BY_KEY[res]
+            found = self.catalog.by_key(res)
+            if found is None:
+                continue
+            rt = found
             dep = self.peek(rt, ns, name)
             if dep is None:
                 continue
@@ -426,11 +469,23 @@ class Store:
                 self.delete(rt, ns, name)
 
     def _owner_alive(self, ref: Obj, namespace: str) -> bool:
-        for rt in BY_KEY.values():
-            if rt.kind == ref.get("kind"):
+        group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+        for rt in self.catalog.all():
+            if rt.kind == ref.get("kind") and rt.group == group:
                 o = self.peek(rt, namespace, str(ref.get("name")))
                 return o is not None and o["metadata"]["uid"] == ref.get("uid")
         return False
+
+    def forget(self, rt: ResourceType) -> None:
+        """Stop storing a resource (its CustomResourceDefinition is gone): every object
+        is deleted (watchers see DELETED, dependents are collected), then its watches end
+        and its history goes, as the custom resource's storage is torn down."""
+        for key in list(self._objects.get(rt.key, {})):
+            self._remove(rt, key, "Background")
+        for w in list(self._watches.get(rt.key, ())):
+            self.unwatch(w)
+        for table in (self._objects, self._history, self._dropped, self._watches):
+            table.pop(rt.key, None)
 
     def dependents(self, owner_uid: str) -> Iterable[tuple[str, str, str]]:
         return tuple(sorted(self._dependents.get(owner_uid, ())))
@@ -455,6 +510,11 @@ def _pod_may_go_at_once(pod: Obj) -> bool:
 _NOT_SPEC = frozenset({"metadata", "status", "apiVersion", "kind"})
 
 
-def _spec_changed(old: Obj, new: Obj) -> bool:
+def _spec_changed(old: Obj, new: Obj, *, status_is_spec: bool = False) -> bool:
+    """Whether metadata.generation moves: anything but metadata changed, status too
+    unless the kind has a status subresource (the custom resource strategy's
+    PrepareForUpdate; built-in kinds without one have no status)."""
     keys = (set(old) | set(new)) - _NOT_SPEC
+    if status_is_spec:
+        keys.add("status")
     return any(old.get(k) != new.get(k) for k in keys)

@@ -4,7 +4,10 @@ StatefulSets, services, PDBs, HPAs, EndpointSlices, events).
 kubectl asks for `application/json;as=Table;v=v1;g=meta.k8s.io` first
 (kubernetes/kubectl pkg/cmd/get/get.go) and prints the server's columns; -o wide shows
 the priority-1 columns. Column sets follow kubernetes/kubernetes
-pkg/printers/internalversion/printers.go. Other resources answer with plain JSON and
+pkg/printers/internalversion/printers.go; CustomResourceDefinitions get the default
+convertor's Name and Created At (k8s.io/apiserver pkg/registry/rest/table.go, which the
+apiextensions-apiserver's CRD storage uses; custom resources' own tables are
+drainsafe.lab.apiserver.crd's). Other resources answer with plain JSON and
 kubectl prints its generic NAME/AGE fallback.
 """
 
@@ -216,7 +219,13 @@ def _hpa_row(hpa: Obj, now: float) -> list[Any]:
             status.get("currentReplicas", 0), _age(hpa, now)]
 
 
+def _created_at_row(obj: Obj, now: float) -> list[Any]:
+    return [obj["metadata"]["name"], obj["metadata"].get("creationTimestamp")]
+
+
 _TABLES: dict[str, tuple[list[Column], Callable[[Obj, float], list[Any]]]] = {
+    "apiextensions.k8s.io/customresourcedefinitions": (
+        [("Name", "string", 0), ("Created At", "date", 0)], _created_at_row),
     "autoscaling/horizontalpodautoscalers": ([("Name", "string", 0), ("Reference", "string", 0),
                                               ("Targets", "string", 0), ("MinPods", "string", 0),
                                               ("MaxPods", "string", 0),

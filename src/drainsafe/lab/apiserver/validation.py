@@ -38,6 +38,9 @@ INVALID = "FieldValueInvalid"
 NOT_SUPPORTED = "FieldValueNotSupported"
 DUPLICATE = "FieldValueDuplicate"
 FORBIDDEN = "FieldValueForbidden"
+TYPE_INVALID = "FieldValueTypeInvalid"
+TOO_LONG = "FieldValueTooLong"
+TOO_MANY = "FieldValueTooMany"
 
 _TYPE_TEXT = {
     REQUIRED: "Required value",
@@ -45,8 +48,11 @@ _TYPE_TEXT = {
     NOT_SUPPORTED: "Unsupported value",
     DUPLICATE: "Duplicate value",
     FORBIDDEN: "Forbidden",
+    TYPE_INVALID: "Invalid value",
+    TOO_LONG: "Too long",
+    TOO_MANY: "Too many",
 }
-_NO_VALUE = frozenset({REQUIRED, FORBIDDEN})
+_NO_VALUE = frozenset({REQUIRED, FORBIDDEN, TOO_LONG})
 
 IS_NEGATIVE = "must be greater than or equal to 0"  # apivalidation isNegativeErrorMsg
 IMMUTABLE = "field is immutable"  # apivalidation fieldImmutableErrorMsg

@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drainsafe.kube.objects import rfc3339
+from drainsafe.lab.apiserver import crd
 from drainsafe.lab.apiserver import status as st
-from drainsafe.lab.apiserver.discovery import BY_KEY, RESOURCES, ResourceType
-from drainsafe.lab.apiserver.store import Obj, Store, clone
+from drainsafe.lab.apiserver.discovery import BY_KEY, ResourceType
+from drainsafe.lab.apiserver.store import Event, Obj, Store, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import set_condition
 from drainsafe.lab.controllers.scheduler import record_event
@@ -57,13 +58,28 @@ COMPONENT = "horizontal-pod-autoscaler"
 Condition = tuple[str, str, str, str]  # type, status, reason, message
 
 
-def scale_target(ref: dict[str, Any]) -> ResourceType | None:
-    """The served resource behind a scaleTargetRef, if it has a scale subresource."""
-    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
-    for rt in RESOURCES:
-        if rt.kind == ref.get("kind") and rt.group == group and rt.subresource("scale"):
-            return rt
-    return None
+def scale_target(store: Store, ref: dict[str, Any]) -> ResourceType | None:
+    """The served resource behind a scaleTargetRef, if it has a scale subresource
+    (custom kinds included: the scale client resolves them by discovery)."""
+    group, _, version = str(ref.get("apiVersion") or "").rpartition("/")
+    found = [rt for rt in store.catalog.all()
+             if rt.kind == ref.get("kind") and rt.group == group and rt.subresource("scale")]
+    return next((rt for rt in found if rt.version == version), found[0] if found else None)
+
+
+def _replicas(store: Store, rt: ResourceType, target: Obj) -> int:
+    paths = crd.scale_paths(store, rt)
+    if paths is not None:
+        return crd.spec_replicas(paths, target)
+    return int((target.get("spec") or {}).get("replicas", 1))
+
+
+def _set_replicas(store: Store, rt: ResourceType, target: Obj, replicas: int) -> None:
+    paths = crd.scale_paths(store, rt)
+    if paths is not None:
+        crd.set_replicas(paths, target, replicas)
+    else:
+        target.setdefault("spec", {})["replicas"] = replicas
 
 
 @dataclass
@@ -202,12 +218,17 @@ def plan(hpa: Obj, current: int, samples: list[tuple[float, int]], now: float) -
 
 class HorizontalPodAutoscalerController(Controller):
     name = "horizontal-pod-autoscaler"
-    watches = frozenset({"autoscaling/horizontalpodautoscalers", *(
-        rt.key for rt in RESOURCES if rt.subresource("scale"))})
+    watches = frozenset({"autoscaling/horizontalpodautoscalers"})
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
         self._recommendations: dict[str, Recommendations] = {}
+
+    def _on_event(self, ev: Event) -> None:
+        """HPAs, and every kind with a scale subresource (custom kinds come and go)."""
+        rt = self.store.catalog.by_key(ev.resource)
+        if ev.resource in self.watches or (rt is not None and rt.subresource("scale")):
+            self.wake()
 
     def reconcile(self) -> float | None:
         next_wake: float | None = None
@@ -231,7 +252,7 @@ class HorizontalPodAutoscalerController(Controller):
         ns = hpa["metadata"]["namespace"]
         now = self.store.clock()
         ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
-        rt = scale_target(ref)
+        rt = scale_target(self.store, ref)
         target = self.store.peek(rt, ns, str(ref.get("name"))) if rt is not None else None
         if rt is None or target is None:
             group, _, _ = str(ref.get("apiVersion") or "").rpartition("/")
@@ -244,7 +265,7 @@ class HorizontalPodAutoscalerController(Controller):
                  f"the HPA controller was unable to get the target's current scale: {err}"),),
                 event=("Warning", "FailedGetScale", err))
             return None
-        current = int((target.get("spec") or {}).get("replicas", 1))
+        current = _replicas(self.store, rt, target)
         history = self._recommendations.setdefault(hpa["metadata"]["uid"], Recommendations())
         if not history.samples:  # recordInitialRecommendation
             history.samples.append((now, current))
@@ -260,7 +281,7 @@ class HorizontalPodAutoscalerController(Controller):
         desired: int | None = decision.desired
         if decision.rescale:
             def rescale(o: Obj) -> None:
-                o.setdefault("spec", {})["replicas"] = decision.desired
+                _set_replicas(self.store, rt, o, decision.desired)
             try:
                 self.store.mutate(rt, ns, target["metadata"]["name"], rescale)
             except st.StatusError as exc:
