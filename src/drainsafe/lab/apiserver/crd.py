@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drainsafe.kube.objects import parse_time, rfc3339
+from drainsafe.kube.objects import condition, parse_time, rfc3339
 from drainsafe.lab.apiserver import crdschema, schema
 from drainsafe.lab.apiserver import status as st
 from drainsafe.lab.apiserver.discovery import (
@@ -204,13 +204,6 @@ def resource_types(kind: CustomKind) -> list[ResourceType]:
     return out
 
 
-def condition(crd: Obj, kind: str) -> Obj | None:
-    for c in (crd.get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind:
-            return c  # type: ignore[no-any-return]
-    return None
-
-
 def is_true(crd: Obj, kind: str) -> bool:
     c = condition(crd, kind)
     return c is not None and c.get("status") == "True"
@@ -345,16 +338,17 @@ def names_and_conditions(crd: Obj, others: Iterable[Obj], now: str
     else:
         names.pop("categories", None)
     ok = reason == "NoConflicts"
-    accepted = _condition(crd, NAMES_ACCEPTED, "True" if ok else "False", reason, message, now)
-    established = condition(crd, ESTABLISHED) or _condition(
+    accepted = _next_condition(crd, NAMES_ACCEPTED, "True" if ok else "False", reason,
+                               message, now)
+    established = dict(condition(crd, ESTABLISHED) or {}) or _next_condition(
         crd, ESTABLISHED, "False", "NotAccepted", "not all names are accepted", now)
     if established.get("status") != "True" and ok:
-        established = _condition(crd, ESTABLISHED, "False", "Installing",
-                                 "the initial names have been accepted", now)
+        established = _next_condition(crd, ESTABLISHED, "False", "Installing",
+                                      "the initial names have been accepted", now)
     return names, accepted, established
 
 
-def _condition(crd: Obj, kind: str, status: str, reason: str, message: str, now: str) -> Obj:
+def _next_condition(crd: Obj, kind: str, status: str, reason: str, message: str, now: str) -> Obj:
     old = condition(crd, kind)
     since = old.get("lastTransitionTime") if old and old.get("status") == status else now
     return {"type": kind, "status": status, "lastTransitionTime": since, "reason": reason,
@@ -387,7 +381,7 @@ class CRDStatusController(Controller):
                                  and condition(crd, ESTABLISHED) != established):
                 self._write(crd, names, [accepted, established])
             elif is_true(crd, NAMES_ACCEPTED) and not is_true(crd, ESTABLISHED):
-                self._write(crd, names, [_condition(crd, ESTABLISHED, "True",
+                self._write(crd, names, [_next_condition(crd, ESTABLISHED, "True",
                                                     "InitialNamesAccepted",
                                                     "the initial names have been accepted",
                                                     now)])

@@ -373,12 +373,19 @@ def _validate_string(value: str, schema: Schema, path: str, errs: list[FieldErro
             path, f"must be of type {fmt}: {go_quote(value)}")))
 
 
+_DATE = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})$")
+
+
 def _is_date(text: str) -> bool:
+    """strfmt IsDate: time.Parse("2006-01-02"), so a real calendar day."""
+    m = _DATE.match(text)
+    if m is None:
+        return False
     try:
-        dt.date.fromisoformat(text)
+        dt.date(*(int(g) for g in m.groups()))
     except ValueError:
         return False
-    return len(text) == 10
+    return True
 
 
 _CLOCK = re.compile(r"^([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?(z|([+-][0-9]{2}:[0-9]{2}))$")
