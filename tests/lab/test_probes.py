@@ -4,6 +4,7 @@ processes listening on a loopback address."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import sys
 import time
@@ -299,3 +300,29 @@ async def test_a_failing_pod_still_fails_on_a_starved_lab(
         assert worker.last_timing is not None and worker.last_timing.stalled >= 1.0
     finally:
         await worker.stop()
+
+
+async def test_a_late_worker_drops_missed_ticks_instead_of_bursting() -> None:
+    calls: list[float] = []
+
+    async def run(action: object, target: Target, *, timeout: float,
+                  client: object) -> Outcome:
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            time.sleep(1.0)  # the loop starved for five periods
+        return Outcome(True)
+
+    spec = ProbeSpec(ProbeType.LIVENESS, {"tcpSocket": {"port": 1}}, period=0.2)
+    worker = ProbeWorker(spec, Target("127.0.0.1"), started_at=time.monotonic(),
+                         on_result=lambda *a: None, run=run)
+    worker.start()
+    try:
+        async with asyncio.timeout(20):
+            while len(calls) < 5:
+                await asyncio.sleep(0.05)
+    finally:
+        await worker.stop()
+    assert worker.skipped_ticks >= 3
+    # After the stall: at most one probe at once (the tick due now), then the period.
+    gaps = [b - a for a, b in itertools.pairwise(calls[2:])]
+    assert all(gap >= 0.1 for gap in gaps[1:]), gaps
