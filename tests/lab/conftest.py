@@ -13,6 +13,7 @@ import pytest
 
 from drainsafe.lab.cluster import Lab, pids_alive
 from drainsafe.lab.controlplane import ControlPlane
+from drainsafe.lab.node.probes import LoopStalls
 
 KUBECTL_DIR = pathlib.Path("/usr/lib/google-cloud-sdk/bin")
 KUBECTL_VERSIONS = ("1.27", "1.33")
@@ -129,3 +130,16 @@ async def cp_nodes(control_plane: ControlPlane, cp_kubeconfig: pathlib.Path
     names = ["node-a", "node-b", "node-c", "node-d"]
     async with NodeAgent(cp_kubeconfig, names, gpus=2):
         yield names
+
+
+@pytest.fixture
+async def loop_stalls() -> AsyncIterator[LoopStalls]:
+    """The test's event loop's measured stalls (the lab's too: it runs in the test's
+    process). A timing assertion adds the stall measured over its window, so a busy machine
+    widens the margin by the delay it really imposed and no more."""
+    stalls = LoopStalls.for_loop()
+    stalls.acquire()
+    try:
+        yield stalls
+    finally:
+        stalls.release()

@@ -252,7 +252,7 @@ async def test_eviction_webhooks_as_kube_apiserver_calls_them(
                                     timeoutSeconds=1, failurePolicy="Fail"))
     started = time.monotonic()
     resp = await _evict(lab, "guarded", victim, dry_run=True)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 5  # cut at timeoutSeconds: /slow answers after 5 s
     assert resp.status_code == 500
     assert resp.json()["message"].startswith(
         'Internal error occurred: failed calling webhook "peer.example.io"')
@@ -260,7 +260,7 @@ async def test_eviction_webhooks_as_kube_apiserver_calls_them(
                                     failurePolicy="Ignore"))
     started = time.monotonic()
     resp = await _evict(lab, "guarded", victim, dry_run=True)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 5
     assert resp.status_code == 201
 
     # An answer for another request, and a certificate the caBundle does not vouch for,

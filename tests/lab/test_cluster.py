@@ -14,6 +14,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, gpu_device_plugin_daemonset, pids_alive, virtual_deployment
+from drainsafe.lab.node.probes import LoopStalls
 
 SERVICES = BY_KEY["services"]
 
@@ -149,7 +150,7 @@ async def test_virtual_pods_need_no_process(lab: Lab) -> None:
 
 
 async def test_endpoint_removal_reaches_the_proxy_after_the_propagation_delay(
-        tmp_path: Path) -> None:
+        tmp_path: Path, loop_stalls: LoopStalls) -> None:
     async with Lab(tmp_path / "lab", nodes=1, propagation_seconds=1.0, ingress=False) as lab:
         await lab.apply(http_deployment("web", replicas=1, grace=5,
                                         prestop={"sleep": {"seconds": 2}}), service("web"))
@@ -168,8 +169,11 @@ async def test_endpoint_removal_reaches_the_proxy_after_the_propagation_delay(
                                if t > deleted_at and backend not in backends), None)
             await asyncio.sleep(0.05)
         assert removed_at is not None
-        # The API knew at once (the endpoint turned not-ready); the proxy a second later.
-        assert 1.0 <= removed_at - deleted_at <= 3.0
+        # The API knew at once (the endpoint turned not-ready); the proxy a second later,
+        # give or take the control-plane hops and whatever the lab's loop measured stalled.
+        stalled = loop_stalls.stalled(deleted_at, removed_at)
+        assert 1.0 <= removed_at - deleted_at <= 3.0 + stalled, (removed_at - deleted_at,
+                                                                  stalled)
 
 
 @pytest.mark.parametrize("version", ["1.27", "1.33"])

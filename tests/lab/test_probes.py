@@ -4,26 +4,42 @@ processes listening on a loopback address."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from drainsafe.lab.node.handlers import Outcome, Target, run_action
-from drainsafe.lab.node.probes import ProbeSpec, ProbeSpecError, ProbeType, ProbeWorker, Threshold
+from drainsafe.lab.node.probes import (
+    LoopStalls,
+    ProbeSpec,
+    ProbeSpecError,
+    ProbeTiming,
+    ProbeType,
+    ProbeWorker,
+    Threshold,
+    Verdict,
+    verdict,
+)
 
-# A server whose /healthz answers with the code written in a file (default 200).
+# A server whose /healthz answers with the code written in a file (default 200), after the
+# delay written in the file beside it (default none).
 SERVER = r"""
-import http.server, os, sys
+import http.server, os, sys, time
 code_file = sys.argv[2]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         code = int(open(code_file).read()) if os.path.exists(code_file) else 200
+        if os.path.exists(code_file + ".delay"):
+            time.sleep(float(open(code_file + ".delay").read()))
         self.send_response(code); self.send_header("Content-Length", "0"); self.end_headers()
     def log_message(self, *a): pass
-srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 """
@@ -165,3 +181,148 @@ async def test_worker_waits_for_initial_delay_and_gate() -> None:
         assert calls and calls[0] - start >= 0.5
     finally:
         await worker.stop()
+
+
+def test_verdict_throws_away_only_timeouts_the_lab_stalled_through() -> None:
+    def timing(stalled: float) -> ProbeTiming:
+        return ProbeTiming(due=10.0, sent=10.5, answered=12.0, stalled=stalled)
+
+    timeout = Outcome(False, "timed out", timed_out=True)
+    assert verdict(Outcome(True), timing(1.4), 1.0) is Verdict.SUCCESS
+    assert verdict(timeout, timing(0.0), 1.0) is Verdict.FAILURE      # the pod was slow
+    assert verdict(timeout, timing(1.4), 1.0) is Verdict.UNKNOWN      # the lab was
+    assert verdict(timeout, timing(0.05), 1.0) is Verdict.FAILURE     # a blip: counted
+    # The pod's own answer (refused, HTTP 500) counts, however late the lab read it.
+    assert verdict(Outcome(False, "HTTP 500"), timing(1.4), 1.0) is Verdict.FAILURE
+    assert timing(0.0).lateness == 0.5
+
+
+async def test_loop_stalls_measure_a_blocked_loop() -> None:
+    stalls = LoopStalls()
+    stalls.acquire()
+    try:
+        await asyncio.sleep(0.2)
+        before = time.monotonic()
+        time.sleep(0.6)
+        await asyncio.sleep(0.1)  # the stall timer runs late, and records it
+        after = time.monotonic()
+        assert stalls.stalled(before, after) >= 0.5
+        assert stalls.stalled(after, after + 1) == 0.0
+        assert stalls.total() >= stalls.stalled(before, after)
+    finally:
+        stalls.release()
+
+
+class Recorder:
+    """Wraps run_action: keeps every outcome, and can block the loop while a probe waits."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[Outcome] = []
+        self.block = 0.0
+
+    async def run(self, action: Any, target: Target, *, timeout: float,
+                  client: object) -> Outcome:
+        if self.block:
+            # Runs on the loop's next turn, once the request is on its way: the whole
+            # lab stops, as when the machine gives the lab's process no CPU.
+            asyncio.get_running_loop().call_soon(time.sleep, self.block)
+        outcome = await run_action(action, target, timeout=timeout)
+        self.outcomes.append(outcome)
+        return outcome
+
+
+def _watch(seen: list[bool | None], changed: asyncio.Event) -> Any:
+    def on_result(kind: ProbeType, result: bool | None, outcome: Outcome) -> None:
+        if not seen or seen[-1] != result:
+            seen.append(result)
+            changed.set()
+    return on_result
+
+
+async def test_a_timeout_while_the_lab_was_starved_counts_for_nothing(
+        http_server: tuple[int, Path]) -> None:
+    port, code_file = http_server
+    spec = ProbeSpec(ProbeType.READINESS, {"httpGet": {"port": port, "path": "/"}},
+                     period=0.5, timeout=1, failure_threshold=1)
+    seen: list[bool | None] = []
+    changed = asyncio.Event()
+    recorder = Recorder()
+    worker = ProbeWorker(spec, Target("127.0.0.1"), started_at=time.monotonic(),
+                         on_result=_watch(seen, changed), run=recorder.run)
+    worker.start()
+    try:
+        async with asyncio.timeout(20):
+            await changed.wait()
+        assert seen == [True]
+        changed.clear()
+        # The pod now answers after 2 s, and the lab's loop stops for 1.5 s of every wait:
+        # when it runs again the timeout has passed, and whose fault that was it cannot
+        # tell. Threshold 1: one counted failure would make the pod unready.
+        Path(str(code_file) + ".delay").write_text("2")
+        recorder.block = 1.5
+        async with asyncio.timeout(30):
+            while worker.unknown < 2:
+                await asyncio.sleep(0.1)
+        recorder.block = 0.0
+        timed_out = [o for o in recorder.outcomes if not o.ok]
+        assert len(timed_out) >= 2, recorder.outcomes
+        assert worker.last_timing is not None and worker.last_timing.stalled >= 1.0
+        assert seen == [True] and worker.threshold.result is True
+        # The same slow pod on a lab that is not starved: its timeouts count.
+        async with asyncio.timeout(30):
+            await changed.wait()
+        assert seen == [True, False]
+    finally:
+        await worker.stop()
+
+
+async def test_a_failing_pod_still_fails_on_a_starved_lab(
+        http_server: tuple[int, Path]) -> None:
+    port, code_file = http_server
+    spec = ProbeSpec(ProbeType.READINESS, {"httpGet": {"port": port, "path": "/"}},
+                     period=0.5, timeout=1, failure_threshold=2)
+    seen: list[bool | None] = []
+    changed = asyncio.Event()
+    recorder = Recorder()
+    worker = ProbeWorker(spec, Target("127.0.0.1"), started_at=time.monotonic(),
+                         on_result=_watch(seen, changed), run=recorder.run)
+    worker.start()
+    try:
+        async with asyncio.timeout(20):
+            await changed.wait()
+        changed.clear()
+        code_file.write_text("500")
+        recorder.block = 1.5  # every wait stalled past the timeout; the pod answered first
+        async with asyncio.timeout(30):
+            await changed.wait()
+        assert seen == [True, False]
+        assert worker.unknown == 0
+        assert worker.last_timing is not None and worker.last_timing.stalled >= 1.0
+    finally:
+        await worker.stop()
+
+
+async def test_a_late_worker_drops_missed_ticks_instead_of_bursting() -> None:
+    calls: list[float] = []
+
+    async def run(action: object, target: Target, *, timeout: float,
+                  client: object) -> Outcome:
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            time.sleep(1.0)  # the loop starved for five periods
+        return Outcome(True)
+
+    spec = ProbeSpec(ProbeType.LIVENESS, {"tcpSocket": {"port": 1}}, period=0.2)
+    worker = ProbeWorker(spec, Target("127.0.0.1"), started_at=time.monotonic(),
+                         on_result=lambda *a: None, run=run)
+    worker.start()
+    try:
+        async with asyncio.timeout(20):
+            while len(calls) < 5:
+                await asyncio.sleep(0.05)
+    finally:
+        await worker.stop()
+    assert worker.skipped_ticks >= 3
+    # After the stall: at most one probe at once (the tick due now), then the period.
+    gaps = [b - a for a, b in itertools.pairwise(calls[2:])]
+    assert all(gap >= 0.1 for gap in gaps[1:]), gaps

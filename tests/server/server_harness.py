@@ -282,6 +282,20 @@ async def streaming_load(url: str, *, workers: int = 12, tokens: int = 10,
                     raise t.exception()  # type: ignore[misc]
 
 
+async def streaming(url: str, body: dict[str, object]
+                    ) -> asyncio.Task[tuple[int, bytes, str | None]]:
+    """collect_stream started, returned once the stream has begun."""
+    began = asyncio.Event()
+    task = asyncio.create_task(collect_stream(url, body, began=began))
+    waiter = asyncio.ensure_future(began.wait())
+    try:
+        async with asyncio.timeout(20):
+            await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    return task
+
+
 async def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
     deadline = time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < deadline:
@@ -289,15 +303,19 @@ async def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int | None
     return proc.poll()
 
 
-async def collect_stream(url: str, body: dict[str, object], timeout: float = 20.0
+async def collect_stream(url: str, body: dict[str, object], timeout: float = 20.0,
+                         began: asyncio.Event | None = None
                          ) -> tuple[int, bytes, str | None]:
-    """(status, body, error) of one streaming POST read to its end."""
+    """(status, body, error) of one streaming POST read to its end; `began` is set once its
+    first bytes are here (a test signals the server then, not after a fixed sleep)."""
     data = b""
     try:
         async with httpx.AsyncClient(timeout=timeout) as client, \
                 client.stream("POST", url, json=body) as response:
             async for chunk in response.aiter_bytes():
                 data += chunk
+                if began is not None:
+                    began.set()
             return response.status_code, data, None
     except httpx.HTTPError as exc:
         return 0, data, f"{type(exc).__name__}: {exc}"

@@ -112,22 +112,29 @@ def test_admin_port_refuses_huge_heads_too(run: Replica) -> None:
 def test_a_huge_header_does_not_starve_other_clients(run: Replica) -> None:
     # Before: a 94 MB header was accepted and took the event loop: /livez took 6.7 s.
     huge = b"GET /a HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 << 20)
-    answers: list[bytes] = []
-    sender = threading.Thread(target=lambda: answers.append(
-        _send_and_read(run.port, huge, timeout=20)))
-    sender.start()
-    try:
-        time.sleep(0.2)
+
+    def slowest_livez() -> float:
         slowest = 0.0
         for _ in range(5):
             started = time.monotonic()
             assert httpx.get(f"{run.admin}/livez", timeout=5).status_code == 200
             slowest = max(slowest, time.monotonic() - started)
             time.sleep(0.1)
+        return slowest
+
+    usual = slowest_livez()  # what the machine's load costs a /livez right now
+    answers: list[bytes] = []
+    sender = threading.Thread(target=lambda: answers.append(
+        _send_and_read(run.port, huge, timeout=20)))
+    sender.start()
+    try:
+        time.sleep(0.2)
+        slowest = slowest_livez()
     finally:
         sender.join(30)
     assert answers and answers[0].startswith(b"HTTP/1.1 431"), answers[:1]
-    assert slowest < 0.5, f"/livez took {slowest:.2f}s during the huge header"
+    assert slowest < 0.5 + usual, \
+        f"/livez took {slowest:.2f}s during the huge header, {usual:.2f}s before it"
 
 
 # -- timeouts -----------------------------------------------------------------------------
@@ -425,4 +432,5 @@ async def test_signal_mode_survives_metrics_it_cannot_read(app: str, tmp_path: P
     assert "falling back to the drain delay and the deadline" in text, text
     # SIGTERM reached the child right after the drain delay: it shut down on its own.
     assert "Shutting down" in text or "Finished server process" in text, text
-    assert took < 3, f"{took:.1f}s\n{text}"
+    # Before the deadline: the fallback sent SIGTERM after the drain delay, not at the end.
+    assert took < 0.3 + 5, f"{took:.1f}s\n{text}"

@@ -164,20 +164,31 @@ async def test_serve_sees_a_request_running_behind_a_pipelined_one(tmp_path: Pat
         await writer.drain()
         async with httpx.AsyncClient(base_url=f"http://{replica.address}",
                                      timeout=10) as client:
-            await asyncio.sleep(0.35)
-            during = (await client.get(f"{replica.admin}/metrics")).text
             received = b""
-            async with asyncio.timeout(10):
+
+            async def read_all() -> None:
+                nonlocal received
                 while b"data: [DONE]" not in received or not received.endswith(b"pong"):
                     chunk = await reader.read(65536)
                     assert chunk, received
                     received += chunk
+
+            reading = asyncio.ensure_future(read_all())
+            # Sampled while the stream runs (not at a fixed 0.35 s, which a busy machine
+            # may not have reached the stream by): both requests must count as in flight.
+            samples: list[float] = []
+            while not reading.done() and 2 not in samples:
+                samples.append(_sample((await client.get(f"{replica.admin}/metrics")).text,
+                                       "drainsafe_in_flight_requests"))
+            async with asyncio.timeout(10):
+                await reading
             writer.close()
             after = (await client.get(f"{replica.admin}/metrics")).text
     finally:
         replica.stop()
     assert received.count(b"HTTP/1.1 200") == 2
-    assert _sample(during, "drainsafe_in_flight_requests") == 2  # running + queued
+    assert 2 in samples, samples  # running + queued
+    assert max(samples) == 2, samples
     counts = _duration_counts(after)
     # Both took ~0.8 s (the ping waited behind the stream): neither is a short request.
     assert counts["count"] == 2 and counts["0.5"] == 0 and counts["2.0"] == 2, counts

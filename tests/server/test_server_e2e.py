@@ -31,6 +31,9 @@ pytestmark = pytest.mark.e2e
 DRAIN_DELAY = 1.0
 PROPAGATION = 0.5
 DEADLINE = 3.0
+# Answers the load has before SIGTERM (as many as it has workers), so that
+# both replicas are serving streams when the drain begins.
+WARM_UP_ANSWERS = 16
 
 
 def _config(layer: str, listen: str, servers: list[str], workdir: Path) -> str:
@@ -48,17 +51,27 @@ def nginx(tmp_path: Path) -> Iterator[Nginx]:
         instance.stop()
 
 
+async def steady(result: LoadResult, answers: int) -> None:
+    """Until the load has had `answers` answers: on a slow machine the first streams take
+    longer, and a fixed warm-up can end before any has finished."""
+    async with asyncio.timeout(60):
+        while result.total < answers:
+            await asyncio.sleep(0.05)
+
+
 async def drain_one_replica(kind: str, layer: str, tmp_path: Path, nginx: Nginx
-                            ) -> tuple[LoadResult, int | None, str, str]:
-    """(load result, drained replica's exit code, its log, nginx's errors)."""
+                            ) -> tuple[LoadResult, int | None, str, str, int]:
+    """(load result, drained replica's exit code, its log, nginx's errors, answers had
+    before SIGTERM)."""
     with replicas(kind, tmp_path, 2, drain_delay=DRAIN_DELAY,
                   shutdown_timeout=DEADLINE) as (a, b):
         listen = f"127.0.0.1:{free_port()}"
         nginx.start(_config(layer, listen, [a.address, b.address], nginx.workdir))
         async with streaming_load(f"http://{listen}/v1/completions",
                                   l7_proxy=layer == "l7") as result:
-            await asyncio.sleep(0.7)
-            assert result.total > 0 and result.failed == 0, result.summary()
+            await steady(result, WARM_UP_ANSWERS)
+            assert result.failed == 0, result.summary()
+            before = result.ok
             a.signal(signal.SIGTERM)
             await asyncio.sleep(PROPAGATION)
             # Endpoint removal reaches the proxy only now, while A still drains.
@@ -68,20 +81,22 @@ async def drain_one_replica(kind: str, layer: str, tmp_path: Path, nginx: Nginx
             await asyncio.sleep(0.5)
         errors = [line for line in nginx.error_log.read_text().splitlines()
                   if "[error]" in line or "[crit]" in line or "[alert]" in line]
-        return result, code, a.log_text(), "\n".join(errors)
+        return result, code, a.log_text(), "\n".join(errors), before
 
 
 @pytest.mark.parametrize("layer", ["l4", "l7"])
 @pytest.mark.parametrize("kind", ["serve", "run"])
 async def test_drainsafe_replica_loses_nothing(kind: str, layer: str, tmp_path: Path,
                                                nginx: Nginx) -> None:
-    result, code, log, proxy_errors = await drain_one_replica(kind, layer, tmp_path, nginx)
+    result, code, log, proxy_errors, before = await drain_one_replica(kind, layer, tmp_path,
+                                                                      nginx)
     assert result.failed == 0, result.summary()
     # Not even a retried error: the proxy never met a refused or reset connection.
     assert proxy_errors == ""
     assert result.truncated == 0, result.summary()
     assert result.marked == 0, result.summary()
-    assert result.ok > 50, result.summary()
+    # Answers went on through the drain (how many depends on the machine's speed).
+    assert result.ok > before + WARM_UP_ANSWERS, (before, result.summary())
     assert code == 0, f"drained replica exit code {code}\n{log}"
     # The drain was really exercised: requests still arrived after SIGTERM.
     assert '"phase":"exit"' in log and '"requests_after_drain":0,' not in \
@@ -89,7 +104,7 @@ async def test_drainsafe_replica_loses_nothing(kind: str, layer: str, tmp_path: 
 
 
 async def test_plain_uvicorn_loses_requests_behind_l4(tmp_path: Path, nginx: Nginx) -> None:
-    result, _, _, proxy_errors = await drain_one_replica("plain", "l4", tmp_path, nginx)
+    result, _, _, proxy_errors, _ = await drain_one_replica("plain", "l4", tmp_path, nginx)
     assert result.ok > 0
     assert result.failed + result.truncated > 0, \
         f"plain uvicorn lost nothing; the harness may not see failures: {result.summary()}"
@@ -102,7 +117,7 @@ async def test_plain_uvicorn_behind_l7_needs_the_proxys_retries(tmp_path: Path,
     # the other replica (proxy_next_upstream error), so clients see failures only when a
     # reused keep-alive connection races uvicorn's close: rare at this scale. What is
     # certain is that the proxy met errors from the replica; with drainsafe it meets none.
-    result, _, _, proxy_errors = await drain_one_replica("plain", "l7", tmp_path, nginx)
+    result, _, _, proxy_errors, _ = await drain_one_replica("plain", "l7", tmp_path, nginx)
     assert result.ok > 0
     assert "Connection refused" in proxy_errors or result.failed > 0, \
         f"{result.summary()}\n{proxy_errors}"

@@ -17,10 +17,13 @@ What must agree, and the tolerance (stated, not tuned per run):
   scenario does not model;
 - streams cut by SIGKILL, per drained pod: within 0.5x .. 2x;
 - node drain time (cordon to empty): kubectl's wall time is the simulator's plus at most
-  2.5 s, never less than the simulator's minus 0.5 s. kubectl only notices the pod is gone
-  at its next poll (kubernetes/kubectl pkg/drain/drain.go, waitForDelete polls every 1 s),
-  after the kubelet has seen the process exit and removed the pod; and it is a process of
-  its own on a shared machine. Measured here: 2.3-3.7 s against the simulator's 2.0 s.
+  2.5 s and the delay this run measured, never less than the simulator's minus 0.5 s.
+  kubectl only notices the pod is gone at its next poll (kubernetes/kubectl
+  pkg/drain/drain.go, waitForDelete polls every 1 s), after the kubelet has seen the
+  process exit and removed the pod. Measured here: 2.3-3.7 s against the simulator's
+  2.0 s on a quiet machine. On a busy one, the lab (in this process) and kubectl (a
+  process of its own) wait for the CPU: the margin adds how long the lab's event loop
+  was stalled during the drain (LoopStalls) and what a no-op kubectl cost just before.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import pytest
 from lightkube.resources.core_v1 import Pod
 
 from drainsafe.lab.cluster import Lab, pids_alive
+from drainsafe.lab.node.probes import LoopStalls
 from drainsafe.simulate.scenario import parse_scenario
 from drainsafe.simulate.simulation import simulate
 from drainsafe.verify.load import LoadSpec, run_load
@@ -129,7 +133,10 @@ async def pod_nodes(lab: Lab) -> dict[str, str]:
 async def test_lab_and_simulator_agree_on_failures_and_drain_time(tmp_path: Path) -> None:
     started: set[int] = set()
     drain_seconds: list[float] = []
+    delays: list[tuple[float, float]] = []  # (loop stalled during the drain, kubectl no-op)
     evicted = 0
+    stalls = LoopStalls.for_loop()
+    stalls.acquire()
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1,
                    propagation_seconds=PROPAGATION, ingress=False, seed=11) as lab:
         try:
@@ -145,16 +152,18 @@ async def test_lab_and_simulator_agree_on_failures_and_drain_time(tmp_path: Path
                             keepalive=False, timeout=30, pod_header=None)
             stop = asyncio.Event()
             load = asyncio.ensure_future(run_load(spec, stop=stop))
-            loop = asyncio.get_running_loop()
             try:
                 await kubectl(lab, "get", "nodes")  # API discovery cached before timing
                 await asyncio.sleep(STREAM_SECONDS + 0.5)  # streams in flight everywhere
                 nodes = sorted(set((await pod_nodes(lab)).values()))
                 for i, node in enumerate(nodes):
-                    began = loop.time()
+                    noop = time.monotonic()
+                    await kubectl(lab, "get", "nodes")  # what one kubectl costs right now
+                    began = time.monotonic()
                     out = await kubectl(lab, "drain", node, "--ignore-daemonsets",
                                         "--delete-emptydir-data", "--timeout=60s")
-                    drain_seconds.append(loop.time() - began)
+                    drain_seconds.append(time.monotonic() - began)
+                    delays.append((stalls.stalled(began, time.monotonic()), began - noop))
                     evicted += out.count("evicted")
                     await lab.wait_available("default", NAME, timeout=60)
                     await lab.wait_backends("default", NAME, 2, timeout=30)
@@ -167,6 +176,7 @@ async def test_lab_and_simulator_agree_on_failures_and_drain_time(tmp_path: Path
                 run = await load
         finally:
             started.update(lab.pids())
+            stalls.release()
     assert pids_alive(started) == []
 
     failed = [r for r in run.results if not r.outcome.ok]
@@ -186,12 +196,13 @@ async def test_lab_and_simulator_agree_on_failures_and_drain_time(tmp_path: Path
     report = (f"lab: {len(race)} refused, {len(cut)} cut, {ok} ok, drains "
               f"{[round(d, 2) for d in drain_seconds]}; simulator: race {sim_race:.1f}, "
               f"cut {sim_cut:.1f}, drain {sim_drain:.2f} s; "
-              f"lab failure kinds {sorted({r.outcome.label for r in failed})}")
+              f"lab failure kinds {sorted({r.outcome.label for r in failed})}; measured "
+              f"(loop stalled, kubectl no-op) {[(round(a, 2), round(b, 2)) for a, b in delays]}")
     print(report)
     assert 0.5 * sim_race <= len(race) <= 2.0 * sim_race, report
     assert 0.5 * sim_cut <= len(cut) <= 2.0 * sim_cut, report
-    for seconds in drain_seconds:
-        assert sim_drain - 0.5 <= seconds <= sim_drain + 2.5, report
+    for seconds, (stalled, noop) in zip(drain_seconds, delays, strict=True):
+        assert sim_drain - 0.5 <= seconds <= sim_drain + 2.5 + stalled + noop, report
 
 
 @pytest.mark.timeout(180)
@@ -209,9 +220,11 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
       its race window, in the lab and in the model, which adds an endpoint after the same
       propagation delay as it removes one. (Before it did, the model gave a third: 13.3
       against the lab's 22-26 refused and 20-25 cut.)
-    - node drain time (cordon to the old pod gone) within the model's -1.0 s .. +3.0 s: on
-      top of kubectl's watch-to-exit lag, the engine waits for the surge pod on a watch,
-      for its endpoint, and for the budget's status before it evicts."""
+    - node drain time (cordon to the old pod gone) within the model's -1.0 s .. +3.0 s
+      plus how long the event loop (the lab's, the engine's and the load's) was measured
+      stalled during the drain: on top of kubectl's watch-to-exit lag, the engine waits
+      for the surge pod on a watch, for its endpoint, and for the budget's status before
+      it evicts."""
     from drainsafe.drain.execute import DrainSettings, NodeDrainer
     from drainsafe.kube import Informer, KubeClient, api_path
     from drainsafe.kube.objects import is_ready
@@ -221,6 +234,9 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
     phases: list[tuple[float, ...]] = []
     startups: list[float] = []
     ready_counts: list[int] = []
+    stalled: list[float] = []  # the loop's measured stalls during each drain
+    stalls = LoopStalls.for_loop()
+    stalls.acquire()
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1,
                    propagation_seconds=PROPAGATION, ingress=False, seed=11) as lab:
         try:
@@ -261,7 +277,9 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
                     await asyncio.sleep(STREAM_SECONDS + 0.5)
                     nodes = sorted(set((await pod_nodes(lab)).values()))
                     for i, node in enumerate(nodes):
+                        began = time.monotonic()
                         report = await NodeDrainer(client, node, DrainSettings(timeout=60)).run()
+                        stalled.append(stalls.stalled(began, time.monotonic()))
                         assert report.ok, report.failure
                         [moved] = [p for p in report.pods if p.outcome == "evicted"]
                         assert moved.strategy == "surge"
@@ -282,6 +300,7 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
                     await pods.stop()
         finally:
             started.update(lab.pids())
+            stalls.release()
     assert pids_alive(started) == []
 
     failed = [r for r in run.results if not r.outcome.ok]
@@ -306,11 +325,12 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
 
     report = (f"lab: {len(race)} refused, {len(cut)} cut, {ok} ok, drains "
               f"{[round(d, 2) for d in drain_seconds]} (replacement Ready, evicted, gone: "
-              f"{phases}), start-ups {[round(s, 2) for s in startups]} s; simulator: "
+              f"{phases}), start-ups {[round(s, 2) for s in startups]} s, "
+              f"loop stalled {[round(s, 2) for s in stalled]} s; simulator: "
               f"race {sim_race:.1f}, cut {sim_cut:.1f}, drain {sim_drain:.2f} s")
     print(report)
     assert 0.5 * sim_race <= len(race) <= 2.0 * sim_race, report
     assert 0.5 * sim_cut <= len(cut) <= 2.0 * sim_cut, report
-    for seconds in drain_seconds:
-        assert sim_drain - 1.0 <= seconds <= sim_drain + 3.0, report
+    for seconds, lost in zip(drain_seconds, stalled, strict=True):
+        assert sim_drain - 1.0 <= seconds <= sim_drain + 3.0 + lost, report
 

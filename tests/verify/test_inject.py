@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from drainsafe.verify.load import LoadSpec, run_load
@@ -29,8 +31,18 @@ EXPECTED = {
 async def test_each_fault_is_named(fault: str) -> None:
     label, detail = EXPECTED[fault]
     async with fault_server(fault) as url:
-        spec = LoadSpec(url=url, duration=0.2, concurrency=2, timeout=0.3)
-        run = await run_load(spec)
+        # Stopped after a few answers, not after a fixed 0.2 s: on a busy machine the
+        # workers' start-up alone can outlast that, and then nothing is sent at all.
+        stop = asyncio.Event()
+        seen: list[object] = []
+
+        def on_result(result: object) -> None:
+            seen.append(result)
+            if len(seen) >= 4:
+                stop.set()
+
+        spec = LoadSpec(url=url, duration=60, concurrency=2, timeout=0.3)
+        run = await run_load(spec, stop=stop, on_result=on_result)
     assert run.results, "no request was sent"
     labels = {r.outcome.label for r in run.results}
     assert labels == {label}, f"{fault}: {labels}"

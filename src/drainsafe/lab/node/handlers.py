@@ -27,6 +27,8 @@ PROBE_USER_AGENT = "kube-probe/1.33"
 class Outcome:
     ok: bool
     message: str = ""
+    # No answer within the timeout: the only failure a starved prober can cause itself.
+    timed_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ async def run_exec(command: Sequence[str], target: Target, *, timeout: float | N
         async with asyncio.timeout(timeout):
             out, _ = await proc.communicate()
     except TimeoutError:
-        return Outcome(False, f"command timed out after {timeout:g}s")
+        return Outcome(False, f"command timed out after {timeout:g}s", timed_out=True)
     finally:
         # Timed out or cancelled (the hook outlived the grace period): end the whole group.
         if proc.returncode is None:
@@ -129,7 +131,8 @@ async def run_http_get(spec: Mapping[str, Any], target: Target, *, timeout: floa
     try:
         response = await http.get(url, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:
-        return Outcome(False, f"Get {url!r}: {type(exc).__name__}: {exc}")
+        return Outcome(False, f"Get {url!r}: {type(exc).__name__}: {exc}",
+                       timed_out=isinstance(exc, httpx.TimeoutException))
     finally:
         if own:
             await http.aclose()
@@ -146,7 +149,8 @@ async def run_tcp(spec: Mapping[str, Any], target: Target, *, timeout: float | N
         async with asyncio.timeout(timeout):
             _, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError) as exc:
-        return Outcome(False, f"dial tcp {host}:{port}: {exc or 'timeout'}")
+        return Outcome(False, f"dial tcp {host}:{port}: {exc or 'timeout'}",
+                       timed_out=isinstance(exc, TimeoutError))
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
