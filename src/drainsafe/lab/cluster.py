@@ -70,7 +70,10 @@ class Lab:
         self.restart_backoff = restart_backoff
         self.rng = random.Random(seed)
         self.feature_gates = feature_gates
-        subnet_base = self.rng.randrange(256)
+        # Addresses are drawn apart from the seed: two labs with one seed (two test suites on
+        # one machine) must still bind different loopback pod IPs and ClusterIPs.
+        self._addresses = random.SystemRandom()
+        subnet_base = self._addresses.randrange(256)
         self.node_configs = [
             NodeConfig(name=f"{node_prefix}-{i}", subnet=node_subnet(subnet_base, i),
                        cpu=node_cpu, memory=node_memory, gpus=gpus_per_node,
@@ -113,7 +116,7 @@ class Lab:
         # 127.96.0.0/16 would collide on the L4 listeners, so each lab starts its ClusterIP
         # allocation at a random offset.
         self.control_plane = ControlPlane(self.state_dir,
-                                          cluster_ip_start=self.rng.randrange(1, 65000),
+                                          cluster_ip_start=self._addresses.randrange(1, 65000),
                                           feature_gates=self.feature_gates)
         await self.control_plane.start()
         self.control_plane.write_kubeconfig(self.kubeconfig)
