@@ -484,6 +484,38 @@ def test_idle_grace_counts_from_when_the_connection_went_idle(kind: str, tmp_pat
     assert code == 0
 
 
+@pytest.mark.parametrize("kind", ["serve", "run"])
+def test_a_connection_idle_since_before_closing_keeps_its_idle_grace(kind: str,
+                                                                      tmp_path: Path) -> None:
+    # Idle for longer than --idle-grace when CLOSING begins: it is not closed the instant
+    # the listener closes (docs/server.md); its grace counts from the start of CLOSING.
+    replica = start_replica(kind, tmp_path, drain_delay=2 * DEFAULT_IDLE_GRACE,
+                            shutdown_timeout=5)
+    try:
+        host, port = replica.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), 5) as sock:
+            sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _read_response(sock, b"pong").endswith(b"pong")
+            replica.signal(signal.SIGTERM)
+            live = f"http://127.0.0.1:{replica.admin_port}/livez"
+            while httpx.get(live, timeout=5).json()["phase"] != "closing":
+                pass
+            seen = time.monotonic()
+            try:
+                sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+                sent = time.monotonic()
+                second = _read_response(sock, b"pong", timeout=5)
+            except OSError:
+                sent, second = time.monotonic(), b""
+        code = replica.wait(10)
+    finally:
+        replica.stop()
+    assert sent - seen < DEFAULT_IDLE_GRACE, (sent - seen, DEFAULT_IDLE_GRACE)
+    assert second.startswith(b"HTTP/1.1 200") and second.endswith(b"pong"), second
+    assert b"connection: close" in second.lower()
+    assert code == 0
+
+
 @pytest.mark.parametrize("kind", ["serve", "run", "plain"])
 def test_request_after_a_pre_drain_stream_on_the_same_connection(kind: str, tmp_path: Path
                                                                   ) -> None:
