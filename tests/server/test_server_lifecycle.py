@@ -15,6 +15,7 @@ from drainsafe.server.lifecycle import (
     advance,
     begin_drain,
     budget_warning,
+    idle_grace_over,
     on_signal,
 )
 from drainsafe.server.runtime import DrainRuntime, Tracked
@@ -51,6 +52,20 @@ def test_phases_follow_the_clock() -> None:
     assert cut.cut_done and cut.phase is Phase.CLOSING
     assert lifecycle.should_cut(cut, 25.0, S)
     assert advance(cut, 26.0, S, in_flight=1).phase is Phase.EXIT
+
+
+def test_idle_grace_counts_from_when_each_connection_went_idle() -> None:
+    closing = advance(on_signal(State(), 0.0, "SIGTERM"), 5.0, S, in_flight=1)
+    assert closing.phase is Phase.CLOSING
+    # Idle before CLOSING: the grace counts from the start of CLOSING, not before.
+    assert not idle_grace_over(closing, 5.4, S, idle_since=1.0)
+    assert idle_grace_over(closing, 5.5, S, idle_since=1.0)
+    # A stream that ended at 6.0, past the grace counted from CLOSING: its connection
+    # keeps its own grace, and the process does not exit under it.
+    assert not idle_grace_over(closing, 6.4, S, idle_since=6.0)
+    assert advance(closing, 6.4, S, in_flight=0, newest_idle=6.0).phase is Phase.CLOSING
+    assert idle_grace_over(closing, 6.5, S, idle_since=6.0)
+    assert advance(closing, 6.5, S, in_flight=0, newest_idle=6.0).phase is Phase.EXIT
 
 
 def test_exit_codes() -> None:

@@ -6,7 +6,11 @@
 - DRAINING: readiness fails at once, liveness stays up; new connections are still accepted
   (endpoint removal has not reached every proxy yet) and every response says
   `Connection: close`, so pooled keep-alive connections retire.
-- CLOSING: the listener is closed, then idle connections; in-flight work runs on until the
+- CLOSING: the listener is closed, then each idle keep-alive connection once it has been
+  idle for the idle grace, counted from when it last went idle or from the start of CLOSING,
+  whichever is later (`idle_grace_over`; uvicorn/h11 keep-alive: a client may send its next
+  request on a connection the moment its last response ended, uvicorn discussion #2315);
+  the process exits only once no connection is within its grace; in-flight work runs on until the
   shutdown deadline (counted from the start of CLOSING, as in drainsafe.budget); streams
   still open at the deadline are ended with drainsafe.marker's error event and counted.
 - A second signal (SIGTERM or SIGINT) forces exit. A drain request (preStop httpGet) is not
@@ -73,8 +77,23 @@ def on_signal(state: State, now: float, name: str) -> State:
     return replace(begin_drain(state, now, name), signals=signals)
 
 
-def advance(state: State, now: float, settings: Settings, *, in_flight: int) -> State:
-    """Move on with time: DRAINING -> CLOSING -> EXIT."""
+def idle_grace_over(state: State, now: float, settings: Settings, idle_since: float) -> bool:
+    """Whether a keep-alive connection idle since `idle_since` may be closed now: in CLOSING,
+    once idle for the idle grace counted from when it last went idle, or from the start of
+    CLOSING if it was idle before (the grace never runs out before the listener closed).
+    Before CLOSING (serve stopped by uvicorn itself, e.g. --limit-max-requests) it counts
+    from when the connection went idle."""
+    since = idle_since if state.closing_started is None \
+        else max(idle_since, state.closing_started)
+    return now >= since + min(settings.idle_grace, settings.shutdown_timeout)
+
+
+def advance(state: State, now: float, settings: Settings, *, in_flight: int,
+            newest_idle: float | None = None) -> State:
+    """Move on with time: DRAINING -> CLOSING -> EXIT.
+
+    `newest_idle`: when the most recently idle open connection went idle (None: no open
+    idle connection is known). EXIT waits until that connection's idle grace is over too."""
     if state.forced:
         return replace(state, phase=Phase.EXIT)
     if state.phase is Phase.DRAINING and state.drain_started is not None \
@@ -85,8 +104,8 @@ def advance(state: State, now: float, settings: Settings, *, in_flight: int) -> 
         assert deadline is not None
         assert state.closing_started is not None
         # Nothing in flight: exit, once late requests on idle connections had their chance.
-        if in_flight == 0 and now >= state.closing_started + min(settings.idle_grace,
-                                                                 settings.shutdown_timeout):
+        if in_flight == 0 and idle_grace_over(state, now, settings, state.closing_started) \
+                and (newest_idle is None or idle_grace_over(state, now, settings, newest_idle)):
             return replace(state, phase=Phase.EXIT)
         if now >= deadline and not state.cut_done:
             return replace(state, cut_done=True)

@@ -42,6 +42,7 @@ from typing import cast
 import httptools
 
 from drainsafe.marker import sse_error_event
+from drainsafe.server import lifecycle
 from drainsafe.server.config import DEFAULT_LIMITS, Limits
 from drainsafe.server.http1 import (
     Http1Connection,
@@ -133,17 +134,24 @@ class Proxy:
         if self.server is not None:
             self.server.close()
 
-    def sweep_idle(self, idle_for: float, *, everything: bool = False) -> bool:
-        """Close connections idle at least `idle_for` s; True while any is busy."""
-        now = self.runtime.clock()
+    def sweep_idle(self, *, everything: bool = False) -> bool:
+        """Close connections whose idle grace is over (lifecycle.idle_grace_over), or all
+        of them; True while any is busy."""
+        rt = self.runtime
+        now = rt.clock()
         busy = False
         for conn in list(self.connections):
             if conn.queue:
                 busy = True
-            elif everything or (conn.idle_since is not None
-                                and now - conn.idle_since >= idle_for):
+            elif everything or (conn.idle_since is not None and lifecycle.idle_grace_over(
+                    rt.state, now, rt.settings, conn.idle_since)):
                 conn.close()
         return busy
+
+    def newest_idle(self) -> float | None:
+        """When the most recently idle open connection went idle (None: none is idle)."""
+        return max((conn.idle_since for conn in self.connections
+                    if not conn.queue and conn.idle_since is not None), default=None)
 
     def close_all(self) -> None:
         if self._sweeper is not None:

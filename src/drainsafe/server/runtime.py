@@ -208,13 +208,15 @@ class DrainRuntime:
         """An explicit drain request (e.g. the preStop httpGet endpoint)."""
         self._apply(lifecycle.begin_drain(self.state, self.clock(), reason))
 
-    def tick(self, in_flight: int | None = None) -> None:
+    def tick(self, in_flight: int | None = None, newest_idle: float | None = None) -> None:
         """Let time move the lifecycle on; cut open work when the deadline has come.
 
-        `in_flight` overrides the tracked count (signal mode reads the child's metric)."""
+        `in_flight` overrides the tracked count (signal mode reads the child's metric);
+        `newest_idle` is when the most recently idle open connection went idle."""
         now = self.clock()
         count = self.in_flight() if in_flight is None else in_flight
-        state = lifecycle.advance(self.state, now, self.settings, in_flight=count)
+        state = lifecycle.advance(self.state, now, self.settings, in_flight=count,
+                                  newest_idle=newest_idle)
         if lifecycle.should_cut(state, now, self.settings) and self.in_flight():
             self.cut_all()
         self._apply(state)

@@ -51,7 +51,7 @@ import uvicorn.protocols.http.httptools_impl as httptools_impl
 from drainsafe.marker import sse_error_event
 from drainsafe.server.admin import AdminServer
 from drainsafe.server.config import AdminSettings
-from drainsafe.server.lifecycle import Phase
+from drainsafe.server.lifecycle import Phase, idle_grace_over
 from drainsafe.server.runtime import POD_HEADER, DrainRuntime
 from drainsafe.server.ticktimer import Outcome, TickTimer
 from drainsafe.server.types import ASGIApp
@@ -249,7 +249,7 @@ class DrainServer(uvicorn.Server):
                     idle_since.pop(conn, None)
                     continue
                 since = idle_since.setdefault(conn, now)
-                if now - since >= rt.settings.idle_grace or hard_stop:
+                if hard_stop or idle_grace_over(rt.state, now, rt.settings, since):
                     conn.shutdown()  # idle: uvicorn closes the transport
             if rt.phase is Phase.EXIT and (not self.server_state.connections or hard_stop):
                 break

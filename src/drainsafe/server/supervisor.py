@@ -250,17 +250,19 @@ class Supervisor:
                 # SIGTERM now and the rest of the deadline (the drain delay is over).
                 rt.tick(in_flight=0 if running is None else running)
             else:
-                rt.tick()
+                # A connection whose last response just ended keeps its idle grace: the
+                # client may be sending its next request on it (lifecycle.idle_grace_over).
+                rt.tick(newest_idle=proxy.newest_idle() if opts.mode == "proxy" else None)
             if rt.phase in (Phase.CLOSING, Phase.EXIT) and not closed_listener:
                 closed_listener = True
                 if opts.mode == "proxy":
                     proxy.close_listener()
             if rt.phase is Phase.CLOSING and opts.mode == "proxy":
-                proxy.sweep_idle(opts.settings.idle_grace)
+                proxy.sweep_idle()
             if rt.phase is Phase.EXIT:
                 break
             await asyncio.sleep(POLL)
-        proxy.sweep_idle(0, everything=True)
+        proxy.sweep_idle(everything=True)
         code = rt.exit_code()
         timeout = 1.0 if rt.state.forced else opts.child_exit_timeout
         if opts.mode == "signal" and not rt.state.forced:
