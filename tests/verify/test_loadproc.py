@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from drainsafe.verify.load import LoadSpec, RequestResult, now
-from drainsafe.verify.loadproc import run_load_process
+from drainsafe.verify.loadproc import LoadProcessFailed, run_load_process
 from verify.conftest import Target
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -54,7 +57,7 @@ async def test_results_stream_back_and_stop_lets_streams_finish(target: Target) 
 PARENT = textwrap.dedent("""
     import asyncio, os, sys
     from drainsafe.verify.load import LoadSpec
-    from drainsafe.verify.loadproc import run_load_process
+    from drainsafe.verify.loadproc import LoadProcessFailed, run_load_process
 
     async def main() -> None:
         first = asyncio.Event()
@@ -85,3 +88,19 @@ def test_the_child_dies_with_its_parent(target: Target) -> None:
         assert readable == [pidfd], f"load process {child} outlived its parent"
     finally:
         os.close(pidfd)
+
+
+async def test_a_load_process_that_dies_is_an_error_not_a_short_run(target: Target) -> None:
+    first = asyncio.Event()
+    loader = asyncio.ensure_future(run_load_process(
+        LoadSpec(url=f"{target.url}/ok", duration=600, concurrency=1),
+        on_result=lambda _r: first.set()))
+    await first.wait()
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+        children = [int(pid) for pid in f.read().split()]
+    [child] = [pid for pid in children
+               if b"drainsafe.verify.loadproc" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    os.kill(child, signal.SIGKILL)
+    with pytest.raises(LoadProcessFailed) as failed:
+        await loader
+    assert failed.value.returncode == -signal.SIGKILL
