@@ -24,7 +24,8 @@ from drainsafe.demo.scenario import APP, NAMESPACE, ScenarioSettings, llm_manife
 from drainsafe.kube import KubeClient, api_path
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
-from drainsafe.verify.load import LoadSpec, run_load
+from drainsafe.verify.load import LoadSpec
+from drainsafe.verify.loadproc import run_load_process
 
 from .guardlab import (
     DEPLOY,
@@ -91,9 +92,9 @@ async def _drain_under_load(lab: Lab, version: str, node: str) -> tuple[int, str
             await asyncio.sleep(0.1)
 
     sampler = asyncio.ensure_future(sample())
-    loader = asyncio.ensure_future(run_load(spec, stop=stop,
-                                            clock_zero=(asyncio.get_running_loop().time(),
-                                                        time.time())))
+    loader = asyncio.ensure_future(run_load_process(spec, stop=stop,
+                                                    clock_zero=(time.monotonic(),
+                                                                time.time())))
     try:
         await asyncio.sleep(SETTINGS.warmup)
         code, out = await kubectl(lab, version, "drain", node, "--ignore-daemonsets",

@@ -13,15 +13,17 @@ import asyncio
 import os
 import shutil
 import sys
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from lightkube.resources.core_v1 import Pod
 
 from drainsafe.lab.cluster import Lab, pids_alive
+from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult
+from drainsafe.verify.loadproc import run_load_process
 
 PROPAGATION = 1.0
 # The drain delay (preStop sleep or serve's) covers the propagation delay with room to
@@ -82,28 +84,24 @@ class Tally:
     failed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
 
+    def add(self, result: RequestResult) -> None:
+        if result.outcome.ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+            key = result.outcome.label
+            self.errors[key] = self.errors.get(key, 0) + 1
 
-async def load(url: str, tally: Tally, stop: asyncio.Event) -> None:
+
+def load(url: str, tally: Tally, stop: asyncio.Event) -> Awaitable[LoadRun]:
     # Connection: close, so every request opens a new connection that the proxy routes
     # afresh (as many clients behind a Service do); a refused connection is a lost
-    # request (no client retry).
-    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0),
-                                 timeout=10, transport=httpx.AsyncHTTPTransport(retries=0)
-                                 ) as client:
-        while not stop.is_set():
-            try:
-                response = await client.get(url + "/ping", headers={"Connection": "close"})
-                if response.status_code == 200:
-                    tally.ok += 1
-                else:
-                    tally.failed += 1
-                    key = f"HTTP {response.status_code}"
-                    tally.errors[key] = tally.errors.get(key, 0) + 1
-            except httpx.TransportError as exc:
-                tally.failed += 1
-                key = type(exc).__name__
-                tally.errors[key] = tally.errors.get(key, 0) + 1
-            await asyncio.sleep(0.005)
+    # request (no client retry). In its own process: in this loop it would starve the
+    # lab's proxy and kubelets (issue 28).
+    spec = LoadSpec(url=url + "/ping", duration=3600, concurrency=3, keepalive=False,
+                    headers=(("connection", "close"),), end_marker=None, pod_header=None,
+                    timeout=10)
+    return run_load_process(spec, on_result=tally.add, stop=stop)
 
 
 async def kubectl(lab: Lab, *args: str) -> str:
@@ -162,7 +160,7 @@ async def test_rollout_restart_race_loses_requests_only_without_a_drain_delay(
             stop = asyncio.Event()
             loaders = [asyncio.ensure_future(load(lab.service_url("default", name),
                                                   tallies[name], stop))
-                       for name in cases for _ in range(3)]
+                       for name in cases]
             await asyncio.sleep(0.5)
             await kubectl(lab, "rollout", "restart", "deployment/plain", "deployment/prestop",
                           "deployment/serve")

@@ -45,7 +45,8 @@ from drainsafe.lab.cluster import Lab, pids_alive
 from drainsafe.lab.node.probes import LoopStalls
 from drainsafe.simulate.scenario import parse_scenario
 from drainsafe.simulate.simulation import simulate
-from drainsafe.verify.load import LoadSpec, run_load
+from drainsafe.verify.load import LoadSpec
+from drainsafe.verify.loadproc import run_load_process
 
 pytestmark = pytest.mark.e2e
 
@@ -151,7 +152,7 @@ async def test_lab_and_simulator_agree_on_failures_and_drain_time(tmp_path: Path
                             headers=(("content-type", "application/json"),),
                             keepalive=False, timeout=30, pod_header=None)
             stop = asyncio.Event()
-            load = asyncio.ensure_future(run_load(spec, stop=stop))
+            load = asyncio.ensure_future(run_load_process(spec, stop=stop))
             try:
                 await kubectl(lab, "get", "nodes")  # API discovery cached before timing
                 await asyncio.sleep(STREAM_SECONDS + 0.5)  # streams in flight everywhere
@@ -272,7 +273,7 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
                 await pods.start()
                 ready_counts.clear()
                 stop = asyncio.Event()
-                load = asyncio.ensure_future(run_load(spec, stop=stop))
+                load = asyncio.ensure_future(run_load_process(spec, stop=stop))
                 try:
                     await asyncio.sleep(STREAM_SECONDS + 0.5)
                     nodes = sorted(set((await pod_nodes(lab)).values()))

@@ -38,7 +38,8 @@ from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, condition, is_ready, is_terminating
 from drainsafe.server.config import ADMIN_PORT_NAME, DEFAULT_ADMIN_PORT, DEFAULT_READY_PATH
 from drainsafe.shell import EXIT_FAILED, EXIT_OK
-from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult, run_load
+from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult
+from drainsafe.verify.loadproc import run_load_process
 from drainsafe.verify.record import (
     POD_EXITED,
     POD_READY,
@@ -387,8 +388,9 @@ async def run_drain_under_load(
         await lifecycle.start()
         stop = asyncio.Event()
         say("streaming load: warming up")
-        loaders = [asyncio.ensure_future(run_load(spec, stop=stop, clock_zero=zero,
-                                                  on_result=counted))
+        # The load runs in its own process: in this loop it would starve the lab's (issue 28).
+        loaders = [asyncio.ensure_future(run_load_process(spec, stop=stop, clock_zero=zero,
+                                                          on_result=counted))
                    for spec in specs]
         old = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node]
         result.old_pods = old

@@ -151,12 +151,12 @@ class Record:
             "elapsed": round(self.elapsed, 6),
             "not_started": self.not_started,
             "summary": _summary_json(self.summary()),
-            "requests": [_request_json(r) for r in self.requests],
+            "requests": [request_json(r) for r in self.requests],
             "events": [asdict(e) for e in self.events],
             "probe": self.probe,
             "probe_summary": (None if (p := self.probe_summary()) is None
                               else _summary_json(p)),
-            "probes": [_request_json(r) for r in self.probes],
+            "probes": [request_json(r) for r in self.probes],
             "pod_metrics": [asdict(m) for m in self.pod_metrics],
         }
 
@@ -165,13 +165,13 @@ class Record:
         try:
             if data.get("version") != RECORD_VERSION:
                 raise ValueError(f"unsupported version {data.get('version')!r}")
-            requests = [_request_from_json(r) for r in data["requests"]]
+            requests = [request_from_json(r) for r in data["requests"]]
             events = [LifecycleEvent(**e) for e in data.get("events", [])]
             return cls(url=data["url"], mode=data["mode"], settings=data.get("settings", {}),
                        started_at=float(data["started_at"]), elapsed=float(data["elapsed"]),
                        requests=requests, events=events,
                        not_started=int(data.get("not_started", 0)),
-                       probes=[_request_from_json(r) for r in data.get("probes") or []],
+                       probes=[request_from_json(r) for r in data.get("probes") or []],
                        probe=data.get("probe"),
                        pod_metrics=[PodMetrics(**m) for m in data.get("pod_metrics") or []])
         except KeyError as exc:
@@ -234,7 +234,8 @@ def _summary_json(summary: Summary) -> dict[str, Any]:
     }
 
 
-def _request_json(r: RequestResult) -> dict[str, Any]:
+def request_json(r: RequestResult) -> dict[str, Any]:
+    """One request as a JSON object (records, and the load process's stream)."""
     return {
         "start": round(r.start, 6), "end": round(r.end, 6),
         "headers": None if r.headers_at is None else round(r.headers_at, 6),
@@ -244,7 +245,7 @@ def _request_json(r: RequestResult) -> dict[str, Any]:
     }
 
 
-def _request_from_json(d: dict[str, Any]) -> RequestResult:
+def request_from_json(d: dict[str, Any]) -> RequestResult:
     outcome = Outcome(Kind(d["kind"]), d.get("status"), d.get("detail", ""))
     return RequestResult(start=float(d["start"]), end=float(d["end"]), outcome=outcome,
                          headers_at=d.get("headers"), first_byte=d.get("first_byte"),
