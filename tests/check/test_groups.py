@@ -11,6 +11,7 @@ from check_manifests import (
     check,
     container,
     deployment,
+    hpa,
     lws,
     of,
     pdb,
@@ -132,3 +133,18 @@ def test_group_size_below_one_is_an_input_error(tmp_path: Path) -> None:
     path.write_text(to_yaml(lws(size=0), leader_svc(), group_pdb()))
     result = run([str(path)], Context())
     assert any("leaderWorkerTemplate.size" in e.message for e in result.errors)
+
+
+
+def test_hpa_on_a_set_scales_groups() -> None:
+    # minReplicas 2 groups of 4 is 8 pods at the minimum: 80 % keeps 7 and lets one go, and
+    # minAvailable 8 wedges. Counting each template as 2 replicas (4 pods) would wedge both.
+    scaler = hpa("llm", min_replicas=2)
+    scaler["spec"]["scaleTargetRef"] = {  # type: ignore[index]
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "llm"}
+    fits = check(lws(groups=3, size=4), leader_svc(), group_pdb(min_available="80%"), scaler)
+    assert "pdb-wedge" not in rules(fits)
+    wedged = check(lws(groups=3, size=4), leader_svc(), group_pdb(min_available=8), scaler)
+    assert "pdb-wedge" in rules(wedged)
+    assert "pdb-wedge" not in rules(check(lws(groups=3, size=4), leader_svc(),
+                                          group_pdb(min_available=8)))

@@ -190,12 +190,19 @@ class Workload(Subject):
     """The HPA that targets it (set by Index when it matches objects; ask the Index)."""
     role: Role | None = None
     """Which pods of a LeaderWorkerSet group this template makes (None: not a group)."""
+    per_group: int | None = None
+    """Pods of each group this template makes (a group part; None when size is unknown)."""
 
     @property
     def expected_replicas(self) -> int | None:
         """The scale the disruption controller would use: HPA minimum, else replicas (once
         the Index has matched objects; ask the Index)."""
-        return self.hpa.min_replicas if self.hpa is not None else self.replicas
+        if self.hpa is None:
+            return self.replicas
+        if self.role is None:
+            return self.hpa.min_replicas
+        # An HPA on a LeaderWorkerSet scales groups (its scale subresource is spec.replicas).
+        return None if self.per_group is None else self.hpa.min_replicas * self.per_group
 
     @once
     def ignored(self) -> frozenset[str]:
@@ -557,18 +564,18 @@ def _group(doc: Document) -> Group:
     base = ("spec", "leaderWorkerTemplate")
     has_leader = isinstance(template.get("leaderTemplate"), dict)
     if has_leader:
-        group.leader = _group_part(doc, ref, (*base, "leaderTemplate"), "leader", groups)
+        group.leader = _group_part(doc, ref, (*base, "leaderTemplate"), "leader", groups, 1)
         if size is None or size > 1:
-            workers = None if groups is None or size is None else groups * (size - 1)
-            group.workers = _group_part(doc, ref, (*base, "workerTemplate"), "workers", workers)
+            per = None if size is None else size - 1
+            group.workers = _group_part(doc, ref, (*base, "workerTemplate"), "workers",
+                                        groups, per)
     else:  # lws makes leaders from the worker template: one template, every pod
-        every = None if groups is None or size is None else groups * size
-        group.leader = _group_part(doc, ref, (*base, "workerTemplate"), "leader", every)
+        group.leader = _group_part(doc, ref, (*base, "workerTemplate"), "leader", groups, size)
     return group
 
 
-def _group_part(doc: Document, ref: ObjectRef, path: Path, role: Role,
-                replicas: int | None) -> Workload:
+def _group_part(doc: Document, ref: ObjectRef, path: Path, role: Role, groups: int | None,
+                per_group: int | None) -> Workload:
     template = mapping(doc.obj)
     for key in path:
         template = mapping(template.get(str(key)))
@@ -577,7 +584,9 @@ def _group_part(doc: Document, ref: ObjectRef, path: Path, role: Role,
     return Workload(
         doc, ref,
         pod_path=(*path, "spec"), pod=mapping(template.get("spec")), pod_labels=labels,
-        template_annotations=string_map(meta.get("annotations")), replicas=replicas, role=role)
+        template_annotations=string_map(meta.get("annotations")),
+        replicas=None if groups is None or per_group is None else groups * per_group,
+        role=role, per_group=per_group)
 
 
 def _embedded(doc: Document, kind: str) -> Iterator[Workload]:
