@@ -29,8 +29,10 @@ from drainsafe.pdb import (
     desired_healthy,
     disruptions_allowed,
     eviction_bypasses_budget,
+    group_disruptions,
     scaled_value,
     status,
+    whole_group_spec,
 )
 
 # --- the transcription -------------------------------------------------------------------
@@ -190,3 +192,34 @@ def test_documented_examples() -> None:
 def test_invalid_specs_are_rejected(spec: dict[str, object]) -> None:
     with pytest.raises(BudgetSpecError):
         PdbSpec.from_manifest(spec)
+
+
+GROUPS = st.integers(min_value=0, max_value=60)
+SIZES = st.integers(min_value=1, max_value=16)
+
+
+@given(specs(), GROUPS, SIZES)
+def test_group_disruptions_are_pod_disruptions_read_in_groups(
+        fields: tuple[int | str | None, int | str | None], groups: int, size: int) -> None:
+    spec = PdbSpec(*fields)
+    budget = group_disruptions(spec, groups=groups, size=size)
+    pods = best_case_disruptions(spec, groups * size)
+    assert budget.pods_allowed == pods
+    assert budget.groups_allowed * size <= pods < (budget.groups_allowed + 1) * size
+    assert budget.fits == (pods == budget.groups_allowed * size)
+
+
+@given(specs(), GROUPS, SIZES)
+def test_whole_group_spec_fits_and_never_lets_more_go(
+        fields: tuple[int | str | None, int | str | None], groups: int, size: int) -> None:
+    spec = PdbSpec(*fields)
+    before = group_disruptions(spec, groups=groups, size=size)
+    fixed = whole_group_spec(spec, groups=groups, size=size)
+    if fixed is None:
+        value = fields[0] if fields[0] is not None else fields[1]
+        assert before.fits or before.groups_allowed == 0 or isinstance(value, str)
+        return
+    after = group_disruptions(fixed, groups=groups, size=size)
+    assert after.fits
+    assert after.pods_allowed <= before.pods_allowed
+    assert after.groups_allowed == before.groups_allowed >= 1  # rounds down to whole groups

@@ -11,6 +11,10 @@ and apimachinery intstr.GetScaledValueFromIntOrPercent:
   desiredHealthy = scaled(minAvailable, expected, round up).
 - disruptionsAllowed = currentHealthy - desiredHealthy, and 0 when that is negative
   or when expected <= 0 (a PDB matching no pods yet is kept safe).
+- Groups (a LeaderWorkerSet, kubernetes-sigs/lws v0.10.0): the budget still counts pods
+  (leaders and workers are owned by StatefulSets whose scales add up to groups x size), but
+  one eviction under restartPolicy RecreateGroupOnPodRestart takes the whole group
+  (pkg/controllers/pod_controller.go deletes the leader), so a budget is read in groups.
 
 Pure functions of plain data; no I/O.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -175,6 +179,50 @@ def best_case_disruptions(spec: PdbSpec, replicas: int) -> int:
     # status() without its record: rules ask this for every budget, several times.
     expected, desired = desired_healthy(spec, expected_scale=replicas, matched_pods=replicas)
     return disruptions_allowed(current_healthy=replicas, desired=desired, expected=expected)
+
+
+@dataclass(frozen=True)
+class GroupBudget:
+    """A PDB over the pods of whole groups (a LeaderWorkerSet) read in groups.
+
+    The disruption controller counts pods; lws takes a whole group (size pods) down when one
+    of its pods is evicted under a recreating restart policy. A budget fits whole groups when
+    the pods it lets go are a whole number of groups.
+    """
+
+    pods_allowed: int
+    """disruptionsAllowed with every pod of every group ready."""
+    size: int
+
+    @property
+    def groups_allowed(self) -> int:
+        """Whole groups the budget's pods cover."""
+        return self.pods_allowed // self.size
+
+    @property
+    def fits(self) -> bool:
+        return self.pods_allowed % self.size == 0
+
+
+def group_disruptions(spec: PdbSpec, *, groups: int, size: int) -> GroupBudget:
+    """The budget over groups x size pods, all ready (size >= 1)."""
+    return GroupBudget(best_case_disruptions(spec, groups * size), size)
+
+
+def whole_group_spec(spec: PdbSpec, *, groups: int, size: int) -> PdbSpec | None:
+    """The spec with its integer field rounded to whole groups, never letting more pods go:
+    minAvailable up to (groups - k) x size, maxUnavailable down to k x size, where k is the
+    whole groups the budget already covers. None when it already fits, when k is 0 (the only
+    whole-group budget would then block every eviction) or the field is a percent."""
+    budget = group_disruptions(spec, groups=groups, size=size)
+    if budget.fits or budget.groups_allowed == 0:
+        return None
+    covered = budget.groups_allowed * size
+    if spec.max_unavailable is not None and not is_percent(spec.max_unavailable):
+        return replace(spec, max_unavailable=covered)
+    if spec.min_available is not None and not is_percent(spec.min_available):
+        return replace(spec, min_available=groups * size - covered)
+    return None
 
 
 def eviction_bypasses_budget(*, phase: str, terminating: bool) -> bool:

@@ -120,3 +120,33 @@ def rules(findings: list[Finding]) -> set[str]:
 
 def of(findings: list[Finding], rule: str) -> list[Finding]:
     return [f for f in findings if f.rule == rule]
+
+
+def lws(name: str = "llm", *, groups: int | None = 2, size: int | None = 2,
+        leader: list[dict[str, Any]] | None = None, workers: list[dict[str, Any]] | None = None,
+        leader_grace: int | None = None, worker_grace: int | None = None,
+        restart_policy: str | None = None, leader_template: bool = True,
+        namespace: str = "default") -> dict[str, Any]:
+    """A LeaderWorkerSet (leaderworkerset.x-k8s.io/v1, lws v0.10.0), leader and workers."""
+    def template(containers: list[dict[str, Any]], grace: int | None,
+                 role: str) -> dict[str, Any]:
+        pod: dict[str, Any] = {"containers": containers}
+        if grace is not None:
+            pod["terminationGracePeriodSeconds"] = grace
+        return {"metadata": {"labels": {"app": name, "role": role}}, "spec": pod}
+
+    lwt: dict[str, Any] = {"workerTemplate": template(
+        workers or [container("worker", port=None, ready_probe=False)], worker_grace,
+        "worker")}
+    if leader_template:
+        lwt["leaderTemplate"] = template(leader or [container(pre_stop=SLEEP10)], leader_grace,
+                                         "leader")
+    if size is not None:
+        lwt["size"] = size
+    if restart_policy is not None:
+        lwt["restartPolicy"] = restart_policy
+    spec: dict[str, Any] = {"leaderWorkerTemplate": lwt}
+    if groups is not None:
+        spec["replicas"] = groups
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}

@@ -20,6 +20,7 @@ from check_manifests import (
     container,
     deployment,
     hpa,
+    lws,
     pdb,
     service,
 )
@@ -159,6 +160,15 @@ def scenarios() -> list[tuple[str, list[Obj], dict[str, Any]]]:
                                  "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
                        annotations={"drainsafe.io/startup-seconds": "600"}),
             service(), pdb()], {}),
+        ("lws-pdb-missing", [lws(), service("llm", selector={"role": "leader"})], {}),
+        ("lws-pdb-partial-group", [lws(groups=3, size=4), service(
+            "llm", selector={"role": "leader"}), pdb("llm", max_unavailable=6)], {}),
+        ("lws-pdb-partial-group", [lws(groups=3, size=4), service(
+            "llm", selector={"role": "leader"}), pdb("llm", min_available=6)], {}),
+        ("lws-worker-grace", [lws(leader=[container(command=[
+            "uvicorn", "app:app", "--timeout-graceful-shutdown", "90"], pre_stop=SLEEP10)],
+            leader_grace=120, worker_grace=60), service("llm", selector={"role": "leader"}),
+            pdb("llm")], {}),
     ]
 
 

@@ -4,6 +4,18 @@ Rules see plain data plus this index: workloads (anything with a pod template), 
 Services and HPAs, grouped by namespace so that "which PDBs select this workload's pods"
 is a lookup, not a scan. Fields of the wrong type (e.g. an unrendered template value)
 read as unknown rather than crash a rule.
+
+A LeaderWorkerSet (leaderworkerset.x-k8s.io/v1, kubernetes-sigs/lws v0.10.0,
+api/leaderworkerset/v1/leaderworkerset_types.go) is read as its two pod templates: the
+leader's (spec.leaderWorkerTemplate.leaderTemplate; when unset, lws makes leaders from the
+workerTemplate, pkg/controllers/leaderworkerset_controller.go) with spec.replicas pods (one
+per group, default 1), and the workers' (workerTemplate) with replicas x (size - 1) pods
+(size default 1). Their scales add up to replicas x size, which is what the disruption
+controller counts for a PDB over the group's pods: leaders are owned by the leader
+StatefulSet, workers by one worker StatefulSet per group, both with a scale. lws labels every
+pod leaderworkerset.sigs.k8s.io/name=<lws name> (SetNameLabelKey). restartPolicy defaults to
+RecreateGroupOnPodRestart (kubebuilder default), and RecreateGroupAfterStart also recreates
+the whole group; None and the deprecated Default restart the failed pod only.
 """
 
 from __future__ import annotations
@@ -12,7 +24,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from drainsafe.budget import DEFAULT_GRACE_SECONDS
 from drainsafe.check.context import IGNORE_ANNOTATION
@@ -23,9 +35,16 @@ from drainsafe.labels import Selector, SelectorError, from_label_selector
 from drainsafe.pdb import BudgetSpecError, PdbSpec, best_case_disruptions
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
-SCALED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet")
-CHECKED_KINDS = (*WORKLOAD_KINDS, "Pod", "PodDisruptionBudget", "Service",
+GROUP_KIND = "LeaderWorkerSet"
+SCALED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", GROUP_KIND)
+CHECKED_KINDS = (*WORKLOAD_KINDS, GROUP_KIND, "Pod", "PodDisruptionBudget", "Service",
                  "HorizontalPodAutoscaler")
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+"""SetNameLabelKey: lws puts it on every pod of the set."""
+RECREATE_GROUP_POLICIES = frozenset({"RecreateGroupOnPodRestart", "RecreateGroupAfterStart"})
+"""restartPolicy values under which one pod's deletion or eviction recreates its whole group."""
+DEFAULT_RESTART_POLICY = "RecreateGroupOnPodRestart"
+Role = Literal["leader", "workers"]
 DEFAULT_NAMESPACE = "default"
 MAX_EMBEDDED_DEPTH = 8
 
@@ -169,12 +188,21 @@ class Workload(Subject):
     """A pod template found inside a kind check does not know (a CRD)."""
     hpa: Hpa | None = None
     """The HPA that targets it (set by Index when it matches objects; ask the Index)."""
+    role: Role | None = None
+    """Which pods of a LeaderWorkerSet group this template makes (None: not a group)."""
+    per_group: int | None = None
+    """Pods of each group this template makes (a group part; None when size is unknown)."""
 
     @property
     def expected_replicas(self) -> int | None:
         """The scale the disruption controller would use: HPA minimum, else replicas (once
         the Index has matched objects; ask the Index)."""
-        return self.hpa.min_replicas if self.hpa is not None else self.replicas
+        if self.hpa is None:
+            return self.replicas
+        if self.role is None:
+            return self.hpa.min_replicas
+        # An HPA on a LeaderWorkerSet scales groups (its scale subresource is spec.replicas).
+        return None if self.per_group is None else self.hpa.min_replicas * self.per_group
 
     @once
     def ignored(self) -> frozenset[str]:
@@ -291,6 +319,35 @@ class Service(Subject):
 
 
 @dataclass
+class Group(Subject):
+    """A LeaderWorkerSet: whole groups of `size` pods, `groups` of them."""
+
+    groups: int | None = None
+    size: int | None = None
+    restart_policy: str = DEFAULT_RESTART_POLICY
+    leader: Workload | None = None
+    workers: Workload | None = None
+    """None when the leader template makes every pod (no leaderTemplate) or size is 1."""
+
+    @once
+    def ignored(self) -> frozenset[str]:
+        """Findings on either template are about this one object (its paths tell which), so
+        the engine asks the set: an ignore annotation on either template counts."""
+        found = _ignores(self.annotations)
+        for part in self.parts:
+            found |= _ignores(part.template_annotations)
+        return found
+
+    @property
+    def recreates_group(self) -> bool:
+        return self.restart_policy in RECREATE_GROUP_POLICIES
+
+    @property
+    def parts(self) -> list[Workload]:
+        return [w for w in (self.leader, self.workers) if w is not None]
+
+
+@dataclass
 class Hpa(Subject):
     target_kind: str = ""
     target_name: str = ""
@@ -310,6 +367,7 @@ class Index:
     pdbs: list[Pdb] = field(default_factory=list)
     services: list[Service] = field(default_factory=list)
     hpas: list[Hpa] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
     skipped: int = 0
     """Objects of kinds check does not audit."""
     _pdbs_by_ns: dict[str, list[Pdb]] = field(default_factory=lambda: defaultdict(list))
@@ -324,7 +382,8 @@ class Index:
 
     @property
     def checked(self) -> int:
-        return len(self.workloads) + len(self.pdbs) + len(self.services) + len(self.hpas)
+        return (len(self.workloads) + len(self.pdbs) + len(self.services) + len(self.hpas)
+                + len(self.groups))
 
     def add(self, doc: Document) -> None:
         """Add one object. Every object is added before the first question (build_index):
@@ -338,6 +397,12 @@ class Index:
             workload = _workload(doc, kind)
             self.workloads.append(workload)
             self._workloads_by_ns[workload.ref.namespace].append(workload)
+        elif kind == GROUP_KIND:
+            group = _group(doc)
+            self.groups.append(group)
+            for part in group.parts:
+                self.workloads.append(part)
+                self._workloads_by_ns[part.ref.namespace].append(part)
         elif kind == "PodDisruptionBudget":
             pdb = _pdb(doc)
             self.pdbs.append(pdb)
@@ -419,6 +484,13 @@ class Index:
                 if single or svc.selects(w.pod_labels):
                     self._services_of.setdefault(id(w), []).append(svc)
 
+    def pdbs_for_group(self, g: Group) -> list[Pdb]:
+        """The PDBs selecting any pod of the group, each once."""
+        found: list[Pdb] = []
+        for part in g.parts:
+            found.extend(p for p in self.pdbs_for(part) if p not in found)
+        return found
+
     def hpa_for(self, w: Workload) -> Hpa | None:
         if not self._matched:  # computed once, on the first question
             self._match()
@@ -452,6 +524,7 @@ class Index:
         yield from self.pdbs
         yield from self.services
         yield from self.hpas
+        yield from self.groups
 
 
 def _workload(doc: Document, kind: str) -> Workload:
@@ -475,6 +548,45 @@ def _workload(doc: Document, kind: str) -> Workload:
         template_annotations=string_map(template_meta.get("annotations")),
         replicas=replicas,
     )
+
+
+def _group(doc: Document) -> Group:
+    obj = doc.obj
+    ref = _ref(obj, GROUP_KIND)
+    spec = mapping(obj.get("spec"))
+    template = mapping(spec.get("leaderWorkerTemplate"))
+    groups = integer(spec.get("replicas")) if spec.get("replicas") is not None else 1
+    size = integer(template.get("size")) if template.get("size") is not None else 1
+    policy = template.get("restartPolicy")
+    group = Group(doc, ref, groups=groups, size=size,
+                  restart_policy=policy if isinstance(policy, str) and policy
+                  else DEFAULT_RESTART_POLICY)
+    base = ("spec", "leaderWorkerTemplate")
+    has_leader = isinstance(template.get("leaderTemplate"), dict)
+    if has_leader:
+        group.leader = _group_part(doc, ref, (*base, "leaderTemplate"), "leader", groups, 1)
+        if size is None or size > 1:
+            per = None if size is None else size - 1
+            group.workers = _group_part(doc, ref, (*base, "workerTemplate"), "workers",
+                                        groups, per)
+    else:  # lws makes leaders from the worker template: one template, every pod
+        group.leader = _group_part(doc, ref, (*base, "workerTemplate"), "leader", groups, size)
+    return group
+
+
+def _group_part(doc: Document, ref: ObjectRef, path: Path, role: Role, groups: int | None,
+                per_group: int | None) -> Workload:
+    template = mapping(doc.obj)
+    for key in path:
+        template = mapping(template.get(str(key)))
+    meta = mapping(template.get("metadata"))
+    labels = {**string_map(meta.get("labels")), LWS_NAME_LABEL: ref.name}
+    return Workload(
+        doc, ref,
+        pod_path=(*path, "spec"), pod=mapping(template.get("spec")), pod_labels=labels,
+        template_annotations=string_map(meta.get("annotations")),
+        replicas=None if groups is None or per_group is None else groups * per_group,
+        role=role, per_group=per_group)
 
 
 def _embedded(doc: Document, kind: str) -> Iterator[Workload]:

@@ -55,6 +55,11 @@ def field_errors(index: Index) -> list[InputError]:
             errors.extend(_error(w, path, problem) for path, problem in problems)
     for hpa in index.hpas:
         errors.extend(_error(hpa, path, problem) for path, problem in _hpa(hpa))
+    for g in index.groups:  # lws v0.10.0 pkg/webhooks/leaderworkerset_webhook.go: size >= 1
+        lwt = mapping(mapping(g.obj.get("spec")).get("leaderWorkerTemplate"))
+        problem = _integer(lwt.get("size"), 1, INT32_MAX)
+        if problem:
+            errors.append(_error(g, ("spec", "leaderWorkerTemplate", "size"), problem))
     return errors
 
 
@@ -83,12 +88,12 @@ def _shown(value: object) -> str:
 def _workload(w: Workload) -> list[tuple[Path, str]]:
     problems: list[tuple[Path, str]] = []
     spec = mapping(w.obj.get("spec"))
-    if w.ref.kind in SCALED_KINDS and not w.embedded:
+    if w.ref.kind in SCALED_KINDS and not w.embedded and w.role != "workers":
         problem = _integer(spec.get("replicas"), 0, INT32_MAX)
         if problem:
             problems.append((("spec", "replicas"), problem))
     for values, base in (
-            (w.template_annotations, ("spec", "template", "metadata", "annotations")),
+            (w.template_annotations, (*w.pod_path[:-1], "metadata", "annotations")),
             (w.annotations, ("metadata", "annotations"))):
         for key in SECONDS_ANNOTATIONS:
             text = values.get(key)

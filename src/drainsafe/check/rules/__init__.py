@@ -13,6 +13,13 @@ __all__ = ["REGISTRY", "Rule", "all_rules", "rule"]
 
 
 def all_rules() -> dict[str, Rule]:
-    from drainsafe.check.rules import disruption, pods, probes, rollout, termination  # noqa: F401
+    from drainsafe.check.rules import (  # noqa: F401
+        disruption,
+        groups,
+        pods,
+        probes,
+        rollout,
+        termination,
+    )
 
     return REGISTRY

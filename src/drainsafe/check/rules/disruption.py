@@ -25,6 +25,8 @@ def _scale_text(index: Index, w: Workload) -> str:
     hpa = index.hpa_for(w)
     if hpa is not None:
         return f"HPA {hpa.ref.name} minReplicas {hpa.min_replicas}"
+    if w.role is not None:
+        return f"{w.ref.kind} {w.ref.name} {w.role} {w.replicas}"
     return f"{w.ref.kind} {w.ref.name} replicas {w.replicas}"
 
 
@@ -255,7 +257,8 @@ kube-score deployment-has-poddisruptionbudget.
 @PDB_MISSING.check
 def _pdb_missing(index: Index, context: Context) -> Iterator[Finding]:
     for w in index.workloads:
-        if w.ref.kind not in SCALED_KINDS or _owned(w):
+        # A LeaderWorkerSet's missing budget is lws-pdb-missing's case, counted in groups.
+        if w.ref.kind not in SCALED_KINDS or w.role is not None or _owned(w):
             continue
         hpa = index.hpa_for(w)
         scale = index.expected_replicas(w)
@@ -299,6 +302,8 @@ kube-score deployment-replicas; Polaris deploymentMissingReplicas.
 def _single_replica(index: Index, context: Context) -> Iterator[Finding]:
     for w in index.workloads:
         if w.ref.kind not in SCALED_KINDS or _owned(w) or not serves_traffic(index, w):
+            continue
+        if w.role == "workers":  # a group's workers are counted with its leader
             continue
         hpa = index.hpa_for(w)
         scale = index.expected_replicas(w)
