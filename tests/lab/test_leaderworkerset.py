@@ -175,6 +175,9 @@ async def test_groups_come_up_with_lws_names_labels_and_env(
         assert workers is not None and workers["spec"]["replicas"] == 2
         assert workers["metadata"]["ownerReferences"][0]["name"] == f"llm-{g}"
         assert workers["metadata"]["ownerReferences"][0]["kind"] == "Pod"
+        assert workers["spec"]["selector"]["matchLabels"] == {
+            NAME_LABEL: "llm", GROUP_INDEX_LABEL: str(g),
+            GROUP_KEY_LABEL: group_key("default", f"llm-{g}")}
         key = group_key("default", f"llm-{g}")
         for w in range(3):
             pod = pods[f"llm-{g}" if w == 0 else f"llm-{g}-{w}"]

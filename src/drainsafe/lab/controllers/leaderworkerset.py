@@ -24,8 +24,11 @@ After kubernetes-sigs/lws v0.10.0 (files named below):
   deleted (foreground), which takes the worker StatefulSet and every worker with it; with
   LeaderReady the worker StatefulSet is created only once the leader is Ready; the worker
   StatefulSet is named as the leader pod (`<lws>-<group>`), has size-1 replicas at
-  ordinals 1..size-1 (pods `<lws>-<group>-<worker>`), Parallel, and the leader pod as
-  controller.
+  ordinals 1..size-1 (pods `<lws>-<group>-<worker>`), Parallel, a selector on name,
+  group-index and group-key, and the leader pod as controller; with size 1 none is made;
+  nothing is made for a leader that is being deleted. Read at the stored commit 004be7e
+  (newer than v0.10.0; the parts used here are the same in v0.10.0, bar
+  groupPlacementPolicy, which the lab leaves out).
 - pkg/webhooks/pod_webhook.go: on pod create, the leader gets group-index (its ordinal),
   group-key (SHA-1 of `<namespace>/<leader pod name>`, pkg/utils) and worker-index 0;
   every container of the group gets the LWS_* variables, LWS_LEADER_ADDRESS being
@@ -284,6 +287,8 @@ class LeaderWorkerSetController(Controller):
                 with contextlib.suppress(st.StatusError):
                     self.store.delete(PODS, ns, leader["metadata"]["name"])
                 continue
+            if size == 1:  # no worker StatefulSet at all
+                continue
             if startup_policy(spec.get("startupPolicy")) == "LeaderReady" and not lp.ready:
                 continue
             self._ensure_workers(leader, lwt, size, revision, g)
@@ -313,9 +318,8 @@ class LeaderWorkerSetController(Controller):
         labels = leader["metadata"].get("labels") or {}
         lws = labels[NAME_LABEL]
         key = labels.get(GROUP_KEY_LABEL, group_key(ns, name))
-        selector = {NAME_LABEL: lws, GROUP_KEY_LABEL: key}
-        tmpl = _template(lwt.get("workerTemplate"),
-                         {**selector, GROUP_INDEX_LABEL: str(group), REVISION_LABEL: revision},
+        selector = {NAME_LABEL: lws, GROUP_INDEX_LABEL: str(group), GROUP_KEY_LABEL: key}
+        tmpl = _template(lwt.get("workerTemplate"), {**selector, REVISION_LABEL: revision},
                          {SIZE_ANNOTATION: str(size), LEADER_NAME_ANNOTATION: name})
         self._create(STATEFULSETS, {
             "metadata": {"name": name, "namespace": ns,
