@@ -335,3 +335,35 @@ def _official(cp: ControlPlane) -> client.ApiClient:
     cfg.ssl_ca_cert = str(cp.ca_path)
     cfg.api_key = {"BearerToken": f"Bearer {cp.token}"}
     return client.ApiClient(cfg)
+
+
+async def test_a_real_lab_runs_a_group_with_the_lws_environment(tmp_path: Path) -> None:
+    """Lab.install_leaderworkerset, then real processes on real lab kubelets: every
+    container of the group sees its LWS_* variables."""
+    import json
+    import sys
+
+    from drainsafe.lab.cluster import Lab
+    from drainsafe.lab.node.process import pod_dir
+
+    program = ("import json, os, time; open('env.json.tmp', 'w').write(json.dumps("
+               "{k: v for k, v in os.environ.items() if k.startswith('LWS_')})); "
+               "os.rename('env.json.tmp', 'env.json'); time.sleep(600)")
+    manifest = lws(replicas=1, size=2)
+    manifest["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"] = [
+        {"name": "vllm", "image": "example/vllm:1.0", "command": [sys.executable, "-c", program]}]
+    async with Lab(tmp_path / "lab", nodes=2, propagation_seconds=0, ingress=False) as lab:
+        await lab.install_leaderworkerset()
+        await lab.apply(manifest)
+        cp = lab.control_plane
+
+        def seen(name: str) -> dict[str, str] | None:
+            path = pod_dir(lab.state_dir, "default", name) / "vllm" / "env.json"
+            return json.loads(path.read_text()) if path.exists() else None
+
+        await wait_until(cp, lambda: up(cp, 1, 2) and seen("llm-0") is not None
+                         and seen("llm-0-1") is not None, what="the group running")
+        assert seen("llm-0") == {"LWS_LEADER_ADDRESS": "llm-0.llm.default",
+                                 "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
+        assert seen("llm-0-1") == {"LWS_LEADER_ADDRESS": "llm-0.llm.default",
+                                   "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}
