@@ -39,7 +39,7 @@ def test_up_detach_status_down(tmp_path: Path) -> None:
     pid = None
     try:
         up = run("up", "--detach", "--nodes", "2", "--gpus-per-node", "1",
-                 "--propagation-seconds", "0.2", "--device-plugin",
+                 "--propagation-seconds", "0.2", "--device-plugin", "--with-lws",
                  "--feature-gates", "MaxUnavailableStatefulSet=true", "--state-dir", str(state))
         assert up.returncode == 0, up.stderr
         assert f"kubeconfig: {state / 'kubeconfig'}" in up.stdout
@@ -63,6 +63,11 @@ def test_up_detach_status_down(tmp_path: Path) -> None:
         assert created.returncode == 0, created.stderr
         assert json.loads(created.stdout)["spec"]["updateStrategy"]["rollingUpdate"][
             "maxUnavailable"] == 2
+
+        # --with-lws installed the LeaderWorkerSet CRD before the lab reported itself up.
+        lws = subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "get", "lws"],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert lws.returncode == 0 and "No resources found" in lws.stderr, lws.stderr
 
         deadline = time.monotonic() + 60
         ready = None

@@ -39,6 +39,9 @@ def register(subparsers: Any) -> None:
                     "(default: as the v1.31 the lab reports)")
     up.add_argument("--device-plugin", action="store_true",
                     help="also create a GPU device-plugin DaemonSet on the GPU nodes")
+    up.add_argument("--with-lws", action="store_true",
+                    help="install the LeaderWorkerSet CRD (lws v0.10.0; the lab runs its "
+                    "controller); the same as applying deploy/lab/leaderworkerset-crd.yaml")
     up.add_argument("--detach", action="store_true",
                     help="run in the background (pid file in the state dir); stop with "
                     "`drainsafe lab down`")

@@ -253,6 +253,14 @@ class Lab:
         finally:
             unlisten()
 
+    async def install_leaderworkerset(self) -> None:
+        """Install the LeaderWorkerSet CRD (lws v0.10.0's leaderworkerset.x-k8s.io/v1, as
+        deploy/lab/leaderworkerset-crd.yaml ships it); the lab's LWS controller then runs
+        every LeaderWorkerSet (drainsafe.lab.controllers.leaderworkerset)."""
+        from drainsafe.lab.lwscrd import leaderworkerset_crd
+
+        await self.apply(leaderworkerset_crd())
+
     async def rollout_restart(self, namespace: str, name: str) -> None:
         """What `kubectl rollout restart` does: stamp the pod template."""
         patch = {"spec": {"template": {"metadata": {"annotations": {

@@ -37,6 +37,7 @@ from drainsafe.lab.controllers.deployment import DeploymentController
 from drainsafe.lab.controllers.disruption import DisruptionController
 from drainsafe.lab.controllers.endpoints import EndpointSliceController
 from drainsafe.lab.controllers.hpa import HorizontalPodAutoscalerController
+from drainsafe.lab.controllers.leaderworkerset import LeaderWorkerSetController
 from drainsafe.lab.controllers.nodelifecycle import NodeLifecycleController
 from drainsafe.lab.controllers.replicaset import ReplicaSetController
 from drainsafe.lab.controllers.scheduler import Scheduler
@@ -74,6 +75,7 @@ class ControlPlane:
             DeploymentController(self.store),
             DaemonSetController(self.store),
             StatefulSetController(self.store, gates=feature_gates),
+            LeaderWorkerSetController(self.store),
             EndpointSliceController(self.store),
             DisruptionController(self.store),
             HorizontalPodAutoscalerController(self.store),

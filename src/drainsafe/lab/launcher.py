@@ -89,6 +89,8 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
         argv.append("--no-ingress")
     if args.device_plugin:
         argv.append("--device-plugin")
+    if args.with_lws:
+        argv.append("--with-lws")
     log_path = state_dir / "lab.log"
     with log_path.open("ab") as log:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -127,6 +129,8 @@ async def _serve(args: argparse.Namespace, state_dir: Path) -> int:
                        feature_gates=FeatureGates.parse(args.feature_gates)) as lab:
             if args.device_plugin and args.gpus_per_node:
                 await lab.apply(gpu_device_plugin_daemonset())
+            if args.with_lws:
+                await lab.install_leaderworkerset()
             pid_file.write_text(f"{os.getpid()}\n")
             print(f"lab up: {args.nodes} nodes, API {lab.describe()['server']}", flush=True)
             print(f"kubeconfig: {lab.kubeconfig}", flush=True)
