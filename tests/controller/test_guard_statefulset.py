@@ -103,10 +103,11 @@ def _statefulset(lab: Lab) -> dict[str, Any]:
 
 def _restored(lab: Lab) -> bool:
     sts = _statefulset(lab)
-    notes = sts["metadata"].get("annotations") or {}
-    names = {p["metadata"]["name"] for p in ready_pods(lab, APP)}
-    return int(sts["spec"]["replicas"]) == 2 and not any(
-        k.startswith("drainsafe.io/") for k in notes) and names == {f"{APP}-0", f"{APP}-1"}
+    pods = ready_pods(lab, APP)
+    names = {p["metadata"]["name"] for p in pods}
+    left = [k for obj in (sts, *pods) for k in (obj["metadata"].get("annotations") or {})
+            if k.startswith("drainsafe.io/")]
+    return int(sts["spec"]["replicas"]) == 2 and not left and names == {f"{APP}-0", f"{APP}-1"}
 
 
 async def _statefulset_lab(lab: Lab, *install_args: str) -> tuple[str, str, str]:
@@ -236,5 +237,14 @@ async def test_leader_killed_mid_hold_the_new_leader_restores_and_never_evicts_t
         assert moves.restored is not None and moves.recreated_ready is not None
         assert moves.restored >= moves.recreated_ready, moves
         assert sum(t.startswith(f"{old}/") for t in moves.terminated) == 1, moves
+        # The restore was another replica's, the new leader's (its Event follows the
+        # record's removal, so it is waited for).
+        await until(lambda: any(e["reason"] == "SurgeRestored"
+                                for e in store.items(BY_KEY["events"], NAMESPACE)),
+                    timeout=10, what="the SurgeRestored event")
+        restored = [e for e in store.items(BY_KEY["events"], NAMESPACE)
+                    if e["reason"] == "SurgeRestored"]
+        assert len(restored) == 1 and restored[0]["reportingInstance"] != leader, restored
+        assert restored[0]["involvedObject"]["kind"] == "StatefulSet", restored
         assert store.get(LEASES, "drainsafe-system",
                          "drainsafe-controller")["spec"]["holderIdentity"] != leader
