@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pathlib
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from drainsafe.demo.scenario import APP, NAMESPACE, ScenarioSettings
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.verify.load import LoadSpec
+from drainsafe.verify.loadproc import run_load_process
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "controller"
@@ -70,3 +77,92 @@ async def until(predicate: Any, *, timeout: float, what: str) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def install(lab: Lab, *extra_args: str) -> None:
+    """The guard by `kubectl apply -k deploy/controller` (its args extended by an overlay),
+    until it serves with its CA in its webhook configuration."""
+    source = str(DEPLOY)
+    if extra_args:
+        overlay = lab.state_dir / "overlay"
+        overlay.mkdir()
+        ops = "\n".join(f"      - op: add\n        path: /spec/template/spec/containers/0/args/-"
+                        f"\n        value: {a}" for a in extra_args)
+        (overlay / "kustomization.yaml").write_text(
+            f"resources: [{os.path.relpath(DEPLOY, overlay)}]\npatches:\n"
+            f"  - target: {{kind: Deployment, name: drainsafe-controller}}\n"
+            f"    patch: |\n{ops}\n")
+        source = str(overlay)
+    code, out = await kubectl(lab, "1.33", "apply", "-k", source)
+    assert code == 0, out
+    await lab.wait_available("drainsafe-system", "drainsafe-controller", timeout=90)
+    assert lab.control_plane is not None
+    store = lab.control_plane.store
+    await until(lambda: bool((store.peek(BY_KEY["admissionregistration.k8s.io/"
+                                             "validatingwebhookconfigurations"], "",
+                                         "drainsafe-guard") or {})
+                             .get("webhooks", [{}])[0].get("clientConfig", {})
+                             .get("caBundle")), timeout=30, what="the caBundle")
+
+
+def opt_in_namespace(on: bool) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": NAMESPACE, "labels": {"drainsafe.io/guard": "true" if on else "false"}}}
+
+
+@dataclass
+class DrainRun:
+    """A kubectl drain under load: its exit code and output, the Ready count every 0.1 s,
+    failed requests by cause, ok requests, and when the drain started (loop time)."""
+
+    code: int
+    out: str
+    samples: list[int] = field(default_factory=list)
+    failed: dict[str, int] = field(default_factory=dict)
+    ok: int = 0
+    started: float = 0.0
+
+
+async def drain_under_load(lab: Lab, version: str, node: str, settings: ScenarioSettings,
+                           *, on_sample: Callable[[float], None] | None = None) -> DrainRun:
+    """kubectl drain `node` under streaming load through the Service's ClusterIP path,
+    with a new connection per request; `on_sample` is called at each 0.1 s sample."""
+    url = lab.service_url(NAMESPACE, APP)
+    body = json.dumps({"stream": True, "duration": settings.stream_seconds,
+                       "token_interval": 0.05}).encode()
+    spec = LoadSpec(url=f"{url}/v1/completions", method="POST", body=body, duration=600,
+                    concurrency=settings.concurrency,
+                    timeout=settings.stream_seconds * 5 + 10,
+                    headers=(("content-type", "application/json"),), keepalive=False)
+    samples: list[int] = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            samples.append(len(ready_pods(lab, APP)))
+            if on_sample is not None:
+                on_sample(loop.time())
+            await asyncio.sleep(0.1)
+
+    sampler = asyncio.ensure_future(sample())
+    loader = asyncio.ensure_future(run_load_process(spec, stop=stop,
+                                            clock_zero=(loop.time(), time.time())))
+    try:
+        await asyncio.sleep(settings.warmup)
+        started = loop.time()
+        code, out = await kubectl(lab, version, "drain", node, "--ignore-daemonsets",
+                                  "--delete-emptydir-data", "--timeout=240s", timeout=260)
+        await until(lambda: len(ready_pods(lab, APP)) >= 2, timeout=60, what="2 Ready")
+        await asyncio.sleep(settings.propagation + 1)
+    finally:
+        stop.set()
+        run = await loader
+        await sampler
+    result = DrainRun(code, out, samples, started=started)
+    for r in run.results:
+        if r.outcome.ok:
+            result.ok += 1
+        else:
+            result.failed[r.outcome.label] = result.failed.get(r.outcome.label, 0) + 1
+    return result

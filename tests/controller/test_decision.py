@@ -101,7 +101,7 @@ def test_held_then_released_after_the_limit(facts: Facts, waiting: str,
 
 
 @pytest.mark.parametrize(("owner", "reason"), [
-    ("StatefulSet", ReleaseReason.STATEFULSET),
+    ("StatefulSet", ReleaseReason.NO_CONTROLLER),  # its StatefulSet is not in the view
     ("ReplicaSet", ReleaseReason.NO_CONTROLLER),
     (None, ReleaseReason.NO_CONTROLLER),
 ])
@@ -118,3 +118,50 @@ def test_a_build_without_a_surge_engine_never_holds_for_a_stand_in() -> None:
     drain = SurgeFacts(2, frozenset({"ml/llm-b"}), owned=False)
     facts = _with(workload=WorkloadFacts("llm", 3, 2, False), surge=drain, can_surge=False)
     assert isinstance(decide(facts, hold_limit=LIMIT), Hold)
+
+
+STS_POD = dataclasses.replace(POD, name="llm-1", owner_kind="StatefulSet")
+STS = WorkloadFacts("llm", replicas=2, available=2, mid_rollout=False, kind="StatefulSet")
+
+
+@pytest.mark.parametrize(("facts", "expected"), [
+    # At desired capacity: held, and a stand-in ordinal asked for (2 -> 3).
+    (Facts(STS_POD, STS, None, room=True, held_for=None), "surge 3"),
+    # Surged for this pod, the new ordinal (llm-2) not Available yet: still held, no
+    # second surge.
+    (Facts(STS_POD, dataclasses.replace(STS, replicas=3),
+           SurgeFacts(2, frozenset({"ml/llm-1"})), room=True, held_for=5.0), "surge 3"),
+    # The stand-in ordinal is Available: the eviction goes ahead.
+    (Facts(STS_POD, dataclasses.replace(STS, replicas=3, available=3),
+           SurgeFacts(2, frozenset({"ml/llm-1"})), room=True, held_for=9.0),
+     AllowReason.STAND_IN_READY),
+    # A pod of a StatefulSet surged by `drainsafe drain` for that very pod is not held.
+    (Facts(STS_POD, dataclasses.replace(STS, replicas=3),
+           SurgeFacts(2, frozenset({"ml/llm-1"}), owned=False), room=True, held_for=None),
+     AllowReason.DRAIN_SURGED),
+    # Mid rolling update: held without a surge, released after the limit.
+    (Facts(STS_POD, dataclasses.replace(STS, mid_rollout=True), None, room=True,
+           held_for=None), "rollout"),
+    (Facts(STS_POD, dataclasses.replace(STS, mid_rollout=True), None, room=True,
+           held_for=LIMIT), ReleaseReason.MID_ROLLOUT),
+    # No room for a stand-in ordinal anywhere else.
+    (Facts(STS_POD, STS, None, room=False, held_for=None), "room"),
+    (Facts(STS_POD, STS, None, room=False, held_for=LIMIT), ReleaseReason.NO_ROOM),
+    # Spare capacity already (a pod beyond desired is Available).
+    (Facts(STS_POD, dataclasses.replace(STS, available=3), None, room=True, held_for=None),
+     AllowReason.CAPACITY),
+])
+def test_a_statefulset_pod_is_held_until_a_stand_in_ordinal_is_available(
+        facts: Facts, expected: object) -> None:
+    verdict = decide(facts, hold_limit=LIMIT)
+    if isinstance(expected, AllowReason):
+        assert verdict == Allow(expected)
+    elif isinstance(expected, ReleaseReason):
+        assert isinstance(verdict, Release) and verdict.reason == expected
+        assert "statefulset ml/llm" in verdict.message
+    elif expected == "surge 3":
+        assert isinstance(verdict, Hold) and verdict.surge_to == 3
+        assert verdict.waiting_for == "stand-in" and "statefulset ml/llm" in verdict.message
+    else:
+        assert isinstance(verdict, Hold) and verdict.surge_to is None
+        assert verdict.waiting_for == expected

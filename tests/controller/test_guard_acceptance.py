@@ -11,12 +11,10 @@ The Ready count is sampled every 0.1 s.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import pathlib
 import signal
 import time
-from typing import Any
 
 import pytest
 
@@ -24,15 +22,15 @@ from drainsafe.demo.scenario import APP, NAMESPACE, ScenarioSettings, llm_manife
 from drainsafe.kube import KubeClient, api_path
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
-from drainsafe.verify.load import LoadSpec
-from drainsafe.verify.loadproc import run_load_process
 
 from .guardlab import (
-    DEPLOY,
     KUBECTL_DIR,
+    drain_under_load,
     guarded_deployment,
+    install,
     kubectl,
     lab_path_env,
+    opt_in_namespace,
     pdb,
     ready_pods,
     until,
@@ -42,77 +40,6 @@ pytestmark = [pytest.mark.e2e]
 SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=4, warmup=1.5)
 DEPLOYMENTS = BY_KEY["apps/deployments"]
 LEASES = BY_KEY["coordination.k8s.io/leases"]
-
-
-async def _install(lab: Lab, *extra_args: str) -> None:
-    source = str(DEPLOY)
-    if extra_args:
-        overlay = lab.state_dir / "overlay"
-        overlay.mkdir()
-        ops = "\n".join(f"      - op: add\n        path: /spec/template/spec/containers/0/args/-"
-                        f"\n        value: {a}" for a in extra_args)
-        (overlay / "kustomization.yaml").write_text(
-            f"resources: [{os.path.relpath(DEPLOY, overlay)}]\npatches:\n"
-            f"  - target: {{kind: Deployment, name: drainsafe-controller}}\n"
-            f"    patch: |\n{ops}\n")
-        source = str(overlay)
-    code, out = await kubectl(lab, "1.33", "apply", "-k", source)
-    assert code == 0, out
-    await lab.wait_available("drainsafe-system", "drainsafe-controller", timeout=90)
-    assert lab.control_plane is not None
-    store = lab.control_plane.store
-    await until(lambda: bool((store.peek(BY_KEY["admissionregistration.k8s.io/"
-                                             "validatingwebhookconfigurations"], "",
-                                         "drainsafe-guard") or {})
-                             .get("webhooks", [{}])[0].get("clientConfig", {})
-                             .get("caBundle")), timeout=30, what="the caBundle")
-
-
-def _opt_in_namespace(on: bool) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": NAMESPACE, "labels": {"drainsafe.io/guard": "true" if on else "false"}}}
-
-
-async def _drain_under_load(lab: Lab, version: str, node: str) -> tuple[int, str, list[int],
-                                                                         dict[str, int], int]:
-    """kubectl drain `node` under streaming load: (exit code, output, Ready samples every
-    0.1 s, failed requests by cause, ok requests)."""
-    url = lab.service_url(NAMESPACE, APP)
-    body = json.dumps({"stream": True, "duration": SETTINGS.stream_seconds,
-                       "token_interval": 0.05}).encode()
-    spec = LoadSpec(url=f"{url}/v1/completions", method="POST", body=body, duration=600,
-                    concurrency=SETTINGS.concurrency, timeout=SETTINGS.stream_seconds * 5 + 10,
-                    headers=(("content-type", "application/json"),), keepalive=False)
-    samples: list[int] = []
-    stop = asyncio.Event()
-
-    async def sample() -> None:
-        while not stop.is_set():
-            samples.append(len(ready_pods(lab, APP)))
-            await asyncio.sleep(0.1)
-
-    sampler = asyncio.ensure_future(sample())
-    loader = asyncio.ensure_future(run_load_process(spec, stop=stop,
-                                                    clock_zero=(time.monotonic(),
-                                                                time.time())))
-    try:
-        await asyncio.sleep(SETTINGS.warmup)
-        code, out = await kubectl(lab, version, "drain", node, "--ignore-daemonsets",
-                                  "--delete-emptydir-data", "--timeout=240s", timeout=260)
-        await until(lambda: len(ready_pods(lab, APP)) >= 2, timeout=60, what="2 Ready")
-        await asyncio.sleep(SETTINGS.propagation + 1)
-    finally:
-        stop.set()
-        run = await loader
-        await sampler
-    failed: dict[str, int] = {}
-    ok = 0
-    for r in run.results:
-        if r.outcome.ok:
-            ok += 1
-        else:
-            failed[r.outcome.label] = failed.get(r.outcome.label, 0) + 1
-    return code, out, samples, failed, ok
 
 
 def _cordoned(lab: Lab, node: str) -> bool:
@@ -136,13 +63,14 @@ async def test_kubectl_drain_keeps_two_ready_with_the_guard_and_drops_without(
     monkeypatch.setenv("PATH", lab_path_env())
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1,
                    propagation_seconds=SETTINGS.propagation, restart_backoff=0.5) as lab:
-        await _install(lab)
-        await lab.apply(_opt_in_namespace(True), *llm_manifests(SETTINGS))
+        await install(lab)
+        await lab.apply(opt_in_namespace(True), *llm_manifests(SETTINGS))
         await lab.wait_available(NAMESPACE, APP, timeout=120)
         await lab.wait_backends(NAMESPACE, APP, 2, timeout=60)
         node = sorted(p["spec"]["nodeName"] for p in ready_pods(lab, APP))[0]
 
-        code, out, samples, failed, ok = await _drain_under_load(lab, version, node)
+        run = await drain_under_load(lab, version, node, SETTINGS)
+        code, out, samples, failed, ok = run.code, run.out, run.samples, run.failed, run.ok
         assert code == 0, out
         assert 'admission webhook "guard.drainsafe.io" denied the request: drainsafe guard: ' \
                "holding the eviction of default/" in out
@@ -156,9 +84,10 @@ async def test_kubectl_drain_keeps_two_ready_with_the_guard_and_drops_without(
         # The same drain without the guard (the namespace opted out) drops to 1 Ready.
         code, out = await kubectl(lab, "1.33", "uncordon", node)
         assert code == 0, out
-        await lab.apply(_opt_in_namespace(False))
+        await lab.apply(opt_in_namespace(False))
         other = sorted(p["spec"]["nodeName"] for p in ready_pods(lab, APP))[0]
-        code, out, samples, failed, _ = await _drain_under_load(lab, version, other)
+        run = await drain_under_load(lab, version, other, SETTINGS)
+        code, out, samples = run.code, run.out, run.samples
         assert code == 0, out
         assert "guard.drainsafe.io" not in out
         assert min(samples) <= 1, samples  # capacity lost (0 when the survivor misses a probe)
@@ -171,7 +100,7 @@ async def test_leader_killed_mid_hold_another_replica_finishes(
     monkeypatch.setenv("PATH", lab_path_env())
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
                    restart_backoff=0.5) as lab:
-        await _install(lab, "--lease-seconds=4")
+        await install(lab, "--lease-seconds=4")
         # A stand-in that takes 8 s to start: the leader dies while it starts.
         await lab.apply(guarded_deployment(replicas=2, startup=8.0), pdb())
         await lab.wait_available(NAMESPACE, "llm", timeout=60)
@@ -227,7 +156,7 @@ async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
     monkeypatch.setenv("PATH", lab_path_env())
     async with Lab(tmp_path / "lab", nodes=4, gpus_per_node=1, propagation_seconds=0.2,
                    restart_backoff=0.5) as lab:
-        await _install(lab)
+        await install(lab)
         await lab.apply(guarded_deployment(replicas=2, startup=2.0), pdb())
         await lab.wait_available(NAMESPACE, "llm", timeout=60)
         first, second = sorted(p["spec"]["nodeName"] for p in ready_pods(lab, "llm"))
@@ -284,7 +213,7 @@ async def test_an_hpa_managed_workload_is_surged_through_min_replicas_and_restor
     hpas = BY_KEY["autoscaling/horizontalpodautoscalers"]
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
                    restart_backoff=0.5) as lab:
-        await _install(lab)
+        await install(lab)
         await lab.apply(guarded_deployment(replicas=2, startup=2.0), pdb(), {
             "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": "llm", "namespace": NAMESPACE},

@@ -27,7 +27,7 @@ from drainsafe.controller.events import event_manifest
 from drainsafe.controller.leader import may_take
 from drainsafe.controller.reviewer import review_response
 from drainsafe.controller.serving import cert_from_secret, secret_manifest
-from drainsafe.controller.view import Confirmed, fresher, gather
+from drainsafe.controller.view import Confirmed, fresher, gather, recreations_pending
 from drainsafe.kube.errors import GUARD_HOLD_CAUSE, GuardHeld, RateLimited, error_from_response
 from drainsafe.kube.objects import rollout_in_progress
 from drainsafe.lab.apiserver.admission_webhook import denial
@@ -125,7 +125,7 @@ RS = {"metadata": {"name": "llm-1", "namespace": "ml", "uid": "r1", "ownerRefere
 
 def _gather(pods: list[dict[str, Any]], nodes: list[dict[str, Any]], *,
             namespace_labels: Mapping[str, str] | None = None, **kw: Any) -> Any:
-    return gather(pods[0], namespace={"metadata": {"name": "ml",
+    return gather(pods[0], statefulsets={}, namespace={"metadata": {"name": "ml",
                                                    "labels": dict(namespace_labels or {})}},
                   deployments={"ml/llm": DEPLOYMENT}, replicasets={"ml/llm-1": RS},
                   pods={f"ml/{p['metadata']['name']}": p for p in pods},
@@ -150,6 +150,49 @@ def test_gather_opt_in_by_namespace_and_terminating_pods_do_not_count() -> None:
     assert facts.pod.opted_in
     assert facts.workload.available == 1
     assert not _gather(pods, [_node("n0")]).pod.opted_in
+
+
+STATEFULSET = {"metadata": {"name": "llm", "namespace": "ml", "uid": "s1", "generation": 2},
+               "spec": {"replicas": 2},
+               "status": {"observedGeneration": 2, "currentRevision": "llm-r1",
+                          "updateRevision": "llm-r1", "updatedReplicas": 2}}
+
+
+def _sts_pod(ordinal: int, node: str, **kw: Any) -> dict[str, Any]:
+    pod = _pod(f"llm-{ordinal}", node, **kw)
+    pod["metadata"]["ownerReferences"] = [
+        {"kind": "StatefulSet", "name": "llm", "uid": "s1", "controller": True}]
+    return pod
+
+
+def test_gather_reads_a_statefulset_pod_as_its_statefulset() -> None:
+    pods = [_sts_pod(0, "n0"), _sts_pod(1, "n1")]
+    facts = gather(pods[0], namespace=None, deployments={}, statefulsets={"ml/llm": STATEFULSET},
+                   replicasets={}, pods={f"ml/{p['metadata']['name']}": p for p in pods},
+                   nodes={n: _node(n) for n in ("n0", "n1", "n2")},
+                   record_of=lambda _d: None, now=NOW.timestamp())
+    assert facts.pod.owner_kind == "StatefulSet" and facts.workload is not None
+    assert (facts.workload.kind, facts.workload.replicas, facts.workload.available,
+            facts.workload.mid_rollout) == ("StatefulSet", 2, 2, False)
+    assert facts.room is True
+    rolling = copy.deepcopy(STATEFULSET)
+    rolling["status"]["updateRevision"] = "llm-r2"
+    facts = gather(pods[0], namespace=None, deployments={}, statefulsets={"ml/llm": rolling},
+                   replicasets={}, pods={f"ml/{p['metadata']['name']}": p for p in pods},
+                   nodes={}, record_of=lambda _d: None, now=NOW.timestamp())
+    assert facts.workload is not None and facts.workload.mid_rollout
+
+
+def test_a_statefulset_restore_waits_for_every_evicted_ordinal_back_ready() -> None:
+    # Surged 2 -> 3 (llm-2 stands in); llm-1 was evicted.
+    stand_in = _sts_pod(2, "n2")
+    assert recreations_pending(STATEFULSET, [_sts_pod(0, "n0"), stand_in], 2) == ["llm-1"]
+    assert recreations_pending(STATEFULSET, [
+        _sts_pod(0, "n0"), _sts_pod(1, "n1", terminating=True), stand_in], 2) == ["llm-1"]
+    assert recreations_pending(STATEFULSET, [
+        _sts_pod(0, "n0"), _sts_pod(1, "n3", ready=False), stand_in], 2) == ["llm-1"]
+    assert recreations_pending(STATEFULSET, [
+        _sts_pod(0, "n0"), _sts_pod(1, "n3"), stand_in], 2) == []
 
 
 # ---- the hold's 429 through the API server's denial, as a client reads it --------------
@@ -197,7 +240,7 @@ def _rs(name: str, spec: int, status: int) -> dict[str, Any]:
 def test_the_guard_and_drain_agree_on_mid_rollout(
         deployment: dict[str, Any], replicasets: list[dict[str, Any]], mid: bool) -> None:
     pods = [_pod("a", "n0", labels={"drainsafe.io/guard": "true"}), _pod("b", "n1")]
-    facts = gather(pods[0], namespace=None, deployments={"ml/llm": deployment},
+    facts = gather(pods[0], statefulsets={}, namespace=None, deployments={"ml/llm": deployment},
                    replicasets={f"ml/{rs['metadata']['name']}": rs for rs in replicasets},
                    pods={f"ml/{p['metadata']['name']}": p for p in pods},
                    nodes={n["metadata"]["name"]: n for n in (_node("n0"), _node("n1"),

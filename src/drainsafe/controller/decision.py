@@ -11,20 +11,27 @@ PodDisruptionBudget check, EvictionREST.Create's createValidation) with one of:
 - **Hold** (429, the guard's message): a surge is asked for (or already recorded, by the
   guard or by `drainsafe drain`, so the same workload is never surged twice) and the stand-in
   is not yet Ready and Available.
-- **Release** (allow, with an Event saying why) when a stand-in cannot help: a StatefulSet or
-  a pod without a Deployment (a stand-in cannot take a StatefulSet pod's identity), and,
-  after the hold limit, no room for a stand-in, a rollout in progress (a scale is spread
-  over the ReplicaSets by proportional scaling, website deployment.md), or a stand-in that
-  never became Available. So the guard never fails a managed upgrade (EKS gives a node
-  15 minutes before PodEvictionFailure, AKS 30 by default).
+- **Release** (allow, with an Event saying why) when a stand-in cannot help: a pod without a
+  Deployment or a StatefulSet (nothing to scale), and, after the hold limit, no room for a
+  stand-in, a rollout in progress (a Deployment's scale is spread over the ReplicaSets by
+  proportional scaling, website deployment.md), or a stand-in that never became Available.
+  So the guard never fails a managed upgrade (EKS gives a node 15 minutes before
+  PodEvictionFailure, AKS 30 by default).
 
-Only Deployment-owned pods are surged (through their ReplicaSet's owner).
+Deployment-owned pods (through their ReplicaSet's owner) and StatefulSet pods are surged.
+A StatefulSet's stand-in cannot take the evicted pod's identity and need not: the scale goes
+up by one, the new highest ordinal serves while the evicted ordinal is recreated under its
+own name (kubernetes v1.33.0 pkg/controller/statefulset/stateful_set_control.go
+processReplica), and the restore removes the highest ordinal, the stand-in
+(processCondemned). The capacity rule is the same for both kinds; when the restore may run
+differs (drainsafe.controller.reconciler).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Literal
 
 GUARD_LABEL = "drainsafe.io/guard"
 
@@ -41,7 +48,6 @@ class AllowReason(enum.StrEnum):
 
 
 class ReleaseReason(enum.StrEnum):
-    STATEFULSET = "statefulset"
     NO_CONTROLLER = "no-deployment"
     NO_ROOM = "no-room"
     MID_ROLLOUT = "mid-rollout"
@@ -61,14 +67,18 @@ class PodFacts:
     owner_kind: str | None  # "Deployment", "StatefulSet", "ReplicaSet" (bare), "DaemonSet"...
 
 
+SurgeKind = Literal["Deployment", "StatefulSet"]
+
+
 @dataclass(frozen=True)
 class WorkloadFacts:
-    """The Deployment behind the pod, from its status."""
+    """The Deployment or StatefulSet behind the pod."""
 
     name: str
     replicas: int  # spec.replicas now
-    available: int  # status.availableReplicas, counting no terminating pod
-    mid_rollout: bool  # more than one ReplicaSet with pods, or a template not yet rolled out
+    available: int  # its Available pods, counting no terminating pod
+    mid_rollout: bool  # a rollout (Deployment) or rolling update (StatefulSet) under way
+    kind: SurgeKind = "Deployment"
 
 
 @dataclass(frozen=True)
@@ -123,15 +133,11 @@ def decide(facts: Facts, *, hold_limit: float) -> Verdict:
         return Allow(AllowReason.TERMINATING)
     if not pod.ready:
         return Allow(AllowReason.NOT_READY)
-    if pod.owner_kind == "StatefulSet":
-        return Release(ReleaseReason.STATEFULSET,
-                       f"pod {pod.namespace}/{pod.name} belongs to a StatefulSet: a stand-in "
-                       "cannot take its identity, so the eviction is not held")
     workload = facts.workload
-    if pod.owner_kind != "Deployment" or workload is None:
+    if pod.owner_kind not in ("Deployment", "StatefulSet") or workload is None:
         return Release(ReleaseReason.NO_CONTROLLER,
-                       f"pod {pod.namespace}/{pod.name} is not part of a Deployment: there is "
-                       "nothing to surge, so the eviction is not held")
+                       f"pod {pod.namespace}/{pod.name} is not part of a Deployment or a "
+                       "StatefulSet: there is nothing to surge, so the eviction is not held")
     surge = facts.surge
     desired = surge.replicas if surge is not None else workload.replicas
     key = f"{pod.namespace}/{pod.name}"
@@ -148,7 +154,7 @@ def decide(facts: Facts, *, hold_limit: float) -> Verdict:
         return Allow(AllowReason.DRY_RUN)
     held = facts.held_for or 0.0
     over = held >= hold_limit
-    where = f"deployment {pod.namespace}/{workload.name}"
+    where = f"{workload.kind.lower()} {pod.namespace}/{workload.name}"
     if workload.mid_rollout and surge is None:
         if over:
             return Release(ReleaseReason.MID_ROLLOUT,

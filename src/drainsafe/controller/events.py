@@ -18,7 +18,9 @@ from drainsafe.kube.objects import rfc3339
 log = logging.getLogger(__name__)
 COMPONENT = "drainsafe-controller"
 EventType = Literal["Normal", "Warning"]
-KIND_VERSIONS = {"Pod": "v1", "Deployment": "apps/v1"}
+EventKind = Literal["Pod", "Deployment", "StatefulSet"]
+KIND_VERSIONS: dict[EventKind, str] = {"Pod": "v1", "Deployment": "apps/v1",
+                                       "StatefulSet": "apps/v1"}
 
 
 def event_manifest(obj: Mapping[str, Any], *, reason: str, message: str, kind: str,
@@ -59,7 +61,7 @@ class EventRecorder:
         self._client, self._instance, self._wall = client, instance, wall
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def emit(self, obj: Mapping[str, Any], kind: Literal["Pod", "Deployment"], reason: str,
+    def emit(self, obj: Mapping[str, Any], kind: EventKind, reason: str,
              message: str, event_type: EventType = "Normal") -> None:
         body = event_manifest(obj, reason=reason, message=message, kind=kind,
                               api_version=KIND_VERSIONS[kind], event_type=event_type,

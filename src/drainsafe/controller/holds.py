@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from drainsafe.controller.clock import Clock
-from drainsafe.controller.decision import Hold, Release
+from drainsafe.controller.decision import Hold, Release, SurgeKind
 from drainsafe.controller.events import EventRecorder
 from drainsafe.controller.metrics import GuardMetrics
 from drainsafe.controller.record import HOLD_ANNOTATION, RELEASED_ANNOTATION, annotations_of
@@ -49,7 +49,8 @@ class Holds:
             self.metrics.holds.inc()
             self.events.emit(pod, "Pod", "EvictionHeld", verdict.message)
 
-    async def release(self, pod: Obj, verdict: Release, deployment: Obj | None) -> None:
+    async def release(self, pod: Obj, verdict: Release, workload: Obj | None,
+                      kind: SurgeKind = "Deployment") -> None:
         """Give the hold up: the reason on the pod, and Warning Events saying why."""
         if RELEASED_ANNOTATION in annotations_of(pod):
             return
@@ -57,8 +58,8 @@ class Holds:
             return
         self.metrics.releases.labels(str(verdict.reason)).inc()
         self.events.emit(pod, "Pod", "EvictionHoldReleased", verdict.message, "Warning")
-        if deployment is not None:
-            self.events.emit(deployment, "Deployment", "EvictionHoldReleased",
+        if workload is not None:
+            self.events.emit(workload, kind, "EvictionHoldReleased",
                              verdict.message, "Warning")
 
     def allowed(self, pod: Obj, held_for: float) -> None:

@@ -12,6 +12,13 @@ no surge outlives its reason.
 When the scale comes back down after an eviction, the ReplicaSet removes the replacement
 it just created for the evicted pod (not Ready yet, so it ranks first; drainsafe.drain.scale
 cites the ranking), never a serving pod.
+
+A StatefulSet's evicted pod is recreated under its own name, so the reconciler keeps the
+surge until every ordinal below the recorded scale is back, active and Ready (on another
+node: its own is cordoned), and only then restores; the StatefulSet controller then
+removes the highest ordinal, the stand-in (kubernetes v1.33.0
+pkg/controller/statefulset/stateful_set_control.go processReplica, processCondemned).
+Restoring earlier would take the stand-in while the evicted ordinal is still starting.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import asyncio
 import logging
 from typing import Any
 
-from drainsafe.controller.decision import Hold, Release
+from drainsafe.controller.decision import Hold, Release, SurgeKind
 from drainsafe.controller.engine import SurgeEngine
 from drainsafe.controller.events import EventRecorder
 from drainsafe.controller.holds import Holds
@@ -28,7 +35,12 @@ from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.metrics import GuardMetrics
 from drainsafe.controller.record import is_held
 from drainsafe.controller.reviewer import Reviewer
-from drainsafe.controller.view import ClusterView, held_pods, workload_pods
+from drainsafe.controller.view import (
+    ClusterView,
+    held_pods,
+    recreations_pending,
+    workload_pods,
+)
 from drainsafe.kube.objects import WorkloadRef, autoscaler_for, key_of, meta, node_of, uid_of
 
 log = logging.getLogger(__name__)
@@ -53,33 +65,37 @@ class Reconciler:
             await asyncio.sleep(period)
 
     async def reconcile(self) -> None:
-        """One pass over the Deployments: surge for held pods, restore when none is left."""
+        """One pass over the Deployments and StatefulSets: surge for held pods, restore
+        when none is left (and, for a StatefulSet, every evicted ordinal is back Ready)."""
         if self.engine is None:
             return
         for dep in list(self.view.deployments.cache.values()):
-            await self._deployment(dep, self.engine)
+            await self._workload("Deployment", dep, self.engine)
+        for sts in list(self.view.statefulsets.cache.values()):
+            await self._workload("StatefulSet", sts, self.engine)
 
-    def _members(self, dep: Obj) -> list[Obj]:
-        return workload_pods(dep, self.view.pods().values(), self.view.replicasets.cache)
+    def _members(self, kind: SurgeKind, dep: Obj) -> list[Obj]:
+        return workload_pods(kind, dep, self.view.pods().values(),
+                             self.view.replicasets.cache)
 
-    async def _deployment(self, dep: Obj, engine: SurgeEngine) -> None:
+    async def _workload(self, kind: SurgeKind, dep: Obj, engine: SurgeEngine) -> None:
         # Holds the drainer stopped asking about are released here, with the same rule;
         # and only a hold the decision answers with a surge asks for one: a pod held for
         # room or for a rollout must not be surged for (a stand-in with no room is an
         # unschedulable pod, and its record would hide why the hold is released).
         wanting: set[str] = set()
-        for p in self._members(dep):
+        for p in self._members(kind, dep):
             if not is_held(p):
                 continue
             verdict, _ = self.reviewer.verdict(p, dry_run=False)
             if isinstance(verdict, Release):
-                await self.holds.release(p, verdict, dep)
+                await self.holds.release(p, verdict, dep, kind)
             elif isinstance(verdict, Hold) and verdict.surge_to is not None:
                 wanting.add(key_of(p))
-        members = self._members(dep)  # a release just confirmed is no longer held
+        members = self._members(kind, dep)  # a release just confirmed is no longer held
         held = held_pods(members)
         record = engine.record_of(dep)
-        workload = WorkloadRef("Deployment", str(meta(dep).get("namespace")),
+        workload = WorkloadRef(kind, str(meta(dep).get("namespace")),
                                str(meta(dep).get("name")))
         if record is not None and not record.guard:
             return  # a `drainsafe drain` surge: it restores its own
@@ -95,7 +111,7 @@ class Reconciler:
             if not record.guard:
                 return  # a `drainsafe drain` recorded first: its surge, not ours
             self.metrics.surges.inc()
-            self.events.emit(dep, "Deployment", "SurgeForEviction",
+            self.events.emit(dep, kind, "SurgeForEviction",
                              f"surging {record.replicas} -> {record.replicas + len(held)} "
                              f"for a stand-in of {', '.join(sorted(held))}")
         if held:
@@ -103,7 +119,9 @@ class Reconciler:
             if int((dep.get("spec") or {}).get("replicas", 1)) != target:
                 await engine.set_scale(workload, record, target)
             return
+        if kind == "StatefulSet" and recreations_pending(dep, members, record.replicas):
+            return  # the restore removes the stand-in: not before the evicted are back
         await engine.finish(workload, record)
         self.metrics.restores.inc()
-        self.events.emit(dep, "Deployment", "SurgeRestored",
+        self.events.emit(dep, kind, "SurgeRestored",
                          f"restored to {record.replicas} replicas: no eviction is held")

@@ -115,7 +115,8 @@ class Reviewer:
         elif isinstance(verdict, Release):
             if not dry_run:
                 self.view.let_go(pod)
-                await self.holds.release(pod, verdict, self._deployment(facts))
+                await self.holds.release(pod, verdict, self._workload(facts),
+                                        facts.workload.kind if facts.workload else "Deployment")
         elif not dry_run and verdict.reason in (AllowReason.CAPACITY,
                                                 AllowReason.STAND_IN_READY):
             self.view.let_go(pod)
@@ -123,7 +124,10 @@ class Reviewer:
                 self.holds.allowed(pod, facts.held_for)
         return verdict
 
-    def _deployment(self, facts: Facts) -> Obj | None:
+    def _workload(self, facts: Facts) -> Obj | None:
+        """The pod's Deployment or StatefulSet, for the release's Event on it."""
         if facts.workload is None:
             return None
-        return self.view.deployments.get(f"{facts.pod.namespace}/{facts.workload.name}")
+        informer = (self.view.statefulsets if facts.workload.kind == "StatefulSet"
+                    else self.view.deployments)
+        return informer.get(f"{facts.pod.namespace}/{facts.workload.name}")

@@ -1,10 +1,10 @@
 """The shared view every replica answers from: informers, and the facts for one eviction.
 
 Each replica keeps its own list+watch caches (drainsafe.kube.watch.Informer) of pods,
-Deployments, ReplicaSets, nodes, namespaces and HPAs, so any replica can answer any review
-without a round trip to the API server. `gather` turns a snapshot into the plain data the
-decision takes (drainsafe.controller.decision); it is pure, and so is `ClusterView.facts`,
-which only reads.
+Deployments, ReplicaSets, StatefulSets, nodes, namespaces and HPAs, so any replica can
+answer any review without a round trip to the API server. `gather` turns a snapshot into
+the plain data the decision takes (drainsafe.controller.decision); it is pure, and so is
+`ClusterView.facts`, which only reads.
 
 The caches hold only what the API server sent. What this replica wrote to a pod (a hold's
 start, a release) is known from the object the server returned for that write
@@ -12,14 +12,15 @@ start, a release) is known from the object the server returned for that write
 annotation (`fresher`): the watch sends a pod's changes in order, so a cached pod without
 the write is older than the returned one.
 
-Available pods are counted from the pod cache, not from the Deployment's status, which lags
+Available pods are counted from the pod cache, not from the workload's status, which lags
 behind by a controller sync: a pod counts when it is Available (kube.objects.is_available,
 podutil.IsPodAvailable) and active (FilterActivePods, kubernetes/kubernetes
 pkg/controller/controller_utils.go). Pods this replica has just let go are counted as gone
 for LET_GO_SECONDS (until the cache shows them terminating), so two evictions of one
 workload in the same instant are not both let through on one count (the
 PodDisruptionBudget, checked by the API server after the webhook, is the final guard across
-replicas). Mid-rollout is kube.objects.rollout_in_progress, the rule drain uses too.
+replicas). Mid-rollout is kube.objects.rollout_in_progress (a Deployment) or
+statefulset_rollout_in_progress, the rules drain uses too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from drainsafe.controller.decision import (
     Facts,
     PodFacts,
     SurgeFacts,
+    SurgeKind,
     WorkloadFacts,
 )
 from drainsafe.controller.record import annotations_of, held_since, is_held
@@ -50,6 +52,7 @@ from drainsafe.kube.objects import (
     key_of,
     meta,
     rollout_in_progress,
+    statefulset_rollout_in_progress,
 )
 
 Obj = dict[str, Any]
@@ -65,12 +68,15 @@ def opted_in(pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> boo
         GUARD_LABEL) == "true"
 
 
-def deployment_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
-                  ) -> tuple[str | None, str | None]:
-    """(owner kind, Deployment name): the pod's controller, through its ReplicaSet."""
+def workload_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
+                ) -> tuple[str | None, str | None]:
+    """(owner kind, workload name): the pod's StatefulSet, or its Deployment through its
+    ReplicaSet; the name is None for any other controller."""
     ref = controller_ref(pod)
     if ref is None:
         return None, None
+    if ref.get("kind") == "StatefulSet":
+        return "StatefulSet", str(ref.get("name"))
     if ref.get("kind") != "ReplicaSet":
         return str(ref.get("kind")), None
     rs = replicasets.get(f"{meta(pod).get('namespace')}/{ref.get('name')}")
@@ -80,17 +86,30 @@ def deployment_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
     return "Deployment", str(rs_ref.get("name"))
 
 
-def workload_pods(deployment: Mapping[str, Any], pods: Iterable[Obj],
+def workload_pods(kind: SurgeKind, workload: Mapping[str, Any], pods: Iterable[Obj],
                   replicasets: Mapping[str, Obj]) -> list[Obj]:
-    ns, name = meta(deployment).get("namespace"), meta(deployment).get("name")
+    """The pods of a Deployment (through its ReplicaSets) or of a StatefulSet."""
+    ns, name = meta(workload).get("namespace"), meta(workload).get("name")
     out = []
     for pod in pods:
         if meta(pod).get("namespace") != ns:
             continue
-        kind, owner = deployment_of(pod, replicasets)
-        if kind == "Deployment" and owner == name:
+        owner_kind, owner = workload_of(pod, replicasets)
+        if owner_kind == kind and owner == name:
             out.append(pod)
     return out
+
+
+def recreations_pending(statefulset: Mapping[str, Any], members: Iterable[Obj],
+                        replicas: int) -> list[str]:
+    """The ordinals below the recorded scale not yet back Ready and active, by pod name.
+    The restore of a StatefulSet's surge waits for none: it removes the highest ordinal
+    (the stand-in), so an evicted ordinal must first be recreated under its name and Ready
+    (kubernetes v1.33.0 pkg/controller/statefulset/stateful_set_control.go processReplica
+    recreates it; processCondemned removes from the highest ordinal down)."""
+    name = str(meta(statefulset).get("name"))
+    ready = {str(meta(p).get("name")) for p in members if is_active(p) and is_ready(p)}
+    return [f"{name}-{i}" for i in range(replicas) if f"{name}-{i}" not in ready]
 
 
 def owned_replicasets(deployment: Mapping[str, Any], replicasets: Iterable[Obj]
@@ -124,12 +143,13 @@ def held_pods(members: Iterable[Obj]) -> set[str]:
 
 
 def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
-           replicasets: Mapping[str, Obj], pods: Mapping[str, Obj], nodes: Mapping[str, Obj],
-           record_of: RecordReader, let_go: Iterable[str] = (), now: float,
-           dry_run: bool = False, can_surge: bool = True) -> Facts:
+           statefulsets: Mapping[str, Obj], replicasets: Mapping[str, Obj],
+           pods: Mapping[str, Obj], nodes: Mapping[str, Obj], record_of: RecordReader,
+           let_go: Iterable[str] = (), now: float, dry_run: bool = False,
+           can_surge: bool = True) -> Facts:
     """The decision's facts for an eviction of `pod` at wall time `now`. Pure."""
     m = meta(pod)
-    kind, deployment_name = deployment_of(pod, replicasets)
+    kind, workload_name = workload_of(pod, replicasets)
     status = pod.get("status") or {}
     pfacts = PodFacts(
         namespace=str(m.get("namespace")), name=str(m.get("name")),
@@ -138,23 +158,26 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
         terminating=is_terminating(pod), ready=is_ready(pod), owner_kind=kind)
     since = held_since(pod)
     held_for = None if since is None else max(0.0, now - since)
-    deployment = (deployments.get(f"{pfacts.namespace}/{deployment_name}")
-                  if deployment_name else None)
-    if deployment is None:
+    surge_kind: SurgeKind = "StatefulSet" if kind == "StatefulSet" else "Deployment"
+    objects = statefulsets if surge_kind == "StatefulSet" else deployments
+    obj = objects.get(f"{pfacts.namespace}/{workload_name}") if workload_name else None
+    if obj is None:
         return Facts(pfacts, None, None, room=False, held_for=held_for, dry_run=dry_run,
                      can_surge=can_surge)
-    members = workload_pods(deployment, pods.values(), replicasets)
+    members = workload_pods(surge_kind, obj, pods.values(), replicasets)
     gone = set(let_go)
-    min_ready = int((deployment.get("spec") or {}).get("minReadySeconds") or 0)
+    min_ready = int((obj.get("spec") or {}).get("minReadySeconds") or 0)
     available = sum(1 for p in members if is_active(p) and key_of(p) not in gone
                     and is_available(p, min_ready, now))
-    rollout = rollout_in_progress(deployment, owned_replicasets(deployment,
-                                                                replicasets.values()))
+    if surge_kind == "StatefulSet":
+        rollout = statefulset_rollout_in_progress(obj)
+    else:
+        rollout = rollout_in_progress(obj, owned_replicasets(obj, replicasets.values()))
     workload = WorkloadFacts(
-        name=str(deployment_name),
-        replicas=int((deployment.get("spec") or {}).get("replicas", 1)),
-        available=available, mid_rollout=rollout is not None)
-    record = record_of(deployment)
+        name=str(workload_name),
+        replicas=int((obj.get("spec") or {}).get("replicas", 1)),
+        available=available, mid_rollout=rollout is not None, kind=surge_kind)
+    record = record_of(obj)
     surge = None
     if record is not None:
         active = {key_of(p) for p in members if is_active(p)}
@@ -193,11 +216,12 @@ class ClusterView:
         self.pod_informer = Informer(client, "/api/v1/pods")
         self.deployments = Informer(client, "/apis/apps/v1/deployments")
         self.replicasets = Informer(client, "/apis/apps/v1/replicasets")
+        self.statefulsets = Informer(client, "/apis/apps/v1/statefulsets")
         self.nodes = Informer(client, "/api/v1/nodes")
         self.namespaces = Informer(client, "/api/v1/namespaces")
         self.autoscalers = Informer(client, "/apis/autoscaling/v2/horizontalpodautoscalers")
         self._informers = [self.pod_informer, self.deployments, self.replicasets,
-                           self.nodes, self.namespaces, self.autoscalers]
+                           self.statefulsets, self.nodes, self.namespaces, self.autoscalers]
         self._confirmed: dict[str, Confirmed] = {}
         self._let_go: dict[str, float] = {}  # pod key -> monotonic time it was let go
 
@@ -245,7 +269,8 @@ class ClusterView:
         """The decision's facts for an eviction of `pod`, from this view. Reads only."""
         ns = str(meta(pod).get("namespace"))
         return gather(pod, namespace=self.namespaces.get(ns),
-                      deployments=self.deployments.cache, replicasets=self.replicasets.cache,
+                      deployments=self.deployments.cache,
+                      statefulsets=self.statefulsets.cache, replicasets=self.replicasets.cache,
                       pods=self.pods(), nodes=self.nodes.cache, record_of=record_of,
                       let_go=self.gone(), now=self.clock.wall(), dry_run=dry_run,
                       can_surge=can_surge)
