@@ -1,15 +1,17 @@
 """Which nodes of a NodeMaintenance start next, under maxParallelNodes and maxUnavailable.
 
 - maxParallelNodes bounds the nodes in progress (progress.in_progress: cordoned and not yet
-  done or failed), as the GPU operator's maxParallelUpgrades bounds nodes in upgrade states
-  (k8s-operator-libs pkg/upgrade/upgrade_state.go, ProcessUpgradeRequiredNodes).
+  done or failed), as the NVIDIA GPU operator's maxParallelUpgrades bounds the nodes in an
+  upgrade state (k8s-operator-libs, pkg/upgrade) and the maintenance-operator's
+  maxParallelOperations the nodes it processes.
 - maxUnavailable bounds the selected nodes that are unavailable at once: not Ready
   (kube.objects.is_node_ready) or unschedulable, *counting nodes already unavailable* (a
   node down for another reason uses budget), as the Deployment controller counts
   unavailable replicas against its maxUnavailable (pkg/controller/deployment/rolling.go
-  reconcileOldReplicaSets). A percent is of the selected nodes, rounded up, as
-  apimachinery pkg/util/intstr/intstr.go GetScaledValueFromIntOrPercent(roundUp=true)
-  (v0.33), via pdb.scaled_value; rounding up keeps 1 % of a small pool at 1 node, not 0.
+  reconcileOldReplicaSets). A percent is of the selected nodes, rounded up: apimachinery
+  pkg/util/intstr/intstr.go GetScaledValueFromIntOrPercent(roundUp=true), via
+  pdb.scaled_value, as a DaemonSet's rollingUpdate.maxUnavailable (apps/v1 API docs:
+  "calculated from percentage by rounding up"); so 1 % of a small pool is 1 node, not 0.
 - A Pending node already unavailable costs no budget to start (draining it removes no
   capacity that is there), so such nodes go first; the rest keep the order given.
 - Only Pending nodes ever start: a node is never started twice.
