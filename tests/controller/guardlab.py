@@ -70,3 +70,29 @@ async def until(predicate: Any, *, timeout: float, what: str) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def install(lab: Lab, *extra_args: str) -> None:
+    """`kubectl apply -k deploy/controller`, with extra controller args through an overlay;
+    returns once the replicas are Available and the CA is in the webhook configuration."""
+    source = str(DEPLOY)
+    if extra_args:
+        overlay = lab.state_dir / "overlay"
+        overlay.mkdir()
+        ops = "\n".join(f"      - op: add\n        path: /spec/template/spec/containers/0/args/-"
+                        f"\n        value: {a}" for a in extra_args)
+        (overlay / "kustomization.yaml").write_text(
+            f"resources: [{os.path.relpath(DEPLOY, overlay)}]\npatches:\n"
+            f"  - target: {{kind: Deployment, name: drainsafe-controller}}\n"
+            f"    patch: |\n{ops}\n")
+        source = str(overlay)
+    code, out = await kubectl(lab, "1.33", "apply", "-k", source)
+    assert code == 0, out
+    await lab.wait_available("drainsafe-system", "drainsafe-controller", timeout=90)
+    assert lab.control_plane is not None
+    store = lab.control_plane.store
+    await until(lambda: bool((store.peek(BY_KEY["admissionregistration.k8s.io/"
+                                             "validatingwebhookconfigurations"], "",
+                                         "drainsafe-guard") or {})
+                             .get("webhooks", [{}])[0].get("clientConfig", {})
+                             .get("caBundle")), timeout=30, what="the caBundle")

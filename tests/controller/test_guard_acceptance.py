@@ -27,9 +27,9 @@ from drainsafe.lab.cluster import Lab
 from drainsafe.verify.load import LoadSpec, run_load
 
 from .guardlab import (
-    DEPLOY,
     KUBECTL_DIR,
     guarded_deployment,
+    install,
     kubectl,
     lab_path_env,
     pdb,
@@ -41,30 +41,6 @@ pytestmark = [pytest.mark.e2e]
 SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=4, warmup=1.5)
 DEPLOYMENTS = BY_KEY["apps/deployments"]
 LEASES = BY_KEY["coordination.k8s.io/leases"]
-
-
-async def _install(lab: Lab, *extra_args: str) -> None:
-    source = str(DEPLOY)
-    if extra_args:
-        overlay = lab.state_dir / "overlay"
-        overlay.mkdir()
-        ops = "\n".join(f"      - op: add\n        path: /spec/template/spec/containers/0/args/-"
-                        f"\n        value: {a}" for a in extra_args)
-        (overlay / "kustomization.yaml").write_text(
-            f"resources: [{os.path.relpath(DEPLOY, overlay)}]\npatches:\n"
-            f"  - target: {{kind: Deployment, name: drainsafe-controller}}\n"
-            f"    patch: |\n{ops}\n")
-        source = str(overlay)
-    code, out = await kubectl(lab, "1.33", "apply", "-k", source)
-    assert code == 0, out
-    await lab.wait_available("drainsafe-system", "drainsafe-controller", timeout=90)
-    assert lab.control_plane is not None
-    store = lab.control_plane.store
-    await until(lambda: bool((store.peek(BY_KEY["admissionregistration.k8s.io/"
-                                             "validatingwebhookconfigurations"], "",
-                                         "drainsafe-guard") or {})
-                             .get("webhooks", [{}])[0].get("clientConfig", {})
-                             .get("caBundle")), timeout=30, what="the caBundle")
 
 
 def _opt_in_namespace(on: bool) -> dict[str, Any]:
@@ -135,7 +111,7 @@ async def test_kubectl_drain_keeps_two_ready_with_the_guard_and_drops_without(
     monkeypatch.setenv("PATH", lab_path_env())
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1,
                    propagation_seconds=SETTINGS.propagation, restart_backoff=0.5) as lab:
-        await _install(lab)
+        await install(lab)
         await lab.apply(_opt_in_namespace(True), *llm_manifests(SETTINGS))
         await lab.wait_available(NAMESPACE, APP, timeout=120)
         await lab.wait_backends(NAMESPACE, APP, 2, timeout=60)
@@ -170,7 +146,7 @@ async def test_leader_killed_mid_hold_another_replica_finishes(
     monkeypatch.setenv("PATH", lab_path_env())
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
                    restart_backoff=0.5) as lab:
-        await _install(lab, "--lease-seconds=4")
+        await install(lab, "--lease-seconds=4")
         # A stand-in that takes 8 s to start: the leader dies while it starts.
         await lab.apply(guarded_deployment(replicas=2, startup=8.0), pdb())
         await lab.wait_available(NAMESPACE, "llm", timeout=60)
@@ -226,7 +202,7 @@ async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
     monkeypatch.setenv("PATH", lab_path_env())
     async with Lab(tmp_path / "lab", nodes=4, gpus_per_node=1, propagation_seconds=0.2,
                    restart_backoff=0.5) as lab:
-        await _install(lab)
+        await install(lab)
         await lab.apply(guarded_deployment(replicas=2, startup=2.0), pdb())
         await lab.wait_available(NAMESPACE, "llm", timeout=60)
         first, second = sorted(p["spec"]["nodeName"] for p in ready_pods(lab, "llm"))
@@ -283,7 +259,7 @@ async def test_an_hpa_managed_workload_is_surged_through_min_replicas_and_restor
     hpas = BY_KEY["autoscaling/horizontalpodautoscalers"]
     async with Lab(tmp_path / "lab", nodes=3, gpus_per_node=1, propagation_seconds=0.2,
                    restart_backoff=0.5) as lab:
-        await _install(lab)
+        await install(lab)
         await lab.apply(guarded_deployment(replicas=2, startup=2.0), pdb(), {
             "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": "llm", "namespace": NAMESPACE},
