@@ -20,6 +20,9 @@ def _rules() -> set[tuple[str, str, str]]:
 def _used() -> set[tuple[str, str]]:
     source = "\n".join(p.read_text() for p in (ROOT / "src/drainsafe/controller").glob("*.py"))
     used = set(re.findall(r'api_path\(\s*"([^"]+)",\s*"([a-z]+)"', source))
+    # a subresource is granted by its own name: "nodemaintenances/status"
+    used |= {(gv, f"{plural}/{sub}") for gv, plural, sub in re.findall(
+        r'api_path\(\s*"([^"]+)",\s*"([a-z]+)"[^)]*subresource="([a-z]+)"', source)}
     # Informer paths: "/api/v1/pods", "/apis/apps/v1/deployments"
     for gv, plural in re.findall(r'"/apis?/((?:[a-z.]+/)?v[0-9a-z]+)/([a-z]+)"', source):
         used.add((gv, plural))
@@ -41,3 +44,16 @@ def test_every_resource_the_code_reaches_is_granted_and_nothing_spare() -> None:
         assert any(g == group and r == plural for g, r, _ in rules), (group, plural)
     for _, resource, _ in rules:
         assert any(p == resource for _, p in used), resource
+
+
+def test_maintenance_drains_evict_only_through_the_eviction_api() -> None:
+    """The NodeMaintenance reconciler runs drainsafe drain's engine: eviction (PDBs
+    honoured), never a pod delete, no wildcard; granted apart from the guard's role."""
+    docs = list(yaml.safe_load_all((ROOT / "deploy/controller/maintenance-rbac.yaml")
+                                   .read_text()))
+    rules = {(g, r, v) for d in docs if d["kind"] == "ClusterRole" for rule in d["rules"]
+             for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert ("", "pods/eviction", "create") in rules
+    assert not any(v in ("delete", "deletecollection", "*") for _, _, v in rules)
+    assert not any(r == "pods" and v in ("create", "update", "patch") for _, r, v in rules)
+    assert not any("*" in g + r for g, r, _ in rules)

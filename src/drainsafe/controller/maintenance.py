@@ -1,0 +1,287 @@
+"""The leader's NodeMaintenance reconciler: each selected node through cordon, drain, uncordon.
+
+The decisions are drainsafe.maintenance's (spec, per-node states, the wave planner); this
+is their I/O. Only the leader acts (controller.leader), and every step is written to the
+resource's status *before* it is taken where it changes the cluster (a node is marked
+Cordoned, then cordoned), and after it where it only completes, so a new leader reads where
+each node is and continues:
+
+- Cordoned: cordon again (idempotent: drain.cordon, with the fleet's "queued" state, so a
+  node whose drain never starts gets its cordon back, as drainsafe drain does), then drain.
+- Draining: drain again with the same engine `drainsafe drain` runs (drain.execute
+  NodeDrainer): its record on the node names the pods it already evicted (by UID) and the
+  surge on each workload, so no pod is evicted twice and a surge is finished or restored.
+- Drained: uncordon per spec.uncordon (drain.cordon.uncordon, which refuses a cordon that
+  was not drainsafe's); AwaitingMaintenance: wait for the node's annotation
+  drainsafe.io/maintained = the NodeMaintenance's name, then uncordon.
+
+Status goes through the status subresource with the resourceVersion read (a 409 is read
+again: kube.retry.retry_on_conflict), one writer per NodeMaintenance at a time. The node
+set is fixed when the status is first written: a node labelled later does not join a
+running operation.
+
+Leadership lost or the NodeMaintenance deleted: its node tasks are cancelled; a drain
+cancelled this way records "interrupted" on the node and stays cordoned (drainsafe audit
+lists it), as Ctrl-C on drainsafe drain does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from drainsafe.controller.leader import LeaderElector
+from drainsafe.drain.cordon import NotOwned, cordon, uncordon
+from drainsafe.drain.execute import NodeDrainer
+from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
+from drainsafe.kube.objects import is_node_ready, meta, rfc3339
+from drainsafe.kube.retry import KeptChanging, retry_on_conflict
+from drainsafe.maintenance.progress import (
+    NodeProgress,
+    NodeState,
+    in_progress,
+    read_nodes,
+    status_of,
+)
+from drainsafe.maintenance.spec import MaintenanceSpec, SpecError, parse_spec
+from drainsafe.maintenance.waves import NodeFacts, next_wave
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
+TERMINAL = ("Succeeded", "Failed")
+
+
+def _unchanged(p: NodeProgress) -> NodeProgress:
+    return p
+
+
+class MaintenanceReconciler:
+    def __init__(self, client: KubeClient, nodes: Informer, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.client, self.nodes, self.clock = client, nodes, clock
+        self.informer = Informer(client, "/apis/drainsafe.io/v1alpha1/nodemaintenances")
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (uid, node)
+        self._writes: dict[str, asyncio.Lock] = {}  # one status writer per NodeMaintenance
+        self._surges: dict[str, asyncio.Lock] = {}  # one surge of a workload at a time
+
+    async def run(self, elector: LeaderElector, period: float) -> None:
+        """Reconcile every `period` seconds (and on every change) while this replica leads."""
+        while True:
+            try:
+                # Until the CRD is installed the list is a 404; keep trying, do nothing else.
+                await self.informer.start(sync_timeout=30)
+                break
+            except WaitTimeout as exc:
+                log.info("NodeMaintenance not served yet: %s", exc)
+        try:
+            while True:
+                if elector.is_leader:
+                    try:
+                        await self.reconcile_all()
+                    except Exception:  # the loop outlives one bad pass; the next retries
+                        log.exception("NodeMaintenance reconcile failed; retrying")
+                else:
+                    await self._cancel(set(self._tasks))
+                await asyncio.sleep(period)
+        finally:
+            await self._cancel(set(self._tasks))
+            await self.informer.stop()
+
+    async def _cancel(self, keys: set[tuple[str, str]]) -> None:
+        tasks = [self._tasks.pop(k) for k in keys]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def reconcile_all(self) -> None:
+        objs = list(self.informer.cache.values())
+        live = {meta(o).get("uid") for o in objs}
+        await self._cancel({k for k in self._tasks if k[0] not in live})
+        for obj in objs:
+            await self.reconcile(obj)
+
+    async def reconcile(self, obj: Obj) -> None:
+        name, uid = meta(obj)["name"], meta(obj)["uid"]
+        status = obj.get("status") or {}
+        if status.get("phase") in TERMINAL:
+            return
+        try:
+            spec = parse_spec(obj)
+        except SpecError as exc:
+            await self._write_failed(name, "InvalidSpec", str(exc))
+            return
+        progress = read_nodes(status)
+        if not progress:
+            selected = await self._select(spec)
+            if not selected:
+                await self._write_failed(name, "NoNodes", "no node matches the selection")
+            else:
+                await self._update(name, spec, {n: _unchanged for n in selected})
+            return
+        for node, p in progress.items():
+            # A new leader continues here. A task that ended stays listed until the
+            # NodeMaintenance goes or the lead is lost, so a status read before its last
+            # write never starts the node again.
+            if in_progress(p.state, spec.uncordon) and (uid, node) not in self._tasks:
+                self._start(name, uid, node, spec, p.state)
+        if spec.paused:
+            await self._update(name, spec, {})
+            return
+        started: list[str] = []
+        now = rfc3339(self.clock())
+
+        def plan(obj: Obj) -> Obj:
+            # Planned on the status just read (not the informer's copy, which may lag our
+            # own last write), so a node is never started twice nor a budget overrun.
+            old = obj.get("status") or {}
+            nodes = read_nodes(old)
+            facts = [self._facts(n) for n in nodes]
+            wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
+                             max_parallel=spec.max_parallel_nodes,
+                             unavailable_budget=spec.unavailable_budget(len(facts)),
+                             uncordon=spec.uncordon)
+            current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
+            for n in wave.start:
+                # Written before the cordon: a new leader counts these against the budgets.
+                nodes[n] = NodeProgress(n, "Cordoned", current, "Cordoning", started=now)
+            started[:] = wave.start
+            return {**old, **status_of(nodes.values(), spec.uncordon, spec.paused, current,
+                                       int(meta(obj).get("generation") or 0))}
+
+        if await self._put_status(name, plan):
+            for n in started:
+                self._start(name, uid, n, spec, "Cordoned")
+
+    def _facts(self, node: str) -> NodeFacts:
+        obj = self.nodes.get(node)
+        if obj is None:  # gone: unavailable, and its drain will say so
+            return NodeFacts(node, ready=False, unschedulable=True)
+        return NodeFacts(node, ready=is_node_ready(obj),
+                         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")))
+
+    async def _select(self, spec: MaintenanceSpec) -> list[str]:
+        names = list(spec.node_names)
+        if spec.label_selector is not None:
+            found, _ = await self.client.list(api_path("v1", "nodes"),
+                                              {"labelSelector": spec.label_selector})
+            names += [meta(n)["name"] for n in found if meta(n)["name"] not in names]
+        return names
+
+    def _start(self, name: str, uid: str, node: str, spec: MaintenanceSpec,
+               state: NodeState) -> None:
+        self._tasks[(uid, node)] = asyncio.create_task(
+            self._node(name, node, spec, state), name=f"maintenance {name} {node}")
+
+    # -- one node ------------------------------------------------------------------
+
+    async def _node(self, name: str, node: str, spec: MaintenanceSpec,
+                    state: NodeState) -> None:
+        try:
+            await self._steps(name, node, spec, state)
+        except (KubeError, WaitTimeout, RuntimeError) as exc:
+            # The node stays as the last step left it (cordoned and recorded, if so).
+            await self._step(name, spec, node, "Failed", "Error", str(exc)[:500],
+                             finished=True)
+
+    async def _steps(self, name: str, node: str, spec: MaintenanceSpec,
+                     state: NodeState) -> None:
+        settings = spec.drain_settings(f"NodeMaintenance {name}")
+        if state == "Cordoned":
+            await cordon(self.client, node, reason=settings.reason, state="queued",
+                         clock=self.clock)
+            await self._step(name, spec, node, "Draining", "Draining")
+            state = "Draining"
+        if state == "Draining":
+            obj = self.informer.get(name) or {}
+            others = [n for n, p in read_nodes(obj.get("status") or {}).items()
+                      if n != node and in_progress(p.state, spec.uncordon)]
+            report = await NodeDrainer(self.client, node, settings, draining=others,
+                                       clock=self.clock, locks=self._surges).run()
+            if not report.ok:
+                why = report.failure or "the drain did not finish"
+                if report.refused:
+                    # refused before any eviction: give our queued cordon back, as
+                    # drainsafe drain does for a node it never started
+                    with contextlib.suppress(NotOwned):
+                        await uncordon(self.client, node)
+                await self._step(name, spec, node, "Failed",
+                                 "Refused" if report.refused else "DrainFailed", why,
+                                 finished=True)
+                return
+            state = "AwaitingMaintenance" if spec.uncordon == "WhenMaintained" else "Drained"
+            await self._step(name, spec, node, state, "Drained", finished=True)
+        if state == "AwaitingMaintenance":
+            def maintained(cache: Mapping[str, Obj]) -> bool:
+                ann = ((cache.get(node) or {}).get("metadata") or {}).get("annotations") or {}
+                return ann.get(MAINTAINED) == name
+
+            while True:  # as long as it takes: the node is cordoned and recorded meanwhile
+                with contextlib.suppress(WaitTimeout):
+                    await self.nodes.wait_for(maintained, timeout=3600,
+                                              what=f"{MAINTAINED}={name} on {node}")
+                    break
+            state = "Drained"
+        if state == "Drained" and spec.uncordon != "Never":
+            try:
+                await uncordon(self.client, node)
+            except NotOwned as exc:
+                await self._step(name, spec, node, "Failed", "NotOurCordon", str(exc))
+                return
+            await self._step(name, spec, node, "Uncordoned", "Uncordoned")
+
+    async def _step(self, name: str, spec: MaintenanceSpec, node: str, state: NodeState,
+                    reason: str, message: str = "", *, finished: bool = False) -> None:
+        end = rfc3339(self.clock()) if finished else None
+        await self._update(name, spec, {
+            node: lambda p: p.to(state, reason, message, finished=end)})
+
+    # -- status --------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name)
+
+    async def _put_status(self, name: str, decide: Callable[[Obj], Obj | None]) -> bool:
+        """Read, change the status, write it with the resourceVersion read (409: again);
+        whether it is written (or was already so)."""
+        async def write(obj: Obj) -> None:
+            status = decide(obj)
+            if status is not None and status != (obj.get("status") or {}):
+                await self.client.request(
+                    "PUT", api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name,
+                                    subresource="status"), body={**obj, "status": status})
+
+        async with self._writes.setdefault(name, asyncio.Lock()):
+            try:
+                await retry_on_conflict(self.client, self._path(name), write)
+                return True
+            except (KubeError, KeptChanging) as exc:
+                log.warning("NodeMaintenance %s: status not written: %s", name, exc)
+                return False
+
+    async def _update(self, name: str, spec: MaintenanceSpec,
+                      changes: dict[str, Callable[[NodeProgress], NodeProgress]], *,
+                      current_wave: int | None = None) -> None:
+        def decide(obj: Obj) -> Obj:
+            old = obj.get("status") or {}
+            nodes = read_nodes(old)
+            for node, change in changes.items():
+                nodes[node] = change(nodes.get(node) or NodeProgress(node))
+            wave = int(old.get("currentWave") or 0) if current_wave is None else current_wave
+            return {**old, **status_of(nodes.values(), spec.uncordon, spec.paused, wave,
+                                       int(meta(obj).get("generation") or 0))}
+
+        await self._put_status(name, decide)
+
+    async def _write_failed(self, name: str, reason: str, message: str) -> None:
+        def decide(obj: Obj) -> Obj:
+            old = obj.get("status") or {}
+            return {**old, "phase": "Failed", "conditions": [{
+                "type": "Failed", "status": "True", "reason": reason,
+                "message": message, "lastTransitionTime": rfc3339(self.clock())}]}
+
+        await self._put_status(name, decide)

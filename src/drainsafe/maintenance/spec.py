@@ -1,0 +1,115 @@
+"""A NodeMaintenance's spec, read into typed values.
+
+The schema is deploy/controller/nodemaintenance-crd.yaml; the API server has already
+defaulted and validated it (apiextensions-apiserver structural defaulting), so absent
+fields here fall back to the same defaults for objects written before a default existed.
+
+- nodeSelector is a standard metav1.LabelSelector; it is turned into the selector string
+  that list?labelSelector= takes, as apimachinery pkg/apis/meta/v1/helpers.go
+  LabelSelectorAsSelector does (matchLabels as key=value, In/NotIn as key in (a,b),
+  Exists as key, DoesNotExist as !key). A nil selector selects nothing there; an empty one
+  selects everything, which a maintenance refuses (see `SpecError`).
+- maxUnavailable is int-or-string, scaled by pdb.scaled_value (intstr
+  GetScaledValueFromIntOrPercent) over the selected nodes, rounded up.
+
+Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from drainsafe.drain.filters import DrainOptions, Strategy
+from drainsafe.drain.settings import DrainSettings
+from drainsafe.pdb import BudgetSpecError, IntOrPercent, scaled_value
+
+GROUP = "drainsafe.io"
+VERSION = "v1alpha1"
+GROUP_VERSION = f"{GROUP}/{VERSION}"
+PLURAL = "nodemaintenances"
+KIND = "NodeMaintenance"
+
+Uncordon = Literal["Immediately", "Never", "WhenMaintained"]
+UNCORDON: tuple[Uncordon, ...] = get_args(Uncordon)
+
+
+class SpecError(ValueError):
+    """A spec the reconciler will not act on (the operation fails with this reason)."""
+
+
+@dataclass(frozen=True)
+class MaintenanceSpec:
+    label_selector: str | None  # for list?labelSelector=; None: by name only
+    node_names: tuple[str, ...]
+    max_parallel_nodes: int = 1
+    max_unavailable: IntOrPercent | None = None
+    uncordon: Uncordon = "Immediately"
+    paused: bool = False
+    reason: str = ""
+    strategy: Strategy = "surge"
+    timeout_seconds: int = 3600
+    delete_emptydir_data: bool = False
+
+    def unavailable_budget(self, total: int) -> int | None:
+        """How many of `total` selected nodes may be unavailable at once (None: no bound)."""
+        if self.max_unavailable is None:
+            return None
+        return scaled_value(self.max_unavailable, total, round_up=True)
+
+    def drain_settings(self, default_reason: str) -> DrainSettings:
+        return DrainSettings(
+            options=DrainOptions(delete_emptydir_data=self.delete_emptydir_data,
+                                 strategy=self.strategy),
+            timeout=float(self.timeout_seconds),
+            reason=self.reason or default_reason)
+
+
+def selector_string(selector: dict[str, Any]) -> str:
+    """metav1.LabelSelector -> the labelSelector query, as LabelSelectorAsSelector."""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In":
+            parts.append(f"{key} in ({','.join(sorted(values))})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(sorted(values))})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            raise SpecError(f"nodeSelector: unknown operator {op!r}")
+    return ",".join(parts)
+
+
+def parse_spec(obj: dict[str, Any]) -> MaintenanceSpec:
+    spec = obj.get("spec") or {}
+    drain = spec.get("drain") or {}
+    raw_selector = spec.get("nodeSelector")
+    label_selector = None if raw_selector is None else selector_string(raw_selector)
+    names = tuple(spec.get("nodeNames") or ())
+    if label_selector == "" or (label_selector is None and not names):
+        # an empty selector matches every node: a whole-cluster drain is never implied
+        raise SpecError("select the nodes with a non-empty nodeSelector or nodeNames")
+    uncordon = spec.get("uncordon", "Immediately")
+    if uncordon not in UNCORDON:
+        raise SpecError(f"uncordon: {uncordon!r} is not one of {', '.join(UNCORDON)}")
+    strategy = drain.get("strategy", "surge")
+    if strategy not in ("surge", "evict"):
+        raise SpecError(f"drain.strategy: {strategy!r} is not surge or evict")
+    max_unavailable = spec.get("maxUnavailable")
+    if max_unavailable is not None:
+        try:
+            scaled_value(max_unavailable, 100, round_up=True)
+        except BudgetSpecError as e:
+            raise SpecError(f"maxUnavailable: {e}") from e
+    parallel = int(spec.get("maxParallelNodes", 1))
+    if parallel < 1:
+        raise SpecError("maxParallelNodes must be at least 1")
+    return MaintenanceSpec(
+        label_selector=label_selector, node_names=names, max_parallel_nodes=parallel,
+        max_unavailable=max_unavailable, uncordon=uncordon,
+        paused=bool(spec.get("paused", False)), reason=str(spec.get("reason") or ""),
+        strategy=strategy, timeout_seconds=int(drain.get("timeoutSeconds", 3600)),
+        delete_emptydir_data=bool(drain.get("deleteEmptyDirData", False)))
