@@ -124,10 +124,7 @@ def test_ctrl_c_while_waiting_for_the_api_server_stops_at_once(
     proc = subprocess.Popen(
         [sys.executable, "-m", "drainsafe", "verify", "http://127.0.0.1:1/", "--duration", "5",
          "--no-progress", "-n", "default", "--kubeconfig", kc],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        # As a terminal's foreground job: a suite started in the background (`./dev test &`)
-        # hands its children SIGINT ignored, and Python then keeps ignoring it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         silent_server.settimeout(30)
         connection, _ = silent_server.accept()  # verify is now waiting for an answer
