@@ -22,11 +22,11 @@ import re
 from collections.abc import Callable
 
 import pytest
-from conftest import LOAD, vllm_in_flight_metrics
 from prometheus_client.parser import text_string_to_metric_families
 from scenario import Measurement
 from streams import summary
 
+from conftest import LOAD, vllm_in_flight_metrics
 from drainsafe.server.childmetrics import in_flight
 from drainsafe.server.presets import PRESETS
 

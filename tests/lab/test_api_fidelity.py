@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Kubectl
 
+from conftest import Kubectl
 from drainsafe.lab.controlplane import ControlPlane
 
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -10,9 +10,9 @@ import pathlib
 from typing import Any
 
 import pytest
-from conftest import wait_until
 from cp_node_agent import NodeAgent
 
+from conftest import wait_until
 from drainsafe import placement
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.store import Event

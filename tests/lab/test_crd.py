@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from conftest import Kubectl, wait_until
 
+from conftest import Kubectl, wait_until
 from drainsafe.lab.apiserver.crd import CRDS, ESTABLISHED, is_true
 from drainsafe.lab.cluster import Lab
 from drainsafe.lab.controlplane import ControlPlane

@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from conftest import wait_until
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
+from conftest import wait_until
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
 from drainsafe.lab.controllers.hpa import RECOMMENDED

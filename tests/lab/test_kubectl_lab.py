@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import Kubectl, wait_until
 
+from conftest import Kubectl, wait_until
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.controlplane import ControlPlane
 

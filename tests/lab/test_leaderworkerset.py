@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Kubectl, wait_until
 
+from conftest import Kubectl, wait_until
 from drainsafe.kube import objects
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.store import Event

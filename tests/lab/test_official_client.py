@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from conftest import wait_until
 
+from conftest import wait_until
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.controlplane import ControlPlane
 

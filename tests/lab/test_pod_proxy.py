@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import uvicorn
-from conftest import Kubectl
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from conftest import Kubectl
 from drainsafe.lab.controlplane import ControlPlane
 
 

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import wait_until
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.types import PatchType
 
+from conftest import wait_until
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
 

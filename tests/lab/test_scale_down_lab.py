@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import wait_until
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
+from conftest import wait_until
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.store import Event
 from drainsafe.lab.cluster import Lab

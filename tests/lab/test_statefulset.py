@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KUBECTL_DIR, Kubectl, wait_until
 
+from conftest import KUBECTL_DIR, Kubectl, wait_until
 from drainsafe.kube import objects
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.store import Event
