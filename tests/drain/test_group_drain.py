@@ -100,3 +100,15 @@ async def test_drainsafe_keeps_two_groups_ready_and_evict_first_drops_to_one(
         # Evict first: one group while the worker's group is recreated and loads.
         assert theirs.lowest_ready == 1, theirs.to_dict()
         assert theirs.evicted_by_api == sorted(theirs.old_pods), theirs.to_dict()
+
+
+async def test_a_budget_of_min_available_four_pods_lets_the_surged_group_go(
+        tmp_path: Path) -> None:
+    """minAvailable 4 over 2 groups of 2 wedges evict-first; with the stand-in group (6
+    pods) it lets one whole group (2 pods) go, and the drain stays at 2 groups."""
+    async with gpu_lab(tmp_path, nodes=SETTINGS.nodes, gpus=1,
+                       propagation=SETTINGS.propagation) as lab:
+        ours = await run_drain_under_load(lab, "drainsafe", replace(SETTINGS, min_available=4),
+                                          prepare=with_lws)
+        print("surge, minAvailable 4", ours.to_dict())
+        assert_made_before_broken(ours)

@@ -178,3 +178,18 @@ def test_evict_first_counts_room_for_the_recreation() -> None:
     # 4 nodes, all busy: evict-first has nowhere to recreate the worker.
     plan = plan_drain(cluster(4), ["n2"], DrainOptions(strategy="evict"))
     assert [b.kind for b in plan.blockers] == ["no-room"]
+
+
+def test_the_dry_run_table_speaks_in_groups() -> None:
+    import io
+
+    from rich.console import Console
+
+    from drainsafe.drain.report import render_plan
+
+    plan = plan_drain(cluster(7, pdbs=[pdb("llm", {"app": "llm"}, min_available=4)]), ["n2"])
+    out = io.StringIO()
+    render_plan(Console(file=out, width=300), plan)
+    text = out.getvalue()
+    assert "+1 group(s) of 2" in text and "2/2 (100%) groups" in text, text
+    assert "PDB ml/llm: 4 pods, allows 0 whole group(s) of 2 pods" in text, text
