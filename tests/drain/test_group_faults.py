@@ -166,3 +166,51 @@ async def test_stopped_after_scale_up_and_after_an_eviction_then_rerun(tmp_path:
                 await informer.stop()
         assert_each_evicted_once(proxy, expected)
         assert watcher.lowest is not None and watcher.lowest >= GROUPS, watcher.lowest
+
+
+async def test_restart_policy_none_evicts_each_pod_here_and_keeps_the_rest_of_the_group(
+        tmp_path: Path) -> None:
+    """restartPolicy None (lws v0.10.0: "only the failed pod will be restarted"): every pod
+    of the group on the node is evicted and recreated alone under its name, but a leader
+    here is evicted alone for its group (its deletion takes its workers: their StatefulSet
+    is owned by the leader pod); the group's other pods keep their UIDs; whole Ready groups
+    never drop below the recorded replicas."""
+    async with gpu_lab(tmp_path, nodes=3, gpus=0) as lab:
+        await lab.install_leaderworkerset()
+        manifest = virtual_lws("vn")
+        manifest["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "None"
+        await lab.apply(manifest, pdb("vn", "vn", maxUnavailable=SIZE))
+        watcher = ReadyGroups()
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            await wait_groups(client, "vn", GROUPS)
+            informer = Informer(client, api_path("v1", "pods", namespace="default"),
+                                on_event=watcher.on_event)
+            await informer.start()
+            watcher.armed = True
+            watcher.observe()
+            try:
+                pods = await pods_of(client, "vn")
+                node = sorted(p["spec"]["nodeName"] for p in pods
+                              if p["metadata"]["labels"][LWS_WORKER_INDEX_LABEL] != "0")[0]
+                here = {p["metadata"]["name"] for p in on_node(pods, node)}
+                before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+                doc = await rerun(drain_argv(node, lab.kubeconfig))
+                assert doc["ok"] is True
+                reports = {p["name"]: p for n in doc["nodes"] for p in n["pods"]}
+                leaders_moved = {n for n in here if n.count("-") == 1}
+                taken = {n for n in here
+                         if any(n.startswith(f"{lead}-") for lead in leaders_moved)}
+                assert {n for n, p in reports.items() if p["outcome"] == "evicted"} == \
+                    here - taken, reports
+                await wait_groups(client, "vn", GROUPS)
+                now = {p["metadata"]["name"]: p["metadata"]["uid"]
+                       for p in await pods_of(client, "vn")
+                       if group_index(p) < GROUPS and not is_terminating(p)}
+                # Pods elsewhere kept their UIDs unless an evicted leader took its workers.
+                kept = {n for n in before if n not in here
+                        and not any(n.startswith(f"{lead}-") for lead in leaders_moved)}
+                assert all(now.get(n) == before[n] for n in kept), (kept, before, now)
+                assert all(now.get(n) not in (None, before[n]) for n in here)
+            finally:
+                await informer.stop()
+        assert watcher.lowest is not None and watcher.lowest >= GROUPS, watcher.lowest

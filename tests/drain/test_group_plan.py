@@ -140,6 +140,11 @@ def test_restart_policy_none_evicts_each_pod_and_says_so() -> None:
     plan = plan_drain(cluster(7, restart="None"), ["n2"])
     [w] = plan.workload_plans
     assert not w.recreates_group and "restartPolicy None" in w.why
+    # A leader on the node still takes its workers (their StatefulSet is the leader
+    # pod's): its budget is read in whole groups.
+    plan = plan_drain(cluster(7, restart="None",
+                              pdbs=[pdb("llm", {"app": "llm"}, max_unavailable=1)]), ["n1"])
+    assert [b.kind for b in plan.blockers] == ["wedged-budget"]
 
 
 def test_a_budget_over_the_groups_pods_is_read_in_whole_groups() -> None:

@@ -28,7 +28,7 @@ from drainsafe.drain.blockers import Blocker
 from drainsafe.drain.pods import PodPlan
 from drainsafe.drain.strategy import WorkloadPlan
 from drainsafe.drain.workloads import ClusterState, resolve_workload
-from drainsafe.kube.objects import is_terminal, key_of, meta
+from drainsafe.kube.objects import WorkloadRef, is_terminal, key_of, lws_is_leader_name, meta
 from drainsafe.labels import Selector, SelectorError, from_label_selector
 
 Obj = Mapping[str, Any]
@@ -105,8 +105,12 @@ def plan_budgets(
     notes: list[str] | None = None,
 ) -> list[BudgetPlan]:
     surged = {w.workload: w for w in workload_plans if w.strategy == "surge"}
+    # One eviction takes a whole group: lws recreates groups, or (restartPolicy None) the
+    # group's leader is on the nodes and takes its workers with it.
     grouped = {w.workload: w.group_size for w in workload_plans
-               if w.group_size is not None and w.recreates_group}
+               if w.group_size is not None and (w.recreates_group or any(
+                   lws_is_leader_name(WorkloadRef.parse(w.workload).name, k.split("/", 1)[1])
+                   for k in w.pods))}
     workload_of = {p.key: p.workload for p in pods}
     seen: dict[str, Obj] = {}
     for matched in pdbs_of.values():

@@ -24,7 +24,10 @@ For an LWS with pods of g groups on the node (its WorkloadPlan, identity "group"
    drainsafe.pdb reads a budget over groups in whole groups); lws takes the rest of the
    group down and recreates it. With restartPolicy None (or the deprecated Default) lws
    recreates nothing itself: each pod here is evicted and its own StatefulSet recreates it
-   under its name (the group is not Ready meanwhile; the stand-ins serve);
+   under its name (the group is not Ready meanwhile; the stand-ins serve), but a leader
+   here is evicted alone for its group, whose workers its deletion takes with it (their
+   worker StatefulSet is owned by the leader pod: pod_controller.go
+   setControllerReferenceWithStatefulSet), paced as a whole group;
 5. wait until every recorded pod is there again with another UID and each affected group
    is whole Ready off the node (and a ready endpoint, behind a Service);
 6. restore exactly the recorded replicas: lws removes the highest group indices, the
@@ -57,6 +60,7 @@ from drainsafe.kube.objects import (
     key_of,
     lws_group_of,
     lws_group_of_name,
+    lws_is_leader_name,
     meta,
     uid_of,
 )
@@ -182,30 +186,34 @@ async def _evict(ctx: DrainContext, w: WorkloadPlan, selector: WorkloadSelector,
                  remaining: Sequence[PodPlan], started: set[int | None],
                  gone_waits: list[asyncio.Task[None]]) -> None:
     """One pod per group (lws takes the rest of the group down), or, with restartPolicy
-    None, every pod; as many groups at once as the budgets let go whole."""
-    namespace = WorkloadRef.parse(w.workload).namespace
+    None, every pod but for a group whose leader is here (the leader's deletion takes its
+    workers); as many whole groups at once as the budgets let go whole."""
+    ref = WorkloadRef.parse(w.workload)
+    namespace = ref.namespace
     size = selector.group_size or 1
-    if w.recreates_group:
-        batches: list[list[PodPlan]] = []
-        for group in sorted({p.group for p in remaining if p.group is not None}):
-            members = sorted((p for p in remaining if p.group == group), key=lambda p: p.key)
-            if group in started:  # an earlier run evicted a pod of it: going already
-                for p in members:
-                    _taken_with_group(ctx, p, gone_waits)
-                continue
+    batches: list[list[PodPlan]] = []
+    singles: list[PodPlan] = []
+    for group in sorted({p.group for p in remaining if p.group is not None}):
+        # Sorted by name: the leader `<lws>-<g>` first.
+        members = sorted((p for p in remaining if p.group == group), key=lambda p: p.key)
+        if not (w.recreates_group or lws_is_leader_name(ref.name, members[0].name)):
+            singles += members
+        elif group in started:  # an earlier run evicted a pod of it: going already
+            for p in members:
+                _taken_with_group(ctx, p, gone_waits)
+        else:
             batches.append(members)
-        while batches:
-            allowed = await ctx.budget_allows(namespace, [b[0] for b in batches],
-                                              at_least=size)
-            n = max(allowed // size, 1)
-            batch, batches = batches[:n], batches[n:]
-            await asyncio.gather(*(ctx.evict(b[0]) for b in batch))
-            for b in batch:
-                gone_waits.append(asyncio.create_task(ctx.after_eviction(b[0])))
-                for p in b[1:]:
-                    _taken_with_group(ctx, p, gone_waits)
-        return
-    left = list(remaining)
+    while batches:
+        allowed = await ctx.budget_allows(namespace, [b[0] for b in batches],
+                                          at_least=size)
+        n = max(allowed // size, 1)
+        batch, batches = batches[:n], batches[n:]
+        await asyncio.gather(*(ctx.evict(b[0]) for b in batch))
+        for b in batch:
+            gone_waits.append(asyncio.create_task(ctx.after_eviction(b[0])))
+            for p in b[1:]:
+                _taken_with_group(ctx, p, gone_waits)
+    left = singles
     while left:
         allowed = await ctx.budget_allows(namespace, left)
         pods, left = left[:max(allowed, 1)], left[max(allowed, 1):]
@@ -219,8 +227,8 @@ def _taken_with_group(ctx: DrainContext, pod: PodPlan,
     """Another pod of a group being recreated: lws deletes it, drainsafe waits for it."""
     rep = ctx.report(pod.key)
     rep.outcome = "waited"
-    rep.detail = ("taken down with its group by lws (restartPolicy "
-                  "RecreateGroupOnPodRestart): waited for, not evicted")
+    rep.detail = ("taken down with its group (lws's group restart, or its leader's "
+                  "deletion): waited for, not evicted")
     gone_waits.append(asyncio.create_task(ctx.after_eviction(pod)))
 
 

@@ -50,7 +50,9 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   RecreateGroupAfterStart delete the group's leader, and with it the whole group, as soon as
   any pod of the group has a deletionTimestamp (pod_controller.go handleRestartPolicy,
   pkg/utils/pod/pod_utils.go PodDeleted); None and the deprecated Default let the pod's own
-  StatefulSet recreate just that pod (`lws_recreates_group`). Mid-update
+  StatefulSet recreate just that pod (`lws_recreates_group`), but for a leader: its
+  group's worker StatefulSet is owned by the leader pod (pod_controller.go
+  setControllerReferenceWithStatefulSet), so the leader's deletion takes its workers too. Mid-update
   (`lws_rollout_in_progress`): the UpdateInProgress condition is True, or fewer
   updatedReplicas than replicas (the LWS status has no observedGeneration).
 - a workload's autoscaler: the HorizontalPodAutoscaler in its namespace whose
@@ -320,6 +322,12 @@ def lws_group_of_name(lws: str, pod_name: str) -> int | None:
         return None
     head = pod_name[len(prefix):].split("-", 1)[0]
     return int(head) if head.isdigit() else None
+
+
+def lws_is_leader_name(lws: str, pod_name: str) -> bool:
+    """The pod is a group's leader, `<lws>-<group>` (its workers are `<lws>-<group>-<w>`)."""
+    return lws_group_of_name(lws, pod_name) is not None \
+        and "-" not in pod_name[len(lws) + 1:]
 
 
 def lws_size(lws: Obj) -> int:
