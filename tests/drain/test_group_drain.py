@@ -9,7 +9,8 @@ pkg/controllers/pod_controller.go), and once it is Ready elsewhere the recorded 
 are restored and lws removes the highest group, the stand-in. 2 whole groups stay Ready at
 every 0.1 s sample and at every change, no request fails or is cut short, nothing of
 drainsafe's is left on the LWS. `drainsafe drain --strategy evict` of a worker's node in
-the same lab drops to 1 Ready group while the group is recreated: the harness sees it.
+the same lab, and then a real `kubectl drain` of another, drop to 1 Ready group while the
+group is recreated: the harness sees it.
 
 7 nodes of one GPU each: the 2 groups take 4; while a worker moves, the stand-in group
 takes 2 and the worker's recreation 1 (its leader's recreation takes the node the old
@@ -33,6 +34,7 @@ from drainsafe.demo.scenario import (
     NAMESPACE,
     ScenarioResult,
     ScenarioSettings,
+    kubectl_binary,
     run_drain_under_load,
 )
 from drainsafe.drain.cordon import uncordon
@@ -100,6 +102,14 @@ async def test_drainsafe_keeps_two_groups_ready_and_evict_first_drops_to_one(
         # Evict first: one group while the worker's group is recreated and loads.
         assert theirs.lowest_ready == 1, theirs.to_dict()
         assert theirs.evicted_by_api == sorted(theirs.old_pods), theirs.to_dict()
+
+        if kubectl_binary() is None:
+            return
+        # The real kubectl drain of a third worker's node: the same drop.
+        kubectl = await run_drain_under_load(lab, "kubectl", SETTINGS)
+        print("kubectl", kubectl.to_dict())
+        assert kubectl.exit_code == 0, kubectl.detail
+        assert kubectl.lowest_ready == 1, kubectl.to_dict()
 
 
 async def test_a_budget_of_min_available_four_pods_lets_the_surged_group_go(
