@@ -1,5 +1,6 @@
 """A LeaderWorkerSet's group surge under faults: the CLI stopped after the scale-up
-(SIGINT) and after the first eviction (SIGKILL), then run again.
+(SIGINT), after the first eviction (SIGKILL) and once every group's eviction was accepted,
+while the groups are recreated (SIGKILL, before the restore), then run again.
 
 Each rerun continues from the records (the surge on the LWS, the evictions on the node):
 the record is never rewritten, one pod of each affected group is evicted exactly once
@@ -140,6 +141,17 @@ async def test_stopped_after_scale_up_and_after_an_eviction_then_rerun(tmp_path:
 
                 await run_until(argv, one_evicted, signal.SIGKILL)
                 assert ownership.SurgeRecord.of(await lws_object(direct, "vg")) == record
+
+                # 3. SIGKILL once every group's eviction was accepted, while the groups are
+                # recreated: the rerun must not restore (and so remove a stand-in group)
+                # before they are whole and Ready.
+                async def all_evicted() -> bool:
+                    return len(proxy.evictions_accepted()) >= len(expected)
+
+                await run_until(argv, all_evicted, signal.SIGKILL)
+                obj = await lws_object(direct, "vg")
+                assert ownership.SurgeRecord.of(obj) == record
+                assert obj["spec"]["replicas"] == GROUPS + len(groups)
 
                 doc = await rerun(argv)
                 assert doc["ok"] is True
