@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from drainsafe.drain.ownership import SURGE_KINDS
+from drainsafe.drain.ownership import GUARDED_KINDS, SURGE_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,14 +32,19 @@ def test_every_path_the_drain_code_builds_is_granted() -> None:
     assert used, "no api_path calls found"
     # read_cluster lists the apps/v1 controllers in a loop over (plural, Kind) pairs.
     used |= {("apps/v1", p) for p in re.findall(r'\("([a-z]+)", "[A-Z][A-Za-z]+"\)', source)}
-    # The surge engine writes the workloads of the surgeable kinds (drain.scale).
-    used |= {("apps/v1", p) for p in SURGE_KINDS.values()}
+    # The surge engine writes the workloads of the surgeable kinds (drain.scale), a custom
+    # resource's scale through its scale subresource.
+    used |= {(k.api_version, k.plural) for k in SURGE_KINDS.values()}
     rules = granted()
     for group_version, plural in used:
         group = "" if group_version == "v1" else group_version.split("/")[0]
         assert any(g == group and r == plural for g, r, _ in rules), (group, plural)
     # Every granted resource is used by the code (no spare grants).
-    for _group, resource, _ in rules:
+    for group, resource, verb in rules:
+        if resource.endswith("/scale"):  # the scale subresource of a surgeable kind
+            assert any(k.scale_subresource and k.plural == resource.split("/")[0]
+                       and k.api_version.split("/")[0] == group
+                       for k in SURGE_KINDS.values()) and verb == "patch", resource
         base = resource.split("/")[0]
         assert any(p == base for _, p in used), resource
 
@@ -48,10 +53,11 @@ def test_every_resource_the_drain_watches_may_be_listed_and_watched() -> None:
     source = "\n".join(p.read_text() for p in (ROOT / "src/drainsafe/drain").glob("*.py"))
     watched = set(re.findall(r'Informer\(\s*client,\s*api_path\(\s*"([^"]+)",\s*"([a-z]+)"',
                              source))
-    # The guard-surge wait watches the surgeable kinds (drain.nodewatch, drain.preflight).
-    assert re.search(r"Informer\(client, api_path\(\"apps/v1\", (SURGE_KINDS\[kind\]|plural)",
-                     source)
-    watched |= {("apps/v1", p) for p in SURGE_KINDS.values()}
+    # The guard-surge wait watches the kinds the guard surges (drain.nodewatch,
+    # drain.preflight).
+    assert re.search(r"Informer\(client, api_path\(\"apps/v1\", "
+                     r"(GUARDED_KINDS\[kind\]\.plural|surge\.plural)", source)
+    watched |= {(k.api_version, k.plural) for k in GUARDED_KINDS.values()}
     rules = granted()
     for group_version, plural in watched:
         group = "" if group_version == "v1" else group_version.split("/")[0]

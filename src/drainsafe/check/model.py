@@ -31,6 +31,7 @@ from drainsafe.check.context import IGNORE_ANNOTATION
 from drainsafe.check.findings import ObjectRef, Path
 from drainsafe.check.load import Document
 from drainsafe.check.servers import CommandLine, command_line
+from drainsafe.kube import objects
 from drainsafe.labels import Selector, SelectorError, from_label_selector
 from drainsafe.pdb import BudgetSpecError, PdbSpec, best_case_disruptions
 
@@ -39,9 +40,9 @@ GROUP_KIND = "LeaderWorkerSet"
 SCALED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", GROUP_KIND)
 CHECKED_KINDS = (*WORKLOAD_KINDS, GROUP_KIND, "Pod", "PodDisruptionBudget", "Service",
                  "HorizontalPodAutoscaler")
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-"""SetNameLabelKey: lws puts it on every pod of the set."""
-RECREATE_GROUP_POLICIES = frozenset({"RecreateGroupOnPodRestart", "RecreateGroupAfterStart"})
+LWS_NAME_LABEL = objects.LWS_NAME_LABEL
+"""SetNameLabelKey: lws puts it on every pod of the set (one home: kube.objects)."""
+RECREATE_GROUP_POLICIES = objects.LWS_RECREATE_GROUP_POLICIES
 """restartPolicy values under which one pod's deletion or eviction recreates its whole group."""
 DEFAULT_RESTART_POLICY = "RecreateGroupOnPodRestart"
 Role = Literal["leader", "workers"]

@@ -14,6 +14,12 @@ seeds' 90 s generation against the default 30 s grace). Then one GPU node is dra
   longest request;
 - drain-aware: `drainsafe serve` with a drain delay and a shutdown deadline.
 
+With kind LeaderWorkerSet (kubernetes-sigs/lws v0.10.0, the lab's controller) the workload
+is `replicas` groups of `group_size` pods, one GPU each, every pod running the server; a
+ClusterIP Service selects the leaders (worker-index 0; the headless Service lws makes is
+named as the set, so this one is `llm-leaders`), the PDB selects every pod of the groups,
+capacity is counted in whole Ready groups, and the node drained is one holding a worker.
+
 Measured: every request's outcome, the pods' lifecycle (verify's watch: created, Ready,
 endpoint changes, termination, exit code, deletion), when the drain command returned, when
 the node was empty of the workload's pods, the Ready count over time (at every change and
@@ -35,7 +41,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from drainsafe.kube import Informer, KubeClient, api_path
-from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, condition, is_ready, is_terminating
+from drainsafe.kube.objects import (
+    DEFAULT_GRACE_SECONDS,
+    LWS_WORKER_INDEX_LABEL,
+    condition,
+    is_ready,
+    is_terminating,
+    lws_group_of,
+)
 from drainsafe.server.config import ADMIN_PORT_NAME, DEFAULT_ADMIN_PORT, DEFAULT_READY_PATH
 from drainsafe.shell import EXIT_FAILED, EXIT_OK
 from drainsafe.verify.load import LoadRun, LoadSpec, RequestResult
@@ -49,8 +62,11 @@ from drainsafe.verify.record import (
 
 Tool = Literal["drainsafe", "kubectl"]
 Strategy = Literal["surge", "evict"]
-Kind = Literal["Deployment", "StatefulSet"]
-PLURAL: dict[Kind, str] = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
+Kind = Literal["Deployment", "StatefulSet", "LeaderWorkerSet"]
+API: dict[Kind, tuple[str, str]] = {"Deployment": ("apps/v1", "deployments"),
+                                    "StatefulSet": ("apps/v1", "statefulsets"),
+                                    "LeaderWorkerSet": ("leaderworkerset.x-k8s.io/v1",
+                                                        "leaderworkersets")}
 KUBECTL_VERSIONED = Path("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
 APP = "llm"
 NAMESPACE = "default"
@@ -80,6 +96,17 @@ class ScenarioSettings:
     min_available: int | None = None  # the PDB: minAvailable N instead of maxUnavailable 1
     hpa_min: int | None = None  # an HPA owns the scale: minReplicas N (maxReplicas +2)
     kind: Kind = "Deployment"  # the workload's controller (a StatefulSet: `llm-0`, ...)
+    group_size: int = 2  # a LeaderWorkerSet's pods per group (replicas counts groups)
+
+
+def service_name(s: ScenarioSettings) -> str:
+    """The Service the load goes through (a LeaderWorkerSet's own headless Service takes
+    the set's name)."""
+    return f"{APP}-leaders" if s.kind == "LeaderWorkerSet" else APP
+
+
+def grouped(s: ScenarioSettings) -> int | None:
+    return s.group_size if s.kind == "LeaderWorkerSet" else None
 
 
 def kubectl_binary() -> str | None:
@@ -151,21 +178,34 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
         **({"lifecycle": lifecycle} if lifecycle else {}),
     }
     labels = {"app": APP}
+    template = {"metadata": {"labels": labels},
+                "spec": {"terminationGracePeriodSeconds": s.grace, "containers": [container]}}
+    if s.kind == "LeaderWorkerSet":
+        workload: dict[str, Any] = {
+            "apiVersion": API[s.kind][0], "kind": s.kind,
+            "metadata": {"name": APP, "namespace": NAMESPACE},
+            "spec": {"replicas": s.replicas, "leaderWorkerTemplate": {
+                "size": s.group_size, "workerTemplate": template}}}
+        # The leaders serve; one eviction takes a whole group, so the budget lets one
+        # group's pods go (drainsafe.pdb reads it in groups).
+        serves = {**labels, LWS_WORKER_INDEX_LABEL: "0"}
+        unavailable = s.group_size
+    else:
+        workload = {"apiVersion": "apps/v1", "kind": s.kind,
+                    "metadata": {"name": APP, "namespace": NAMESPACE},
+                    "spec": {"replicas": s.replicas, "selector": {"matchLabels": labels},
+                             **({"serviceName": APP} if s.kind == "StatefulSet" else {}),
+                             "template": template}}
+        serves, unavailable = labels, 1
     return [
-        {"apiVersion": "apps/v1", "kind": s.kind,
-         "metadata": {"name": APP, "namespace": NAMESPACE},
-         "spec": {"replicas": s.replicas, "selector": {"matchLabels": labels},
-                  **({"serviceName": APP} if s.kind == "StatefulSet" else {}),
-                  "template": {"metadata": {"labels": labels},
-                               "spec": {"terminationGracePeriodSeconds": s.grace,
-                                        "containers": [container]}}}},
+        workload,
         {"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": APP, "namespace": NAMESPACE},
-         "spec": {"selector": labels,
+         "metadata": {"name": service_name(s), "namespace": NAMESPACE},
+         "spec": {"selector": serves,
                   "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
          "metadata": {"name": APP, "namespace": NAMESPACE},
-         "spec": {**({"maxUnavailable": 1} if s.min_available is None
+         "spec": {**({"maxUnavailable": unavailable} if s.min_available is None
                      else {"minAvailable": s.min_available}),
                   "selector": {"matchLabels": labels}}},
         *([] if s.hpa_min is None else [
@@ -225,10 +265,13 @@ class ScenarioResult:
 class ReadyTracker:
     """Watches the workload's pods; remembers when the Ready count changed (for capacity),
     when each pod was created, Ready and deleted. The timeline's events come from verify's
-    lifecycle watch (drainsafe.verify.watch), their one home."""
+    lifecycle watch (drainsafe.verify.watch), their one home. With `group_size` (a
+    LeaderWorkerSet) the count is of whole Ready groups."""
 
-    def __init__(self, t0: Callable[[], float]) -> None:
+    def __init__(self, t0: Callable[[], float], group_size: int | None = None) -> None:
         self.t0 = t0
+        self.group_size = group_size
+        self.group_of: dict[str, int] = {}
         self.history: list[tuple[float, int]] = []
         self.created: dict[str, float] = {}
         self.ready_at: dict[str, float] = {}
@@ -243,6 +286,9 @@ class ReadyTracker:
         if (meta.get("labels") or {}).get("app") != APP:
             return
         name = str(meta.get("name"))
+        group = lws_group_of(pod)
+        if group is not None:
+            self.group_of[name] = group[1]
         ready = is_ready(pod)
         terminating = is_terminating(pod)
         self.created.setdefault(name, now)
@@ -258,12 +304,18 @@ class ReadyTracker:
             self._state[name] = (ready and not terminating, terminating)
             if ready and not before[0] and not terminating:
                 self.ready_at.setdefault(name, now)
-        count = sum(1 for r, _ in self._state.values() if r)
+        count = self.ready()
         if not self.history or self.history[-1][1] != count:
             self.history.append((now, count))
 
     def ready(self) -> int:
-        return sum(1 for r, _ in self._state.values() if r)
+        if self.group_size is None:
+            return sum(1 for r, _ in self._state.values() if r)
+        per_group: dict[int, int] = {}
+        for name, (r, _) in self._state.items():
+            if r and name in self.group_of:
+                per_group[self.group_of[name]] = per_group.get(self.group_of[name], 0) + 1
+        return sum(1 for n in per_group.values() if n >= self.group_size)
 
     def capacity_back(self, since: float, want: int) -> float | None:
         """When the Ready count last returned to `want` after `since` (None: never dipped
@@ -353,8 +405,8 @@ async def run_drain_under_load(
     say("deploying the streaming server: 2 replicas, a Service, a PDB; loading the model")
     await lab.apply(*extra, *llm_manifests(s))
     await _wait_available(lab, s, timeout=s.wait_timeout + s.model_load)
-    await lab.wait_backends(NAMESPACE, APP, s.replicas, timeout=60)
-    url = lab.service_url(NAMESPACE, APP)
+    await lab.wait_backends(NAMESPACE, service_name(s), s.replicas, timeout=60)
+    url = lab.service_url(NAMESPACE, service_name(s))
     specs = [_load_spec(url, s.stream_seconds, s.concurrency, s)]
     if s.long_concurrency and s.long_seconds > 0:
         specs.append(_load_spec(url, s.long_seconds, s.long_concurrency, s))
@@ -368,12 +420,15 @@ async def run_drain_under_load(
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         pods, _ = await client.list(api_path("v1", "pods", namespace=NAMESPACE),
                                     {"labelSelector": f"app={APP}"})
-        node = sorted(p["spec"]["nodeName"] for p in pods)[0]
+        # A LeaderWorkerSet: a node holding a worker (the leaders serve the traffic).
+        node = sorted(p["spec"]["nodeName"] for p in pods if grouped(s) is None
+                      or (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX_LABEL)
+                      != "0")[0]
         result = ScenarioResult(tool=tool, drain_aware=s.drain_aware, node=node,
                                 replicas=s.replicas)
         loop = asyncio.get_running_loop()
         zero = (loop.time(), time.time())
-        tracker = ReadyTracker(lambda: zero[1])
+        tracker = ReadyTracker(lambda: zero[1], grouped(s))
 
         def on_pod(kind: str, pod: dict[str, Any]) -> None:
             tracker.on_event(kind, pod)
@@ -458,8 +513,7 @@ async def run_drain_under_load(
         result.pods_created = len(set(tracker.created) - known)
         gone = [tracker.deleted_at[n] for n in old if n in tracker.deleted_at]
         result.empty_seconds = max(gone) - started if gone and len(gone) == len(old) else None
-        dep = await client.get(api_path("apps/v1", PLURAL[s.kind], namespace=NAMESPACE,
-                                        name=APP))
+        dep = await client.get(api_path(*API[s.kind], namespace=NAMESPACE, name=APP))
         result.replicas_after = (dep.get("spec") or {}).get("replicas")
         result.annotations_left = sorted(
             k for k in ((dep.get("metadata") or {}).get("annotations") or {})
@@ -507,11 +561,13 @@ async def _wait_available(lab: Any, s: ScenarioSettings, *, timeout: float) -> N
     def available(cache: Mapping[str, dict[str, Any]]) -> bool:
         sts = cache.get(f"{NAMESPACE}/{APP}") or {}
         st = sts.get("status") or {}
+        if s.kind == "LeaderWorkerSet":  # whole Ready groups (it has no observedGeneration)
+            return st.get("readyReplicas") == s.replicas == st.get("replicas")
         return (st.get("observedGeneration") == (sts.get("metadata") or {}).get("generation")
                 and st.get("availableReplicas") == s.replicas == st.get("replicas"))
 
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, Informer(
-            client, api_path("apps/v1", "statefulsets", namespace=NAMESPACE)) as informer:
+            client, api_path(*API[s.kind], namespace=NAMESPACE)) as informer:
         await informer.wait_for(available, timeout=timeout,
                                 what=f"StatefulSet {NAMESPACE}/{APP} Available")
 

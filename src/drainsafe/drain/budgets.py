@@ -8,6 +8,12 @@ the scale the drain runs its workloads at (the disruption controller's expectedC
 sum of the scales of the workloads it selects, plus the surge while surged), through
 drainsafe.pdb.best_case_disruptions. Zero is a wedge that would retry forever: refused with
 the fix; a budget that wedges evict-first but allows the surge's evictions gets a note.
+A budget over a LeaderWorkerSet's pods counts pods (the leader and worker StatefulSets'
+scales add up to groups x size), but one eviction takes a whole group of `size` pods when
+lws recreates groups (kubernetes-sigs/lws v0.10.0 pkg/controllers/pod_controller.go
+handleRestartPolicy), so it is read in whole groups (drainsafe.pdb.group_disruptions): a
+budget that lets fewer pods go than one group can never allow a group's eviction without
+being broken by lws's own deletion of the rest of the group.
 Pure.
 """
 
@@ -22,7 +28,7 @@ from drainsafe.drain.blockers import Blocker
 from drainsafe.drain.pods import PodPlan
 from drainsafe.drain.strategy import WorkloadPlan
 from drainsafe.drain.workloads import ClusterState, resolve_workload
-from drainsafe.kube.objects import is_terminal, key_of, meta
+from drainsafe.kube.objects import WorkloadRef, is_terminal, key_of, lws_is_leader_name, meta
 from drainsafe.labels import Selector, SelectorError, from_label_selector
 
 Obj = Mapping[str, Any]
@@ -64,8 +70,9 @@ class BudgetPlan:
     best_case_disruptions: int
     disruptions_allowed_now: int | None
     pods_on_node: tuple[str, ...]
-    surge: int = 0  # extra replicas of its workloads while they are surged
+    surge: int = 0  # extra pods of its workloads while they are surged
     best_case_with_surge: int = 0  # disruptions allowed with the surge Ready
+    group_size: int | None = None  # over a LeaderWorkerSet whose evictions take groups
 
     @property
     def key(self) -> str:
@@ -98,6 +105,12 @@ def plan_budgets(
     notes: list[str] | None = None,
 ) -> list[BudgetPlan]:
     surged = {w.workload: w for w in workload_plans if w.strategy == "surge"}
+    # One eviction takes a whole group: lws recreates groups, or (restartPolicy None) the
+    # group's leader is on the nodes and takes its workers with it.
+    grouped = {w.workload: w.group_size for w in workload_plans
+               if w.group_size is not None and (w.recreates_group or any(
+                   lws_is_leader_name(WorkloadRef.parse(w.workload).name, k.split("/", 1)[1])
+                   for k in w.pods))}
     workload_of = {p.key: p.workload for p in pods}
     seen: dict[str, Obj] = {}
     for matched in pdbs_of.values():
@@ -117,9 +130,18 @@ def plan_budgets(
         status = pdb.get("status") or {}
         now = status.get("disruptionsAllowed")
         covered = {workload_of.get(k) for k in on_node}
-        surge = sum(surged[w].surge for w in covered if w in surged)
+        size = max((grouped[w] or 1 for w in covered if w in grouped), default=None)
+        # In pods, as the disruption controller counts them (a group surge: size each).
+        surge = sum(surged[w].surge * (surged[w].group_size or 1)
+                    for w in covered if w in surged)
         all_surged = bool(covered) and all(w in surged for w in covered)
         best_surged = pdbmath.best_case_disruptions(spec, replicas + surge) if surge else best
+        if size is not None:
+            # Whole groups: one eviction takes `size` pods down.
+            best = pdbmath.group_disruptions(spec, groups=replicas // size,
+                                             size=size).groups_allowed
+            best_surged = pdbmath.group_disruptions(
+                spec, groups=(replicas + surge) // size, size=size).groups_allowed
         plans.append(
             BudgetPlan(
                 namespace=str(meta(pdb).get("namespace")),
@@ -131,23 +153,29 @@ def plan_budgets(
                 pods_on_node=on_node,
                 surge=surge,
                 best_case_with_surge=best_surged,
+                group_size=size,
             )
         )
         # An unready pod under AlwaysAllow is evictable whatever the budget says.
         evictable_anyway = spec.unhealthy_pod_eviction_policy == "AlwaysAllow" and all(
             not p.ready for p in pods if p.key in on_node
         )
+        unit = "pod(s)" if size is None else f"group(s) of {size} pods"
         if best == 0 and best_surged > 0 and all_surged and notes is not None:
             what, _ = describe_budget(spec, replicas)
             notes.append(
                 f"PodDisruptionBudget {bkey}: {what} allows no eviction evict-first (a wedge), "
                 f"but with the surge of {surge} Ready pod(s) the same budget allows "
-                f"{best_surged}; the budget is respected, not bypassed"
+                f"{best_surged} {unit}; the budget is respected, not bypassed"
             )
         elif best_surged == 0 and not evictable_anyway:
             what, fix = describe_budget(spec, replicas)
             if surge:
                 what += f" (and {replicas + surge} while surged)"
+            if size is not None:
+                what += (f", read in whole groups of {size} pods (one eviction takes its "
+                         "group down: lws restartPolicy RecreateGroupOnPodRestart),")
+                fix = _group_fix(spec, replicas // size, size)
             blockers.append(
                 Blocker(
                     "wedged-budget",
@@ -165,6 +193,14 @@ def plan_budgets(
                 " drainsafe waits for it"
             )
     return plans
+
+
+def _group_fix(spec: pdbmath.PdbSpec, groups: int, size: int) -> str:
+    """How to let one whole group go, in the budget's own field."""
+    if spec.min_available is not None and not pdbmath.is_percent(spec.min_available):
+        return (f"set minAvailable to at most {(groups - 1) * size} (one group of {size} "
+                f"fewer than the {groups * size} pods), or scale the LeaderWorkerSet up first")
+    return f"set maxUnavailable to {size} (one whole group of {size} pods)"
 
 
 def budget_scale(state: ClusterState, pdb: Obj) -> int:
@@ -189,5 +225,6 @@ def budget_scale(state: ClusterState, pdb: Obj) -> int:
         if w is None or w.replicas is None:
             unknown += 1
         else:
-            scales[w.key] = w.replicas
+            # A LeaderWorkerSet's groups are size pods each (its StatefulSets' scales).
+            scales[w.key] = w.replicas * w.pods_per_replica
     return sum(scales.values()) + unknown

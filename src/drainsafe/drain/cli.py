@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
     d = subparsers.add_parser(
         "drain", help="drain nodes without killing in-flight requests",
         description="Cordon (with an ownership record), then move each workload's pods off "
-        "the node: make before break for Deployments (scale up, wait until the new pods are "
+        "the node: make before break for Deployments, StatefulSets and LeaderWorkerSet groups "
+        "(scale up, wait until the new pods or whole groups are "
         "Available elsewhere, evict the old ones through the Eviction API, restore the "
         "recorded scale), break before make for the rest (one pod at a time, each after the "
         "previous replacement is Ready); refuse up front when a budget can never allow it, "
@@ -43,7 +44,8 @@ def register(subparsers: Any) -> None:
     d.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     d.add_argument("--strategy", choices=("surge", "evict"), default="surge",
                    help="surge (default): make before break where the workload allows it "
-                   "(a Deployment not mid-rollout), evict-first for the rest; evict: break "
+                   "(a Deployment, StatefulSet or LeaderWorkerSet not mid-update), evict-first "
+                   "for the rest; evict: break "
                    "before make everywhere")
     d.add_argument("--timeout", type=float, default=3600.0, metavar="S",
                    help="give up on a node after S seconds (default 3600); the node stays "

@@ -175,11 +175,13 @@ class DrainContext:
             raise DrainFailed(f"replacement {exc}; stopping further evictions (the node "
                               "stays cordoned)") from exc
 
-    async def budget_allows(self, namespace: str, pods: Sequence[PodPlan]) -> int:
-        """How many of `pods` the budgets let go now, waiting until it is at least one.
+    async def budget_allows(self, namespace: str, pods: Sequence[PodPlan], *,
+                            at_least: int = 1) -> int:
+        """How many of `pods` the budgets let go now, waiting until it is at least
+        `at_least` (a LeaderWorkerSet group's eviction takes its whole group).
         Only Ready pods are held by a budget's status: an unready one may be evictable
         whatever it says (unhealthyPodEvictionPolicy), so for those the API decides."""
         serving = [p for p in pods if is_ready(self.watch.pod(namespace, p.key) or {})]
         budgets = sorted({b for p in serving for b in p.pdbs})
         return await self.watch.wait_budget(namespace, budgets, timeout=self.remaining(),
-                                            stop=self.stop)
+                                            stop=self.stop, at_least=at_least)

@@ -5,7 +5,8 @@
 2. cordon with ownership annotations, in one resourceVersion-guarded patch, and keep the
    node's progress record (drain.progress);
 3. per workload, as its plan says (drain.strategy.WorkloadPlan), workloads in parallel:
-   surge-first (make before break: drain.surgefirst) or evict-first (break before make,
+   surge-first (make before break: drain.surgefirst; for a LeaderWorkerSet's groups,
+   drain.groupsurge) or evict-first (break before make,
    replacement first: drain.evictfirst), both through one context (drain.context); every
    eviction goes through drain.evict (typed outcomes, UID preconditions, a per-UID retry
    queue, never a DELETE, never a budget bypass);
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from drainsafe.drain import evictfirst, surgefirst
+from drainsafe.drain import evictfirst, groupsurge, surgefirst
 from drainsafe.drain.context import Deadline, DrainContext, DrainFailed
 from drainsafe.drain.evict import EvictionStopped
 from drainsafe.drain.nodewatch import NodeWatch, PendingPods, Stopped, Unschedulable
@@ -162,8 +163,9 @@ class NodeDrainer:
 
     async def _execute(self, ctx: DrainContext, plan: DrainPlan) -> None:
         surged = {w.workload for w in plan.workload_plans if w.strategy == "surge"}
-        tasks = [asyncio.create_task(_guarded(ctx, surgefirst.drain_workload(
-                     ctx, plan, w, self._locks), w.workload))
+        tasks = [asyncio.create_task(_guarded(ctx, (
+                     groupsurge.drain_groups if w.identity == "group"
+                     else surgefirst.drain_workload)(ctx, plan, w, self._locks), w.workload))
                  for w in plan.workload_plans if w.strategy == "surge"]
         tasks += [asyncio.create_task(evictfirst.run_queue(ctx, plan, q.pods))
                   for q in plan.queues

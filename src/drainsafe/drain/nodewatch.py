@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from drainsafe.drain.filters import DrainOptions, classify
-from drainsafe.drain.ownership import SURGE_KINDS, guard_surged
+from drainsafe.drain.ownership import GUARDED_KINDS, guard_surged
 from drainsafe.drain.workloads import WorkloadSelector
 from drainsafe.kube import Informer, KubeClient, WaitTimeout, api_path
 from drainsafe.kube.objects import (
@@ -30,6 +30,7 @@ from drainsafe.kube.objects import (
     is_terminal,
     is_terminating,
     key_of,
+    lws_ready_groups,
     node_of,
     slice_lists,
     uid_of,
@@ -68,10 +69,10 @@ class NodeWatch:
                                                      namespace=ns)) for ns in namespaces}
         self.budgets = {ns: Informer(client, api_path("policy/v1", "poddisruptionbudgets",
                                                       namespace=ns)) for ns in namespaces}
-        # The surgeable workloads, for a surge of the eviction guard's (its record).
-        self.workloads = {(kind, ns): Informer(client, api_path("apps/v1", plural,
+        # The kinds the eviction guard surges, for a surge of the guard's (its record).
+        self.workloads = {(kind, ns): Informer(client, api_path("apps/v1", surge.plural,
                                                                 namespace=ns))
-                          for kind, plural in SURGE_KINDS.items() for ns in namespaces}
+                          for kind, surge in GUARDED_KINDS.items() for ns in namespaces}
 
     def _all(self) -> list[Informer]:
         return [self.node_pods, *self.pods.values(), *self.slices.values(),
@@ -105,9 +106,27 @@ class NodeWatch:
         return [p for p in self.pods[w.namespace].cache.values()
                 if w.selector.matches((p.get("metadata") or {}).get("labels"))]
 
+    def ready_groups(self, w: WorkloadSelector, *, excluding: Sequence[str] = ()
+                     ) -> dict[int, list[Obj]]:
+        """A LeaderWorkerSet's groups whose pods are all Ready and none on the `excluding`
+        nodes, by group index (kube.objects.lws_ready_groups)."""
+        return lws_ready_groups([p for p in self.workload_pods(w)
+                                 if node_of(p) not in excluding], w.group_size or 1)
+
+    def capacity(self, w: WorkloadSelector, *, excluding: Sequence[str] = ()) -> int:
+        """What the workload serves with: Available pods, or for a LeaderWorkerSet whole
+        Ready groups (the unit its replicas count)."""
+        if w.group_size is not None:
+            return len(self.ready_groups(w, excluding=excluding))
+        return len(self.serving(w, excluding=excluding))
+
     def serving(self, w: WorkloadSelector, *, excluding: Sequence[str] = ()) -> list[Obj]:
         """Active pods of the workload that are Available (Ready for minReadySeconds),
-        not on the `excluding` nodes."""
+        not on the `excluding` nodes; for a LeaderWorkerSet, the pods of its whole Ready
+        groups."""
+        if w.group_size is not None:
+            return [p for ps in self.ready_groups(w, excluding=excluding).values()
+                    for p in ps]
         now = self.clock()
         return [p for p in self.workload_pods(w)
                 if is_active(p) and node_of(p) not in excluding
@@ -152,7 +171,9 @@ class NodeWatch:
 
     def guard_surged(self, ref: WorkloadRef) -> bool:
         """The workload carries a surge record of the eviction guard's."""
-        informer = self.workloads[(ref.kind, ref.namespace)]
+        informer = self.workloads.get((ref.kind, ref.namespace))
+        if informer is None:
+            return False  # a kind the guard does not surge
         return guard_surged(informer.cache.get(f"{ref.namespace}/{ref.name}"))
 
     def slices_settled(self, namespace: str, drained: set[str]) -> bool:
@@ -217,11 +238,47 @@ class NodeWatch:
                 else:
                     pending_since.pop(k, None)
             ok = self.serving(w, excluding=excluding)
-            return ok if len(ok) >= want else None
+            return ok if self.capacity(w, excluding=excluding) >= want else None
+
+        unit = "Available pods" if w.group_size is None else "whole Ready groups"
+        return await self.until([self.pods[w.namespace]], check, timeout=timeout,
+                                what=f"{w.key} to have {want} {unit}", recheck=0.5,
+                                stop=stop)
+
+    async def wait_groups_recreated(self, w: WorkloadSelector, old: Mapping[str, str],
+                                    groups: Sequence[int], *, timeout: float,
+                                    excluding: Sequence[str] = (), unschedulable_after: float,
+                                    stop: asyncio.Event | None = None) -> list[Obj]:
+        """Until each pod of `old` ("ns/name" -> the old UID) is there again under its name
+        with another UID, and each of `groups` is whole Ready off the `excluding` nodes:
+        a LeaderWorkerSet group recreated (kubernetes-sigs/lws v0.10.0: the leader
+        StatefulSet recreates the leader under its name, the leader's new worker
+        StatefulSet its workers). Returns the recreated groups' pods. One of the
+        workload's pods Unschedulable for `unschedulable_after` raises Unschedulable."""
+        pending_since: dict[str, float] = {}
+
+        def check() -> list[Obj] | None:
+            for p in self.workload_pods(w):
+                reason = unschedulable_reason(p) if is_active(p) else None
+                k = key_of(p)
+                if reason:
+                    since = pending_since.setdefault(k, self.monotonic())
+                    if self.monotonic() - since > unschedulable_after:
+                        raise Unschedulable(f"{k} cannot be scheduled: {reason}")
+                else:
+                    pending_since.pop(k, None)
+            for key, uid in old.items():
+                now = self.pod(w.namespace, key)
+                if now is None or uid_of(now) == uid or not is_active(now):
+                    return None
+            ready = self.ready_groups(w, excluding=excluding)
+            if not all(g in ready for g in groups):
+                return None
+            return [p for g in groups for p in ready[g]]
 
         return await self.until([self.pods[w.namespace]], check, timeout=timeout,
-                                what=f"{w.key} to have {want} Available pods", recheck=0.5,
-                                stop=stop)
+                                what=f"{w.key} groups {', '.join(map(str, groups))} to be "
+                                "recreated whole and Ready elsewhere", recheck=0.5, stop=stop)
 
     async def wait_recreated(self, namespace: str, old: Mapping[str, str], *,
                              min_ready_seconds: float, timeout: float,
@@ -264,13 +321,15 @@ class NodeWatch:
                          what=f"the eviction guard to restore {ref}", stop=stop)
 
     async def wait_budget(self, namespace: str, keys: Sequence[str], *, timeout: float,
-                          stop: asyncio.Event | None = None) -> int:
-        """Until every budget in `keys` allows a disruption; returns the smallest allowance."""
+                          stop: asyncio.Event | None = None, at_least: int = 1) -> int:
+        """Until every budget in `keys` allows `at_least` disruptions (a LeaderWorkerSet
+        group: its pods); returns the smallest allowance."""
         if not keys:
             return NO_LIMIT
 
-        def allowed() -> int:
-            return min(self.budget_allows(namespace, k) for k in keys)
+        def allowed() -> int | None:
+            least = min(self.budget_allows(namespace, k) for k in keys)
+            return least if least >= max(at_least, 1) else None
 
         return await self.until([self.budgets[namespace]], allowed, timeout=timeout,
                                 what=f"PodDisruptionBudget {', '.join(keys)} to allow an "

@@ -187,10 +187,32 @@ def audit_record(node: Mapping[str, Any], pods_on_node: int, daemon_pods: int) -
 
 SURGE = PREFIX + "surge"
 
-# The kinds a surge record goes on (apps/v1, by plural): the workloads a drain scales up by
-# their pods on the node and back. A Deployment's surge pods replace the old ones; a
-# StatefulSet's new ordinals stand in while each old pod is recreated under its own name.
-SURGE_KINDS: Mapping[str, str] = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
+@dataclass(frozen=True)
+class SurgeKind:
+    """Where a surgeable kind lives in the API, and how its scale is written."""
+
+    api_version: str
+    plural: str
+    # The scale is written through the scale subresource (a custom resource's
+    # spec.replicas, as the CRD's scale subresource maps it), not the object's spec.
+    scale_subresource: bool = False
+    # The eviction guard (drainsafe controller) surges this kind too, so a drain may find
+    # the guard's record on it and wait for its restore.
+    guarded: bool = True
+
+
+# The kinds a surge record goes on: the workloads a drain scales up by their pods (or
+# groups) on the node and back. A Deployment's surge pods replace the old ones; a
+# StatefulSet's new ordinals stand in while each old pod is recreated under its own name; a
+# LeaderWorkerSet's new groups stand in while each affected group is recreated whole
+# (kubernetes-sigs/lws v0.10.0: the scale subresource is on .spec.replicas, in groups).
+SURGE_KINDS: Mapping[str, SurgeKind] = {
+    "Deployment": SurgeKind("apps/v1", "deployments"),
+    "StatefulSet": SurgeKind("apps/v1", "statefulsets"),
+    "LeaderWorkerSet": SurgeKind("leaderworkerset.x-k8s.io/v1", "leaderworkersets",
+                                 scale_subresource=True, guarded=False),
+}
+GUARDED_KINDS: Mapping[str, SurgeKind] = {k: v for k, v in SURGE_KINDS.items() if v.guarded}
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from drainsafe.drain.workloads import (
     resolve_workload,
     workload_selector,
 )
-from drainsafe.kube.objects import WorkloadRef, is_active, key_of, meta, node_of
+from drainsafe.kube.objects import WorkloadRef, is_active, key_of, lws_group_of, meta, node_of
 
 Obj = Mapping[str, Any]
 
@@ -209,17 +209,20 @@ def _plan_room(
     workload_plans: Sequence[WorkloadPlan] = (),
 ) -> list[Placement]:
     specs = {key_of(p): p.get("spec") or {} for p in raw}
+    grouped = {w.workload: w for w in workload_plans
+               if w.strategy == "surge" and w.identity == "group"}
     # A workload needs room for as many new pods as it lacks off the drained nodes: all of
     # its pods here on a first run, none on a rerun whose surge pods already run elsewhere.
-    lacking = {w.workload: _lacking(state, w, targets) for w in workload_plans}
+    lacking = {w.workload: _lacking(state, w, targets) for w in workload_plans
+               if w.workload not in grouped}
     # A surged StatefulSet pod needs room twice while it moves: for its stand-in (a new
     # ordinal, counted as lacking above) and for itself, recreated under its name while
     # the stand-in still runs (the drained nodes are cordoned).
     stable = {w.workload for w in workload_plans
               if w.strategy == "surge" and w.identity == "stable"}
-    wanted = []
+    wanted = _group_room(state, targets, pods, specs, grouped)
     for p in pods:
-        if not p.needs_replacement:
+        if not p.needs_replacement or p.workload in grouped:
             continue
         if p.workload in stable:
             wanted.append((p.key, specs[p.key]))  # its recreation
@@ -240,8 +243,18 @@ def _plan_room(
         pod = by_key[placement.pod]
         needs = ", ".join(f"{k}: {v}" for k, v in pod.gpus.items()) or "its CPU/memory requests"
         reasons = "; ".join(f"{n}: {r}" for n, r in sorted(placement.reasons.items()))
-        what = ("its stand-in and for itself, recreated under its name (a StatefulSet pod "
-                "needs both while it moves)" if pod.workload in stable else "its replacement")
+        if pod.workload in grouped:
+            w = grouped[pod.workload]
+            what = (f"a stand-in group of {w.group_size} pods and for its group's pods "
+                    "here, recreated under their names while the stand-ins serve (group "
+                    f"{pod.group} cannot surge; evict-first would leave "
+                    f"{max((w.replicas or 1) - 1, 0)}/{w.replicas} groups Ready while it "
+                    "reloads)")
+        elif pod.workload in stable:
+            what = ("its stand-in and for itself, recreated under its name (a StatefulSet "
+                    "pod needs both while it moves)")
+        else:
+            what = "its replacement"
         blockers.append(
             Blocker(
                 "no-room",
@@ -253,6 +266,51 @@ def _plan_room(
             )
         )
     return placements
+
+
+def _group_room(state: ClusterState, targets: Sequence[str], pods: Sequence[PodPlan],
+                specs: Mapping[str, Obj], grouped: Mapping[str, WorkloadPlan]
+                ) -> list[tuple[str, Obj]]:
+    """Room a group surge needs, as (the pod on the nodes it is counted for, a pod spec):
+    a whole stand-in group (one pod per member of the affected group, leader and workers,
+    each placed on its own: with one GPU per node, on distinct nodes) for each group the
+    LWS lacks off the drained nodes, and, while the stand-ins serve, the recreation of each
+    of the group's pods here (its pods elsewhere are recreated in the room they free)."""
+    wanted: list[tuple[str, Obj]] = []
+    for key, w in sorted(grouped.items()):
+        here = [p for p in pods if p.workload == key and p.needs_replacement]
+        members = _group_members(state, key)
+        lacking = _lacking_groups(state, w, targets)
+        for group in w.groups:
+            first = next(p for p in here if p.group == group)
+            if lacking > 0:
+                lacking -= 1
+                wanted += [(first.key, m.get("spec") or {}) for m in members.get(group, [])]
+            wanted += [(p.key, specs[p.key]) for p in here if p.group == group]
+    return wanted
+
+
+def _group_members(state: ClusterState, workload: str) -> dict[int, list[Obj]]:
+    """The active pods of the LeaderWorkerSet's groups, by group index."""
+    ref = WorkloadRef.parse(workload)
+    out: dict[int, list[Obj]] = {}
+    for p in state.pods:
+        group = lws_group_of(p)
+        if group is not None and group[0] == ref.name and is_active(p) \
+                and meta(p).get("namespace") == ref.namespace:
+            out.setdefault(group[1], []).append(p)
+    return out
+
+
+def _lacking_groups(state: ClusterState, plan: WorkloadPlan, targets: Sequence[str]) -> int:
+    """How many whole groups the LeaderWorkerSet lacks off the drained nodes."""
+    if plan.replicas is None:
+        return len(plan.groups)
+    excluded = set(targets)
+    whole = sum(1 for ps in _group_members(state, plan.workload).values()
+                if len(ps) >= (plan.group_size or 1)
+                and all(node_of(p) is not None and node_of(p) not in excluded for p in ps))
+    return min(len(plan.groups), max(0, plan.replicas - whole))
 
 
 def _queues(pods: Sequence[PodPlan]) -> tuple[Queue, ...]:
@@ -276,6 +334,10 @@ def _lacking(state: ClusterState, plan: WorkloadPlan, targets: Sequence[str]) ->
         # The eviction guard's stand-ins run elsewhere but are not this drain's
         # replacements: its restore takes them away again.
         return len(plan.pods)
+    if plan.group_size is not None:
+        # Evict-first groups: the pods here are recreated (their groups' others in the
+        # room they free) while the set lacks a whole group off the nodes.
+        return len(plan.pods) if _lacking_groups(state, plan, targets) > 0 else 0
     excluded = set(targets)
     elsewhere = sum(
         1 for p in state.pods

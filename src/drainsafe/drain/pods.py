@@ -17,7 +17,7 @@ from drainsafe.drain.blockers import Blocker, BlockerKind
 from drainsafe.drain.filters import Action, Verdict, VerdictCode
 from drainsafe.drain.room import gpu_requests
 from drainsafe.drain.workloads import Workload
-from drainsafe.kube.objects import grace_seconds, is_ready, key_of, meta
+from drainsafe.kube.objects import grace_seconds, is_ready, key_of, lws_group_of, meta
 
 Obj = Mapping[str, Any]
 
@@ -37,6 +37,7 @@ class PodPlan:
     gpus: Mapping[str, str]
     ready: bool
     replacement_on: str | None = None  # where the room check placed its replacement
+    group: int | None = None  # its group index, for a pod of a LeaderWorkerSet group
 
     @property
     def key(self) -> str:
@@ -63,6 +64,8 @@ def pod_plan(pod: Obj, verdict: Verdict, workload: Workload | None,
         grace_seconds=grace_seconds(pod),
         gpus={k: f"{v.normalize():f}" for k, v in gpu_requests(pod.get("spec") or {}).items()},
         ready=is_ready(pod),
+        group=None if workload is None or workload.group_size is None
+        else (lws_group_of(pod) or ("", None))[1],
     )
 
 

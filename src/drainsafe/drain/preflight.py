@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.drain import ownership
-from drainsafe.drain.ownership import SURGE_KINDS
+from drainsafe.drain.ownership import GUARDED_KINDS, SURGE_KINDS
 from drainsafe.drain.plan import DrainPlan, plan_drain
 from drainsafe.drain.settings import DrainSettings
 from drainsafe.drain.surge import SurgeFailed, surge
-from drainsafe.drain.workloads import ClusterState, guard_surges
+from drainsafe.drain.workloads import GROUP_KIND, ClusterState, guard_surges
 from drainsafe.kube import Informer, KubeClient, NotFound, WaitTimeout, api_path
 from drainsafe.kube.objects import WorkloadRef
 from drainsafe.labels import parse
@@ -49,6 +49,12 @@ async def read_cluster(client: KubeClient) -> ClusterState:
             meta = obj.get("metadata") or {}
             ref = WorkloadRef(kind, str(meta.get("namespace") or ""), str(meta.get("name")))
             controllers[str(ref)] = obj
+    # LeaderWorkerSets (a CRD: 404 where it is not installed), whose groups surge whole.
+    lws = SURGE_KINDS[GROUP_KIND]
+    for obj in await _list_or_empty(client, api_path(lws.api_version, lws.plural)):
+        meta = obj.get("metadata") or {}
+        controllers[str(WorkloadRef(GROUP_KIND, str(meta.get("namespace") or ""),
+                                    str(meta.get("name"))))] = obj
     return ClusterState(nodes=nodes, pods=pods, pdbs=pdbs, controllers=controllers,
                         autoscalers=hpas)
 
@@ -80,7 +86,8 @@ async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
         def restored(cache: Mapping[str, Obj], keys: set[str] = keys) -> bool:
             return not any(ownership.guard_surged(cache.get(k)) for k in keys)
 
-        async with Informer(client, api_path("apps/v1", SURGE_KINDS[kind])) as informer:
+        async with Informer(client, api_path("apps/v1", GUARDED_KINDS[kind].plural)
+                            ) as informer:
             with contextlib.suppress(WaitTimeout):
                 await informer.wait_for(restored, timeout=max(deadline - loop.time(), 0.0),
                                         what="the eviction guard's restore")

@@ -113,9 +113,11 @@ def render_plan(console: Console, plan: DrainPlan) -> None:
         )
     console.print(table)
     for budget in plan.budgets:
+        unit = "disruption(s)" if budget.group_size is None else \
+            f"whole group(s) of {budget.group_size} pods"
         console.print(
-            f"PDB {budget.key}: {budget.replicas} replicas, allows "
-            f"{budget.best_case_disruptions} disruption(s) when all are Ready "
+            f"PDB {budget.key}: {budget.replicas} pods, allows "
+            f"{budget.best_case_disruptions} {unit} when all are Ready "
             f"(now: {budget.disruptions_allowed_now})"
             + (f"; {budget.best_case_with_surge} with the surge of {budget.surge}"
                if budget.surge else "")
@@ -131,7 +133,11 @@ def render_plan(console: Console, plan: DrainPlan) -> None:
             expected = "?" if w.expected_seconds is None else f"<= {w.expected_seconds:.0f}s"
             if w.startup_seconds is not None:
                 expected += f" (start-up {w.startup_seconds:.0f}s)"
-            wt.add_row(w.workload, w.strategy, str(len(w.pods)), f"+{w.surge}", floor,
+            surge = f"+{w.surge}" + ("" if w.group_size is None else
+                                     f" group(s) of {w.group_size}")
+            if w.group_size is not None and floor != "-":
+                floor += " groups"
+            wt.add_row(w.workload, w.strategy, str(len(w.pods)), surge, floor,
                        expected, w.why + (" [continues an earlier run]" if w.resumed else ""))
         console.print(wt)
     evict_queues = [q for q in plan.queues if (plan.workload_plan(q.workload) is None

@@ -1,10 +1,10 @@
 """Surge-first scaling: a workload scaled up by k and back, recorded on it before any change.
 
-One engine for the scalable kinds (drain.ownership.SURGE_KINDS: Deployment, StatefulSet),
-used by the drain and by the eviction guard. The record (drain.ownership.SurgeRecord,
-annotation drainsafe.io/surge) is written on the workload (its spec.replicas is what the
-scale subresource reads and writes for both kinds) in a resourceVersion-guarded patch
-before the first scale change, and holds the
+One engine for the scalable kinds (drain.ownership.SURGE_KINDS: Deployment, StatefulSet,
+LeaderWorkerSet), used by the drain and by the eviction guard. The record
+(drain.ownership.SurgeRecord, annotation drainsafe.io/surge) is written on the workload (its
+spec.replicas is what the scale subresource reads and writes for every kind) in a
+resourceVersion-guarded patch before the first scale change, and holds the
 scale before the drain, or the HorizontalPodAutoscaler's minReplicas/maxReplicas before it.
 Whatever stops the drain (Ctrl-C, SIGKILL, a crash), a rerun of the same drain, or
 `drainsafe uncordon`, sets exactly those values again and only then removes the record.
@@ -14,6 +14,13 @@ An HPA owns its target's spec.replicas and would take a direct scale back on its
 clamps to [minReplicas, maxReplicas]), so for an HPA-managed Deployment the surge raises
 minReplicas (and maxReplicas when needed) first, then scales the workload to the same
 count, which the HPA then agrees with instead of waiting a sync period for it.
+
+A LeaderWorkerSet's scale is written through its scale subresource (kubernetes-sigs/lws
+v0.10.0 api/leaderworkerset/v1/leaderworkerset_types.go: the CRD's scale subresource maps
+.spec.replicas, counted in groups); lws lowers its leader StatefulSet to match, which
+removes the highest group indices, each leader taking its worker StatefulSet with it
+(pkg/controllers/leaderworkerset_controller.go; the worker StatefulSet is owned by its
+leader pod, pod_controller.go): the stand-in groups.
 
 What a StatefulSet removes when the scale comes back: the highest ordinals
 (kubernetes pkg/controller/statefulset/stateful_set_control.go processCondemned; with
@@ -56,8 +63,19 @@ Obj = dict[str, Any]
 
 
 def workload_path(ref: WorkloadRef) -> str:
-    """The workload's object (apps/v1): the record and spec.replicas are written there."""
-    return api_path("apps/v1", SURGE_KINDS[ref.kind], namespace=ref.namespace, name=ref.name)
+    """The workload's object: the record (and, but for a custom resource, spec.replicas)
+    is written there."""
+    kind = SURGE_KINDS[ref.kind]
+    return api_path(kind.api_version, kind.plural, namespace=ref.namespace, name=ref.name)
+
+
+def scale_path(ref: WorkloadRef) -> str:
+    """Where the workload's replicas are written: the object, or its scale subresource."""
+    kind = SURGE_KINDS[ref.kind]
+    if not kind.scale_subresource:
+        return workload_path(ref)
+    return api_path(kind.api_version, kind.plural, namespace=ref.namespace, name=ref.name,
+                    subresource="scale")
 
 
 def hpa_path(namespace: str, name: str) -> str:
@@ -107,7 +125,7 @@ async def set_scale(client: KubeClient, workload: str, record: SurgeRecord, targ
         else:
             spec = {"minReplicas": bounds.min_replicas, "maxReplicas": bounds.max_replicas}
         await client.patch(hpa_path(ref.namespace, bounds.name), {"spec": spec})
-    await client.patch(workload_path(ref), {"spec": {"replicas": target}})
+    await client.patch(scale_path(ref), {"spec": {"replicas": target}})
 
 
 async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None:
@@ -125,11 +143,11 @@ async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None
 async def surged(client: KubeClient) -> list[tuple[WorkloadRef, Obj, SurgeRecord]]:
     """Every workload (of the scalable kinds) carrying a surge record."""
     out = []
-    for kind, plural in SURGE_KINDS.items():
+    for kind, surge in SURGE_KINDS.items():
         try:
-            items, _ = await client.list(api_path("apps/v1", plural))
+            items, _ = await client.list(api_path(surge.api_version, surge.plural))
         except NotFound:
-            continue  # a kind this server does not serve
+            continue  # a kind this server does not serve (no LeaderWorkerSet CRD)
         for obj in items:
             try:
                 record = SurgeRecord.of(obj)

@@ -12,8 +12,17 @@ statefulset_rollout_in_progress) surges too, with stable identities: its k new o
 stand in while each old pod is evicted and recreated under its own name
 (pkg/controller/statefulset/stateful_set_control.go processReplica), and the restore
 removes the highest ordinals, the stand-ins (processCondemned); mid-update it stands
-down, since its stand-ins would start at the update revision. Bare ReplicaSets and other
-controllers evict first.
+down, since its stand-ins would start at the update revision. A LeaderWorkerSet
+(kubernetes-sigs/lws v0.10.0) surges by whole groups: g new groups stand in for the g
+groups with pods on the nodes, and capacity is counted in Ready groups (a group is Ready
+when all its pods are: leaderworkerset_controller.go updateConditions). One pod of each
+affected group is evicted, and lws recreates the whole group (restartPolicy
+RecreateGroupOnPodRestart, the default: pod_controller.go handleRestartPolicy deletes the
+leader, and the group's worker StatefulSet goes with it); with restartPolicy None each pod
+on the nodes is evicted and recreated alone by its StatefulSet, the group not Ready
+meanwhile. The restore lowers the scale and lws removes the highest group indices, the
+stand-ins. Mid-update (kube.objects.lws_rollout_in_progress) it stands down, as a
+StatefulSet does. Bare ReplicaSets and other controllers evict first.
 Each plan carries its Ready floor and expected time. A surge record of an earlier run on
 these nodes is continued (its recorded replicas are the scale to restore); one of another
 node's drain refuses ("surge-owned"); the eviction guard's own surge is a bounded hold the
@@ -30,16 +39,21 @@ from drainsafe.drain.blockers import Blocker
 from drainsafe.drain.filters import DrainOptions, Strategy
 from drainsafe.drain.pods import PodPlan
 from drainsafe.drain.workloads import (
+    GROUP_KIND,
     ClusterState,
     Workload,
     observed_startup,
     owned_replicasets,
+    pod_template,
     surge_record,
 )
 from drainsafe.kube.objects import (
     WorkloadRef,
     autoscaler_for,
     key_of,
+    lws_recreates_group,
+    lws_rollout_in_progress,
+    lws_size,
     meta,
     rollout_in_progress,
     statefulset_rollout_in_progress,
@@ -49,8 +63,11 @@ from drainsafe.kube.objects import (
 # themselves, so the scale comes down by one right after each accepted eviction.
 # "stable" (a StatefulSet): the old pod, recreated under its name by its controller; the
 # stand-ins serve until the recreation is Ready elsewhere, then the restore removes them.
-Identity = Literal["interchangeable", "stable"]
-IDENTITY: dict[str, Identity] = {"Deployment": "interchangeable", "StatefulSet": "stable"}
+# "group" (a LeaderWorkerSet): whole groups stand in while each affected group is
+# recreated (all its pods, or with restartPolicy None the evicted ones) under its index.
+Identity = Literal["interchangeable", "stable", "group"]
+IDENTITY: dict[str, Identity] = {"Deployment": "interchangeable", "StatefulSet": "stable",
+                                 GROUP_KIND: "group"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,11 @@ class WorkloadPlan:
     autoscaler: str | None = None  # "ns/name" of the HPA that owns the scale
     resumed: bool = False  # a surge record of an earlier run on these nodes exists
     identity: Identity = "interchangeable"  # who takes an old pod's place (above)
+    # A LeaderWorkerSet: replicas, surge and floor count groups of group_size pods; the
+    # affected groups' indices; whether one eviction takes (and recreates) a whole group.
+    group_size: int | None = None
+    groups: tuple[int, ...] = ()
+    recreates_group: bool = False
 
 
 
@@ -100,7 +122,7 @@ def plan_workloads(
             # The eviction guard's surge for another drainer is a bounded hold, not a drain
             # left unfinished: the drain waits for its restore before surging (execute).
             record = None
-        template = (obj.get("spec") or {}).get("template") or {}
+        template = pod_template(obj)
         startup = observed_startup(state, key, template)
         grace = max(p.grace_seconds for p in mine)
         autoscaler = None
@@ -123,6 +145,8 @@ def plan_workloads(
             identity = IDENTITY[w.kind]
             if record is not None:
                 rollout = None
+            elif identity == "group":
+                rollout = lws_rollout_in_progress(obj)
             elif identity == "stable":
                 rollout = statefulset_rollout_in_progress(obj)
             else:
@@ -140,14 +164,21 @@ def plan_workloads(
                     autoscaler = key_of(hpa)
                 why = ((f"Deployment: {len(mine)} more pod(s) first, Ready elsewhere "
                         "before the old ones are evicted" if identity == "interchangeable"
+                        else _group_why(w, mine) if identity == "group"
                         else f"StatefulSet: {len(mine)} more ordinal(s) first, Ready "
                         "elsewhere; each old pod is then evicted and recreated under its "
                         "name elsewhere before the scale is restored (the highest ordinals "
                         "go)")
                        + (f"; the HPA {autoscaler} owns the scale: its minReplicas is "
                           "raised instead" if autoscaler else ""))
-        k = len(mine)
-        if strategy == "surge" and IDENTITY.get(w.kind) == "stable":
+        groups = tuple(sorted({p.group for p in mine if p.group is not None}))
+        k = len(groups) if w.group_size is not None else len(mine)
+        if strategy == "surge" and IDENTITY.get(w.kind) == "group":
+            # The stand-in groups' start-up (their pods start together), then the evicted
+            # pods' grace and the recreated groups' start-up.
+            floor = replicas
+            expected = None if startup is None else startup + grace + startup
+        elif strategy == "surge" and IDENTITY.get(w.kind) == "stable":
             # The stand-ins' start-up (OrderedReady creates them one at a time,
             # stateful_set_control.go), then the old pods' grace and their recreations'.
             floor = replicas
@@ -165,7 +196,8 @@ def plan_workloads(
             replicas=replicas, surge=k if strategy == "surge" else 0, floor=floor,
             startup_seconds=startup, expected_seconds=expected, why=why,
             autoscaler=autoscaler, resumed=record is not None,
-            identity=IDENTITY.get(w.kind, "interchangeable")))
+            identity=IDENTITY.get(w.kind, "interchangeable"), group_size=w.group_size,
+            groups=groups, recreates_group=w.recreates_group))
     # A rerun after the old pods were all evicted but before the scale was restored: nothing
     # left to move, but the scale (or the HPA's bounds) still to restore.
     planned = {w.workload for w in out}
@@ -181,5 +213,21 @@ def plan_workloads(
             autoscaler=None if bounds is None
             else f"{meta(obj).get('namespace')}/{bounds.name}",
             resumed=True, identity=IDENTITY.get(WorkloadRef.parse(key).kind,
-                                                "interchangeable")))
+                                                "interchangeable"),
+            group_size=lws_size(obj) if WorkloadRef.parse(key).kind == GROUP_KIND else None,
+            recreates_group=WorkloadRef.parse(key).kind == GROUP_KIND
+            and lws_recreates_group(obj)))
     return out
+
+
+def _group_why(w: Workload, mine: Sequence[PodPlan]) -> str:
+    groups = sorted({p.group for p in mine if p.group is not None})
+    head = (f"LeaderWorkerSet: {len(groups)} more group(s) of {w.group_size} pods first, "
+            "all Ready elsewhere; ")
+    if w.recreates_group:
+        return head + ("then one pod of each affected group is evicted and lws recreates the "
+                       "whole group (restartPolicy RecreateGroupOnPodRestart) before the "
+                       "scale is restored (the highest group indices go)")
+    return head + ("then each of its pods here is evicted and recreated alone by its "
+                   "StatefulSet (restartPolicy None; the group is not Ready meanwhile) "
+                   "before the scale is restored (the highest group indices go)")

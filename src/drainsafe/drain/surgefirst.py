@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from drainsafe.drain import ownership, scale
 from drainsafe.drain.context import DrainContext, DrainFailed
@@ -50,8 +50,13 @@ async def drain_workload(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan,
         await _surge(ctx, plan, w)
 
 
-async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
-    pods = [plan.pod(k) for k in w.pods if plan.pod(k).needs_replacement]
+async def record_surge(ctx: DrainContext, w: WorkloadPlan, pods: Sequence[PodPlan],
+                       recorded: Mapping[str, str] | None = None
+                       ) -> tuple[ownership.SurgeRecord, list[PodPlan]]:
+    """Record the surge on the workload (the pods `recorded` names, "ns/name" -> uid; by
+    default `pods`), or read the record an earlier run left; wait out a surge of the
+    eviction guard's first. Returns the record (this node's) and the pods still to evict:
+    those an earlier run evicted, or found terminating, are reported and left out."""
     ref = WorkloadRef.parse(w.workload)
     while True:
         remaining = []
@@ -68,9 +73,13 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
                 remaining.append(p)
         record = await scale.begin(ctx.client, w.workload, node=ctx.node,
                                    autoscaler=w.autoscaler,
-                                   pods={p.key: p.uid for p in pods}, clock=ctx.clock)
+                                   pods=dict(recorded) if recorded is not None
+                                   else {p.key: p.uid for p in pods}, clock=ctx.clock)
         if not record.guard:
             break
+        if not ownership.SURGE_KINDS[ref.kind].guarded:
+            raise DrainFailed(f"{w.workload} carries a surge record of the eviction guard's, "
+                              "which does not surge this kind: remove it by hand")
         # The eviction guard surged it for another drainer (kubectl drain, an
         # autoscaler): never a second surge on top; wait for the guard's restore. The
         # guard holds other evictions of the workload while ours is recorded.
@@ -79,6 +88,13 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
         await ctx.watch.wait_no_guard_surge(ref, timeout=ctx.remaining(), stop=ctx.stop)
     if record.node != ctx.node:
         raise DrainFailed(f"{w.workload} is surged for a drain of {record.node}")
+    return record, remaining
+
+
+async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
+    pods = [plan.pod(k) for k in w.pods if plan.pod(k).needs_replacement]
+    ref = WorkloadRef.parse(w.workload)
+    record, remaining = await record_surge(ctx, w, pods)
     base = record.replicas
     gone_waits: list[asyncio.Task[None]] = []
     try:

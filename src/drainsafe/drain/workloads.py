@@ -2,9 +2,16 @@
 
 A pod's workload is its top controller, followed through the ownerReference with
 controller: true (kube.objects.controller_ref): ReplicaSet -> Deployment as the deployment
-controller owns its ReplicaSets. The plan resolves each workload once, with its scale and
-its label selector (`WorkloadSelector`: the drain's watch tells the workload's pods by it),
-so the executing side never reads a controller's spec again. Pure.
+controller owns its ReplicaSets. A pod of a LeaderWorkerSet group belongs to the LWS
+(kubernetes-sigs/lws v0.10.0): a worker is owned by its group's worker StatefulSet, which
+is owned by the leader pod, which is owned by the leader StatefulSet, which the LWS owns
+(pkg/controllers/pod_controller.go, leaderworkerset_controller.go); lws labels every pod
+of the chain with the set's name and the group index (kube.objects.lws_group_of), so the
+plan resolves a pod owned by a StatefulSet and labelled so to the LWS of that name when
+it exists. Its scale is counted in groups of `group_size` pods. The plan resolves each
+workload once, with its scale and its label selector (`WorkloadSelector`: the drain's
+watch tells the workload's pods by it), so the executing side never reads a controller's
+spec again. Pure.
 """
 
 from __future__ import annotations
@@ -13,8 +20,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drainsafe.drain.ownership import SURGE_KINDS, SurgeRecord, guard_surged
-from drainsafe.kube.objects import WorkloadRef, controller_ref, meta, started_up_seconds
+from drainsafe.drain.ownership import GUARDED_KINDS, SurgeRecord, guard_surged
+from drainsafe.kube.objects import (
+    LWS_NAME_LABEL,
+    WorkloadRef,
+    controller_ref,
+    lws_group_of,
+    lws_recreates_group,
+    lws_size,
+    meta,
+    started_up_seconds,
+)
 from drainsafe.labels import Selector, SelectorError, from_label_selector
 
 Obj = Mapping[str, Any]
@@ -32,12 +48,22 @@ class ClusterState:
     autoscalers: Sequence[Obj] = ()  # HorizontalPodAutoscalers (autoscaling/v2)
 
 
+GROUP_KIND = "LeaderWorkerSet"
+
+
 @dataclass(frozen=True)
 class Workload:
     kind: str
     namespace: str
     name: str
-    replicas: int | None  # desired; None when the controller is not known
+    replicas: int | None  # desired; None when the controller is not known (in groups
+    # for a LeaderWorkerSet)
+    group_size: int | None = None  # pods per group (a LeaderWorkerSet), else None
+    recreates_group: bool = False  # one pod's eviction takes its whole group (lws)
+
+    @property
+    def pods_per_replica(self) -> int:
+        return self.group_size or 1
 
     @property
     def ref(self) -> WorkloadRef:
@@ -57,15 +83,24 @@ class WorkloadSelector:
     selector: Selector
     min_ready_seconds: float = 0.0
     replicas: int = 0  # desired Ready count after the drain (the recorded one on a rerun)
+    group_size: int | None = None  # a LeaderWorkerSet: replicas counts whole Ready groups
 
 
 def resolve_workload(pod: Obj, controllers: Mapping[str, Obj]) -> Workload | None:
-    """The top controller (ReplicaSet -> Deployment) and its desired replicas."""
+    """The top controller (ReplicaSet -> Deployment; StatefulSet -> LeaderWorkerSet) and
+    its desired replicas."""
     ref = controller_ref(pod)
     if ref is None:
         return None
     ns = str(meta(pod).get("namespace") or "")
     kind, name = str(ref.get("kind")), str(ref.get("name"))
+    group = lws_group_of(pod) if kind == "StatefulSet" else None
+    lws = None if group is None else controllers.get(str(WorkloadRef(GROUP_KIND, ns, group[0])))
+    if group is not None and lws is not None:
+        value = (lws.get("spec") or {}).get("replicas")
+        return Workload(kind=GROUP_KIND, namespace=ns, name=group[0],
+                        replicas=value if isinstance(value, int) else 1,
+                        group_size=lws_size(lws), recreates_group=lws_recreates_group(lws))
     obj = controllers.get(str(WorkloadRef(kind, ns, name)))
     if kind == "ReplicaSet" and obj is not None:
         parent = controller_ref(obj)
@@ -86,6 +121,13 @@ def workload_selector(key: str, obj: Obj | None, replicas: int | None
     controller, its scale or its selector is not known (or the selector is invalid, which
     the API server would not have stored)."""
     spec = (obj or {}).get("spec") or {}
+    if obj is not None and replicas is not None and WorkloadRef.parse(key).kind == GROUP_KIND:
+        # lws selects a set's pods by its name label (the HPA selector adds the leader's
+        # worker-index); capacity is counted in whole Ready groups.
+        return WorkloadSelector(key=key, namespace=WorkloadRef.parse(key).namespace,
+                                selector=from_label_selector({"matchLabels": {
+                                    LWS_NAME_LABEL: WorkloadRef.parse(key).name}}),
+                                replicas=replicas, group_size=lws_size(obj))
     if obj is None or replicas is None or not spec.get("selector"):
         return None
     try:
@@ -119,6 +161,15 @@ def owned_replicasets(state: ClusterState, deployment: Obj) -> list[Obj]:
     return out
 
 
+def pod_template(obj: Obj) -> Obj:
+    """The workload's pod template (a LeaderWorkerSet: its leader's, else its workers')."""
+    spec = obj.get("spec") or {}
+    lwt = spec.get("leaderWorkerTemplate")
+    if isinstance(lwt, Mapping):
+        return lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}
+    return spec.get("template") or {}
+
+
 def observed_startup(state: ClusterState, workload: str, template: Obj) -> float | None:
     """A replacement's start-up: the longest observed on the workload's Ready pods, else the
     readiness probe's initialDelaySeconds."""
@@ -141,4 +192,4 @@ def guard_surges(state: ClusterState) -> list[str]:
     """Workloads ("Kind/ns/name") the eviction guard has surged right now: their
     stand-ins hold room that its restore gives back within seconds to minutes."""
     return sorted(key for key, obj in state.controllers.items()
-                  if WorkloadRef.parse(key).kind in SURGE_KINDS and guard_surged(obj))
+                  if WorkloadRef.parse(key).kind in GUARDED_KINDS and guard_surged(obj))

@@ -38,6 +38,23 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   the set creates at an ordinal at or above the partition (a stand-in) starts at the update
   revision, not at the revision of the pod it stands in for. Not Ready replicas are not a
   rollout here (kubectl waits for them too): the drain waits for them anyway.
+- a LeaderWorkerSet group (kubernetes-sigs/lws v0.10.0): its pods carry
+  `leaderworkerset.sigs.k8s.io/name` (SetNameLabelKey) and `.../group-index`
+  (GroupIndexLabelKey), the leader `.../worker-index` "0"
+  (api/leaderworkerset/v1/leaderworkerset_types.go); the leader pod is `<lws>-<group>` and
+  its workers `<lws>-<group>-<worker>` (pkg/controllers/pod_controller.go, the worker
+  StatefulSet named as the leader pod). A group is Ready when every one of its `size` pods
+  is Running and Ready (leaderworkerset_controller.go updateConditions: the leader
+  PodRunningAndReady and its worker StatefulSet ready), which is what status.readyReplicas
+  counts (`lws_ready_groups`). restartPolicy RecreateGroupOnPodRestart (the default) and
+  RecreateGroupAfterStart delete the group's leader, and with it the whole group, as soon as
+  any pod of the group has a deletionTimestamp (pod_controller.go handleRestartPolicy,
+  pkg/utils/pod/pod_utils.go PodDeleted); None and the deprecated Default let the pod's own
+  StatefulSet recreate just that pod (`lws_recreates_group`), but for a leader: its
+  group's worker StatefulSet is owned by the leader pod (pod_controller.go
+  setControllerReferenceWithStatefulSet), so the leader's deletion takes its workers too. Mid-update
+  (`lws_rollout_in_progress`): the UpdateInProgress condition is True, or fewer
+  updatedReplicas than replicas (the LWS status has no observedGeneration).
 - a workload's autoscaler: the HorizontalPodAutoscaler in its namespace whose
   scaleTargetRef names its kind and name (`autoscaler_for`).
 - times: the API writes metav1.Time as RFC 3339 in whole seconds (`rfc3339`) and
@@ -53,9 +70,10 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 Obj = Mapping[str, Any]
+P = TypeVar("P", bound=Mapping[str, Any])
 
 DEFAULT_GRACE_SECONDS = 30
 
@@ -278,3 +296,71 @@ def parse_time(value: Any) -> float | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+# -- LeaderWorkerSet groups (kubernetes-sigs/lws v0.10.0; the rules in the module docstring) --
+
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_RECREATE_GROUP_POLICIES = frozenset({"RecreateGroupOnPodRestart", "RecreateGroupAfterStart"})
+
+
+def lws_group_of(pod: Obj) -> tuple[str, int] | None:
+    """(LWS name, group index) of a pod of a LeaderWorkerSet group, from lws's labels."""
+    labels = meta(pod).get("labels") or {}
+    name, index = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+    if not name or not isinstance(index, str) or not index.isdigit():
+        return None
+    return str(name), int(index)
+
+
+def lws_group_of_name(lws: str, pod_name: str) -> int | None:
+    """The group index in a group pod's name: `<lws>-<group>` or `<lws>-<group>-<worker>`."""
+    prefix = f"{lws}-"
+    if not pod_name.startswith(prefix):
+        return None
+    head = pod_name[len(prefix):].split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def lws_is_leader_name(lws: str, pod_name: str) -> bool:
+    """The pod is a group's leader, `<lws>-<group>` (its workers are `<lws>-<group>-<w>`)."""
+    return lws_group_of_name(lws, pod_name) is not None \
+        and "-" not in pod_name[len(lws) + 1:]
+
+
+def lws_size(lws: Obj) -> int:
+    """Pods per group: spec.leaderWorkerTemplate.size (defaulted to 1)."""
+    value = (((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def lws_recreates_group(lws: Obj) -> bool:
+    """One pod of a group deleted or evicted takes the whole group down and back."""
+    policy = ((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("restartPolicy")
+    return policy is None or policy in LWS_RECREATE_GROUP_POLICIES
+
+
+def lws_ready_groups(pods: Iterable[P], size: int) -> dict[int, list[P]]:
+    """The groups whose `size` pods are all active, Running and Ready, by group index (the
+    pods given are one LWS's, already filtered by the caller, e.g. off a drained node)."""
+    by_group: dict[int, list[P]] = {}
+    for p in pods:
+        group = lws_group_of(p)
+        if group is not None and is_active(p) and is_ready(p) \
+                and (p.get("status") or {}).get("phase") == "Running":
+            by_group.setdefault(group[1], []).append(p)
+    return {g: ps for g, ps in by_group.items() if len(ps) >= size}
+
+
+def lws_rollout_in_progress(lws: Obj) -> str | None:
+    """Why the LeaderWorkerSet is mid-rolling-update, or None."""
+    update = _condition(lws, "UpdateInProgress")
+    if update is not None and update.get("status") == "True":
+        return f"UpdateInProgress: {update.get('reason') or 'True'}"
+    replicas = (lws.get("spec") or {}).get("replicas")
+    updated = (lws.get("status") or {}).get("updatedReplicas")
+    if isinstance(replicas, int) and isinstance(updated, int) and updated < replicas:
+        return f"{updated}/{replicas} groups updated"
+    return None
