@@ -174,7 +174,8 @@ async def test_alerts_fire_on_what_the_controller_exported(
             Expect(4, "DrainsafeNodeMaintenanceFailed"),
             Expect(6, "DrainsafeNodeMaintenanceFailed", ({"name": "nothing"},)),
         ]
-        done = run_promtool(tmp_path, samples, wall, expects)
+        (tmp_path / "left").mkdir()
+        done = run_promtool(tmp_path / "left", samples, wall, expects)
         print(done.stdout, done.stderr)
         assert done.returncode == 0, done.stdout + done.stderr
 
@@ -197,7 +198,8 @@ async def test_alerts_fire_on_what_the_controller_exported(
         assert code == 0
         alerts = ("DrainsafeCordonTooOld", "DrainsafeCordonUnrecorded",
                   "DrainsafeSurgeLeftInPlace", "DrainsafeNodeMaintenanceFailed")
-        done = run_promtool(tmp_path, healthy[0], healthy[1],
+        (tmp_path / "healthy").mkdir()
+        done = run_promtool(tmp_path / "healthy", healthy[0], healthy[1],
                             [Expect(m, a) for a in alerts for m in (10, 130, 240)])
         print(done.stdout, done.stderr)
         assert done.returncode == 0, done.stdout + done.stderr
