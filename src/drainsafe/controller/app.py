@@ -4,7 +4,8 @@ Start-up, in order: the API client (the kubeconfig chain, else the pod's service
 the shared serving certificate and its CA in the webhook configuration
 (drainsafe.controller.serving), the informers, then HTTPS on `--port` for
 `POST /validate` (AdmissionReview v1) and `/healthz`, `/readyz`, plain HTTP on
-`--metrics-port` for `/metrics`, the Lease, and, under it, the NodeMaintenance reconciler
+`--metrics-port` for `/metrics` (the guard's counters, and the maintenance facts:
+drainsafe.controller.metrics), the Lease, and, under it, the NodeMaintenance reconciler
 (drainsafe.controller.maintenance). SIGTERM stops accepting, hands the Lease
 over and exits; a hold in flight is simply answered again by another replica.
 """
@@ -33,6 +34,7 @@ from drainsafe.controller.engine import load_engine
 from drainsafe.controller.guard import Guard
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.maintenance import MaintenanceReconciler
+from drainsafe.controller.metrics import MaintenanceCollector
 from drainsafe.controller.serving import ensure_serving_cert, sync_ca_bundle
 from drainsafe.kube import KubeClient, KubeError
 
@@ -131,6 +133,9 @@ async def run(cfg: ControllerConfig) -> int:
 
     # NodeMaintenance (issue 30): the same leader, the same node informer as the guard.
     maintenance = MaintenanceReconciler(client, guard.view.nodes)
+    # Forgotten cordons and surges, computed at each scrape from the same caches.
+    guard.metrics.registry.register(MaintenanceCollector(
+        lambda: guard.view.maintenance_facts(maintenance.informer.cache.values())))
     tasks += [asyncio.ensure_future(elector.run()), asyncio.ensure_future(guard.run_reconciler()),
               asyncio.ensure_future(keep_ca()),
               asyncio.ensure_future(maintenance.run(elector, cfg.reconcile_seconds))]

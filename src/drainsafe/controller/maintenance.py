@@ -7,7 +7,8 @@ Cordoned, then cordoned), and after it where it only completes, so a new leader 
 each node is and continues:
 
 - Cordoned: cordon again (idempotent: drain.cordon, with the fleet's "queued" state, so a
-  node whose drain never starts gets its cordon back, as drainsafe drain does), then drain.
+  node whose drain never starts gets its cordon back, as drainsafe drain does; the record
+  names this NodeMaintenance, drain.ownership.CORDONED_FOR), then drain.
 - Draining: drain again with the same engine `drainsafe drain` runs (drain.execute
   NodeDrainer): its record on the node names the pods it already evicted (by UID) and the
   surge on each workload, so no pod is evicted twice and a surge is finished or restored.
@@ -37,6 +38,7 @@ from typing import Any
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
+from drainsafe.drain.ownership import maintenance_ref
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
@@ -193,7 +195,7 @@ class MaintenanceReconciler:
         settings = spec.drain_settings(f"NodeMaintenance {name}")
         if state == "Cordoned":
             await cordon(self.client, node, reason=settings.reason, state="queued",
-                         clock=self.clock)
+                         clock=self.clock, operation=maintenance_ref(name))
             await self._step(name, spec, node, "Draining", "Draining")
             state = "Draining"
         if state == "Draining":

@@ -54,6 +54,7 @@ from drainsafe.kube.objects import (
     rollout_in_progress,
     statefulset_rollout_in_progress,
 )
+from drainsafe.maintenance.facts import MaintenanceFacts, maintenance_facts
 
 Obj = dict[str, Any]
 RecordReader = Callable[[Mapping[str, Any]], SurgeRecord | None]
@@ -258,6 +259,15 @@ class ClusterView:
             return pod
         except NotFound:
             return None
+
+    def maintenance_facts(self, maintenances: Iterable[Obj]) -> MaintenanceFacts:
+        """What maintenance left on the cluster (maintenance.facts), from these caches and
+        the NodeMaintenances given. Reads only."""
+        return maintenance_facts(
+            nodes=self.nodes.cache.values(), pods=self.pod_informer.cache.values(),
+            workloads={"Deployment": self.deployments.cache.values(),
+                       "StatefulSet": self.statefulsets.cache.values()},
+            maintenances=maintenances)
 
     def gone(self) -> frozenset[str]:
         """Pods this replica let go less than LET_GO_SECONDS ago."""

@@ -212,8 +212,8 @@ def run_audit(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import asdict
 
-    from drainsafe.drain.cordon import audit
-    from drainsafe.drain.report import render_audit
+    from drainsafe.drain.cordon import read_facts
+    from drainsafe.drain.report import render_audit, render_surged
     from drainsafe.kube import KubeconfigError, KubeError
     from drainsafe.shell import console
 
@@ -223,19 +223,18 @@ def run_audit(args: argparse.Namespace) -> int:
         print(f"drainsafe audit: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    from drainsafe.drain.report import render_surged
-    from drainsafe.drain.scale import audit_surged
-
-    async def go() -> tuple[list[Any], list[Any]]:
+    async def go() -> Any:
         async with client:
-            return await audit(client, all_nodes=args.all), await audit_surged(client)
+            return await read_facts(client, all_nodes=args.all)
 
     try:
-        records, surged = asyncio.run(go())
+        facts = asyncio.run(go())
     except KubeError as exc:
         # Not 1, which means "a forgotten cordon": a script must tell the two apart.
         print(f"drainsafe audit: API error: {exc}", file=sys.stderr)
         return EXIT_API
+    records = [n.record for n in facts.nodes]
+    surged = [s.record for s in facts.surges]
     if args.output == "json":
         print(json.dumps({"nodes": [asdict(r) for r in records],
                           "scaled_up": [asdict(s) for s in surged]}, indent=2))
@@ -243,6 +242,5 @@ def run_audit(args: argparse.Namespace) -> int:
         render_audit(console(), records)
         render_surged(console(), surged)
     # Cordoned nodes with no drainsafe record are the forgotten cordons worth a look, and
-    # so is a workload an unfinished drain left scaled up.
-    forgotten = any(r.forgotten for r in records)
-    return EXIT_FAILED if forgotten or surged else EXIT_OK
+    # so is a workload an unfinished drain left scaled up (maintenance.facts).
+    return EXIT_FAILED if facts.forgotten else EXIT_OK

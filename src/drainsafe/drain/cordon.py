@@ -13,18 +13,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.drain import ownership
-from drainsafe.drain.filters import DrainOptions, classify
-from drainsafe.drain.scale import restore_all_for_node
+from drainsafe.drain.scale import list_workloads, restore_all_for_node
 from drainsafe.kube import KubeClient, api_path
 from drainsafe.kube.objects import rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
+from drainsafe.maintenance.facts import MaintenanceFacts, maintenance_facts
 
 
 async def cordon(client: KubeClient, node: str, *, reason: str,
                  state: ownership.ProgressState = "draining", attempts: int = 8,
-                 clock: Callable[[], float] = time.time) -> ownership.Progress:
+                 clock: Callable[[], float] = time.time, operation: str = ""
+                 ) -> ownership.Progress:
     """Cordon with the ownership record and the drain state; returns the progress record
-    (with the pods an earlier run evicted)."""
+    (with the pods an earlier run evicted). `operation`: ownership.cordon_patch."""
     path = api_path("v1", "nodes", name=node)
 
     async def decide(obj: dict[str, Any]) -> ownership.Progress:
@@ -33,7 +34,8 @@ async def cordon(client: KubeClient, node: str, *, reason: str,
         now = clock()
         progress.updated = progress.updated or rfc3339(now)  # as to_json would write it
         await client.patch(path, ownership.cordon_patch(
-            obj, actor=client.identity.actor(), reason=reason, progress=progress, now=now))
+            obj, actor=client.identity.actor(), reason=reason, progress=progress, now=now,
+            operation=operation))
         return progress
 
     return await retry_on_conflict(client, path, decide, attempts=attempts)
@@ -44,9 +46,6 @@ class UncordonResult:
     node: str
     changed: bool
     message: str
-
-
-_OPTIONS = DrainOptions()
 
 
 class NotOwned(RuntimeError):
@@ -94,16 +93,18 @@ async def uncordon(client: KubeClient, node: str, *, force: bool = False) -> Unc
         raise RuntimeError(f"{node}: the node kept changing; uncordon not applied") from exc
 
 
+async def read_facts(client: KubeClient, *, all_nodes: bool = False) -> MaintenanceFacts:
+    """What `drainsafe audit` reports (maintenance.facts): nodes, their pods, workloads.
+    NodeMaintenances are not read: the node records say which one cordoned, and the
+    drain's role (deploy/rbac.yaml) need not read them."""
+    nodes, _ = await client.list(api_path("v1", "nodes"))
+    pods, _ = await client.list(api_path("v1", "pods"))
+    return maintenance_facts(nodes=nodes, pods=pods, workloads=await list_workloads(client),
+                             all_nodes=all_nodes)
+
+
 async def audit(client: KubeClient, *, all_nodes: bool = False) -> list[ownership.CordonRecord]:
     nodes, _ = await client.list(api_path("v1", "nodes"))
     pods, _ = await client.list(api_path("v1", "pods"))
-    records = []
-    for node in nodes:
-        if not all_nodes and not ownership.is_cordoned(node):
-            continue
-        name = (node.get("metadata") or {}).get("name")
-        here = [p for p in pods if (p.get("spec") or {}).get("nodeName") == name]
-        daemons = sum(1 for p in here if classify(p, _OPTIONS).action == "skip")
-        records.append(ownership.audit_record(node, len(here), daemons))
-    return records
-
+    facts = maintenance_facts(nodes=nodes, pods=pods, all_nodes=all_nodes)
+    return [n.record for n in facts.nodes]

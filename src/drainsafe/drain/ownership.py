@@ -26,7 +26,12 @@ DEFAULT_REASON = "drainsafe drain"
 """The reason recorded when none is given; a re-run without --reason keeps the recorded one."""
 WAS_UNSCHEDULABLE = PREFIX + "was-unschedulable"
 PROGRESS = PREFIX + "drain-progress"
-OWNED_KEYS = (CORDONED_BY, CORDONED_AT, REASON, WAS_UNSCHEDULABLE, PROGRESS)
+CORDONED_FOR = PREFIX + "cordoned-for"
+"""The operation that cordoned, as "NodeMaintenance/<name>"; absent for `drainsafe drain`.
+Written with the rest of the record, so metrics and audit say whose cordon it is whatever
+spec.reason says."""
+OWNED_KEYS = (CORDONED_BY, CORDONED_AT, REASON, WAS_UNSCHEDULABLE, PROGRESS, CORDONED_FOR)
+MAINTENANCE_KIND = "NodeMaintenance"
 
 
 def node_annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -35,6 +40,17 @@ def node_annotations(node: Mapping[str, Any]) -> Mapping[str, str]:
 
 def is_cordoned(node: Mapping[str, Any]) -> bool:
     return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def maintenance_ref(name: str) -> str:
+    """The CORDONED_FOR value a NodeMaintenance writes."""
+    return f"{MAINTENANCE_KIND}/{name}"
+
+
+def cordoned_for(node: Mapping[str, Any]) -> str:
+    """The NodeMaintenance whose record the node carries, by name; "" for none."""
+    kind, _, name = node_annotations(node).get(CORDONED_FOR, "").partition("/")
+    return name if kind == MAINTENANCE_KIND else ""
 
 
 def owned_by_drainsafe(node: Mapping[str, Any]) -> bool:
@@ -92,9 +108,10 @@ def _state(raw: Any) -> ProgressState:
 
 def cordon_patch(
     node: Mapping[str, Any], *, actor: str, reason: str, progress: Progress,
-    now: float | None = None,
+    now: float | None = None, operation: str = "",
 ) -> dict[str, Any]:
-    """A merge patch that cordons and records ownership, guarded by resourceVersion.
+    """A merge patch that cordons and records ownership, guarded by resourceVersion;
+    `operation` (maintenance_ref) names the NodeMaintenance cordoning, if one is.
 
     Including metadata.resourceVersion turns the merge patch into a compare-and-swap:
     a concurrent writer makes it fail with 409 instead of being overwritten.
@@ -109,6 +126,8 @@ def cordon_patch(
             REASON: reason,
             WAS_UNSCHEDULABLE: "true" if is_cordoned(node) else "false",
         })
+        if operation:
+            new[CORDONED_FOR] = operation
     elif reason != DEFAULT_REASON and ann.get(REASON) != reason:
         new[REASON] = reason  # a re-run with a new --reason says why it runs now
     return {

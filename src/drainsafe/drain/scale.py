@@ -58,6 +58,7 @@ from drainsafe.drain.ownership import (
 from drainsafe.kube import KubeClient, NotFound, api_path
 from drainsafe.kube.objects import WorkloadRef, rfc3339
 from drainsafe.kube.retry import retry_on_conflict
+from drainsafe.maintenance.facts import maintenance_facts
 
 Obj = dict[str, Any]
 
@@ -140,14 +141,21 @@ async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None
     await retry_on_conflict(client, path, decide)
 
 
+async def list_workloads(client: KubeClient) -> dict[str, list[Obj]]:
+    """Every workload of the scalable kinds, by kind."""
+    out: dict[str, list[Obj]] = {}
+    for kind, surge in SURGE_KINDS.items():
+        try:
+            out[kind], _ = await client.list(api_path(surge.api_version, surge.plural))
+        except NotFound:
+            continue  # a kind this server does not serve (no LeaderWorkerSet CRD)
+    return out
+
+
 async def surged(client: KubeClient) -> list[tuple[WorkloadRef, Obj, SurgeRecord]]:
     """Every workload (of the scalable kinds) carrying a surge record."""
     out = []
-    for kind, surge in SURGE_KINDS.items():
-        try:
-            items, _ = await client.list(api_path(surge.api_version, surge.plural))
-        except NotFound:
-            continue  # a kind this server does not serve (no LeaderWorkerSet CRD)
+    for kind, items in (await list_workloads(client)).items():
         for obj in items:
             try:
                 record = SurgeRecord.of(obj)
@@ -171,15 +179,10 @@ async def restore_all_for_node(client: KubeClient, node: str) -> list[str]:
 
 
 async def audit_surged(client: KubeClient) -> list[SurgedWorkload]:
-    out = []
-    for ref, obj, record in await surged(client):
-        out.append(SurgedWorkload(
-            workload=str(ref), node=record.node,
-            replicas_now=int((obj.get("spec") or {}).get("replicas", 1)),
-            replicas_before=record.replicas,
-            autoscaler=record.autoscaler.name if record.autoscaler else "",
-            by=record.by, since=record.at))
-    return out
+    """The workloads left scaled up, as `drainsafe audit` lists them
+    (maintenance.facts)."""
+    facts = maintenance_facts(workloads=await list_workloads(client))
+    return [s.record for s in facts.surges]
 
 
 def _ref(kind: str, obj: Obj) -> WorkloadRef:
