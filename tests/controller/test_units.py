@@ -268,3 +268,26 @@ def test_a_confirmed_write_applies_until_the_cache_catches_up() -> None:
     replaced = copy.deepcopy(cached)
     replaced["metadata"]["uid"] = "uid-other"
     assert fresher(replaced, confirmed) is None  # another pod of the same name
+
+
+def test_a_pod_whose_statefulset_has_a_controller_is_released_not_surged() -> None:
+    """A LeaderWorkerSet's worker StatefulSet is sized by the LWS (lws v0.10.0
+    pod_controller.go): scaling it up would be undone, so the guard lets the eviction go with
+    its own reason, and a StatefulSet with no controller is still held for a stand-in."""
+    pods = [_sts_pod(0, "n0", labels={"drainsafe.io/guard": "true"}), _sts_pod(1, "n1")]
+    owned = copy.deepcopy(STATEFULSET)
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "g-0",
+                                             "uid": "p0", "controller": True}]
+    nodes = {n: _node(n) for n in ("n0", "n1", "n2")}
+
+    def facts(sts: dict[str, Any]) -> Any:
+        return gather(pods[0], namespace=None, deployments={}, statefulsets={"ml/llm": sts},
+                      replicasets={}, pods={f"ml/{p['metadata']['name']}": p for p in pods},
+                      nodes=nodes, record_of=lambda _d: None, now=NOW.timestamp())
+
+    managed = facts(owned)
+    assert managed.pod.managed_by == "Pod/g-0" and managed.workload is None
+    verdict = decide(managed, hold_limit=600)
+    assert isinstance(verdict, Release) and verdict.reason is ReleaseReason.MANAGED
+    plain = facts(STATEFULSET)
+    assert plain.pod.managed_by is None and isinstance(decide(plain, hold_limit=600), Hold)

@@ -12,11 +12,14 @@ PodDisruptionBudget check, EvictionREST.Create's createValidation) with one of:
   guard or by `drainsafe drain`, so the same workload is never surged twice) and the stand-in
   is not yet Ready and Available.
 - **Release** (allow, with an Event saying why) when a stand-in cannot help: a pod without a
-  Deployment or a StatefulSet (nothing to scale), and, after the hold limit, no room for a
-  stand-in, a rollout in progress (a Deployment's scale is spread over the ReplicaSets by
-  proportional scaling, website deployment.md), or a stand-in that never became Available.
-  So the guard never fails a managed upgrade (EKS gives a node 15 minutes before
-  PodEvictionFailure, AKS 30 by default).
+  Deployment or a StatefulSet (nothing to scale), a pod whose StatefulSet has a controller of
+  its own (a LeaderWorkerSet's leader and worker StatefulSets: lws v0.10.0
+  leaderworkerset_controller.go and pod_controller.go set their replicas, so a surge there
+  would be undone; `drainsafe drain` surges the LWS by whole groups instead), and, after
+  the hold limit, no room for a stand-in, a rollout in progress (a Deployment's scale is
+  spread over the ReplicaSets by proportional scaling, website deployment.md), or a stand-in
+  that never became Available. So the guard never fails a managed upgrade (EKS gives a node
+  15 minutes before PodEvictionFailure, AKS 30 by default).
 
 Deployment-owned pods (through their ReplicaSet's owner) and StatefulSet pods are surged.
 A StatefulSet's stand-in cannot take the evicted pod's identity and need not: the scale goes
@@ -53,6 +56,7 @@ class ReleaseReason(enum.StrEnum):
     MID_ROLLOUT = "mid-rollout"
     TIMEOUT = "stand-in-not-available"
     NO_ENGINE = "no-surge-engine"
+    MANAGED = "workload-has-a-controller"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class PodFacts:
     terminating: bool
     ready: bool
     owner_kind: str | None  # "Deployment", "StatefulSet", "ReplicaSet" (bare), "DaemonSet"...
+    # The controller of the pod's StatefulSet ("LeaderWorkerSet/llm"), when it has one.
+    managed_by: str | None = None
 
 
 SurgeKind = Literal["Deployment", "StatefulSet"]
@@ -134,6 +140,13 @@ def decide(facts: Facts, *, hold_limit: float) -> Verdict:
     if not pod.ready:
         return Allow(AllowReason.NOT_READY)
     workload = facts.workload
+    if pod.managed_by is not None:
+        # Its controller sets the StatefulSet's replicas (a LeaderWorkerSet sizes its
+        # leader and worker StatefulSets): a surge there would be taken back or fight it.
+        return Release(ReleaseReason.MANAGED,
+                       f"pod {pod.namespace}/{pod.name} belongs to a StatefulSet that "
+                       f"{pod.managed_by} controls: the guard does not scale it, so the "
+                       "eviction is not held (drainsafe drain surges LeaderWorkerSet groups)")
     if pod.owner_kind not in ("Deployment", "StatefulSet") or workload is None:
         return Release(ReleaseReason.NO_CONTROLLER,
                        f"pod {pod.namespace}/{pod.name} is not part of a Deployment or a "

@@ -151,18 +151,20 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
     """The decision's facts for an eviction of `pod` at wall time `now`. Pure."""
     m = meta(pod)
     kind, workload_name = workload_of(pod, replicasets)
+    surge_kind: SurgeKind = "StatefulSet" if kind == "StatefulSet" else "Deployment"
+    objects = statefulsets if surge_kind == "StatefulSet" else deployments
+    obj = objects.get(f"{m.get('namespace')}/{workload_name}") if workload_name else None
+    manager = controller_ref(obj) if obj is not None and surge_kind == "StatefulSet" else None
     status = pod.get("status") or {}
     pfacts = PodFacts(
         namespace=str(m.get("namespace")), name=str(m.get("name")),
         uid=str(m.get("uid") or ""), opted_in=opted_in(pod, namespace),
         phase=str(status.get("phase") or "Pending"),
-        terminating=is_terminating(pod), ready=is_ready(pod), owner_kind=kind)
+        terminating=is_terminating(pod), ready=is_ready(pod), owner_kind=kind,
+        managed_by=None if manager is None else f"{manager.get('kind')}/{manager.get('name')}")
     since = held_since(pod)
     held_for = None if since is None else max(0.0, now - since)
-    surge_kind: SurgeKind = "StatefulSet" if kind == "StatefulSet" else "Deployment"
-    objects = statefulsets if surge_kind == "StatefulSet" else deployments
-    obj = objects.get(f"{pfacts.namespace}/{workload_name}") if workload_name else None
-    if obj is None:
+    if obj is None or manager is not None:
         return Facts(pfacts, None, None, room=False, held_for=held_for, dry_run=dry_run,
                      can_surge=can_surge)
     members = workload_pods(surge_kind, obj, pods.values(), replicasets)
