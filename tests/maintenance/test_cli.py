@@ -15,6 +15,7 @@ from drainsafe.maintenance.cli import (
     done_refusal,
     label_selector,
     manifest_from_flags,
+    manifest_yaml,
     node_rows,
     watch_exit,
 )
@@ -124,3 +125,14 @@ def test_watch_ends_on_terminal_phases_and_deletion() -> None:
     assert watch_exit(None) == EXIT_FAILED
     for phase in ("Pending", "Running", "Paused", None):
         assert watch_exit({"status": {"phase": phase}}) is None
+
+
+def test_printed_yaml_quotes_what_kubectl_would_read_as_a_boolean() -> None:
+    # found by the lab test: `tier in (x,y)` printed as `- y`, which kubectl apply sent as
+    # true and the API server refused (values must be strings)
+    obj = manifest_from_flags(CreateFlags(name="n", selector="tier in (x,y),on=off"))
+    text = manifest_yaml(obj)
+    assert '- "y"' in text and '"on": "off"' in text
+    import yaml
+
+    assert yaml.safe_load(text) == obj

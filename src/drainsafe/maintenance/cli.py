@@ -147,6 +147,28 @@ def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
     return obj
 
 
+# YAML 1.1 booleans, which kubectl's YAML reader (sigs.k8s.io/yaml over go-yaml v2) takes
+# as true/false when unquoted and PyYAML writes bare: a label value `y` would reach the API
+# server as a boolean and be refused.
+_YAML11_BOOL = re.compile(r"^(y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE"
+                          r"|on|On|ON|off|Off|OFF)$")
+
+
+def manifest_yaml(obj: Mapping[str, Any]) -> str:
+    """The object as YAML that `kubectl apply -f` reads back to the same object."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = '"' if _YAML11_BOOL.match(value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, string)
+    return str(yaml.dump(dict(obj), Dumper=Dumper, sort_keys=False))
+
+
 # -- pure: done, rows, watch outcome ----------------------------------------------------
 
 def done_refusal(maintenance: Mapping[str, Any], node: str) -> str | None:
@@ -327,8 +349,6 @@ async def _crd_served(client: Any) -> bool:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    import yaml
-
     flags = CreateFlags(name=args.name, selector=args.selector, nodes=tuple(args.node),
                         max_parallel_nodes=args.max_parallel_nodes,
                         max_unavailable=args.max_unavailable, uncordon=args.uncordon,
@@ -339,7 +359,7 @@ def run_create(args: argparse.Namespace) -> int:
         _err("create", str(exc))
         return EXIT_USAGE
     if args.dry_run:
-        print(yaml.safe_dump(obj, sort_keys=False), end="")
+        print(manifest_yaml(obj), end="")
         return EXIT_OK
 
     async def body(client: Any) -> int:
