@@ -15,6 +15,7 @@ import yaml
 
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
+from drainsafe.maintenance.spec import parse_spec
 from drainsafe.shell import EXIT_API, EXIT_OK, EXIT_USAGE
 
 from .guardlab import KUBECTL_DIR, install, kubectl, lab_path_env
@@ -83,7 +84,9 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     code, _, err = await cli(lab, "create", "probe-posted", *flags)
     assert code == EXIT_OK, err
     applied, posted = await _get(lab, "probe-applied"), await _get(lab, "probe-posted")
-    assert applied["spec"] == posted["spec"] == yaml.safe_load(printed)["spec"]
+    assert applied["spec"] == posted["spec"]  # both after the server's defaulting
+    assert parse_spec(applied) == parse_spec(yaml.safe_load(printed))
+    assert applied["spec"]["nodeSelector"]["matchExpressions"][0]["values"] == ["x", "y"]
     # a second create of the same name is refused, not overwritten
     code, _, err = await cli(lab, "create", "probe-posted", "--node", node)
     assert code == EXIT_USAGE and "already exists" in err, err
@@ -96,8 +99,9 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     code, _, err = await cli(lab, "done", node, "--maintenance", "probe-posted")
     assert code == EXIT_USAGE and "refused" in err and "WhenMaintained" in err, err
 
-    # the real one: create, watch in a subprocess (a pipe: one line per change)
-    code, _, err = await cli(lab, "create", NAME, "--node", node,
+    # the real one, created paused so that `done` meets the node Pending for certain; watch
+    # in a subprocess (a pipe: one line per change)
+    code, _, err = await cli(lab, "create", NAME, "--node", node, "--paused",
                              "--uncordon", "WhenMaintained", "--reason", "driver 570")
     assert code == EXIT_OK, err
     watch = await asyncio.create_subprocess_exec(
@@ -107,6 +111,17 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     assert watch.stdout is not None
     lines: list[str] = []
     try:
+        async with asyncio.timeout(60):
+            while not (lines and lines[-1].startswith(f"{NAME}: Paused")):
+                line = (await watch.stdout.readline()).decode()
+                assert line, f"watch ended early: {lines}"
+                lines.append(line.rstrip("\n"))
+        # too early: refused, and no mark that would later uncordon it unmaintained
+        code, _, err = await cli(lab, "done", node, "--maintenance", NAME)
+        assert code == EXIT_USAGE and "is Pending" in err, err
+        assert "drainsafe.io/maintained" not in (
+            store.get(NODES, "", node)["metadata"].get("annotations") or {})
+        assert (await cli(lab, "resume", NAME))[0] == EXIT_OK
         async with asyncio.timeout(180):
             while f"{node} AwaitingMaintenance" not in (lines[-1] if lines else ""):
                 line = (await watch.stdout.readline()).decode()
@@ -125,8 +140,7 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     assert watch.returncode == EXIT_OK, (lines, watch_err.decode())
     states = [ln.split()[1] for ln in lines if ln.startswith(f"  {node} ")]
     assert states[-2:] == ["AwaitingMaintenance", "Uncordoned"], lines
-    assert lines[-1].startswith(f"{NAME}: Succeeded done 1/1") or \
-        any(ln.startswith(f"{NAME}: Succeeded done 1/1") for ln in lines), lines
+    assert any(ln.startswith(f"{NAME}: Succeeded done 1/1") for ln in lines), lines
     n = store.get(NODES, "", node)
     assert not n["spec"].get("unschedulable")
     assert n["metadata"]["annotations"]["drainsafe.io/maintained"] == NAME

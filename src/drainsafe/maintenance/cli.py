@@ -108,6 +108,7 @@ class CreateFlags:
     uncordon: str = "Immediately"
     reason: str = ""
     strategy: str = "surge"
+    paused: bool = False
 
 
 def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
@@ -134,6 +135,8 @@ def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
     if f.reason:
         spec["reason"] = f.reason
     spec["drain"] = {"strategy": f.strategy}
+    if f.paused:
+        spec["paused"] = True
     obj = {"apiVersion": GROUP_VERSION, "kind": KIND, "metadata": {"name": f.name},
            "spec": spec}
     try:
@@ -268,6 +271,8 @@ def register(subparsers: Any) -> None:
                    default="Immediately")
     c.add_argument("--reason", default="")
     c.add_argument("--strategy", choices=("surge", "evict"), default="surge")
+    c.add_argument("--paused", action="store_true",
+                   help="create it paused: the nodes are listed, none starts until resume")
     c.add_argument("--dry-run", action="store_true", help="print the YAML it would create")
     c.add_argument("--watch", action="store_true", help="then follow it, as watch")
     c.set_defaults(handler=run_create)
@@ -352,7 +357,7 @@ def run_create(args: argparse.Namespace) -> int:
     flags = CreateFlags(name=args.name, selector=args.selector, nodes=tuple(args.node),
                         max_parallel_nodes=args.max_parallel_nodes,
                         max_unavailable=args.max_unavailable, uncordon=args.uncordon,
-                        reason=args.reason, strategy=args.strategy)
+                        reason=args.reason, strategy=args.strategy, paused=args.paused)
     try:
         obj = manifest_from_flags(flags)
     except FlagError as exc:
