@@ -6,7 +6,10 @@ with `done` once it awaits maintenance, and see watch exit 0 with the node uncor
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import pathlib
+import pty
 import sys
 from typing import Any
 
@@ -34,6 +37,30 @@ async def cli(lab: Lab, *args: str, timeout: float = 60) -> tuple[int, str, str]
     async with asyncio.timeout(timeout):
         out, err = await proc.communicate()
     return int(proc.returncode or 0), out.decode(), err.decode()
+
+
+async def _on_terminal(lab: Lab, *args: str) -> tuple[int, str]:
+    """Run the CLI with a pseudo-terminal as stdout; its exit code and what it drew."""
+    control, terminal = pty.openpty()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "drainsafe.cli", "maintenance", *args,
+            f"--kubeconfig={lab.kubeconfig}", stdout=terminal, stderr=terminal,
+            env={**os.environ, "COLUMNS": "160", "TERM": "xterm"})
+        os.close(terminal)
+        terminal = -1
+        async with asyncio.timeout(60):
+            await proc.wait()
+        chunks = []
+        os.set_blocking(control, False)
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(control, 65536):
+                chunks.append(chunk)
+    finally:
+        os.close(control)
+        if terminal >= 0:
+            os.close(terminal)
+    return int(proc.returncode or 0), b"".join(chunks).decode(errors="replace")
 
 
 async def _get(lab: Lab, name: str) -> dict[str, Any]:
@@ -146,6 +173,11 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     assert n["metadata"]["annotations"]["drainsafe.io/maintained"] == NAME
     code, out, err = await cli(lab, "status", NAME)
     assert code == EXIT_OK and node in out and "Uncordoned" in out, (out, err)
+    # on a terminal, watch draws the rich table instead of lines (finished: at once, 0)
+    code, screen = await _on_terminal(lab, "watch", NAME)
+    assert code == EXIT_OK, screen
+    assert "STARTED" in screen and f"{node}" in screen and "Uncordoned" in screen, screen
+    assert f"  {node} Uncordoned wave=" not in screen  # not the pipe's lines
     print("\n".join(lines))
 
 
