@@ -139,7 +139,7 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     lines: list[str] = []
     try:
         async with asyncio.timeout(60):
-            while not (lines and lines[-1].startswith(f"{NAME}: Paused")):
+            while not any(ln.startswith(f"{NAME}: Paused") for ln in lines):
                 line = (await watch.stdout.readline()).decode()
                 assert line, f"watch ended early: {lines}"
                 lines.append(line.rstrip("\n"))
@@ -150,7 +150,7 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
             store.get(NODES, "", node)["metadata"].get("annotations") or {})
         assert (await cli(lab, "resume", NAME))[0] == EXIT_OK
         async with asyncio.timeout(180):
-            while f"{node} AwaitingMaintenance" not in (lines[-1] if lines else ""):
+            while not any(ln.startswith(f"  {node} AwaitingMaintenance") for ln in lines):
                 line = (await watch.stdout.readline()).decode()
                 assert line, f"watch ended early: {lines}"
                 lines.append(line.rstrip("\n"))
