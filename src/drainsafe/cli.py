@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "drainsafe.lab.cli",
     "drainsafe.drain.cli",
     "drainsafe.controller.cli",
+    "drainsafe.maintenance.cli",
     "drainsafe.verify.cli",
     "drainsafe.simulate.cli",
     "drainsafe.demo.cli",
