@@ -82,7 +82,7 @@ class Scheduler(Controller):
             return None
         nodes = sorted(self.store.items(NODES), key=lambda n: str(n["metadata"]["name"]))
         loads: dict[str, placement.NodeLoad] = defaultdict(lambda: placement.NodeLoad({}, 0, {}))
-        all_pods = self.store.items(PODS)
+        all_pods = list(self.store.items(PODS))
         for p in all_pods:
             node = p.get("spec", {}).get("nodeName")
             if node:
