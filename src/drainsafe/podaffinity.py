@@ -1,8 +1,9 @@
 """Required inter-pod affinity and anti-affinity: the scheduler's InterPodAffinity filter.
 
 After kubernetes/kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering.go
-(read at the stored commit 53f1b9d; the filter's three checks and their texts are the
-same in later releases): a PreFilter pass over the pods bound to nodes counts, per
+(read at the stored commit 53f1b9d and in a later copy that uses the `fwk` status package;
+not checked at a tagged release: the filter's three checks, their order and their texts
+are the same in both): a PreFilter pass over the pods bound to nodes counts, per
 topology pair (topologyKey, the node's value),
 - the pods that match ALL of the incoming pod's required affinity terms,
 - the pods that match each of its required anti-affinity terms,

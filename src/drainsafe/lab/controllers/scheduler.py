@@ -89,8 +89,8 @@ class Scheduler(Controller):
                 loads[node].add(p)
         # Pods on nodes with their nodes' labels, for inter-pod (anti-)affinity; only
         # looked at when some pod has required terms.
-        bound = podaffinity.bound_pods(all_pods, nodes)
         with_terms = any(podaffinity.has_required_terms(p) for p in all_pods)
+        bound = podaffinity.bound_pods(all_pods, nodes) if with_terms else []
         for n in nodes:
             loads[n["metadata"]["name"]].allocatable = placement.node_allocatable(n)
         pending.sort(key=lambda p: (-int(p.get("spec", {}).get("priority", 0)),
@@ -108,7 +108,8 @@ class Scheduler(Controller):
                 except st.StatusError:
                     continue
                 loads[choice].add(bound_pod)
-                bound += podaffinity.bound_pods([bound_pod], nodes)
+                if with_terms:
+                    bound += podaffinity.bound_pods([bound_pod], nodes)
                 self._reported.pop(pod["metadata"]["uid"], None)
                 record_event(self.store, bound_pod, reason="Scheduled",
                              message=f"Successfully assigned {pod['metadata']['namespace']}/"
