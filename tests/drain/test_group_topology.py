@@ -15,6 +15,9 @@ lab's LWS controller pins the workers to the leader's rack, so each group takes 
    drop below 2 (every pod event), the LWS ends at 2 groups with no drainsafe annotation.
 3. Group 1's rack next: the stand-in would take the last free rack and nothing is left for
    the recreation (rack a is cordoned): refused, naming group 1 and its floor evict-first.
+4. The trap shown: group 1's worker node cordoned and its worker evicted (kubectl drain's
+   way) strands the group: the recreated leader returns to the rack-mate and the worker,
+   pinned to that rack, stays Unschedulable; 1 Ready group.
 
 Real processes: the lab's API server, scheduler, StatefulSet and LWS controllers and
 kubelets, the CLI as a child process for the drain (the refusals run its drain_fleet
@@ -154,3 +157,33 @@ async def test_exclusive_groups_drain_rack_by_rack_into_free_racks(tmp_path: Pat
             assert not (await get_node(client, node))["spec"].get("unschedulable")
         assert {p["metadata"]["labels"][LWS_WORKER_INDEX_LABEL]
                 for p in await pods_of(client, "tg")} == {"0", "1"}
+
+        # 4. What the trap refusal prevents, done kubectl drain's way (cordon, then the
+        # Eviction API) on group 1's worker node alone: lws takes the group down, the
+        # recreated leader lands back on the rack-mate (first by name among the free
+        # nodes), and lws pins the worker to that rack, whose other node is cordoned.
+        by_name = {p["metadata"]["name"]: p for p in await pods_of(client, "tg")}
+        worker1 = by_name["tg-1-1"]
+        old_leader = by_name["tg-1"]["metadata"]["uid"]
+        await client.patch(api_path("v1", "nodes", name=worker1["spec"]["nodeName"]),
+                           {"spec": {"unschedulable": True}})
+        await client.evict("default", "tg-1-1", uid=worker1["metadata"]["uid"])
+
+        def stranded(cache: dict[str, dict[str, Any]]) -> bool:
+            leader = cache.get("default/tg-1") or {}
+            worker = cache.get("default/tg-1-1") or {}
+            return leader.get("metadata", {}).get("uid") not in (None, old_leader) \
+                and bool(leader.get("spec", {}).get("nodeName")) and any(
+                    c.get("reason") == "Unschedulable"
+                    for c in worker.get("status", {}).get("conditions") or [])
+
+        async with Informer(client, api_path("v1", "pods", namespace="default"),
+                            label_selector="app=tg") as now:
+            cache = await now.wait_for(lambda c: stranded(c) and dict(c), timeout=30,
+                                       what="group 1's worker Unschedulable")
+        leader1, worker1 = cache["default/tg-1"], cache["default/tg-1-1"]
+        assert RACKS[leader1["spec"]["nodeName"]] == RACKS[group1[0]]
+        assert worker1["spec"]["nodeSelector"] == {"rack": RACKS[group1[0]]}
+        [cond] = [c for c in worker1["status"]["conditions"] if c["type"] == "PodScheduled"]
+        assert "node(s) didn't match Pod's node affinity/selector" in cond["message"], cond
+        assert (await lws_object(client, "tg")).get("status", {}).get("readyReplicas") == 1
