@@ -6,7 +6,9 @@ reasons follow the default scheduler's plugins (kubernetes/kubernetes
 pkg/scheduler/framework/plugins): NodeUnschedulable ("node(s) were unschedulable"),
 TaintToleration ("node(s) had untolerated taint {k: v}"), NodeAffinity ("node(s) didn't
 match Pod's node affinity/selector"), NodeResourcesFit ("Insufficient cpu",
-"Insufficient nvidia.com/gpu", "Too many pods"). Requests come from the containers
+"Insufficient nvidia.com/gpu", "Too many pods"), and, given its PreFilter counts,
+InterPodAffinity (drainsafe.podaffinity: "node(s) didn't match pod affinity rules", ...).
+Requests come from the containers
 (limits stand in for missing requests, as defaulting does) and the maximum of the init
 containers (resource.PodRequests). Each failure is a typed `Reason` (a code, the
 scheduler's text, and the resource short of room), so callers decide on the code. Plain
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
+from drainsafe import podaffinity
 from drainsafe.labels import Requirement, Selector
 from drainsafe.quantity import QuantityError, parse_quantity
 
@@ -32,7 +35,7 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 # Which filter refused (the scheduler plugin's status, typed): code decides, text explains.
 ReasonCode = Literal["node-name", "unschedulable", "affinity", "taint", "too-many-pods",
-                     "insufficient"]
+                     "insufficient", "pod-affinity"]
 
 
 @dataclass(frozen=True)
@@ -216,9 +219,11 @@ class NodeLoad:
 
 def check(node: Mapping[str, Any], pod: Mapping[str, Any],
           bound: Iterable[Mapping[str, Any]] = (), *, load: NodeLoad | None = None,
-          requests: Resources | None = None) -> Fit:
+          requests: Resources | None = None,
+          pod_affinity: podaffinity.AffinityState | None = None) -> Fit:
     """Whether `pod` can be placed on `node` next to the pods already `bound` there
-    (or whose summed `load` is given instead)."""
+    (or whose summed `load` is given instead); with `pod_affinity` (podaffinity.prefilter
+    over the cluster's bound pods) its inter-pod (anti-)affinity too."""
     spec = pod.get("spec") or {}
     tolerations = spec.get("tolerations") or []
     reasons: list[Reason] = []
@@ -231,6 +236,10 @@ def check(node: Mapping[str, Any], pod: Mapping[str, Any],
         reasons.append(Reason("unschedulable", "node(s) were unschedulable"))
     if not matches_node_affinity(spec, node):
         reasons.append(Reason("affinity", "node(s) didn't match Pod's node affinity/selector"))
+    if pod_affinity is not None and not pod_affinity.trivial:
+        text = podaffinity.refusal(pod_affinity, (node.get("metadata") or {}).get("labels") or {})
+        if text is not None:
+            reasons.append(Reason("pod-affinity", text))
     taint = untolerated_taint(tolerations, node)
     if taint is not None:
         reasons.append(Reason("taint", f"node(s) had untolerated taint {{{taint.get('key')}: "
@@ -295,7 +304,8 @@ def _owner_uid(pod: Mapping[str, Any]) -> str | None:
 
 def choose(nodes: Sequence[Mapping[str, Any]], pod: Mapping[str, Any],
            bound_by_node: Mapping[str, Sequence[Mapping[str, Any]]] | None = None, *,
-           loads: Mapping[str, NodeLoad] | None = None
+           loads: Mapping[str, NodeLoad] | None = None,
+           pod_affinity: podaffinity.AffinityState | None = None
            ) -> tuple[str | None, dict[str, Fit]]:
     """The best feasible node's name (None if none fits) and each node's verdict.
     Give either the pods bound to each node or their precomputed loads."""
@@ -309,7 +319,7 @@ def choose(nodes: Sequence[Mapping[str, Any]], pod: Mapping[str, Any],
             load = loads.get(name, empty)
         else:
             load = NodeLoad.of((bound_by_node or {}).get(name, ()))
-        fit = check(node, pod, load=load, requests=requests)
+        fit = check(node, pod, load=load, requests=requests, pod_affinity=pod_affinity)
         verdicts[name] = fit
         if fit.fits:
             key = (score(node, pod, load=load, requests=requests), name)

@@ -24,6 +24,7 @@ from drainsafe.kube import objects
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.store import Event
 from drainsafe.lab.controllers.leaderworkerset import (
+    EXCLUSIVE_ANNOTATION,
     GROUP_INDEX_LABEL,
     GROUP_KEY_LABEL,
     NAME_LABEL,
@@ -31,6 +32,7 @@ from drainsafe.lab.controllers.leaderworkerset import (
     SIZE_ANNOTATION,
     WORKER_INDEX_LABEL,
     GroupPod,
+    exclusive_terms,
     group_key,
     group_ready,
     hpa_selector,
@@ -48,6 +50,7 @@ from kubernetes import client  # noqa: E402
 
 PODS = BY_KEY["pods"]
 STS = BY_KEY["apps/statefulsets"]
+NODES = BY_KEY["nodes"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -290,6 +293,53 @@ async def test_ready_replicas_count_whole_groups_and_leader_ready_holds_the_work
                                        leader["status"]["conditions"] if c["type"] == "Ready"))
     created = objects.parse_time(workers["metadata"]["creationTimestamp"])
     assert ready_at is not None and created is not None and created >= ready_at
+
+
+async def test_exclusive_topology_puts_one_group_in_each_domain(
+        control_plane: ControlPlane, cp_nodes: list[str]) -> None:
+    """lws's exclusive placement: the leader gets the webhook's affinity terms, the worker
+    StatefulSet waits for the scheduled leader and pins its workers to the leader's rack;
+    a third group finds no rack free and stays Pending with the scheduler's message."""
+    cp = control_plane
+    racks = {"node-a": "r1", "node-b": "r1", "node-c": "r2", "node-d": "r2"}
+    for name, rack in racks.items():
+        cp.store.mutate(NODES, "", name,
+                        lambda n, rack=rack: n["metadata"]["labels"].update(rack=rack))
+    obj = lws(size=2)
+    obj["metadata"]["annotations"] = {EXCLUSIVE_ANNOTATION: "rack"}
+    await install(cp, obj)
+    await wait_until(cp, lambda: up(cp, 2, 2), what="2 groups of 2 Ready")
+    pods = group_pods(cp)
+    rack_of = {n: racks[p["spec"]["nodeName"]] for n, p in pods.items()}
+    assert rack_of["llm-0"] == rack_of["llm-0-1"] and rack_of["llm-1"] == rack_of["llm-1-1"]
+    assert rack_of["llm-0"] != rack_of["llm-1"]
+    leader = pods["llm-0"]
+    affinity, anti = exclusive_terms(group_key("default", "llm-0"), "rack")
+    req = "requiredDuringSchedulingIgnoredDuringExecution"
+    assert leader["spec"]["affinity"]["podAffinity"][req] == [affinity]
+    assert leader["spec"]["affinity"]["podAntiAffinity"][req] == [anti]
+    workers = cp.store.peek(STS, "default", "llm-0")
+    assert workers is not None
+    assert workers["spec"]["template"]["spec"]["nodeSelector"] == {"rack": rack_of["llm-0"]}
+    assert workers["spec"]["template"]["metadata"]["annotations"][EXCLUSIVE_ANNOTATION] == "rack"
+    assert "affinity" not in pods["llm-0-1"]["spec"]  # workers are pinned, not given terms
+
+    # A third group: both racks hold another group's pods. Its leader stays Pending with
+    # the scheduler's reason, and no worker StatefulSet is made for it.
+    rt = cp.store.catalog.by_key(KEY)
+    assert rt is not None
+    cp.store.mutate(rt, "default", "llm", lambda o: o["spec"].update(replicas=3))
+
+    def refused() -> bool:
+        p = group_pods(cp).get("llm-2")
+        return p is not None and any(
+            c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or [])
+    await wait_until(cp, refused, what="the third leader Unschedulable")
+    [cond] = [c for c in group_pods(cp)["llm-2"]["status"]["conditions"]
+              if c["type"] == "PodScheduled"]
+    assert cond["message"].startswith(
+        "0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules"), cond
+    assert cp.store.peek(STS, "default", "llm-2") is None
 
 
 async def test_kubectl_get_and_scale_lws_by_whole_groups_from_the_top(

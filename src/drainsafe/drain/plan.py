@@ -9,7 +9,8 @@
 - drain.budgets: whether each budget can ever allow a disruption at the scale the drain
   runs it at (a wedge would retry forever);
 - here: room for every replacement (or surge pod) on the other schedulable nodes
-  (drain.room), and the order of evictions (one queue per workload).
+  (drain.room; for a LeaderWorkerSet with exclusive placement, whole free topology
+  domains: drain.domains), and the order of evictions (one queue per workload).
 What kubectl drain (pkg/drain/drain.go) checks only while it evicts, refused here before
 anything changes (drain.blockers).
 """
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from drainsafe.drain import domains
 from drainsafe.drain.blockers import Blocker
 from drainsafe.drain.budgets import BudgetPlan, matching_pdbs, plan_budgets
 from drainsafe.drain.filters import DrainOptions as DrainOptions  # demo imports it from here
@@ -35,7 +37,15 @@ from drainsafe.drain.workloads import (
     resolve_workload,
     workload_selector,
 )
-from drainsafe.kube.objects import WorkloadRef, is_active, key_of, lws_group_of, meta, node_of
+from drainsafe.kube.objects import (
+    WorkloadRef,
+    is_active,
+    key_of,
+    lws_exclusive_topology,
+    lws_group_of,
+    meta,
+    node_of,
+)
 
 Obj = Mapping[str, Any]
 
@@ -159,7 +169,7 @@ def plan_drain(
     workload_plans = plan_workloads(state, targets, pods, workloads, options, blockers)
     budgets = plan_budgets(state, pods, pdbs_of, blockers, warnings, workload_plans, notes)
     placements = _plan_room(state, (*targets, *draining), pods, on_nodes, blockers,
-                            workload_plans)
+                            workload_plans, notes)
     by_key = {p.key: p for p in pods}
     pods = [
         _with_placement(by_key[p.key], placements) for p in pods
@@ -207,8 +217,17 @@ def _plan_room(
     raw: Sequence[Obj],
     blockers: list[Blocker],
     workload_plans: Sequence[WorkloadPlan] = (),
+    notes: list[str] | None = None,
 ) -> list[Placement]:
     specs = {key_of(p): p.get("spec") or {} for p in raw}
+    # Exclusive placement: room in whole topology domains, not node by node.
+    exclusive = {w.workload for w in workload_plans if w.group_size is not None
+                 and lws_exclusive_topology(state.controllers.get(w.workload) or {})}
+    for w in workload_plans:
+        if w.workload in exclusive:
+            _domain_room(state, targets, pods, w, blockers, notes if notes is not None else [])
+    workload_plans = [w for w in workload_plans if w.workload not in exclusive]
+    pods = [p for p in pods if p.workload not in exclusive]
     grouped = {w.workload: w for w in workload_plans
                if w.strategy == "surge" and w.identity == "group"}
     # A workload needs room for as many new pods as it lacks off the drained nodes: all of
@@ -288,6 +307,22 @@ def _group_room(state: ClusterState, targets: Sequence[str], pods: Sequence[PodP
                 wanted += [(first.key, m.get("spec") or {}) for m in members.get(group, [])]
             wanted += [(p.key, specs[p.key]) for p in here if p.group == group]
     return wanted
+
+
+def _domain_room(state: ClusterState, targets: Sequence[str], pods: Sequence[PodPlan],
+                 w: WorkloadPlan, blockers: list[Blocker], notes: list[str]) -> None:
+    """An exclusive-topology LWS: a whole free domain per stand-in and recreated group."""
+    here: dict[int, str] = {}  # the first pod (by name) of each group on the nodes
+    for p in sorted(pods, key=lambda p: p.key):
+        if p.workload == w.workload and p.needs_replacement and p.group is not None:
+            here.setdefault(p.group, p.key)
+    stand_ins = _lacking_groups(state, w, targets) if w.strategy == "surge" else 0
+    found, said = domains.plan_exclusive(
+        state.nodes, state.pods, w, lws_exclusive_topology(
+            state.controllers.get(w.workload) or {}) or "",
+        _group_members(state, w.workload), here, targets, stand_ins=stand_ins)
+    blockers += found
+    notes += said
 
 
 def _group_members(state: ClusterState, workload: str) -> dict[int, list[Obj]]:

@@ -303,6 +303,9 @@ def parse_time(value: Any) -> float | None:
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+# api/leaderworkerset/v1 ExclusiveKeyAnnotationKey: one group per domain of that node label.
+LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 LWS_RECREATE_GROUP_POLICIES = frozenset({"RecreateGroupOnPodRestart", "RecreateGroupAfterStart"})
 
 
@@ -334,6 +337,13 @@ def lws_size(lws: Obj) -> int:
     """Pods per group: spec.leaderWorkerTemplate.size (defaulted to 1)."""
     value = (((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size"))
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def lws_exclusive_topology(lws: Obj) -> str | None:
+    """The node label whose every value (domain) holds the pods of at most one group, of
+    any LWS (pkg/webhooks/pod_webhook.go SetExclusiveAffinities), or None."""
+    value = (meta(lws).get("annotations") or {}).get(LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION)
+    return str(value) if value else None
 
 
 def lws_recreates_group(lws: Obj) -> bool:

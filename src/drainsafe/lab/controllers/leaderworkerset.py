@@ -35,12 +35,27 @@ After kubernetes-sigs/lws v0.10.0 (files named below):
   `<leader pod>.<service>.<namespace>` (the Shared subdomain policy). The lab runs this as
   an admission hook on the store (`admit_group_pod`), where lws runs a mutating webhook.
 
+- exclusive placement: the LWS annotation `leaderworkerset.sigs.k8s.io/exclusive-topology:
+  <topologyKey>` is copied onto the leader and worker pod templates
+  (leaderworkerset_controller.go, pod_controller.go constructWorkerStatefulSet...); the pod
+  webhook (pod_webhook.go SetExclusiveAffinities) gives the leader a required podAffinity
+  to its own group-key and a required podAntiAffinity to any other group-key over that
+  topology key, so a domain holds one group of any LWS (the lab's scheduler filters them:
+  drainsafe.podaffinity); the worker StatefulSet is created only once the leader is
+  scheduled, with the nodeSelector `<topologyKey>: <the leader node's value>`
+  (pod_controller.go setNodeSelectorForWorkerPods), and not while the leader's node lacks
+  the label (lws logs an error and retries).
+
 Not followed (the lab keeps to what drainsafe needs): rolling updates of the template are
 left to the StatefulSets' own rolling update (lws rolls groups with partition,
-maxUnavailable and maxSurge itself); subGroupPolicy, networkConfig UniquePerReplica,
-exclusive topology, volumeClaimTemplates and the RecreateGroupAfterStart policy are not
-acted on; leader deletion uses the lab's background garbage collection (the lab models
-no foreground deletion: the worker StatefulSet goes once the leader pod is gone).
+maxUnavailable and maxSurge itself); subGroupPolicy and with it the
+subgroup-exclusive-topology annotation (lws labels each pod with its subgroup index and
+key and gives every subgroup's first pod the exclusive terms: a second set of keys,
+indices and webhook paths that no drainsafe behaviour reads yet; drainsafe counts whole
+groups), networkConfig UniquePerReplica, volumeClaimTemplates and the
+RecreateGroupAfterStart policy are not acted on; leader deletion uses the lab's background
+garbage collection (the lab models no foreground deletion: the worker StatefulSet goes
+once the leader pod is gone).
 """
 
 from __future__ import annotations
@@ -64,6 +79,7 @@ from drainsafe.lab.controllers.statefulset import POD_INDEX_LABEL, parent_and_or
 PODS = BY_KEY["pods"]
 STATEFULSETS = BY_KEY["apps/statefulsets"]
 SERVICES = BY_KEY["services"]
+NODES = BY_KEY["nodes"]
 PREFIX = "leaderworkerset.sigs.k8s.io/"
 NAME_LABEL = PREFIX + "name"
 GROUP_INDEX_LABEL = PREFIX + "group-index"
@@ -73,6 +89,7 @@ REVISION_LABEL = PREFIX + "template-revision-hash"
 SIZE_ANNOTATION = PREFIX + "size"
 REPLICAS_ANNOTATION = PREFIX + "replicas"
 LEADER_NAME_ANNOTATION = PREFIX + "leader-name"
+EXCLUSIVE_ANNOTATION = objects.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION
 LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
 GROUP_SIZE_ENV = "LWS_GROUP_SIZE"
 WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
@@ -142,6 +159,33 @@ def group_pod(pod: Obj) -> GroupPod:
                     deleting=objects.is_terminating(pod), restarted=restarted)
 
 
+def exclusive_terms(key: str, topology: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """pod_webhook.go SetExclusiveAffinities: the affinity term to the group's own pods and
+    the anti-affinity term to any other group's, both over `topology`."""
+    affinity = {"labelSelector": {"matchExpressions": [
+        {"key": GROUP_KEY_LABEL, "operator": "In", "values": [key]}]}, "topologyKey": topology}
+    anti = {"labelSelector": {"matchExpressions": [
+        {"key": GROUP_KEY_LABEL, "operator": "Exists"},
+        {"key": GROUP_KEY_LABEL, "operator": "NotIn", "values": [key]}]},
+        "topologyKey": topology}
+    return affinity, anti
+
+
+def set_exclusive_affinities(spec: dict[str, Any], key: str, topology: str) -> None:
+    """Append the exclusive terms unless both kinds already have a term over `topology`
+    (exclusiveAffinityApplied)."""
+    aff = spec.setdefault("affinity", {})
+    req = "requiredDuringSchedulingIgnoredDuringExecution"
+    pod_aff = aff.setdefault("podAffinity", {}).setdefault(req, [])
+    pod_anti = aff.setdefault("podAntiAffinity", {}).setdefault(req, [])
+    if any(t.get("topologyKey") == topology for t in pod_aff) and \
+            any(t.get("topologyKey") == topology for t in pod_anti):
+        return
+    affinity, anti = exclusive_terms(key, topology)
+    pod_aff.append(affinity)
+    pod_anti.append(anti)
+
+
 def hpa_selector(lws: str) -> str:
     return f"{NAME_LABEL}={lws},{WORKER_INDEX_LABEL}=0"
 
@@ -172,8 +216,12 @@ def admit_group_pod(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         if parent != lws:
             return
         labels[GROUP_INDEX_LABEL] = str(group)
-        labels[GROUP_KEY_LABEL] = group_key(ns, str(meta["name"]))
+        labels.setdefault(GROUP_KEY_LABEL, group_key(ns, str(meta["name"])))
         leader, worker = str(meta["name"]), 0
+        topology = annotations.get(EXCLUSIVE_ANNOTATION)
+        if topology:
+            set_exclusive_affinities(obj.setdefault("spec", {}), labels[GROUP_KEY_LABEL],
+                                     str(topology))
     else:
         leader = str(annotations.get(LEADER_NAME_ANNOTATION, ""))
         worker = int(labels.get(POD_INDEX_LABEL) or parent_and_ordinal(str(meta["name"]))[1])
@@ -194,6 +242,11 @@ def _template(tmpl: dict[str, Any] | None, labels: dict[str, str],
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
     return out  # type: ignore[no-any-return]
+
+
+def _exclusive(lws: Obj) -> dict[str, str]:
+    topology = (lws["metadata"].get("annotations") or {}).get(EXCLUSIVE_ANNOTATION)
+    return {EXCLUSIVE_ANNOTATION: str(topology)} if topology else {}
 
 
 class LeaderWorkerSetController(Controller):
@@ -232,9 +285,10 @@ class LeaderWorkerSetController(Controller):
                 "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                          "selector": {NAME_LABEL: name}}})
         selector = {NAME_LABEL: name, WORKER_INDEX_LABEL: "0"}
+        exclusive = _exclusive(lws)
         leader_tmpl = _template(lwt.get("leaderTemplate") or lwt.get("workerTemplate"),
                                 {**selector, REVISION_LABEL: revision},
-                                {SIZE_ANNOTATION: str(size)})
+                                {SIZE_ANNOTATION: str(size), **exclusive})
         sts = self.store.peek(STATEFULSETS, ns, name)
         if sts is None:
             self._create(STATEFULSETS, {
@@ -291,7 +345,7 @@ class LeaderWorkerSetController(Controller):
                 continue
             if startup_policy(spec.get("startupPolicy")) == "LeaderReady" and not lp.ready:
                 continue
-            self._ensure_workers(leader, lwt, size, revision, g)
+            self._ensure_workers(leader, lwt, size, revision, g, exclusive)
         self._status(rt, lws, count, ready, updated, replicas)
 
     def _workers_of(self, leader: Obj, workers: list[Obj]) -> list[Obj]:
@@ -310,17 +364,31 @@ class LeaderWorkerSetController(Controller):
                        for r in w["metadata"].get("ownerReferences") or [])]
 
     def _ensure_workers(self, leader: Obj, lwt: dict[str, Any], size: int, revision: str,
-                        group: int) -> None:
-        """pod_controller.go constructWorkerStatefulSetApplyConfiguration."""
+                        group: int, exclusive: dict[str, str]) -> None:
+        """pod_controller.go constructWorkerStatefulSetApplyConfiguration; with exclusive
+        placement only once the leader is scheduled, its workers pinned to its domain."""
         ns, name = leader["metadata"]["namespace"], leader["metadata"]["name"]
         if self.store.peek(STATEFULSETS, ns, name) is not None:
             return
+        pin: dict[str, str] = {}
+        if exclusive:
+            topology = exclusive[EXCLUSIVE_ANNOTATION]
+            node_name = (leader.get("spec") or {}).get("nodeName")
+            node = self.store.peek(NODES, "", node_name) if node_name else None
+            value = ((node or {}).get("metadata") or {}).get("labels", {}).get(topology)
+            if value is None:
+                return  # not scheduled yet, or its node lacks the label: wait
+            pin = {topology: str(value)}
         labels = leader["metadata"].get("labels") or {}
         lws = labels[NAME_LABEL]
         key = labels.get(GROUP_KEY_LABEL, group_key(ns, name))
         selector = {NAME_LABEL: lws, GROUP_INDEX_LABEL: str(group), GROUP_KEY_LABEL: key}
         tmpl = _template(lwt.get("workerTemplate"), {**selector, REVISION_LABEL: revision},
-                         {SIZE_ANNOTATION: str(size), LEADER_NAME_ANNOTATION: name})
+                         {SIZE_ANNOTATION: str(size), LEADER_NAME_ANNOTATION: name,
+                          **exclusive})
+        if pin:
+            spec = tmpl.setdefault("spec", {})
+            spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pin}
         self._create(STATEFULSETS, {
             "metadata": {"name": name, "namespace": ns,
                          "labels": {NAME_LABEL: lws, GROUP_INDEX_LABEL: str(group),

@@ -4,7 +4,9 @@ Pods with no spec.nodeName, not terminating and schedulerName default-scheduler 
 placed in priority then creation order. On success the pod gets spec.nodeName and
 PodScheduled=True (the binding subresource's effect); when nothing fits, PodScheduled=False
 with reason Unschedulable and a FailedScheduling event carry the scheduler's message.
-Unschedulable pods are tried again whenever a pod or node changes.
+Unschedulable pods are tried again whenever a pod or node changes. Required inter-pod
+affinity and anti-affinity are filtered as kube-scheduler's InterPodAffinity plugin does
+(drainsafe.podaffinity), counting every pod bound so far, this pass's included.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 from collections import defaultdict
 from typing import Any
 
-from drainsafe import placement
+from drainsafe import placement, podaffinity
 from drainsafe.kube.objects import parse_time, rfc3339
 from drainsafe.lab.apiserver import status as st
 from drainsafe.lab.apiserver.discovery import BY_KEY
@@ -80,10 +82,15 @@ class Scheduler(Controller):
             return None
         nodes = sorted(self.store.items(NODES), key=lambda n: str(n["metadata"]["name"]))
         loads: dict[str, placement.NodeLoad] = defaultdict(lambda: placement.NodeLoad({}, 0, {}))
-        for p in self.store.items(PODS):
+        all_pods = list(self.store.items(PODS))
+        for p in all_pods:
             node = p.get("spec", {}).get("nodeName")
             if node:
                 loads[node].add(p)
+        # Pods on nodes with their nodes' labels, for inter-pod (anti-)affinity; only
+        # looked at when some pod has required terms.
+        with_terms = any(podaffinity.has_required_terms(p) for p in all_pods)
+        bound = podaffinity.bound_pods(all_pods, nodes) if with_terms else []
         for n in nodes:
             loads[n["metadata"]["name"]].allocatable = placement.node_allocatable(n)
         pending.sort(key=lambda p: (-int(p.get("spec", {}).get("priority", 0)),
@@ -92,7 +99,8 @@ class Scheduler(Controller):
         live = {p["metadata"]["uid"] for p in pending}
         self._reported = {k: v for k, v in self._reported.items() if k in live}
         for pod in pending:
-            choice, verdicts = placement.choose(nodes, pod, loads=loads)
+            affinity = podaffinity.prefilter(pod, bound) if with_terms else None
+            choice, verdicts = placement.choose(nodes, pod, loads=loads, pod_affinity=affinity)
             if choice is not None:
                 try:
                     bound_pod = bind_pod(self.store, pod["metadata"]["namespace"],
@@ -100,6 +108,8 @@ class Scheduler(Controller):
                 except st.StatusError:
                     continue
                 loads[choice].add(bound_pod)
+                if with_terms:
+                    bound += podaffinity.bound_pods([bound_pod], nodes)
                 self._reported.pop(pod["metadata"]["uid"], None)
                 record_event(self.store, bound_pod, reason="Scheduled",
                              message=f"Successfully assigned {pod['metadata']['namespace']}/"
