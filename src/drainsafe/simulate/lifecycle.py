@@ -61,7 +61,7 @@ from numpy.typing import NDArray
 
 from drainsafe.pdb import status, unhealthy_pod_may_be_evicted
 from drainsafe.simulate.distributions import SurvivalTable, survival_table
-from drainsafe.simulate.groups import GroupLog, place_group, serves
+from drainsafe.simulate.groups import GroupLog, disruptions_needed, place_group, serves
 from drainsafe.simulate.scenario import Scenario
 from drainsafe.simulate.traffic import Rate
 
@@ -225,11 +225,12 @@ class _Engine:
         self.g_pods: list[list[int]] = []
         self.g_state: list[int] = []
         self.g_ready: list[int] = []  # its pods Ready
-        self.g_live: list[int] = []  # its pods not yet gone
-        self.g_from: list[float] = []
-        self.g_until: list[float] = []
-        self.g_last_ready: list[float] = []
-        self.g_first_deleted: list[float] = []
+        self.g_live: list[int] = []  # its pods not yet gone, once it is deleted
+        self.g_spell: list[int] = []  # its current serving spell
+        # Serving spells (drainsafe.simulate.groups.GroupLog).
+        self.sp_group: list[int] = []
+        self.sp_from: list[float] = []
+        self.sp_until: list[float] = []
         self.slot_w: list[int] = []
         self.slot_group: list[int] = []
         self.slot_removed: list[bool] = []
@@ -238,7 +239,8 @@ class _Engine:
         # slot it stands in for; per drainsafe step (node, workload), the slots it moves.
         self.moves: dict[int, _Move] = {}
         self.standin_for: dict[int, int] = {}
-        self.group_steps: dict[tuple[int, int], list[int]] = {}
+        self.group_steps: dict[tuple[int, int], list[int]] = {}  # stand-ins to be Ready
+        self.step_moves: dict[tuple[int, int], list[int]] = {}  # moves to finish together
         self.pending: deque[int] = deque()
 
         self.heap: list[tuple[float, int, int, int]] = []
@@ -350,7 +352,10 @@ class _Engine:
             self.ready_pods[w] += wl.group_size
             self.g_ready[g] = wl.group_size
             self.g_state[g] = _READY_STATE
-            self.g_from[g] = self.g_last_ready[g] = 0.0
+            self.g_spell[g] = len(self.sp_from)
+            self.sp_group.append(g)
+            self.sp_from.append(0.0)
+            self.sp_until.append(math.nan)
             self.ready[w] += 1
             self.routed_by[self.g_pods[g][0]] = self.all_consumers
 
@@ -418,21 +423,25 @@ class _Engine:
         )
 
     def group_log(self) -> GroupLog:
-        if not self.g_w:
+        if not self.sp_group:
             return GroupLog.empty()
         return GroupLog(
-            workload=np.array(self.g_w, dtype=np.int64),
-            standin=np.array([self.slot_standin[s] for s in self.g_slot], dtype=np.bool_),
-            serving_from=np.array(self.g_from), serving_until=np.array(self.g_until),
-            last_pod_ready=np.array(self.g_last_ready),
-            first_pod_deleted=np.array(self.g_first_deleted))
+            workload=np.array([self.g_w[g] for g in self.sp_group], dtype=np.int64),
+            group=np.array(self.sp_group, dtype=np.int64),
+            standin=np.array([self.slot_standin[self.g_slot[g]] for g in self.sp_group],
+                             dtype=np.bool_),
+            serving_from=np.array(self.sp_from), serving_until=np.array(self.sp_until))
 
     def wedge_reason(self) -> str:
         s = self.s
         for w, waiting in enumerate(self.waiters):
             if waiting:
-                return (f"workload {s.workloads[w].name}: its PodDisruptionBudget allows no "
-                        f"eviction and nothing will change that ({len(waiting)} pods waiting)")
+                wl = s.workloads[w]
+                what = (f"eviction of a whole group ({wl.group_size} pods)"
+                        if wl.group_size > 1 and s.upgrade.strategy == "drainsafe"
+                        else "eviction")
+                return (f"workload {wl.name}: its PodDisruptionBudget allows no {what} "
+                        f"and nothing will change that ({len(waiting)} pods waiting)")
         if self.pending:
             names = sorted({s.workloads[self.pod_w[p]].name for p in self.pending})
             hint = ("; make-before-break needs spare GPUs: add surge nodes"
@@ -510,13 +519,17 @@ class _Engine:
         # A replacement is added to the scale once there is room for it, not while Pending:
         # a make-before-break tool that over-commits would wedge its own budget.
         # Over a grouped workload the budget counts pods, not groups.
-        scale = max(self.s.workloads[w].pods, self.matched[w] - self.pending_of[w])
+        wl = self.s.workloads[w]
+        scale = max(wl.pods, self.matched[w] - self.pending_of[w])
         st = status(spec, expected_scale=scale, matched_pods=self.matched[w],
                     current_healthy=self.ready_pods[w])
         if self.pod_state[p] != _READY_STATE:
             return unhealthy_pod_may_be_evicted(spec, current_healthy=self.ready_pods[w],
                                                 desired=st.desired_healthy)
-        return st.disruptions_allowed > 0
+        need = 1
+        if self.pod_group[p] >= 0 and self.s.upgrade.strategy == "drainsafe":
+            need = disruptions_needed(wl.group_size, wl.recreates_group or self.is_leader(p))
+        return st.disruptions_allowed >= need
 
     def try_evict(self, p: int) -> None:
         state = self.pod_state[p]
@@ -536,9 +549,17 @@ class _Engine:
         self.try_evict(p)
 
     def delete(self, p: int) -> None:
-        if self.pod_group[p] >= 0:
-            # The LWS controller takes the rest of the group down with it.
-            self.delete_group(self.pod_group[p])
+        # The consumers' routing up to now, before p stops being Ready: a pod learnt of
+        # since the last deletion is routed to.
+        self.catch_up()
+        g = self.pod_group[p]
+        if g >= 0:
+            if self.s.workloads[self.g_w[g]].recreates_group or self.is_leader(p):
+                # The LWS controller takes the rest of the group down with it (or, under
+                # None, the leader's workers go with their StatefulSet it owns).
+                self.delete_group(g)
+            else:
+                self.delete_group_pod(p)
             return
         w = self.pod_w[p]
         was_ready = self.pod_state[p] == _READY_STATE
@@ -683,11 +704,8 @@ class _Engine:
         else:
             self.open_node(node)
             self.schedule_pending()
-        g = self.pod_group[p]
-        if g >= 0:
-            self.g_live[g] -= 1
-            if self.g_live[g] == 0:
-                self.group_gone(g)
+        if self.pod_group[p] >= 0:
+            self.group_pod_gone(p)
 
     def node_emptied(self, node: int) -> None:
         self.emptied[node] = self.now
@@ -716,7 +734,7 @@ class _Engine:
         self.pod_state[p] = _READY_STATE
         self.ready_pods[w] += 1
         if self.pod_group[p] >= 0:
-            self.group_pod_ready(self.pod_group[p])
+            self.group_pod_ready(p)
             self.wake_waiters(w)
             return
         self.ready[w] += 1
@@ -793,18 +811,23 @@ class _Engine:
         self.g_pods.append(pods)
         self.g_state.append(_PENDING)
         self.g_ready.append(0)
-        self.g_live.append(len(pods))
-        for times in (self.g_from, self.g_until, self.g_last_ready, self.g_first_deleted):
-            times.append(math.nan)
+        self.g_live.append(0)
+        self.g_spell.append(-1)
         self.slot_group[slot] = g
         return g
 
+    def is_leader(self, p: int) -> bool:
+        return self.g_pods[self.pod_group[p]][0] == p
+
     def place_pending_group(self, g: int) -> bool:
-        """All of the group's pods onto distinct nodes at once, or none of them."""
+        """The group's Pending pods onto distinct nodes at once, or none of them (a new
+        group: all of them; restartPolicy None: a recreated worker, away from the nodes
+        of its group's other pods)."""
         w = self.g_w[g]
         gpus = self.s.workloads[w].gpus
         pods = [p for p in self.g_pods[g] if self.pod_state[p] == _PENDING]
-        nodes = place_group(self.open_nodes, self.free, gpus, len(pods))
+        taken = {self.pod_node[p] for p in self.g_pods[g] if self.pod_state[p] != _PENDING}
+        nodes = place_group(self.open_nodes, self.free, gpus, len(pods), avoid=taken)
         if nodes is None:
             return False
         sampler = self.startup[w]
@@ -812,22 +835,36 @@ class _Engine:
             self.place(p, node)
             self.pod_state[p] = _STARTING
             self.push(self.now + sampler.next(), _READY, p)
-        self.g_state[g] = _STARTING
+        if self.g_state[g] == _PENDING:
+            self.g_state[g] = _STARTING
         return True
 
-    def group_pod_ready(self, g: int) -> None:
+    def group_pod_ready(self, p: int) -> None:
+        g = self.pod_group[p]
         w = self.g_w[g]
+        if self.is_leader(p):
+            # The Service selects leaders by their labels: consumers learn of a Ready
+            # leader whether or not its workers are Ready yet.
+            for changes, sampler in zip(self.route_changes, self.prop_add, strict=True):
+                heapq.heappush(changes, (self.now + sampler.next(), p, 1))
         self.g_ready[g] += 1
         if not serves(self.g_ready[g], self.size[w], self.g_state[g] == _TERMINATING):
             return
         self.g_state[g] = _READY_STATE
-        self.g_from[g] = self.g_last_ready[g] = self.now
         self.ready[w] += 1
         self.record_ready()
-        leader = self.g_pods[g][0]
-        for changes, sampler in zip(self.route_changes, self.prop_add, strict=True):
-            heapq.heappush(changes, (self.now + sampler.next(), leader, 1))
+        self.g_spell[g] = len(self.sp_from)
+        self.sp_group.append(g)
+        self.sp_from.append(self.now)
+        self.sp_until.append(math.nan)
         self.group_serving(g)
+
+    def stop_serving(self, g: int) -> None:
+        if self.g_state[g] != _READY_STATE:
+            return
+        self.ready[self.g_w[g]] -= 1
+        self.record_ready()
+        self.sp_until[self.g_spell[g]] = self.now
 
     def delete_group(self, g: int) -> None:
         """Every pod of the group goes (one evicted, the rest deleted by the LWS
@@ -835,36 +872,74 @@ class _Engine:
         state = self.g_state[g]
         if state in (_TERMINATING, _DELETED):
             return
+        self.catch_up()  # before any pod of it stops being Ready
         w = self.g_w[g]
+        self.stop_serving(g)
         self.g_state[g] = _TERMINATING
-        self.g_first_deleted[g] = self.now
-        serving = state == _READY_STATE
-        if serving:
-            self.ready[w] -= 1
-            self.g_until[g] = self.now
-            self.record_ready()
-        leader = self.g_pods[g][0]
         close = self.times[w].close
+        live = 0
         for p in self.g_pods[g]:
             pod_state = self.pod_state[p]
-            if pod_state in (_TERMINATING, _DELETED):
+            if pod_state == _DELETED:
                 continue
+            live += 1
+            if pod_state == _TERMINATING:
+                continue  # a worker already going (restartPolicy None)
             self.matched[w] -= 1
             if pod_state == _PENDING:
                 self.pod_state[p] = _DELETED
                 self.pending_of[w] -= 1
-                self.g_live[g] -= 1
+                live -= 1
                 continue
             self.pod_state[p] = _TERMINATING
             if pod_state == _READY_STATE:
                 self.ready_pods[w] -= 1
-            gone = self.serving_deleted(p, w) if p == leader and serving else close
-            self.push(self.now + gone, _GONE, p)
+                if self.is_leader(p):
+                    self.push(self.now + self.serving_deleted(p, w), _GONE, p)
+                    continue
+            self.push(self.now + close, _GONE, p)
+        self.g_live[g] = live
         move = self.moves.get(self.g_slot[g])
         if move is not None and move.old == g:
-            move.phase = _RELOADING
-        if self.g_live[g] == 0:
+            move.pods.clear()
+            self.reloading(move)
+        if live == 0:
             self.group_gone(g)
+
+    def delete_group_pod(self, p: int) -> None:
+        """restartPolicy None: a worker goes alone; its group stops serving until the
+        worker's StatefulSet has recreated it and it is Ready."""
+        g = self.pod_group[p]
+        w = self.g_w[g]
+        was_ready = self.pod_state[p] == _READY_STATE
+        self.pod_state[p] = _TERMINATING
+        self.matched[w] -= 1
+        if was_ready:
+            self.ready_pods[w] -= 1
+            self.g_ready[g] -= 1
+        self.stop_serving(g)
+        if self.g_state[g] == _READY_STATE:
+            self.g_state[g] = _STARTING
+        self.push(self.now + self.times[w].close, _GONE, p)
+        move = self.moves.get(self.g_slot[g])
+        if move is not None and move.old == g and p in move.pods:
+            move.pods.remove(p)
+            if not move.pods:
+                self.reloading(move)
+
+    def group_pod_gone(self, p: int) -> None:
+        g = self.pod_group[p]
+        if self.g_state[g] == _TERMINATING:
+            self.g_live[g] -= 1
+            if self.g_live[g] == 0:
+                self.group_gone(g)
+            return
+        # restartPolicy None: the worker StatefulSet recreates it under its name, now.
+        r = self.new_pod(self.g_w[g])
+        self.pod_group[r] = g
+        self.g_pods[g][self.g_pods[g].index(p)] = r
+        self.pending.append(r)
+        self.schedule_pending()
 
     def group_gone(self, g: int) -> None:
         """The last pod of the group is gone: the set recreates it under the same names."""
@@ -881,14 +956,25 @@ class _Engine:
         group, even when it has pods on several drained nodes)."""
         g = self.pod_group[p]
         slot = self.g_slot[g]
-        if slot in self.moves:
+        move = self.moves.get(slot)
+        if move is None:
+            standin = self.new_slot(self.g_w[g], standin=True)
+            self.pending.extend(self.g_pods[self.new_group(standin)])
+            self.moves[slot] = _Move(slot=slot, standin=standin, pods=[p], old=g, step=step)
+            self.standin_for[standin] = slot
+            if step is not None:
+                self.group_steps.setdefault(step, []).append(slot)
+                self.step_moves.setdefault(step, []).append(slot)
             return
-        standin = self.new_slot(self.g_w[g], standin=True)
-        self.pending.extend(self.g_pods[self.new_group(standin)])
-        self.moves[slot] = _Move(slot=slot, standin=standin, pod=p, old=g, step=step)
-        self.standin_for[standin] = slot
-        if step is not None:
-            self.group_steps.setdefault(step, []).append(slot)
+        if g != move.old:
+            # Its recreation landed on a node drained since: the stand-in still serves.
+            move.old, move.pods = g, [p]
+            self.evict_old(move)
+        elif p not in move.pods:
+            move.pods.append(p)
+            if move.phase != _SURGING:
+                move.phase = _EVICTING
+                self.try_evict(p)
 
     def slot_serving(self, slot: int) -> bool:
         return self.g_state[self.slot_group[slot]] == _READY_STATE
@@ -899,8 +985,8 @@ class _Engine:
         if moved is not None and self.moves[moved].phase == _SURGING:
             self.standin_ready(self.moves[moved])
         move = self.moves.get(slot)
-        if move is not None and move.phase == _RELOADING and move.old != g:
-            self.finish_move(move)
+        if move is not None:
+            self.maybe_reloaded(move)
 
     def standin_ready(self, move: _Move) -> None:
         if move.step is None:
@@ -917,13 +1003,37 @@ class _Engine:
 
     def evict_old(self, move: _Move) -> None:
         move.phase = _EVICTING
-        self.try_evict(move.pod)
-        if move.phase == _RELOADING and self.slot_serving(move.slot) \
-                and self.slot_group[move.slot] != move.old:
+        move.pods = [p for p in move.pods if self.pod_state[p] in (_STARTING, _READY_STATE)]
+        if not move.pods:  # gone meanwhile (its group went for another reason)
+            self.reloading(move)
+            return
+        for p in list(move.pods):
+            self.try_evict(p)
+
+    def reloading(self, move: _Move) -> None:
+        move.phase = _RELOADING
+        self.maybe_reloaded(move)
+
+    def maybe_reloaded(self, move: _Move) -> None:
+        """The moved group serves again: scale back down (drainsafe: once every group of
+        its step does, as it restores a workload's recorded replicas in one step)."""
+        if move.phase != _RELOADING or not self.slot_serving(move.slot):
+            return
+        move.phase = _RELOADED
+        if move.step is None:
             self.finish_move(move)
+            return
+        slots = self.step_moves.get(move.step, [])
+        moves = [self.moves[s] for s in slots if s in self.moves]
+        if all(m.phase == _RELOADED for m in moves):
+            self.step_moves.pop(move.step, None)
+            for m in moves:
+                self.finish_move(m)
 
     def finish_move(self, move: _Move) -> None:
-        """The moved group is Ready again: scale back down, the stand-in goes."""
+        """Scale back down: the stand-in goes."""
+        if self.moves.get(move.slot) is not move:
+            return
         self.moves.pop(move.slot, None)
         self.standin_for.pop(move.standin, None)
         self.remove_slot(move.standin)
@@ -936,7 +1046,7 @@ class _Engine:
         self.delete_group(self.slot_group[slot])
 
 
-_SURGING, _EVICTING, _RELOADING = range(3)
+_SURGING, _EVICTING, _RELOADING, _RELOADED = range(4)
 
 
 @dataclass
@@ -945,8 +1055,8 @@ class _Move:
 
     slot: int
     standin: int
-    pod: int
-    """The group's pod on the drained node, the one to evict."""
+    pods: list[int]
+    """The group's pods on drained nodes still to evict."""
     old: int
     """The incarnation being moved."""
     step: tuple[int, int] | None

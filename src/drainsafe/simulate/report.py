@@ -34,7 +34,7 @@ def print_result(result: Result, console: Console) -> None:
     s = result.scenario
     console.print(
         f"[bold]{s.name}[/]: {s.nodes} nodes x {s.gpus_per_node} GPUs, "
-        f"{sum(w.replicas for w in s.workloads)} pods in {len(s.workloads)} workloads; "
+        f"{sum(w.pods for w in s.workloads)} pods in {len(s.workloads)} workloads; "
         f"{s.upgrade.strategy} drain, parallelism {s.upgrade.parallelism}, "
         f"surge {s.upgrade.surge_nodes}")
     for w in s.workloads:

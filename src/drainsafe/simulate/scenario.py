@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS, DEFAULT_GRACE_SECONDS, Budget
+from drainsafe.kube.objects import lws_policy_recreates_group
 from drainsafe.pdb import BudgetSpecError, PdbSpec
 from drainsafe.simulate.distributions import (
     Constant,
@@ -31,6 +32,9 @@ from drainsafe.simulate.distributions import (
 
 Strategy = Literal["kubectl", "drainsafe", "surge"]
 STRATEGIES: tuple[Strategy, ...] = ("kubectl", "drainsafe", "surge")
+# A LeaderWorkerSet's restartPolicy values (kubernetes-sigs/lws v0.10.0
+# api/leaderworkerset/v1/leaderworkerset_types.go; Default is the deprecated None).
+RESTART_POLICIES = ("RecreateGroupOnPodRestart", "RecreateGroupAfterStart", "None", "Default")
 
 KUBECTL_EVICTION_RETRY_SECONDS = 5.0
 """kubectl drain retries an eviction refused by a PodDisruptionBudget (429) every 5 s.
@@ -112,11 +116,19 @@ class Workload:
     """Pods per replica. Above 1 the workload is grouped (a LeaderWorkerSet): each replica
     is a leader and group_size - 1 workers of `gpus` GPUs each, every pod on a node of its
     own; traffic goes to the leader; the replica serves only while every pod of it is
-    Ready, and losing any pod loses the whole group (drainsafe.simulate.groups)."""
+    Ready (drainsafe.simulate.groups)."""
+    restart_policy: str = "RecreateGroupOnPodRestart"
+    """The LWS's restartPolicy: RecreateGroupOnPodRestart (default) or
+    RecreateGroupAfterStart lose the whole group with any pod; None (or the deprecated
+    Default) only the pod, but for a leader, whose deletion takes its workers."""
 
     @property
     def pods(self) -> int:
         return self.replicas * self.group_size
+
+    @property
+    def recreates_group(self) -> bool:
+        return lws_policy_recreates_group(self.restart_policy)
 
 
 @dataclass(frozen=True)
@@ -342,6 +354,8 @@ def _workload(f: _Fields, gpus_per_node: int, nodes: int) -> Workload:
         diurnal=diurnal,
         max_concurrency=concurrency,
         group_size=group_size,
+        restart_policy=f.choice("restart_policy", RESTART_POLICIES,
+                                default="RecreateGroupOnPodRestart"),
     )
     f.done()
     return w
