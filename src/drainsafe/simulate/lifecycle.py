@@ -47,6 +47,11 @@ Kubernetes behaviour modelled (and where it comes from):
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
   takes Pending pods; `parallelism` nodes are in the upgrade at once. Surge nodes join at the
   start, already upgraded, and are not drained.
+- Grouped workloads (a LeaderWorkerSet's groups spanning several nodes): the rules, and what
+  each strategy does with a group, are in drainsafe.simulate.groups; the engine's part is
+  the "groups" section below. Consumers catch up on their routing at every deletion before
+  the deleted pod stops being Ready, so a pod whose only later deletion is its own (a
+  recreated group's leader, a stand-in's) still carries its traffic.
 """
 
 from __future__ import annotations
