@@ -186,6 +186,18 @@ def test_group_fields_are_checked(changes: dict[str, Any], path: str, words: str
     assert err.value.path == path and words in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize(("nodes", "path", "words"), [
+    ([1, 7], "upgrade.nodes[1]", "expected a node index 0..6"),
+    ([2, 2], "upgrade.nodes[1]", "node 2 is listed twice"),
+    ([], "upgrade.nodes", "non-empty list"),
+])
+def test_the_nodes_drained_are_checked(nodes: list[int], path: str, words: str) -> None:
+    data = lws(drain=nodes)
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(data)
+    assert err.value.path == path and words in str(err.value), str(err.value)
+
+
 def serving_at(log: GroupLog, t: float, standin: bool) -> int:
     return log.serving_at(t, standin=standin)
 
