@@ -4,7 +4,10 @@ Default run (a few minutes at most on one core):
 - the goal case: 1,000 nodes x 8 GPUs, 24 h of traffic at 200 requests/s (about 17 million
   requests), both drain strategies; target <= 10 s on one core;
 - the peer: bench/simpy_reference.py (every request an event) on a smaller case, and
-  drainsafe simulate on that same case, reporting the speed ratio.
+  drainsafe simulate on that same case, reporting the speed ratio;
+- the 500 x 8 example (whole-node pods, 1-GPU pods and LeaderWorkerSet groups spanning two
+  nodes): the three strategies side by side, on the example's settings and on the drain
+  delay and grace its sweep finds, at two layouts (the figures docs/simulate.md shows).
 
 Flags make bigger runs: --nodes 4000 --hours 72 --rate 1000, --ref-minutes 60.
 """
@@ -27,8 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rich.console import Console
 from rich.table import Table
 
-from drainsafe.simulate.scenario import Scenario, parse_scenario
-from drainsafe.simulate.simulation import simulate
+from drainsafe.simulate.scenario import STRATEGIES, Scenario, load_scenario, parse_scenario
+from drainsafe.simulate.simulation import Result, simulate
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "scenarios" / "fleet-500x8.yaml"
 
 
 def fleet(nodes: int, hours: float, rate: float, strategy: str, surge: int) -> Scenario:
@@ -60,6 +65,58 @@ def fleet(nodes: int, hours: float, rate: float, strategy: str, surge: int) -> S
         "upgrade": {"strategy": strategy, "parallelism": 16, "surge_nodes": surge,
                     "node_upgrade": {"p50": 300, "p99": 600}, "start": "2h"},
     })
+
+
+def with_settings(s: Scenario, *, strategy: str, parallelism: int, surge: int,
+                  delay: float | None = None, grace: float | None = None) -> Scenario:
+    """The scenario under another layout, and (both given) another drain delay and grace
+    for every workload, the shutdown deadline refitted to them (grace - delay - buffer)."""
+    up = dataclasses.replace(s.upgrade, strategy=strategy, parallelism=parallelism,
+                             surge_nodes=surge)
+    workloads = s.workloads
+    if delay is not None and grace is not None:
+        workloads = tuple(dataclasses.replace(w, termination=dataclasses.replace(
+            w.termination, drain_delay=delay, grace=grace,
+            shutdown_deadline=grace - delay - w.termination.buffer)) for w in workloads)
+    return dataclasses.replace(s, upgrade=up, workloads=workloads)
+
+
+def hours_short(r: Result, w: int) -> float:
+    """Hours during which workload w had fewer Ready replicas (groups) than desired."""
+    lc = r.lifecycle
+    ends = [*lc.ready_times[1:].tolist(), lc.end]
+    want = r.scenario.workloads[w].replicas
+    return sum(e - t for t, e, n in zip(lc.ready_times, ends, lc.ready_counts[:, w],
+                                        strict=True) if n < want) / 3600
+
+
+def example_comparison(console: Console) -> None:
+    base = load_scenario(EXAMPLE)
+    [grouped] = [i for i, w in enumerate(base.workloads) if w.group_size > 1]
+    g = base.workloads[grouped]
+    table = Table(title=f"the {base.name} example ({g.replicas} groups of {g.group_size} x "
+                  f"{g.gpus} GPUs among its workloads): the strategies side by side",
+                  title_justify="left")
+    for col in ("settings", "layout", "strategy", "failed (race/cut)", "lowest capacity",
+                f"fewest Ready {g.name}", f"{g.name} short h", "node drain mean/max min",
+                "upgrade h"):
+        table.add_column(col, justify="right")
+    for label, delay, grace in (("example's", None, None), ("delay 60, grace 150", 60.0,
+                                                            150.0)):
+        for parallelism, surge in ((4, 0), (64, 16)):
+            for strategy in STRATEGIES:
+                r = simulate(with_settings(base, strategy=strategy, parallelism=parallelism,
+                                           surge=surge, delay=delay, grace=grace))
+                f = r.counts.failures
+                drains = r.node_drain_seconds() / 60
+                table.add_row(label, f"p{parallelism} s{surge}", strategy,
+                              f"{r.failed:,} ({f['race']:,}/"
+                              f"{f['cut_deadline'] + f['cut_sigkill']:,})",
+                              f"{r.min_capacity:.2%}", f"{r.min_ready()[g.name]} of {g.replicas}",
+                              f"{hours_short(r, grouped):.2f}",
+                              f"{drains.mean():.1f}/{drains.max():.1f}",
+                              f"{r.upgrade_time / 3600:.2f}")
+    console.print(table)
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -100,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r.lifecycle.events / wall:,.0f}", f"{r.counts.requests / wall:,.0f}",
                      f"{r.failed:,}", f"{r.upgrade_time / 3600:.1f}")
     console.print(goal)
+    example_comparison(console)
 
     from simpy_reference import run_reference
 

@@ -38,9 +38,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from lightkube.resources.core_v1 import Pod
 
+from drainsafe.demo.scenario import ScenarioSettings
 from drainsafe.lab.cluster import Lab, pids_alive
 from drainsafe.lab.node.probes import LoopStalls
 from drainsafe.simulate.scenario import parse_scenario
@@ -335,3 +337,138 @@ async def test_lab_and_simulator_agree_on_the_surge_path(tmp_path: Path) -> None
     for seconds, lost in zip(drain_seconds, stalled, strict=True):
         assert sim_drain - 1.0 <= seconds <= sim_drain + 3.0 + lost, report
 
+
+
+# -- a LeaderWorkerSet: groups of 2 pods, a worker's node drained (issue 29) --
+
+GROUP_SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.0, model_load=2, warmup=1.0,
+                                  kind="LeaderWorkerSet", group_size=2, nodes=7)
+
+
+def group_mirror(tool: str, startup: float, seed: int = 0) -> dict[str, Any]:
+    """The lab's LWS in the simulator: 2 groups of a leader and a worker on 7 one-GPU
+    nodes (first fit: group 0 on nodes 0 and 1), the node of group 0's worker drained,
+    drainsafe serve's drain delay and deadline, the harness's closed-loop streams as a rate
+    (Little's law: concurrency / stream length), the PDB of the harness (maxUnavailable =
+    one group's pods) and the start-up this run measured."""
+    s = GROUP_SETTINGS
+    deadline = s.shutdown_timeout if s.shutdown_timeout is not None \
+        else max(s.grace - s.drain_delay - 5, 1)
+    return {
+        "name": "lab-mirror-lws", "seed": seed,
+        "fleet": {"nodes": s.nodes, "gpus_per_node": 1},
+        "traffic": {"duration": 60},
+        "consumers": [{"name": "clusterip", "share": 1.0, "propagation": s.propagation}],
+        "workloads": [{
+            "name": NAME, "replicas": s.replicas, "group_size": s.group_size, "gpus": 1,
+            "rate": s.concurrency / s.stream_seconds, "durations": s.stream_seconds,
+            "startup": round(startup, 2), "pdb": {"maxUnavailable": s.group_size},
+            "termination": {"grace": s.grace, "drain_delay": s.drain_delay,
+                            "shutdown_deadline": deadline},
+        }],
+        "upgrade": {"strategy": "drainsafe" if tool == "drainsafe" else "kubectl",
+                    "parallelism": 1, "nodes": [1], "node_upgrade": 600, "start": 5},
+    }
+
+
+def seconds_short(result: Any, want: int) -> float:
+    """Simulated seconds with fewer than `want` Ready groups."""
+    lc = result.lifecycle
+    ends = np.append(lc.ready_times[1:], lc.end)
+    return float(((ends - lc.ready_times) * (lc.ready_counts[:, 0] < want)).sum())
+
+
+async def two_groups_settled(lab: Lab) -> None:
+    """The stand-in group removed again: 4 pods, none terminating (the kubectl run then
+    picks its worker's node among groups 0 and 1 only)."""
+    from drainsafe.demo.scenario import APP, NAMESPACE
+    from drainsafe.kube import Informer, KubeClient, api_path
+    from drainsafe.kube.objects import is_terminating
+
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, Informer(
+            client, api_path("v1", "pods", namespace=NAMESPACE),
+            label_selector=f"app={APP}") as pods:
+        await pods.wait_for(lambda c: len(c) == 4 and not any(
+            is_terminating(p) for p in c.values()), timeout=60, what="groups 0 and 1 only")
+
+
+@pytest.mark.timeout(240)
+async def test_lab_and_simulator_agree_on_a_group_drain(tmp_path: Path) -> None:
+    """A LeaderWorkerSet of 2 groups of 2 (lws v0.10.0, the lab's controller,
+    RecreateGroupOnPodRestart) on 7 one-GPU nodes, under the demo harness's streaming load
+    through a Service over the leaders: the node of a worker drained with `drainsafe drain`
+    (a stand-in group first), then another worker's node with the real `kubectl drain` (the
+    whole group goes and reloads). The simulator, given the run's measured start-up,
+    predicts for each: the lowest count of Ready groups (2 and 1: exact), the node drain
+    time (cordon, here the drain's start, to the worker gone), and for kubectl the seconds
+    with a group short (the old leader's exit plus the recreated group's start-up).
+
+    Tolerances, derived as for the single-pod cases above: node drain time within the
+    model's -1.0 s .. +3.0 s, plus the event loop's measured stalls during the run and, for
+    kubectl, what a no-op kubectl cost just before (its process start precedes its
+    eviction); kubectl's seconds short within -1.0 s .. +3.0 s plus the same (the recreated
+    group turns Ready at a readiness probe's period, 1 s, after its model load)."""
+    from drainsafe.demo.scenario import run_drain_under_load
+
+    stalls = LoopStalls.for_loop()
+    stalls.acquire()
+    began = time.monotonic()
+    seen: set[int] = set()
+    async with Lab(tmp_path / "lab", nodes=GROUP_SETTINGS.nodes, gpus_per_node=1,
+                   propagation_seconds=GROUP_SETTINGS.propagation, ingress=False, seed=11,
+                   restart_backoff=0.5) as lab:
+        try:
+            async def with_lws(lab: Any) -> list[dict[str, Any]]:
+                await lab.install_leaderworkerset()
+                return []
+
+            t0 = time.monotonic()
+            ours = await run_drain_under_load(lab, "drainsafe", GROUP_SETTINGS,
+                                              prepare=with_lws)
+            ours_stalled = stalls.stalled(t0, time.monotonic())
+            seen.update(lab.pids())
+            await two_groups_settled(lab)
+            await kubectl(lab, "uncordon", ours.node)
+            theirs_stalled, noop = 0.0, 0.0
+            if shutil.which("kubectl") is not None or KUBECTL.exists():
+                await kubectl(lab, "get", "nodes")  # API discovery cached
+                t0 = time.monotonic()
+                await kubectl(lab, "get", "nodes")  # what one kubectl costs right now
+                noop = time.monotonic() - t0
+                theirs = await run_drain_under_load(lab, "kubectl", GROUP_SETTINGS)
+                theirs_stalled = stalls.stalled(t0, time.monotonic())
+            else:
+                theirs = None
+        finally:
+            seen.update(lab.pids())
+            stalls.release()
+    assert pids_alive(seen) == []
+    print(f"group lab case: {time.monotonic() - began:.1f} s")
+
+    runs = [("drainsafe", ours, ours_stalled, 0.0)]
+    if theirs is not None:
+        runs.append(("kubectl", theirs, theirs_stalled, noop))
+    for tool, r, stalled, lag in runs:
+        assert r.exit_code == 0, r.detail
+        assert r.ok > 20, r.to_dict()
+        assert r.group_startup_seconds is not None and r.empty_seconds is not None, \
+            r.to_dict()
+        sims = [simulate(parse_scenario(group_mirror(tool, r.group_startup_seconds, seed)))
+                for seed in range(20)]
+        assert all(s.finished for s in sims)
+        sim_lowest = {s.min_ready()[NAME] for s in sims}
+        sim_drain = float(np.mean([s.node_drain_seconds().mean() for s in sims]))
+        sim_short = float(np.mean([seconds_short(s, 2) for s in sims]))
+        report = (f"{tool}: lab lowest Ready groups {r.lowest_ready}, node drained in "
+                  f"{r.empty_seconds:.2f} s, {r.seconds_below_desired:.2f} s a group short, "
+                  f"group start-up {r.group_startup_seconds:.2f} s (pods' "
+                  f"{r.startup_seconds:.2f} s), failed {r.failed}, loop stalled "
+                  f"{stalled:.2f} s, kubectl no-op {lag:.2f} s; simulator lowest "
+                  f"{sorted(sim_lowest)}, drain {sim_drain:.2f} s, short {sim_short:.2f} s")
+        print(report)
+        assert sim_lowest == {r.lowest_ready}, report
+        assert r.lowest_ready == (2 if tool == "drainsafe" else 1), report
+        assert sim_drain - 1.0 <= r.empty_seconds <= sim_drain + 3.0 + stalled + lag, report
+        if tool == "kubectl":
+            assert sim_short - 1.0 <= r.seconds_below_desired \
+                <= sim_short + 3.0 + stalled + lag, report

@@ -240,6 +240,9 @@ class ScenarioResult:
     longest_request_seconds: float = 0.0  # the longest successful request of the run
     replicas: int = 0
     startup_seconds: float | None = None  # replacement created -> Ready
+    # A LeaderWorkerSet: a new group's first pod created -> its last pod Ready (the leader's
+    # pods come first, its workers' StatefulSet after it)
+    group_startup_seconds: float | None = None
     lower_bound_seconds: float = 0.0  # of the drain command's time, from the settings alone
     capacity_bound_seconds: float = 0.0  # of the time to full Ready capacity, from settings
     causes: dict[str, int] = field(default_factory=dict)  # failed requests by cause
@@ -274,11 +277,15 @@ class ReadyTracker:
         self.group_of: dict[str, int] = {}
         self.history: list[tuple[float, int]] = []
         self.created: dict[str, float] = {}
-        self.ready_at: dict[str, float] = {}
         self.node_of: dict[str, str] = {}
         self.deleted_at: dict[str, float] = {}
         self.disruption_target: set[str] = set()
         self._state: dict[str, tuple[bool, bool]] = {}
+        # Per pod object (a StatefulSet's or an LWS's recreation reuses the name): when it
+        # was first seen, and (seen, first Ready) once it has started up.
+        self._born: dict[str, float] = {}
+        self.startups: list[tuple[str, float, float]] = []
+        self._up: set[str] = set()
 
     def on_event(self, kind: str, pod: dict[str, Any]) -> None:
         now = time.time()
@@ -292,6 +299,7 @@ class ReadyTracker:
         ready = is_ready(pod)
         terminating = is_terminating(pod)
         self.created.setdefault(name, now)
+        born = self._born.setdefault(name, now)
         if (pod.get("spec") or {}).get("nodeName"):
             self.node_of[name] = str(pod["spec"]["nodeName"])
         if (condition(pod, "DisruptionTarget") or {}).get("status") == "True":
@@ -299,11 +307,14 @@ class ReadyTracker:
         before = self._state.get(name, (False, False))
         if kind == "DELETED":
             self._state.pop(name, None)
+            self._born.pop(name, None)
+            self._up.discard(name)
             self.deleted_at[name] = now
         else:
             self._state[name] = (ready and not terminating, terminating)
-            if ready and not before[0] and not terminating:
-                self.ready_at.setdefault(name, now)
+            if ready and not before[0] and not terminating and name not in self._up:
+                self._up.add(name)
+                self.startups.append((name, born, now))
         count = self.ready()
         if not self.history or self.history[-1][1] != count:
             self.history.append((now, count))
@@ -520,9 +531,17 @@ async def run_drain_under_load(
             if k.startswith("drainsafe.io/"))
     back = tracker.capacity_back(started, s.replicas)
     result.capacity_seconds = None if back is None else back - started
-    new = [n for n in tracker.ready_at if tracker.created.get(n, 0) >= started]
+    # Pods started during the drain, recreations under an old name included.
+    new = [(name, born, ready) for name, born, ready in tracker.startups if born >= started]
     if new:
-        result.startup_seconds = max(tracker.ready_at[n] - tracker.created[n] for n in new)
+        result.startup_seconds = max(ready - born for _, born, ready in new)
+        spans: dict[int, tuple[float, float]] = {}
+        for name, born, ready in new:
+            if (group := tracker.group_of.get(name)) is not None:
+                first, last = spans.get(group, (born, ready))
+                spans[group] = (min(first, born), max(last, ready))
+        if spans:
+            result.group_startup_seconds = max(last - first for first, last in spans.values())
     result.longest_request_seconds = max((r.total for r in run.results if r.outcome.ok),
                                          default=0.0)
     result.lower_bound_seconds, result.capacity_bound_seconds = lower_bounds(tool, s)

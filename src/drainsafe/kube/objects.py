@@ -349,6 +349,11 @@ def lws_exclusive_topology(lws: Obj) -> str | None:
 def lws_recreates_group(lws: Obj) -> bool:
     """One pod of a group deleted or evicted takes the whole group down and back."""
     policy = ((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("restartPolicy")
+    return lws_policy_recreates_group(policy)
+
+
+def lws_policy_recreates_group(policy: object) -> bool:
+    """The same rule on the restartPolicy value alone (absent: the default, which does)."""
     return policy is None or policy in LWS_RECREATE_GROUP_POLICIES
 
 

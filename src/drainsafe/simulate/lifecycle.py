@@ -47,6 +47,11 @@ Kubernetes behaviour modelled (and where it comes from):
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
   takes Pending pods; `parallelism` nodes are in the upgrade at once. Surge nodes join at the
   start, already upgraded, and are not drained.
+- Grouped workloads (a LeaderWorkerSet's groups spanning several nodes): the rules, and what
+  each strategy does with a group, are in drainsafe.simulate.groups; the engine's part is
+  the "groups" section below. Consumers catch up on their routing at every deletion before
+  the deleted pod stops being Ready, so a pod whose only later deletion is its own (a
+  recreated group's leader, a stand-in's) still carries its traffic.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from numpy.typing import NDArray
 
 from drainsafe.pdb import status, unhealthy_pod_may_be_evicted
 from drainsafe.simulate.distributions import SurvivalTable, survival_table
+from drainsafe.simulate.groups import GroupLog, disruptions_needed, place_group, serves
 from drainsafe.simulate.scenario import Scenario
 from drainsafe.simulate.traffic import Rate
 
@@ -128,6 +134,7 @@ class Lifecycle:
     pending_max: int = 0
     survival: list[SurvivalTable] = field(default_factory=list)
     times: list[TerminationTimes] = field(default_factory=list)
+    groups: GroupLog = field(default_factory=GroupLog.empty)
 
 
 class _Sampler:
@@ -207,11 +214,38 @@ class _Engine:
         self.all_consumers = (1 << nc) - 1
         self.routed_by: list[int] = []  # per pod, a bit per consumer that routes to it
         self.waiters: list[list[int]] = [[] for _ in range(nw)]
-        # drainsafe strategy: the surge of one workload on one node is one group: its old
-        # pods are evicted once every new pod of the group is Ready.
-        self.group_old: dict[tuple[int, int], list[int]] = {}
-        self.group_new: dict[tuple[int, int], set[int]] = {}
-        self.group_of: dict[int, tuple[int, int]] = {}  # new pod -> its group
+        # drainsafe strategy: the surge of one workload on one node is one step: its old
+        # pods are evicted once every new pod of the step is Ready.
+        self.step_old: dict[tuple[int, int], list[int]] = {}
+        self.step_new: dict[tuple[int, int], set[int]] = {}
+        self.step_of: dict[int, tuple[int, int]] = {}  # new pod -> its step
+
+        # Grouped workloads (drainsafe.simulate.groups): a slot is a replica's identity
+        # (the group index), a group one incarnation of it, all of its pods together.
+        self.size = [w.group_size for w in s.workloads]
+        self.ready_pods = [0] * nw  # what a PodDisruptionBudget counts healthy
+        self.pod_group: list[int] = []
+        self.g_w: list[int] = []
+        self.g_slot: list[int] = []
+        self.g_pods: list[list[int]] = []
+        self.g_state: list[int] = []
+        self.g_ready: list[int] = []  # its pods Ready
+        self.g_live: list[int] = []  # its pods not yet gone, once it is deleted
+        self.g_spell: list[int] = []  # its current serving spell
+        # Serving spells (drainsafe.simulate.groups.GroupLog).
+        self.sp_group: list[int] = []
+        self.sp_from: list[float] = []
+        self.sp_until: list[float] = []
+        self.slot_w: list[int] = []
+        self.slot_group: list[int] = []
+        self.slot_removed: list[bool] = []
+        self.slot_standin: list[bool] = []
+        # Make before break for groups: per drained slot, its move; per stand-in slot, the
+        # slot it stands in for; per drainsafe step (node, workload), the slots it moves.
+        self.moves: dict[int, _Move] = {}
+        self.standin_for: dict[int, int] = {}
+        self.group_steps: dict[tuple[int, int], list[int]] = {}  # stand-ins to be Ready
+        self.step_moves: dict[tuple[int, int], list[int]] = {}  # moves to finish together
         self.pending: deque[int] = deque()
 
         self.heap: list[tuple[float, int, int, int]] = []
@@ -236,7 +270,9 @@ class _Engine:
         self.drain_started = [math.nan] * s.nodes
         self.emptied = [math.nan] * s.nodes
         self.back = [math.nan] * s.nodes
-        self.to_drain = deque(range(s.nodes))
+        self.to_drain = deque(s.upgrade.nodes if s.upgrade.nodes is not None
+                              else range(s.nodes))
+        self.drained = tuple(self.to_drain)
         self.nodes_done = 0
         self.pending_max = 0
 
@@ -253,6 +289,7 @@ class _Engine:
         self.pod_replaces.append(replaces)
         self.pod_first_refusal.append(math.nan)
         self.routed_by.append(0)
+        self.pod_group.append(-1)
         self.matched[w] += 1
         self.pending_of[w] += 1
         return p
@@ -289,6 +326,9 @@ class _Engine:
         for n in range(s.nodes):
             self.open_nodes[n] = None
         for w, wl in enumerate(s.workloads):
+            if wl.group_size > 1:
+                self.place_initial_groups(w)
+                continue
             for _ in range(wl.replicas):
                 p = self.new_pod(w)
                 node = self.fit(wl.gpus)
@@ -299,8 +339,30 @@ class _Engine:
                 self.place(p, node)
                 self.pod_state[p] = _READY_STATE
                 self.ready[w] += 1
+                self.ready_pods[w] += 1
                 self.routed_by[p] = self.all_consumers
         self.ready_rows.append(list(self.ready))
+
+    def place_initial_groups(self, w: int) -> None:
+        wl = self.s.workloads[w]
+        for _ in range(wl.replicas):
+            g = self.new_group(self.new_slot(w, standin=False))
+            nodes = place_group(self.open_nodes, self.free, wl.gpus, wl.group_size)
+            if nodes is None:
+                raise ValueError(f"workload {wl.name}: groups do not pack onto the fleet "
+                                 f"({wl.group_size} nodes with {wl.gpus} GPUs free each)")
+            for p, node in zip(self.g_pods[g], nodes, strict=True):
+                self.place(p, node)
+                self.pod_state[p] = _READY_STATE
+            self.ready_pods[w] += wl.group_size
+            self.g_ready[g] = wl.group_size
+            self.g_state[g] = _READY_STATE
+            self.g_spell[g] = len(self.sp_from)
+            self.sp_group.append(g)
+            self.sp_from.append(0.0)
+            self.sp_until.append(math.nan)
+            self.ready[w] += 1
+            self.routed_by[self.g_pods[g][0]] = self.all_consumers
 
     def fit(self, gpus: int) -> int:
         for node in self.open_nodes:
@@ -317,7 +379,7 @@ class _Engine:
             self.push(start + self.surge_ready.next(), _SURGE, s.nodes + i)
         # The first batch is cordoned together, as upgrade tools do, so that no replacement
         # lands on a node whose drain starts in the same instant.
-        for _ in range(min(s.upgrade.parallelism, s.nodes)):
+        for _ in range(min(s.upgrade.parallelism, len(self.drained))):
             node = self.to_drain.popleft()
             self.cordoned[node] = True
             self.open_nodes.pop(node, None)
@@ -334,9 +396,9 @@ class _Engine:
             self.events += 1
             handlers[kind](arg)
 
-        finished = self.nodes_done == s.nodes
+        finished = self.nodes_done == len(self.drained)
         wedged = None if finished else self.wedge_reason()
-        upgrade_finished = max(self.back) if finished else math.nan
+        upgrade_finished = max(self.back[n] for n in self.drained) if finished else math.nan
         end = max(s.horizon, self.now)
         return Lifecycle(
             scenario=s,
@@ -362,14 +424,29 @@ class _Engine:
             pending_max=self.pending_max,
             survival=self.survival,
             times=self.times,
+            groups=self.group_log(),
         )
+
+    def group_log(self) -> GroupLog:
+        if not self.sp_group:
+            return GroupLog.empty()
+        return GroupLog(
+            workload=np.array([self.g_w[g] for g in self.sp_group], dtype=np.int64),
+            group=np.array(self.sp_group, dtype=np.int64),
+            standin=np.array([self.slot_standin[self.g_slot[g]] for g in self.sp_group],
+                             dtype=np.bool_),
+            serving_from=np.array(self.sp_from), serving_until=np.array(self.sp_until))
 
     def wedge_reason(self) -> str:
         s = self.s
         for w, waiting in enumerate(self.waiters):
             if waiting:
-                return (f"workload {s.workloads[w].name}: its PodDisruptionBudget allows no "
-                        f"eviction and nothing will change that ({len(waiting)} pods waiting)")
+                wl = s.workloads[w]
+                what = (f"eviction of a whole group ({wl.group_size} pods)"
+                        if wl.group_size > 1 and s.upgrade.strategy == "drainsafe"
+                        else "eviction")
+                return (f"workload {wl.name}: its PodDisruptionBudget allows no {what} "
+                        f"and nothing will change that ({len(waiting)} pods waiting)")
         if self.pending:
             names = sorted({s.workloads[self.pod_w[p]].name for p in self.pending})
             hint = ("; make-before-break needs spare GPUs: add surge nodes"
@@ -398,36 +475,43 @@ class _Engine:
                 if self.pod_state[p] in (_TERMINATING, _DELETED):
                     continue
                 key = (node, self.pod_w[p])
+                if self.pod_group[p] >= 0:
+                    self.surge_group(p, key)
+                    continue
                 r = self.new_pod(self.pod_w[p], replaces=p)
                 self.replaced_by[p] = r
-                self.group_old.setdefault(key, []).append(p)
-                self.group_new.setdefault(key, set()).add(r)
-                self.group_of[r] = key
+                self.step_old.setdefault(key, []).append(p)
+                self.step_new.setdefault(key, set()).add(r)
+                self.step_of[r] = key
                 self.pending.append(r)
             self.schedule_pending()
         else:
             # Make before break for every pod on the node, a starting one included: evicting
             # it now would only be refused by the budget and retried once it serves.
             for p in pods:
+                if self.pod_group[p] >= 0:
+                    if self.pod_state[p] not in (_TERMINATING, _DELETED):
+                        self.surge_group(p, None)
+                    continue
                 r = self.new_pod(self.pod_w[p], replaces=p)
                 self.replaced_by[p] = r
                 self.pending.append(r)
             self.schedule_pending()
 
-    def group_ready(self, r: int) -> None:
-        """drainsafe: a new pod is Ready; when its whole group is, evict the group's old pods
+    def step_ready(self, r: int) -> None:
+        """drainsafe: a new pod is Ready; when its whole step is, evict the step's old pods
         (the budget decides how many go now; the rest wait for it)."""
-        key = self.group_of.get(r)
+        key = self.step_of.get(r)
         if key is None:
             old = self.pod_replaces[r]
             if old >= 0:
                 self.try_evict(old)
             return
-        if any(self.pod_state[n] != _READY_STATE for n in self.group_new[key]):
+        if any(self.pod_state[n] != _READY_STATE for n in self.step_new[key]):
             return
-        for n in self.group_new.pop(key):
-            self.group_of.pop(n, None)
-        for old in self.group_old.pop(key):
+        for n in self.step_new.pop(key):
+            self.step_of.pop(n, None)
+        for old in self.step_old.pop(key):
             self.try_evict(old)
 
     def evictable(self, p: int) -> bool:
@@ -439,13 +523,18 @@ class _Engine:
         # disruption controller counts that scale (so an extra Ready pod is no free slack).
         # A replacement is added to the scale once there is room for it, not while Pending:
         # a make-before-break tool that over-commits would wedge its own budget.
-        scale = max(self.s.workloads[w].replicas, self.matched[w] - self.pending_of[w])
+        # Over a grouped workload the budget counts pods, not groups.
+        wl = self.s.workloads[w]
+        scale = max(wl.pods, self.matched[w] - self.pending_of[w])
         st = status(spec, expected_scale=scale, matched_pods=self.matched[w],
-                    current_healthy=self.ready[w])
+                    current_healthy=self.ready_pods[w])
         if self.pod_state[p] != _READY_STATE:
-            return unhealthy_pod_may_be_evicted(spec, current_healthy=self.ready[w],
+            return unhealthy_pod_may_be_evicted(spec, current_healthy=self.ready_pods[w],
                                                 desired=st.desired_healthy)
-        return st.disruptions_allowed > 0
+        need = 1
+        if self.pod_group[p] >= 0 and self.s.upgrade.strategy == "drainsafe":
+            need = disruptions_needed(wl.group_size, wl.recreates_group or self.is_leader(p))
+        return st.disruptions_allowed >= need
 
     def try_evict(self, p: int) -> None:
         state = self.pod_state[p]
@@ -465,6 +554,18 @@ class _Engine:
         self.try_evict(p)
 
     def delete(self, p: int) -> None:
+        # The consumers' routing up to now, before p stops being Ready: a pod learnt of
+        # since the last deletion is routed to.
+        self.catch_up()
+        g = self.pod_group[p]
+        if g >= 0:
+            if self.s.workloads[self.g_w[g]].recreates_group or self.is_leader(p):
+                # The LWS controller takes the rest of the group down with it (or, under
+                # None, the leader's workers go with their StatefulSet it owns).
+                self.delete_group(g)
+            else:
+                self.delete_group_pod(p)
+            return
         w = self.pod_w[p]
         was_ready = self.pod_state[p] == _READY_STATE
         self.pod_state[p] = _TERMINATING
@@ -472,24 +573,9 @@ class _Engine:
         tt = self.times[w]
         if was_ready:
             self.ready[w] -= 1
+            self.ready_pods[w] -= 1
             self.record_ready()
-            props = [sampler.next() for sampler in self.prop]
-            self.catch_up()
-            rates = self.rates_to(p, w)
-            for c, prop in enumerate(props):
-                if self.routed_by[p] >> c & 1:
-                    heapq.heappush(self.route_changes[c], (self.now + prop, p, -1))
-            total = sum(rates)
-            # A full pod takes at most C / E[D] per second, from each consumer alike.
-            scale = min(1.0, self.max_accept[w] / total) if total > 0 else 0.0
-            accepted = [r * scale for r in rates]
-            gone = self.exit_after(w, accepted, props)
-            self.del_t.append(self.now)
-            self.del_w.append(w)
-            self.del_rate.append(rates)
-            self.del_accepted.append(accepted)
-            self.del_prop.append(props)
-            self.del_gone.append(gone)
+            gone = self.serving_deleted(p, w)
         else:
             gone = tt.close
         self.push(self.now + gone, _GONE, p)
@@ -519,18 +605,40 @@ class _Engine:
                     self.pending.append(r)
                     self.schedule_pending()
 
+    def serving_deleted(self, p: int, w: int) -> float:
+        """A pod that served traffic (a group's leader) is deleted: write down what its
+        consumers send it and how long they keep doing so; returns when it exits."""
+        props = [sampler.next() for sampler in self.prop]
+        self.catch_up()
+        rates = self.rates_to(p, w)
+        for c, prop in enumerate(props):
+            if self.routed_by[p] >> c & 1:
+                heapq.heappush(self.route_changes[c], (self.now + prop, p, -1))
+        total = sum(rates)
+        # A full pod takes at most C / E[D] per second, from each consumer alike.
+        scale = min(1.0, self.max_accept[w] / total) if total > 0 else 0.0
+        accepted = [r * scale for r in rates]
+        gone = self.exit_after(w, accepted, props)
+        self.del_t.append(self.now)
+        self.del_w.append(w)
+        self.del_rate.append(rates)
+        self.del_accepted.append(accepted)
+        self.del_prop.append(props)
+        self.del_gone.append(gone)
+        return gone
+
     def pass_duty(self, p: int, heir: int) -> None:
         """A new pod of a drainsafe group was evicted before it served: its heir joins the
         group in its place."""
-        key = self.group_of.pop(p, None)
+        key = self.step_of.pop(p, None)
         if key is not None:
-            self.group_new[key].discard(p)
-            self.group_new[key].add(heir)
-            self.group_of[heir] = key
+            self.step_new[key].discard(p)
+            self.step_new[key].add(heir)
+            self.step_of[heir] = key
 
     def on_new_ready(self, r: int) -> None:
         if self.s.upgrade.strategy == "drainsafe":
-            self.group_ready(r)
+            self.step_ready(r)
         else:
             old = self.pod_replaces[r]
             if old >= 0:
@@ -601,6 +709,8 @@ class _Engine:
         else:
             self.open_node(node)
             self.schedule_pending()
+        if self.pod_group[p] >= 0:
+            self.group_pod_gone(p)
 
     def node_emptied(self, node: int) -> None:
         self.emptied[node] = self.now
@@ -627,6 +737,11 @@ class _Engine:
             return
         w = self.pod_w[p]
         self.pod_state[p] = _READY_STATE
+        self.ready_pods[w] += 1
+        if self.pod_group[p] >= 0:
+            self.group_pod_ready(p)
+            self.wake_waiters(w)
+            return
         self.ready[w] += 1
         self.record_ready()
         # Consumers route to the new endpoint only once they learn of it; evictions that
@@ -660,8 +775,17 @@ class _Engine:
             return
         still: deque[int] = deque()
         wls = self.s.workloads
+        tried: set[int] = set()
         for p in self.pending:
             if self.pod_state[p] != _PENDING:
+                continue
+            g = self.pod_group[p]
+            if g >= 0:
+                if g not in tried and self.open_nodes:
+                    tried.add(g)
+                    if self.place_pending_group(g):
+                        continue
+                still.append(p)
                 continue
             node = self.fit(wls[self.pod_w[p]].gpus) if self.open_nodes else -1
             if node < 0:
@@ -671,3 +795,275 @@ class _Engine:
             self.pod_state[p] = _STARTING
             self.push(self.now + self.startup[self.pod_w[p]].next(), _READY, p)
         self.pending = still
+
+    # ------------------------------------------------------------------ groups
+    def new_slot(self, w: int, *, standin: bool) -> int:
+        self.slot_w.append(w)
+        self.slot_group.append(-1)
+        self.slot_removed.append(False)
+        self.slot_standin.append(standin)
+        return len(self.slot_w) - 1
+
+    def new_group(self, slot: int) -> int:
+        """A new incarnation of `slot`: all of its pods Pending."""
+        w = self.slot_w[slot]
+        g = len(self.g_w)
+        pods = [self.new_pod(w) for _ in range(self.size[w])]
+        for p in pods:
+            self.pod_group[p] = g
+        self.g_w.append(w)
+        self.g_slot.append(slot)
+        self.g_pods.append(pods)
+        self.g_state.append(_PENDING)
+        self.g_ready.append(0)
+        self.g_live.append(0)
+        self.g_spell.append(-1)
+        self.slot_group[slot] = g
+        return g
+
+    def is_leader(self, p: int) -> bool:
+        return self.g_pods[self.pod_group[p]][0] == p
+
+    def place_pending_group(self, g: int) -> bool:
+        """The group's Pending pods onto distinct nodes at once, or none of them (a new
+        group: all of them; restartPolicy None: a recreated worker, away from the nodes
+        of its group's other pods)."""
+        w = self.g_w[g]
+        gpus = self.s.workloads[w].gpus
+        pods = [p for p in self.g_pods[g] if self.pod_state[p] == _PENDING]
+        taken = {self.pod_node[p] for p in self.g_pods[g] if self.pod_state[p] != _PENDING}
+        nodes = place_group(self.open_nodes, self.free, gpus, len(pods), avoid=taken)
+        if nodes is None:
+            return False
+        sampler = self.startup[w]
+        for p, node in zip(pods, nodes, strict=True):
+            self.place(p, node)
+            self.pod_state[p] = _STARTING
+            self.push(self.now + sampler.next(), _READY, p)
+        if self.g_state[g] == _PENDING:
+            self.g_state[g] = _STARTING
+        return True
+
+    def group_pod_ready(self, p: int) -> None:
+        g = self.pod_group[p]
+        w = self.g_w[g]
+        if self.is_leader(p):
+            # The Service selects leaders by their labels: consumers learn of a Ready
+            # leader whether or not its workers are Ready yet.
+            for changes, sampler in zip(self.route_changes, self.prop_add, strict=True):
+                heapq.heappush(changes, (self.now + sampler.next(), p, 1))
+        self.g_ready[g] += 1
+        if not serves(self.g_ready[g], self.size[w], self.g_state[g] == _TERMINATING):
+            return
+        self.g_state[g] = _READY_STATE
+        self.ready[w] += 1
+        self.record_ready()
+        self.g_spell[g] = len(self.sp_from)
+        self.sp_group.append(g)
+        self.sp_from.append(self.now)
+        self.sp_until.append(math.nan)
+        self.group_serving(g)
+
+    def stop_serving(self, g: int) -> None:
+        if self.g_state[g] != _READY_STATE:
+            return
+        self.ready[self.g_w[g]] -= 1
+        self.record_ready()
+        self.sp_until[self.g_spell[g]] = self.now
+
+    def delete_group(self, g: int) -> None:
+        """Every pod of the group goes (one evicted, the rest deleted by the LWS
+        controller, no budget asked); the leader's traffic as for any deleted pod."""
+        state = self.g_state[g]
+        if state in (_TERMINATING, _DELETED):
+            return
+        self.catch_up()  # before any pod of it stops being Ready
+        w = self.g_w[g]
+        self.stop_serving(g)
+        self.g_state[g] = _TERMINATING
+        close = self.times[w].close
+        live = 0
+        for p in self.g_pods[g]:
+            pod_state = self.pod_state[p]
+            if pod_state == _DELETED:
+                continue
+            live += 1
+            if pod_state == _TERMINATING:
+                continue  # a worker already going (restartPolicy None)
+            self.matched[w] -= 1
+            if pod_state == _PENDING:
+                self.pod_state[p] = _DELETED
+                self.pending_of[w] -= 1
+                live -= 1
+                continue
+            self.pod_state[p] = _TERMINATING
+            if pod_state == _READY_STATE:
+                self.ready_pods[w] -= 1
+                if self.is_leader(p):
+                    self.push(self.now + self.serving_deleted(p, w), _GONE, p)
+                    continue
+            self.push(self.now + close, _GONE, p)
+        self.g_live[g] = live
+        move = self.moves.get(self.g_slot[g])
+        if move is not None and move.old == g:
+            move.pods.clear()
+            self.reloading(move)
+        if live == 0:
+            self.group_gone(g)
+
+    def delete_group_pod(self, p: int) -> None:
+        """restartPolicy None: a worker goes alone; its group stops serving until the
+        worker's StatefulSet has recreated it and it is Ready."""
+        g = self.pod_group[p]
+        w = self.g_w[g]
+        was_ready = self.pod_state[p] == _READY_STATE
+        self.pod_state[p] = _TERMINATING
+        self.matched[w] -= 1
+        if was_ready:
+            self.ready_pods[w] -= 1
+            self.g_ready[g] -= 1
+        self.stop_serving(g)
+        if self.g_state[g] == _READY_STATE:
+            self.g_state[g] = _STARTING
+        self.push(self.now + self.times[w].close, _GONE, p)
+        move = self.moves.get(self.g_slot[g])
+        if move is not None and move.old == g and p in move.pods:
+            move.pods.remove(p)
+            if not move.pods:
+                self.reloading(move)
+
+    def group_pod_gone(self, p: int) -> None:
+        g = self.pod_group[p]
+        if self.g_state[g] == _TERMINATING:
+            self.g_live[g] -= 1
+            if self.g_live[g] == 0:
+                self.group_gone(g)
+            return
+        # restartPolicy None: the worker StatefulSet recreates it under its name, now.
+        r = self.new_pod(self.g_w[g])
+        self.pod_group[r] = g
+        self.g_pods[g][self.g_pods[g].index(p)] = r
+        self.pending.append(r)
+        self.schedule_pending()
+
+    def group_gone(self, g: int) -> None:
+        """The last pod of the group is gone: the set recreates it under the same names."""
+        self.g_state[g] = _DELETED
+        slot = self.g_slot[g]
+        if self.slot_removed[slot] or self.slot_group[slot] != g:
+            return
+        new = self.new_group(slot)
+        self.pending.extend(self.g_pods[new])
+        self.schedule_pending()
+
+    def surge_group(self, p: int, step: tuple[int, int] | None) -> None:
+        """Make before break for the group of pod p: a stand-in group first (one per
+        group, even when it has pods on several drained nodes)."""
+        g = self.pod_group[p]
+        slot = self.g_slot[g]
+        move = self.moves.get(slot)
+        if move is None:
+            standin = self.new_slot(self.g_w[g], standin=True)
+            self.pending.extend(self.g_pods[self.new_group(standin)])
+            self.moves[slot] = _Move(slot=slot, standin=standin, pods=[p], old=g, step=step)
+            self.standin_for[standin] = slot
+            if step is not None:
+                self.group_steps.setdefault(step, []).append(slot)
+                self.step_moves.setdefault(step, []).append(slot)
+            return
+        if g != move.old:
+            # Its recreation landed on a node drained since: the stand-in still serves.
+            move.old, move.pods = g, [p]
+            self.evict_old(move)
+        elif p not in move.pods:
+            move.pods.append(p)
+            if move.phase != _SURGING:
+                move.phase = _EVICTING
+                self.try_evict(p)
+
+    def slot_serving(self, slot: int) -> bool:
+        return self.g_state[self.slot_group[slot]] == _READY_STATE
+
+    def group_serving(self, g: int) -> None:
+        slot = self.g_slot[g]
+        moved = self.standin_for.get(slot)
+        if moved is not None and self.moves[moved].phase == _SURGING:
+            self.standin_ready(self.moves[moved])
+        move = self.moves.get(slot)
+        if move is not None:
+            self.maybe_reloaded(move)
+
+    def standin_ready(self, move: _Move) -> None:
+        if move.step is None:
+            self.evict_old(move)
+            return
+        slots = self.group_steps.get(move.step, [])
+        waiting = [self.moves[s] for s in slots
+                   if s in self.moves and self.moves[s].phase == _SURGING]
+        if not all(self.slot_serving(m.standin) for m in waiting):
+            return
+        self.group_steps.pop(move.step, None)
+        for m in waiting:
+            self.evict_old(m)
+
+    def evict_old(self, move: _Move) -> None:
+        move.phase = _EVICTING
+        move.pods = [p for p in move.pods if self.pod_state[p] in (_STARTING, _READY_STATE)]
+        if not move.pods:  # gone meanwhile (its group went for another reason)
+            self.reloading(move)
+            return
+        for p in list(move.pods):
+            self.try_evict(p)
+
+    def reloading(self, move: _Move) -> None:
+        move.phase = _RELOADING
+        self.maybe_reloaded(move)
+
+    def maybe_reloaded(self, move: _Move) -> None:
+        """The moved group serves again: scale back down (drainsafe: once every group of
+        its step does, as it restores a workload's recorded replicas in one step)."""
+        if move.phase != _RELOADING or not self.slot_serving(move.slot):
+            return
+        move.phase = _RELOADED
+        if move.step is None:
+            self.finish_move(move)
+            return
+        slots = self.step_moves.get(move.step, [])
+        moves = [self.moves[s] for s in slots if s in self.moves]
+        if all(m.phase == _RELOADED for m in moves):
+            self.step_moves.pop(move.step, None)
+            for m in moves:
+                self.finish_move(m)
+
+    def finish_move(self, move: _Move) -> None:
+        """Scale back down: the stand-in goes."""
+        if self.moves.get(move.slot) is not move:
+            return
+        self.moves.pop(move.slot, None)
+        self.standin_for.pop(move.standin, None)
+        self.remove_slot(move.standin)
+
+    def remove_slot(self, slot: int) -> None:
+        self.slot_removed[slot] = True
+        inner = self.moves.get(slot)
+        if inner is not None:  # a stand-in that was itself being moved
+            self.finish_move(inner)
+        self.delete_group(self.slot_group[slot])
+
+
+_SURGING, _EVICTING, _RELOADING, _RELOADED = range(4)
+
+
+@dataclass
+class _Move:
+    """A make-before-break move of one group: stand-in first, then evict, then reload."""
+
+    slot: int
+    standin: int
+    pods: list[int]
+    """The group's pods on drained nodes still to evict."""
+    old: int
+    """The incarnation being moved."""
+    step: tuple[int, int] | None
+    """drainsafe: (node, workload), whose stand-ins must all be Ready first."""
+    phase: int = _SURGING

@@ -34,7 +34,7 @@ def print_result(result: Result, console: Console) -> None:
     s = result.scenario
     console.print(
         f"[bold]{s.name}[/]: {s.nodes} nodes x {s.gpus_per_node} GPUs, "
-        f"{sum(w.replicas for w in s.workloads)} pods in {len(s.workloads)} workloads; "
+        f"{sum(w.pods for w in s.workloads)} pods in {len(s.workloads)} workloads; "
         f"{s.upgrade.strategy} drain, parallelism {s.upgrade.parallelism}, "
         f"surge {s.upgrade.surge_nodes}")
     for w in s.workloads:
@@ -70,8 +70,9 @@ def print_result(result: Result, console: Console) -> None:
     figures.add_row("all replicas Ready again after", duration_text(summary["restored_seconds"]))
     figures.add_row("lowest serving capacity (GPU-weighted)", f"{result.min_capacity:.1%}")
     for name, n in result.min_ready().items():
-        want = next(w.replicas for w in s.workloads if w.name == name)
-        figures.add_row(f"  fewest Ready {name}", f"{n} of {want}")
+        w = next(w for w in s.workloads if w.name == name)
+        unit = f" groups (of {w.group_size} pods)" if w.group_size > 1 else ""
+        figures.add_row(f"  fewest Ready {name}{unit}", f"{n} of {w.replicas}")
     drains = summary["node_drain_seconds"]
     figures.add_row("node drain (cordon to empty), mean / max",
                     f"{duration_text(drains['mean'])} / {duration_text(drains['max'])}")

@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS, DEFAULT_GRACE_SECONDS, Budget
+from drainsafe.kube.objects import lws_policy_recreates_group
 from drainsafe.pdb import BudgetSpecError, PdbSpec
 from drainsafe.simulate.distributions import (
     Constant,
@@ -31,6 +32,9 @@ from drainsafe.simulate.distributions import (
 
 Strategy = Literal["kubectl", "drainsafe", "surge"]
 STRATEGIES: tuple[Strategy, ...] = ("kubectl", "drainsafe", "surge")
+# A LeaderWorkerSet's restartPolicy values (kubernetes-sigs/lws v0.10.0
+# api/leaderworkerset/v1/leaderworkerset_types.go; Default is the deprecated None).
+RESTART_POLICIES = ("RecreateGroupOnPodRestart", "RecreateGroupAfterStart", "None", "Default")
 
 KUBECTL_EVICTION_RETRY_SECONDS = 5.0
 """kubectl drain retries an eviction refused by a PodDisruptionBudget (429) every 5 s.
@@ -106,7 +110,25 @@ class Workload:
     pdb: PdbSpec | None = None
     diurnal: Diurnal | None = None
     max_concurrency: int | None = None
-    """Requests one pod serves at once; beyond the pool's total, requests are rejected."""
+    """Requests one pod (one group's leader) serves at once; beyond the pool's total,
+    requests are rejected."""
+    group_size: int = 1
+    """Pods per replica. Above 1 the workload is grouped (a LeaderWorkerSet): each replica
+    is a leader and group_size - 1 workers of `gpus` GPUs each, every pod on a node of its
+    own; traffic goes to the leader; the replica serves only while every pod of it is
+    Ready (drainsafe.simulate.groups)."""
+    restart_policy: str = "RecreateGroupOnPodRestart"
+    """The LWS's restartPolicy: RecreateGroupOnPodRestart (default) or
+    RecreateGroupAfterStart lose the whole group with any pod; None (or the deprecated
+    Default) only the pod, but for a leader, whose deletion takes its workers."""
+
+    @property
+    def pods(self) -> int:
+        return self.replicas * self.group_size
+
+    @property
+    def recreates_group(self) -> bool:
+        return lws_policy_recreates_group(self.restart_policy)
 
 
 @dataclass(frozen=True)
@@ -119,6 +141,8 @@ class Upgrade:
     """From the node's last pod gone to the node back, upgraded and schedulable."""
     start: float = 0.0
     eviction_retry: float = KUBECTL_EVICTION_RETRY_SECONDS
+    nodes: tuple[int, ...] | None = None
+    """The nodes to drain, by index, in this order; None: every node, in node order."""
 
 
 @dataclass(frozen=True)
@@ -212,14 +236,14 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
     if len({c.name for c in consumers}) != len(consumers):
         raise ScenarioError("consumers", "consumer names must be unique")
 
-    workloads = tuple(_workload(w, gpus) for w in root.items("workloads"))
+    workloads = tuple(_workload(w, gpus, nodes) for w in root.items("workloads"))
     if len({w.name for w in workloads}) != len(workloads):
         raise ScenarioError("workloads", "workload names must be unique")
-    pods = sum(w.replicas for w in workloads)
+    pods = sum(w.pods for w in workloads)
     if pods > MAX_PODS:
-        raise ScenarioError("workloads", f"{pods:,} replicas in all, above the limit of "
-                            f"{MAX_PODS:,}")
-    need = sum(w.replicas * w.gpus for w in workloads)
+        raise ScenarioError("workloads", f"{pods:,} pods (replicas x group_size) in all, "
+                            f"above the limit of {MAX_PODS:,}")
+    need = sum(w.pods * w.gpus for w in workloads)
     if need > nodes * gpus:
         raise ScenarioError(
             "workloads", f"the replicas need {need} GPUs but the fleet has {nodes * gpus} "
@@ -236,6 +260,7 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
         start=up.duration("start", default=0.0, minimum=0.0),
         eviction_retry=up.duration("eviction_retry", default=KUBECTL_EVICTION_RETRY_SECONDS,
                                    minimum=0.1),
+        nodes=_drain_order(up, nodes),
     )
     up.done()
     seed = root.integer("seed", default=1, minimum=0)
@@ -255,12 +280,37 @@ def _consumer(f: _Fields) -> Consumer:
     return c
 
 
-def _workload(f: _Fields, gpus_per_node: int) -> Workload:
+def _drain_order(f: _Fields, nodes: int) -> tuple[int, ...] | None:
+    """upgrade.nodes: node indices, each once (a partial upgrade, or a chosen order)."""
+    if not f.present("nodes"):
+        return None
+    value = f.raw()["nodes"]
+    path = f.at("nodes")
+    if not isinstance(value, list) or not value:
+        raise ScenarioError(path, f"expected a non-empty list of node indices, got "
+                            f"{_kind(value)}")
+    order: list[int] = []
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < nodes:
+            raise ScenarioError(f"{path}[{i}]", f"expected a node index 0..{nodes - 1}, "
+                                f"got {v!r}")
+        if v in order:
+            raise ScenarioError(f"{path}[{i}]", f"node {v} is listed twice")
+        order.append(v)
+    return tuple(order)
+
+
+def _workload(f: _Fields, gpus_per_node: int, nodes: int) -> Workload:
     name = f.text("name")
     gpus = f.integer("gpus", default=1, minimum=0, maximum=MAX_GPUS_PER_NODE)
     if gpus > gpus_per_node:
         raise ScenarioError(f.at("gpus"), f"{gpus} GPUs per pod do not fit on a node of "
                             f"{gpus_per_node}")
+    # Every pod of a group on a node of its own: a group wider than the fleet never fits.
+    group_size = f.integer("group_size", default=1, minimum=1, maximum=MAX_NODES)
+    if group_size > nodes:
+        raise ScenarioError(f.at("group_size"), f"a group of {group_size} pods needs "
+                            f"{group_size} nodes, the fleet has {nodes}")
     pdb: PdbSpec | None = None
     if f.present("pdb"):
         pdb_fields = f.sub("pdb")
@@ -303,6 +353,9 @@ def _workload(f: _Fields, gpus_per_node: int) -> Workload:
         pdb=pdb,
         diurnal=diurnal,
         max_concurrency=concurrency,
+        group_size=group_size,
+        restart_policy=f.choice("restart_policy", RESTART_POLICIES,
+                                default="RecreateGroupOnPodRestart"),
     )
     f.done()
     return w

@@ -45,11 +45,13 @@ class Result:
         return lc.upgrade_finished - lc.upgrade_started
 
     def capacity(self) -> tuple[np.ndarray, np.ndarray]:
-        """Serving capacity over time: Ready pods' GPUs as a fraction of the desired."""
+        """Serving capacity over time: Ready replicas' GPUs as a fraction of the desired (a
+        group of s pods of g GPUs serves as one replica and weighs s x g)."""
         lc = self.lifecycle
-        gpus = np.array([w.gpus or 1 for w in self.scenario.workloads], dtype=np.float64)
-        desired = float(sum((w.gpus or 1) * w.replicas for w in self.scenario.workloads))
-        return lc.ready_times, (lc.ready_counts * gpus).sum(axis=1) / desired
+        weight = np.array([(w.gpus or 1) * w.group_size for w in self.scenario.workloads],
+                          dtype=np.float64)
+        desired = float((weight * [w.replicas for w in self.scenario.workloads]).sum())
+        return lc.ready_times, (lc.ready_counts * weight).sum(axis=1) / desired
 
     @property
     def min_capacity(self) -> float:
