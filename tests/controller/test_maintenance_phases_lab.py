@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
-import os
 import pathlib
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -58,7 +55,7 @@ from drainsafe.maintenance.progress import (
 )
 from drainsafe.maintenance.spec import Uncordon
 
-from .guardlab import KUBECTL_DIR, kubectl, ready_pods
+from .guardlab import KUBECTL_DIR, audit_clean, kubectl, ready_pods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -238,19 +235,6 @@ async def _mark_awaiting(lab: Lab, name: str) -> None:
                     await client.patch(api_path("v1", "nodes", name=node),
                                        {"metadata": {"annotations": {MAINTAINED: name}}})
             await asyncio.sleep(0.2)
-
-
-async def audit_clean(lab: Lab) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "drainsafe", "audit", "--kubeconfig", str(lab.kubeconfig),
-        "-o", "json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200"})
-    async with asyncio.timeout(60):
-        out, err = await proc.communicate()
-    assert proc.returncode == 0, (out.decode(), err.decode())
-    doc: dict[str, Any] = json.loads(out)
-    assert doc["scaled_up"] == [], doc
-    return doc
 
 
 def _left_as_before(lab: Lab, nodes: list[str]) -> None:
