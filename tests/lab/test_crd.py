@@ -535,6 +535,7 @@ async def test_finalizers_hold_a_deletion_until_they_are_removed(
     got = await k8s(k8s.custom.get_namespaced_custom_object, *args, "held")
     assert got["metadata"]["deletionTimestamp"] and \
         got["metadata"]["deletionGracePeriodSeconds"] == 0
+    assert got["metadata"]["generation"] == 2  # registry markAsDeleting bumps it once
     # A DELETE of a held object answers 200 with the object, marked, as the real API server
     # (apiserver endpoints/handlers/delete.go: 202 only for orphanDependents=false).
     body, code, _ = await k8s(k8s.custom.delete_namespaced_custom_object_with_http_info,
