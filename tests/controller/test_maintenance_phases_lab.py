@@ -263,6 +263,7 @@ PHASES: dict[str, tuple[bool, NodeState, ProgressState | None]] = {
     "Draining": (True, "Draining", "draining"),  # mid-drain, a surge in place
     "AwaitingMaintenance": (False, "AwaitingMaintenance", "drained"),
     "Uncordoning": (False, "Drained", "drained"),  # drained, killed before the uncordon
+    "Uncordoned-unwritten": (False, "Drained", None),  # killed after it, before the write
 }
 
 
