@@ -33,7 +33,7 @@ from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.maintenance import MAINTAINED, MaintenanceReconciler
 from drainsafe.controller.maintenance_release import FINALIZER
 from drainsafe.drain import scale
-from drainsafe.drain.cordon import cordon
+from drainsafe.drain.cordon import cordon, uncordon
 from drainsafe.drain.ownership import (
     OWNED_KEYS,
     PROGRESS,
@@ -79,6 +79,24 @@ async def lab(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lab]:
                                            exit_after_sigterm_seconds=0.2, gpus=1))
         await lab.wait_available("default", "llm", timeout=60)
         yield lab
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def slow(lab: Lab) -> str:
+    """A workload whose pods take 3 s to start: a node of it drains for certain at least
+    that long, long enough to pause or delete the operation mid-drain on a busy machine."""
+    await lab.apply(virtual_deployment("slow", replicas=1, startup_seconds=3.0,
+                                       exit_after_sigterm_seconds=0.2, gpus=1))
+    await lab.wait_available("default", "slow", timeout=60)
+    return "slow"
+
+
+def _slow_node(lab: Lab) -> tuple[dict[str, Any], list[str]]:
+    """The slow workload's pod, and two nodes: its node, then the one with fewest pods."""
+    (pod,) = ready_pods(lab, "slow")
+    busy = pod["spec"]["nodeName"]
+    where = _placement(lab)
+    return pod, [busy, min((n for n in where if n != busy), key=lambda n: len(where[n]))]
 
 
 def _store(lab: Lab) -> Any:
@@ -339,18 +357,18 @@ async def test_a_new_leader_completes_from_the_phase_a_killed_one_left(
 # -- pause in the middle of a drain -------------------------------------------------------
 
 async def test_paused_mid_drain_the_node_in_progress_finishes_and_no_other_starts(
-        lab: Lab, tmp_path: pathlib.Path) -> None:
+        lab: Lab, slow: str) -> None:
     if not (KUBECTL_DIR / "kubectl.1.33").exists():
         pytest.skip("kubectl 1.33 is not installed")
     name = "paused-mid-drain"
-    nodes = _pick(lab, first_busy=True)
+    old, nodes = _slow_node(lab)
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, \
             sampling(lab, name, nodes, "Immediately") as seen, leader(lab, name):
         await _create(client, name, _spec(nodes, "Immediately"), held=False)
         dep_path = api_path("apps/v1", "deployments", namespace="default", name="llm")
         await _until("the first node draining with its surge in place", lambda: (
             _states(lab, name).get(nodes[0]) == "Draining"
-            and SURGE in (_store(lab).get(DEPLOYMENTS, "default", "llm")["metadata"]
+            and SURGE in (_store(lab).get(DEPLOYMENTS, "default", slow)["metadata"]
                           .get("annotations") or {})))
         code, out = await kubectl(lab, "1.33", "patch", "nodemaintenance", name,
                                   "--type=merge", "-p", '{"spec":{"paused":true}}')
@@ -358,6 +376,10 @@ async def test_paused_mid_drain_the_node_in_progress_finishes_and_no_other_start
         paused_at = len(seen.phases)
         await _until("the node in progress finished",
                      lambda: _states(lab, name).get(nodes[0]) == "Uncordoned")
+        # finished means drained: the pod it surged for was replaced, elsewhere
+        assert old["metadata"]["uid"] not in {p["metadata"]["uid"]
+                                              for p in ready_pods(lab, slow)}
+        assert ready_pods(lab, slow)[0]["spec"]["nodeName"] != nodes[0]
         await _until("Paused", lambda: _status(lab, name).get("phase") == "Paused")
         # five reconcile passes with nothing in progress: none starts the next node
         await asyncio.sleep(5 * PERIOD)
@@ -379,24 +401,26 @@ async def test_paused_mid_drain_the_node_in_progress_finishes_and_no_other_start
 
 # -- deleted in the middle of a drain -----------------------------------------------------
 
-async def test_deleted_mid_drain_gives_back_its_cordons_and_surges(lab: Lab) -> None:
-    """uncordon: Never over an idle node (drained at once: done, left cordoned) and a busy
-    one, deleted while the busy one drains with its surge in place: the drain stops, the
-    surge is restored, the busy node uncordoned; the idle one stays cordoned and recorded,
-    as its spec asked; the object goes once the finalizer is removed."""
+async def test_deleted_mid_drain_gives_back_its_cordons_and_surges(
+        lab: Lab, slow: str) -> None:
+    """uncordon: Never over a first node (drained: done, left cordoned) and the slow
+    workload's node, deleted while that one drains with its surge in place: the drain
+    stops, the surge is restored, the node uncordoned, its pod never evicted; the first
+    node stays cordoned and recorded, as its spec asked; the object goes once the
+    finalizer is removed."""
     name = "deleted-mid-drain"
-    idle, busy = _pick(lab, first_busy=False)
-    nodes = [idle, busy]
     store = _store(lab)
+    old, (busy, first) = _slow_node(lab)
+    nodes = [first, busy]
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, \
             sampling(lab, name, nodes, "Never") as seen, leader(lab, name):
-        # maxUnavailable 2: the idle node, left cordoned once drained, stays unavailable
+        # maxUnavailable 2: the first node, left cordoned once drained, stays unavailable
         await _create(client, name, _spec(nodes, "Never", max_unavailable=2), held=False)
-        await _until("the busy node draining with its surge in place", lambda: (
+        await _until("the slow workload's node draining with its surge in place", lambda: (
             _states(lab, name).get(busy) == "Draining"
-            and SURGE in (store.get(DEPLOYMENTS, "default", "llm")["metadata"]
+            and SURGE in (store.get(DEPLOYMENTS, "default", slow)["metadata"]
                           .get("annotations") or {})))
-        assert _states(lab, name)[idle] == "Drained"
+        assert _states(lab, name)[first] == "Drained"
         path = api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name)
         assert FINALIZER in (await client.get(path))["metadata"]["finalizers"]
         # The API server's answer: 200 with the object, marked, still held by the finalizer.
@@ -405,18 +429,24 @@ async def test_deleted_mid_drain_gives_back_its_cordons_and_surges(lab: Lab) -> 
         assert answer["metadata"]["finalizers"] == [FINALIZER]
         await _until("the NodeMaintenance gone",
                      lambda: store.peek(_maintenance_rt(lab), "", name) is None)
-    # the drain in progress stopped and was given back; the idle node kept as specified
+        dep = store.get(DEPLOYMENTS, "default", slow)
+        assert dep["spec"]["replicas"] == 1, "the surge was not restored"
+        assert SURGE not in (dep["metadata"].get("annotations") or {})
+        # the pod it surged for was never evicted: it serves on, where it was
+        assert [p["metadata"]["uid"] for p in ready_pods(lab, slow)] == [
+            old["metadata"]["uid"]]
+    # the drain in progress stopped and was given back; the first node kept as specified
     _left_as_before(lab, [busy])
-    kept = store.get(NODES, "", idle)
+    kept = store.get(NODES, "", first)
     assert kept["spec"].get("unschedulable")
     assert (kept["metadata"].get("annotations") or {}).get(
         "drainsafe.io/cordoned-for") == maintenance_ref(name)
     assert seen.most_in_progress <= 1 and seen.most_unavailable <= 2, seen
     assert seen.lowest_ready >= REPLICAS, seen
     assert all(n == 1 for n in evictions(lab, seen).values())
+    assert old["metadata"]["uid"] not in {uid for uid, _ in evictions(lab, seen)}
     assert all(n == 1 for n in seen.cordons.values()), seen.cordons
     doc = await audit_clean(lab)
-    assert [(n["node"], n["owned_by"]) for n in doc["nodes"]] == [(idle, "drainsafe")]
+    assert [(n["node"], n["owned_by"]) for n in doc["nodes"]] == [(first, "drainsafe")]
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
-        from drainsafe.drain.cordon import uncordon
-        await uncordon(client, idle)  # as `drainsafe uncordon` would, for the next test
+        await uncordon(client, first)  # as `drainsafe uncordon` would
