@@ -57,6 +57,21 @@ def pdb(name: str = "llm", *, min_available: int = 1) -> dict[str, Any]:
                      "selector": {"matchLabels": {"app": name}}}}
 
 
+async def audit_clean(lab: Lab) -> dict[str, Any]:
+    """`drainsafe audit -o json` exits 0 (no forgotten cordon, nothing left scaled up);
+    its JSON."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "drainsafe", "audit", "--kubeconfig", str(lab.kubeconfig),
+        "-o", "json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"})
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, (out.decode(), err.decode())
+    doc: dict[str, Any] = json.loads(out)
+    assert doc["scaled_up"] == [], doc
+    return doc
+
+
 def ready_pods(lab: Lab, app: str, namespace: str = "default") -> list[dict[str, Any]]:
     assert lab.control_plane is not None
     out = []

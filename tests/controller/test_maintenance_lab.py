@@ -19,7 +19,7 @@ from drainsafe.kube import KubeClient, api_path
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
 
-from .guardlab import KUBECTL_DIR, install, kubectl, lab_path_env, ready_pods
+from .guardlab import KUBECTL_DIR, audit_clean, install, kubectl, lab_path_env, ready_pods
 
 pytestmark = pytest.mark.e2e
 PODS = BY_KEY["pods"]
@@ -146,6 +146,7 @@ async def test_two_nodes_one_at_a_time_end_uncordoned_and_capacity_never_dips(
     header, row = out.splitlines()[:2]
     assert header.split() == ["NAME", "PHASE", "DONE", "TOTAL", "WAVE", "AGE"], out
     assert row.split()[:5] == [NAME, "Succeeded", "2", "2", "2"], out
+    assert (await audit_clean(lab))["nodes"] == []
 
 
 async def test_leader_killed_while_draining_the_next_leader_finishes(
@@ -184,3 +185,5 @@ async def test_leader_killed_while_draining_the_next_leader_finishes(
     _check_finished(lab, status, chosen, seen, on_chosen)
     assert store.get(LEASES, "drainsafe-system",
                      "drainsafe-controller")["spec"]["holderIdentity"] != leader
+    doc = await audit_clean(lab)  # nothing forgotten after the kill
+    assert doc["nodes"] == [], doc

@@ -535,6 +535,13 @@ async def test_finalizers_hold_a_deletion_until_they_are_removed(
     got = await k8s(k8s.custom.get_namespaced_custom_object, *args, "held")
     assert got["metadata"]["deletionTimestamp"] and \
         got["metadata"]["deletionGracePeriodSeconds"] == 0
+    assert got["metadata"]["generation"] == 2  # registry markAsDeleting bumps it once
+    # A DELETE of a held object answers 200 with the object, marked, as the real API server
+    # (apiserver endpoints/handlers/delete.go: 202 only for orphanDependents=false).
+    body, code, _ = await k8s(k8s.custom.delete_namespaced_custom_object_with_http_info,
+                              *args, "held")
+    assert code == 200 and body["metadata"]["name"] == "held"
+    assert body["metadata"]["deletionTimestamp"] == got["metadata"]["deletionTimestamp"]
     with pytest.raises(ApiException) as err:
         await k8s(k8s.custom.patch_namespaced_custom_object, *args, "held",
                   {"metadata": {"finalizers": ["example.io/cleanup", "example.io/more"]}})

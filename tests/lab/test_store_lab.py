@@ -96,6 +96,7 @@ def test_finalizers_hold_a_deletion_and_the_last_removal_completes_it(store: Sto
                                            "finalizers": ["a/b", "c/d"]}})
     marked = store.delete(CONFIGMAPS, "default", "f")
     assert marked["metadata"]["deletionGracePeriodSeconds"] == 0
+    assert "generation" not in marked["metadata"]  # not tracked for a ConfigMap
     assert store.delete(CONFIGMAPS, "default", "f") == marked  # a second delete: no change
     one = store.get(CONFIGMAPS, "default", "f")
     one["metadata"]["finalizers"] = ["c/d"]

@@ -106,3 +106,16 @@ def test_parallel_counts_nodes_awaiting_maintenance_and_skips_done_ones() -> Non
     wave = next_wave(nodes, {"a": "Drained", "b": "Drained"}, max_parallel=1,
                      unavailable_budget=None, uncordon="Never")
     assert wave.start == ("c",)
+
+
+def test_a_deletion_gives_back_every_started_node_but_those_done_as_specified() -> None:
+    from drainsafe.maintenance.progress import NODE_STATES, to_give_back
+    from drainsafe.maintenance.spec import UNCORDON
+    for uncordon in UNCORDON:
+        back = {s for s in NODE_STATES if to_give_back(s, uncordon)}
+        # never started, or already uncordoned: nothing held
+        assert not back & {"Pending", "Uncordoned"}
+        # in progress, and a failed node (cordoned, perhaps with a surge): given back
+        assert {"Cordoned", "Draining", "AwaitingMaintenance", "Failed"} <= back
+        # Drained is done (and stays cordoned) only when the spec says Never
+        assert ("Drained" in back) == (uncordon != "Never")

@@ -21,9 +21,15 @@ again: kube.retry.retry_on_conflict), one writer per NodeMaintenance at a time. 
 set is fixed when the status is first written: a node labelled later does not join a
 running operation.
 
-Leadership lost or the NodeMaintenance deleted: its node tasks are cancelled; a drain
-cancelled this way records "interrupted" on the node and stays cordoned (drainsafe audit
-lists it), as Ctrl-C on drainsafe drain does.
+Leadership lost: its node tasks are cancelled; a drain cancelled this way records
+"interrupted" on the node and stays cordoned with its surge recorded, as Ctrl-C on drainsafe
+drain does, and the next leader continues it. Deleted: a finalizer holds the object until
+the leader has cancelled its node tasks and given back the cordons and surges it holds
+(controller.maintenance_release).
+
+Paused (spec.paused): no new node starts; a node already started finishes the steps it has
+(its drain, then its uncordon or its wait for the maintained mark), since stopping a drain
+half way leaves a node out of service and a workload scaled up for as long as the pause.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from drainsafe.controller import maintenance_release as release
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
@@ -109,6 +116,18 @@ class MaintenanceReconciler:
 
     async def reconcile(self, obj: Obj) -> None:
         name, uid = meta(obj)["name"], meta(obj)["uid"]
+        if release.deleting(obj):
+            if release.FINALIZER in release.finalizers(obj):
+                await self._cancel({k for k in self._tasks if k[0] == uid})
+                try:
+                    await release.release(self.client, name)
+                except (KubeError, KeptChanging, RuntimeError) as exc:
+                    log.warning("NodeMaintenance %s: not released yet: %s", name, exc)
+            return
+        if release.FINALIZER not in release.finalizers(obj):
+            # Before any node starts: a delete from now on waits for the give-back.
+            await release.hold(self.client, name)
+            return
         status = obj.get("status") or {}
         if status.get("phase") in TERMINAL:
             return
@@ -274,7 +293,9 @@ class MaintenanceReconciler:
             for node, change in changes.items():
                 nodes[node] = change(nodes.get(node) or NodeProgress(node))
             wave = int(old.get("currentWave") or 0) if current_wave is None else current_wave
-            return {**old, **status_of(nodes.values(), spec.uncordon, spec.paused, wave,
+            # paused as the object says now, not as when the node's task began
+            paused = bool((obj.get("spec") or {}).get("paused", spec.paused))
+            return {**old, **status_of(nodes.values(), spec.uncordon, paused, wave,
                                        int(meta(obj).get("generation") or 0))}
 
         await self._put_status(name, decide)

@@ -11,6 +11,11 @@ on purpose). The phase follows (Kubernetes Job/Pod phases: terminal once Succeed
 Paused while spec.paused and not finished, Pending before any node started, Running, then
 Succeeded when every node is done, Failed when every node is done or failed and one failed.
 
+Deleting a NodeMaintenance gives back what it still holds (controller.maintenance_release):
+every node past Pending that is not done, and a Failed one, may carry its cordon or a surge
+made for it; a node Uncordoned holds nothing, and one Drained under uncordon: Never was left
+cordoned on purpose, the outcome its spec asked for, and stays so.
+
 Pure; no I/O.
 """
 
@@ -62,6 +67,11 @@ def is_done(state: NodeState, uncordon: Uncordon) -> bool:
 
 def in_progress(state: NodeState, uncordon: Uncordon) -> bool:
     return state not in ("Pending", "Failed") and not is_done(state, uncordon)
+
+
+def to_give_back(state: NodeState, uncordon: Uncordon) -> bool:
+    """On deletion: may the node hold this operation's cordon or a surge made for it?"""
+    return state != "Pending" and not is_done(state, uncordon)
 
 
 def read_nodes(status: Mapping[str, Any]) -> dict[str, NodeProgress]:

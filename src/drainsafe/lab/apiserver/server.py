@@ -543,9 +543,13 @@ class ApiServer:
         obj = self.store.delete(rt, namespace, name, grace_period=grace,
                                 preconditions=opts.get("preconditions"),
                                 propagation=propagation, dry_run=dry_run)
-        # delete.go: 202 Accepted while the object still exists (graceful), else 200
+        # apiserver pkg/endpoints/handlers/delete.go: 200 with the object, also while it
+        # stays (a graceful pod deletion, finalizers pending); 202 only when not deleted
+        # at once and the client sent orphanDependents=false
+        orphan_false = opts.get("orphanDependents") is False \
+            or q.get("orphanDependents") == "false"
         still_there = not dry_run and self.store.peek(rt, namespace, name) is not None
-        return json_response(obj, 202 if still_there else 200)
+        return json_response(obj, 202 if still_there and orphan_false else 200)
 
     def _delete_collection(self, request: Request, rt: ResourceType, namespace: str | None,
                            opts: dict[str, Any]) -> Response:

@@ -13,9 +13,10 @@
   goes at once; otherwise metadata.deletionTimestamp = now + grace and
   deletionGracePeriodSeconds are set and the pod stays until its kubelet deletes it
   again with gracePeriodSeconds=0. A second delete may only shorten the grace.
-- Finalizers (pkg/registry/generic/registry/store.go Delete, Update): deleting an object
-  with metadata.finalizers only marks it (deletionTimestamp = now,
-  deletionGracePeriodSeconds 0); the update that removes the last finalizer removes it.
+- Finalizers (pkg/registry/generic/registry/store.go Delete, markAsDeleting, Update):
+  deleting an object with metadata.finalizers only marks it (deletionTimestamp = now,
+  deletionGracePeriodSeconds 0, generation + 1 when tracked) and answers 200 with it
+  (endpoints/handlers/delete.go); the update that removes the last finalizer removes it.
   A deleting object may not gain finalizers (422 Forbidden). A namespace's deletion and a
   CRD's deletion still remove their objects at once (the lab models no Terminating phase).
 - ownerReferences garbage collection when an owner is removed (background: dependents
@@ -416,6 +417,10 @@ class Store:
         new = clone(old)
         new["metadata"]["deletionTimestamp"] = rfc3339(self.clock())
         new["metadata"]["deletionGracePeriodSeconds"] = 0
+        if int(om.get("generation") or 0) > 0:
+            # markAsDeleting: the first mark bumps a tracked generation, so a controller
+            # comparing observedGeneration sees the deletion as a spec change
+            new["metadata"]["generation"] = int(om["generation"]) + 1
         if dry_run:
             return new  # type: ignore[no-any-return]
         return self._replace(rt, key, old, new)
