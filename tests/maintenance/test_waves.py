@@ -106,3 +106,35 @@ def test_parallel_counts_nodes_awaiting_maintenance_and_skips_done_ones() -> Non
     wave = next_wave(nodes, {"a": "Drained", "b": "Drained"}, max_parallel=1,
                      unavailable_budget=None, uncordon="Never")
     assert wave.start == ("c",)
+
+
+@given(pools, st.integers(1, 5), budgets, uncordons, st.data())
+def test_deferred_nodes_go_last_and_not_now_ones_never_start(
+        nodes: list[NodeFacts], parallel: int, max_unavailable: int | str | None,
+        uncordon: Uncordon, data: st.DataObject) -> None:
+    budget = None if max_unavailable is None else scaled_value(
+        max_unavailable, len(nodes), round_up=True)
+    names = [n.name for n in nodes]
+    later = set(data.draw(st.lists(st.sampled_from(names), unique=True)))
+    not_now = set(data.draw(st.lists(st.sampled_from(sorted(later)), unique=True))
+                  ) if later else set()
+    wave = next_wave(nodes, {}, max_parallel=parallel, unavailable_budget=budget,
+                     uncordon=uncordon, later=later, not_now=not_now)
+    assert not not_now & set(wave.start)
+    # a deferred node never starts ahead of one that is not
+    flags = [n in later for n in wave.start]
+    assert flags == sorted(flags)
+    # every Pending node left is said to wait, and why
+    assert (wave.held is None) == (len(wave.start) == len(nodes))
+
+
+def test_a_deferred_node_waits_and_frees_its_slot_for_the_next() -> None:
+    nodes = [NodeFacts(n, True, False) for n in "abc"]
+    # a was refused for room while b drained: c goes first, a waits, said so
+    wave = next_wave(nodes, {"b": "Draining"}, max_parallel=2, unavailable_budget=None,
+                     uncordon="Immediately", later={"a"}, not_now={"a"})
+    assert wave.start == ("c",) and wave.held == "deferred"
+    # b finished: a may start again, after any other Pending node
+    wave = next_wave(nodes, {"b": "Uncordoned", "c": "Draining"}, max_parallel=2,
+                     unavailable_budget=None, uncordon="Immediately", later={"a"})
+    assert wave.start == ("a",) and wave.held is None

@@ -12,6 +12,13 @@ each node is and continues:
 - Draining: drain again with the same engine `drainsafe drain` runs (drain.execute
   NodeDrainer): its record on the node names the pods it already evicted (by UID) and the
   surge on each workload, so no pod is evicted twice and a surge is finished or restored.
+- Refused before any eviction only for what the other nodes in progress hold
+  (drain.preflight.only_waiting_on: no room for the surge, held by their cordons, their
+  stand-ins or pods still terminating; or a workload one of them is surging): the cordon
+  is given back and the node is Pending again, reason Deferred, the refusal its message; the
+  planner starts it after the other Pending nodes, once one of the nodes in progress then
+  has finished or RETRY_MAX_SECONDS passed, and not before RETRY_MIN_SECONDS
+  (maintenance.waves: later, not_now). Any other refusal fails the node.
 - Drained: uncordon per spec.uncordon (drain.cordon.uncordon, which refuses a cordon that
   was not drainsafe's); AwaitingMaintenance: wait for the node's annotation
   drainsafe.io/maintained = the NodeMaintenance's name, then uncordon.
@@ -39,6 +46,7 @@ from drainsafe.controller.leader import LeaderElector
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
+from drainsafe.drain.preflight import only_waiting_on
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
@@ -56,6 +64,11 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
 TERMINAL = ("Succeeded", "Failed")
+DEFERRED = "Deferred"  # the reason of a Pending node refused for what others hold
+# A deferred node waits for a node in progress then to finish, at least the first
+# bound (no cordon flapping at the reconcile period) and at most the second.
+RETRY_MIN_SECONDS = 2.0
+RETRY_MAX_SECONDS = 30.0
 
 
 def _unchanged(p: NodeProgress) -> NodeProgress:
@@ -70,6 +83,8 @@ class MaintenanceReconciler:
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (uid, node)
         self._writes: dict[str, asyncio.Lock] = {}  # one status writer per NodeMaintenance
         self._surges: dict[str, asyncio.Lock] = {}  # one surge of a workload at a time
+        # (name, node) deferred -> (when, the nodes in progress then)
+        self._deferred: dict[tuple[str, str], tuple[float, frozenset[str]]] = {}
 
     async def run(self, elector: LeaderElector, period: float) -> None:
         """Reconcile every `period` seconds (and on every change) while this replica leads."""
@@ -143,10 +158,12 @@ class MaintenanceReconciler:
             old = obj.get("status") or {}
             nodes = read_nodes(old)
             facts = [self._facts(n) for n in nodes]
+            later = {n for n, p in nodes.items() if p.state == "Pending" and p.reason == DEFERRED}
             wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
                              max_parallel=spec.max_parallel_nodes,
                              unavailable_budget=spec.unavailable_budget(len(facts)),
-                             uncordon=spec.uncordon)
+                             uncordon=spec.uncordon, later=later,
+                             not_now=self._not_now(name, later, nodes, spec))
             current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
             for n in wave.start:
                 # Written before the cordon: a new leader counts these against the budgets.
@@ -158,6 +175,19 @@ class MaintenanceReconciler:
         if await self._put_status(name, plan):
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
+
+    def _not_now(self, name: str, later: set[str], nodes: Mapping[str, NodeProgress],
+                 spec: MaintenanceSpec) -> set[str]:
+        """The deferred nodes that may not start yet (a new leader, which did not
+        see the refusal, retries them at once)."""
+        now = time.monotonic()
+        out = set()
+        for node in later:
+            when, busy = self._deferred.get((name, node), (now - RETRY_MAX_SECONDS, frozenset()))
+            still = any(n in nodes and in_progress(nodes[n].state, spec.uncordon) for n in busy)
+            if now - when < RETRY_MIN_SECONDS or (still and now - when < RETRY_MAX_SECONDS):
+                out.add(node)
+        return out
 
     def _facts(self, node: str) -> NodeFacts:
         obj = self.nodes.get(node)
@@ -206,6 +236,13 @@ class MaintenanceReconciler:
                                        clock=self.clock, locks=self._surges).run()
             if not report.ok:
                 why = report.failure or "the drain did not finish"
+                if (report.refused and report.plan is not None
+                        and only_waiting_on(report.plan, others)):
+                    with contextlib.suppress(NotOwned):
+                        await uncordon(self.client, node)
+                    self._deferred[(name, node)] = (time.monotonic(), frozenset(others))
+                    await self._step(name, spec, node, "Pending", DEFERRED, why)
+                    return
                 if report.refused:
                     # refused before any eviction: give our queued cordon back, as
                     # drainsafe drain does for a node it never started
