@@ -121,20 +121,29 @@ def test_deferred_nodes_go_last_and_not_now_ones_never_start(
     wave = next_wave(nodes, {}, max_parallel=parallel, unavailable_budget=budget,
                      uncordon=uncordon, later=later, not_now=not_now)
     assert not not_now & set(wave.start)
-    # a deferred node never starts ahead of one that is not
-    flags = [n in later for n in wave.start]
-    assert flags == sorted(flags)
+    # a deferred node starts only alone: nothing else in progress or starting
+    assert not later & set(wave.start) or len(wave.start) == 1
     # every Pending node left is said to wait, and why
     assert (wave.held is None) == (len(wave.start) == len(nodes))
 
 
-def test_a_deferred_node_waits_and_frees_its_slot_for_the_next() -> None:
-    nodes = [NodeFacts(n, True, False) for n in "abc"]
+def test_a_deferred_node_starts_last_and_alone() -> None:
+    nodes = [NodeFacts(n, True, False) for n in "abcd"]
     # a was refused for room while b drained: c goes first, a waits, said so
-    wave = next_wave(nodes, {"b": "Draining"}, max_parallel=2, unavailable_budget=None,
-                     uncordon="Immediately", later={"a"}, not_now={"a"})
-    assert wave.start == ("c",) and wave.held == "deferred"
-    # b finished: a may start again, after any other Pending node
-    wave = next_wave(nodes, {"b": "Uncordoned", "c": "Draining"}, max_parallel=2,
-                     unavailable_budget=None, uncordon="Immediately", later={"a"})
-    assert wave.start == ("a",) and wave.held is None
+    wave = next_wave(nodes, {"b": "Draining"}, max_parallel=3, unavailable_budget=None,
+                     uncordon="Immediately", later={"a"})
+    assert wave.start == ("c", "d") and wave.held == "deferred"
+    # still something in progress: a waits, with a free slot
+    wave = next_wave(nodes, {"b": "Uncordoned", "c": "Draining", "d": "Uncordoned"},
+                     max_parallel=3, unavailable_budget=None, uncordon="Immediately",
+                     later={"a"})
+    assert wave.start == () and wave.held == "deferred"
+    # nothing in progress: one deferred node starts, the other waits for it (two together
+    # would hold each other's room again); one in its backoff does not start at all
+    done: dict[str, NodeState] = {"c": "Uncordoned", "d": "Uncordoned"}
+    wave = next_wave(nodes, done, max_parallel=3, unavailable_budget=None,
+                     uncordon="Immediately", later={"a", "b"})
+    assert wave.start == ("a",) and wave.held == "deferred"
+    wave = next_wave(nodes, done, max_parallel=3, unavailable_budget=None,
+                     uncordon="Immediately", later={"a", "b"}, not_now={"a"})
+    assert wave.start == ("b",) and wave.held == "deferred"

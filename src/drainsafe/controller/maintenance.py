@@ -16,9 +16,10 @@ each node is and continues:
   (drain.preflight.only_waiting_on: no room for the surge, held by their cordons, their
   stand-ins or pods still terminating; or a workload one of them is surging): the cordon
   is given back and the node is Pending again, reason Deferred, the refusal its message; the
-  planner starts it after the other Pending nodes, once one of the nodes in progress then
-  has finished or RETRY_MAX_SECONDS passed, and not before RETRY_MIN_SECONDS
-  (maintenance.waves: later, not_now). Any other refusal fails the node.
+  planner starts it last and alone (maintenance.waves: later), and not before a backoff
+  from its last refusal (not_now: RETRY_MIN_SECONDS, doubled at each refusal up to
+  RETRY_MAX_SECONDS, so a lasting shortage does not flap the cordon). Any other refusal
+  fails the node.
 - Drained: uncordon per spec.uncordon (drain.cordon.uncordon, which refuses a cordon that
   was not drainsafe's); AwaitingMaintenance: wait for the node's annotation
   drainsafe.io/maintained = the NodeMaintenance's name, then uncordon.
@@ -65,10 +66,8 @@ Obj = dict[str, Any]
 MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
 TERMINAL = ("Succeeded", "Failed")
 DEFERRED = "Deferred"  # the reason of a Pending node refused for what others hold
-# A deferred node waits for a node in progress then to finish, at least the first
-# bound (no cordon flapping at the reconcile period) and at most the second.
-RETRY_MIN_SECONDS = 2.0
-RETRY_MAX_SECONDS = 30.0
+RETRY_MIN_SECONDS = 2.0  # a deferred node's backoff, doubled at each refusal
+RETRY_MAX_SECONDS = 60.0
 
 
 def _unchanged(p: NodeProgress) -> NodeProgress:
@@ -83,8 +82,8 @@ class MaintenanceReconciler:
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (uid, node)
         self._writes: dict[str, asyncio.Lock] = {}  # one status writer per NodeMaintenance
         self._surges: dict[str, asyncio.Lock] = {}  # one surge of a workload at a time
-        # (name, node) deferred -> (when, the nodes in progress then)
-        self._deferred: dict[tuple[str, str], tuple[float, frozenset[str]]] = {}
+        # (name, node) deferred -> (when last, how many times)
+        self._deferred: dict[tuple[str, str], tuple[float, int]] = {}
 
     async def run(self, elector: LeaderElector, period: float) -> None:
         """Reconcile every `period` seconds (and on every change) while this replica leads."""
@@ -163,7 +162,7 @@ class MaintenanceReconciler:
                              max_parallel=spec.max_parallel_nodes,
                              unavailable_budget=spec.unavailable_budget(len(facts)),
                              uncordon=spec.uncordon, later=later,
-                             not_now=self._not_now(name, later, nodes, spec))
+                             not_now=self._not_now(name, later))
             current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
             for n in wave.start:
                 # Written before the cordon: a new leader counts these against the budgets.
@@ -176,16 +175,15 @@ class MaintenanceReconciler:
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
 
-    def _not_now(self, name: str, later: set[str], nodes: Mapping[str, NodeProgress],
-                 spec: MaintenanceSpec) -> set[str]:
-        """The deferred nodes that may not start yet (a new leader, which did not
-        see the refusal, retries them at once)."""
+    def _not_now(self, name: str, later: set[str]) -> set[str]:
+        """The deferred nodes still in their backoff (a new leader, which did not see the
+        refusals, retries them at once)."""
         now = time.monotonic()
         out = set()
         for node in later:
-            when, busy = self._deferred.get((name, node), (now - RETRY_MAX_SECONDS, frozenset()))
-            still = any(n in nodes and in_progress(nodes[n].state, spec.uncordon) for n in busy)
-            if now - when < RETRY_MIN_SECONDS or (still and now - when < RETRY_MAX_SECONDS):
+            when, times = self._deferred.get((name, node), (0.0, 0))
+            if times and now - when < min(RETRY_MIN_SECONDS * 2 ** (times - 1),
+                                          RETRY_MAX_SECONDS):
                 out.add(node)
         return out
 
@@ -240,7 +238,8 @@ class MaintenanceReconciler:
                         and only_waiting_on(report.plan, others)):
                     with contextlib.suppress(NotOwned):
                         await uncordon(self.client, node)
-                    self._deferred[(name, node)] = (time.monotonic(), frozenset(others))
+                    times = self._deferred.get((name, node), (0.0, 0))[1] + 1
+                    self._deferred[(name, node)] = (time.monotonic(), times)
                     await self._step(name, spec, node, "Pending", DEFERRED, why)
                     return
                 if report.refused:

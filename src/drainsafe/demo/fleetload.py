@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from drainsafe.demo import measure
 from drainsafe.demo.scenario import (
@@ -35,11 +39,14 @@ from drainsafe.demo.scenario import (
     ReadyTracker,
     ScenarioSettings,
     grouped,
+    kubectl_binary,
     llm_manifests,
+    run_kubectl,
     service_name,
     wait_workload,
 )
 from drainsafe.kube import Informer, KubeClient, api_path
+from drainsafe.kube.objects import meta
 from drainsafe.verify.load import LoadRun, LoadSpec
 from drainsafe.verify.loadproc import run_load_process
 
@@ -187,3 +194,127 @@ async def under_load(lab: Any, workloads: Sequence[ScenarioSettings],
                 if k.startswith("drainsafe.io/"))
             run.workloads.append(out)
     return run
+
+
+MAINTENANCE = "fleet-upgrade"
+POOL = "drainsafe.io/maintenance-pool"  # the label the maintained nodes get (the selector)
+CONTROLLER_NAMESPACE = "drainsafe-system"
+
+
+async def maintained_nodes(lab: Any, count: int) -> list[str]:
+    """`count` nodes that run none of the controller's replicas (a leader draining its own
+    node is another test's subject), those with the workloads' pods first; labelled POOL."""
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        nodes, _ = await client.list(api_path("v1", "nodes"))
+        pods, _ = await client.list(api_path("v1", "pods"))
+        controllers = {p["spec"].get("nodeName") for p in pods
+                       if meta(p).get("namespace") == CONTROLLER_NAMESPACE}
+        busy = {p["spec"].get("nodeName") for p in pods if meta(p).get("namespace") == NAMESPACE}
+        free = sorted((meta(n)["name"] for n in nodes if meta(n)["name"] not in controllers),
+                      key=lambda n: n not in busy)
+        if len(free) < count:
+            raise RuntimeError(f"only {len(free)} nodes run no controller replica: {free}")
+        chosen = sorted(free[:count])
+        for name in chosen:
+            await client.patch(api_path("v1", "nodes", name=name),
+                               {"metadata": {"labels": {POOL: "gpu"}}})
+    return chosen
+
+
+@dataclass
+class Followed:
+    """What was seen of a NodeMaintenance while it ran."""
+
+    rows: list[tuple[str, int, int]] = field(default_factory=list)  # kubectl get: PHASE DONE TOTAL
+    states: dict[str, list[str]] = field(default_factory=dict)  # per node, each change
+    most_cordoned: int = 0  # of the maintained nodes, at once (0.1 s samples)
+    marked: list[str] = field(default_factory=list)  # in the order marked maintained
+    status: dict[str, Any] = field(default_factory=dict)  # the last one read
+
+
+def printed_row(out: str) -> tuple[str, int, int] | None:
+    """PHASE, DONE, TOTAL of `kubectl get nodemaintenance NAME --no-headers` (None before
+    the controller wrote a status: the columns are empty)."""
+    cols = out.split()
+    if len(cols) < 4 or not (cols[2].isdigit() and cols[3].isdigit()):
+        return None
+    return cols[1], int(cols[2]), int(cols[3])
+
+
+async def maintain(lab: Any, nodes: Sequence[str], manifest_dir: Path, seen: Followed, *,
+                   max_parallel: int = 2, cli_first: bool = True, timeout: float = 240,
+                   kubectl: str | None = None) -> None:
+    """`kubectl apply -f` of a NodeMaintenance over the POOL nodes (uncordon WhenMaintained),
+    each node marked maintained as soon as it waits for it (the first by `drainsafe
+    maintenance done` when `cli_first`, the others by `kubectl annotate`), until its phase is
+    final; `kubectl get` about every second meanwhile, as a person follows it."""
+    binary = kubectl or kubectl_binary()
+    if binary is None:
+        raise RuntimeError("kubectl is not installed")
+    manifest = manifest_dir / "maintenance.yaml"
+    manifest.write_text(yaml.safe_dump({
+        "apiVersion": "drainsafe.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": MAINTENANCE},
+        "spec": {"nodeSelector": {"matchLabels": {POOL: "gpu"}},
+                 "maxParallelNodes": max_parallel, "uncordon": "WhenMaintained",
+                 "reason": "driver upgrade"}}))
+    code, out = await run_kubectl(binary, lab.kubeconfig, "apply", "-f", str(manifest),
+                                  timeout=60)
+    if code:
+        raise RuntimeError(f"kubectl apply: {out}")
+    finished = asyncio.Event()
+
+    async def mark(node: str) -> None:
+        seen.marked.append(node)
+        if cli_first and len(seen.marked) == 1:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "drainsafe", "maintenance", "done", node,
+                "--maintenance", MAINTENANCE, f"--kubeconfig={lab.kubeconfig}",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            text, _ = await proc.communicate()
+            code, out = proc.returncode or 0, text.decode()
+        else:
+            code, out = await run_kubectl(binary, lab.kubeconfig, "annotate", "node", node,
+                                          f"drainsafe.io/maintained={MAINTENANCE}", timeout=60)
+        if code:
+            raise RuntimeError(f"marking {node} maintained: {out}")
+
+    async def printed() -> None:
+        while not finished.is_set():
+            code, out = await run_kubectl(binary, lab.kubeconfig, "get", "nodemaintenance",
+                                          MAINTENANCE, "--no-headers", timeout=60)
+            if code == 0 and (row := printed_row(out)) is not None:
+                seen.rows.append(row)
+            await asyncio.sleep(1.0)
+
+    rows = asyncio.ensure_future(printed())
+    marks: list[asyncio.Future[None]] = []
+    path = api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=MAINTENANCE)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, Informer(
+                client, api_path("v1", "nodes")) as node_informer:
+            while True:
+                seen.status = (await client.get(path)).get("status") or {}
+                for n in seen.status.get("nodes") or []:
+                    states = seen.states.setdefault(n["name"], [])
+                    if not states or states[-1] != n["state"]:
+                        states.append(n["state"])
+                    if n["state"] == "AwaitingMaintenance" and n["name"] not in seen.marked:
+                        marks.append(asyncio.ensure_future(mark(n["name"])))
+                seen.most_cordoned = max(seen.most_cordoned, sum(
+                    bool(((node_informer.get(n) or {}).get("spec") or {}).get("unschedulable"))
+                    for n in nodes))
+                if seen.status.get("phase") in ("Succeeded", "Failed"):
+                    break
+                if loop.time() > deadline:
+                    raise TimeoutError(f"{MAINTENANCE} not finished: {seen.status}")
+                await asyncio.sleep(0.1)
+    finally:
+        finished.set()
+        await asyncio.gather(rows, *marks)
+    code, out = await run_kubectl(binary, lab.kubeconfig, "get", "nodemaintenance",
+                                  MAINTENANCE, "--no-headers", timeout=60)
+    if code == 0 and (row := printed_row(out)) is not None:
+        seen.rows.append(row)

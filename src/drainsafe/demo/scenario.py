@@ -343,7 +343,7 @@ class ReadyTracker:
         return min(counts) if counts else self.ready()
 
 
-async def _kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) -> tuple[int, str]:
+async def run_kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         binary, f"--kubeconfig={kubeconfig}", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
@@ -484,7 +484,7 @@ async def run_drain_under_load(
                 binary = kubectl_binary()
                 if binary is None:
                     raise RuntimeError("kubectl is not installed")
-                code, out = await _kubectl(binary, lab.kubeconfig, "drain", node,
+                code, out = await run_kubectl(binary, lab.kubeconfig, "drain", node,
                                            "--ignore-daemonsets", "--delete-emptydir-data",
                                            "--timeout=300s", timeout=330)
                 result.exit_code = code

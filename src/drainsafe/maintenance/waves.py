@@ -17,10 +17,11 @@
 - Only Pending nodes ever start: a node is never started twice.
 - A node whose drain was refused for what the other nodes in progress hold (no room for
   its workloads to surge, or a workload they are surging; issue 30: "the nodes whose
-  workloads cannot surge are scheduled last and said so") is Pending again: it goes after
-  the other Pending nodes (`later`), and does not start while the reason may still hold
-  (`not_now`, the reconciler's call: the nodes in progress then are still in progress).
-  It holds no slot while it waits, so the others go ahead.
+  workloads cannot surge are scheduled last and said so") is Pending again (`later`): it
+  starts after the other Pending nodes, and only when no other node is in progress, so
+  nothing of this operation holds its room then; two deferred nodes started together would
+  refuse each other again (each cordoned, each other's room). `not_now`: deferred nodes
+  the reconciler holds back a while longer (its backoff). A waiting node holds no slot.
 
 Pure; no I/O.
 """
@@ -65,9 +66,8 @@ def next_wave(nodes: Sequence[NodeFacts], states: Mapping[str, NodeState], *,
               uncordon: Uncordon, later: Collection[str] = (),
               not_now: Collection[str] = ()) -> Wave:
     """The nodes to cordon and drain now (in order), and why the other Pending ones wait.
-    `later`: Pending nodes deferred before (refused for what others held), started after
-    the others; `not_now`:
-    those of them that may not start yet."""
+    `later`: Pending nodes deferred before (refused for what others held), started last
+    and alone; `not_now`: those of them that may not start yet."""
     active = sum(in_progress(states.get(n.name, "Pending"), uncordon) for n in nodes)
     unavailable = unavailable_count(nodes, states, uncordon)
     pending = [n for n in nodes if states.get(n.name, "Pending") == "Pending"]
@@ -76,7 +76,7 @@ def next_wave(nodes: Sequence[NodeFacts], states: Mapping[str, NodeState], *,
     start: list[str] = []
     held: Held | None = None
     for n in pending:
-        if n.name in not_now:
+        if n.name in later and (active or n.name in not_now):
             held = held or "deferred"
             continue
         if active >= max_parallel:
