@@ -62,8 +62,9 @@ async def _drainsafe(lab: Lab, nodes: list[str], out: Column) -> None:
     lines = [ln for ln in text.decode().splitlines() if ln.strip()]
     out.outcome = f"exit {proc.returncode}"
     if proc.returncode:
-        out.outcome += ": " + next((ln.strip() for ln in lines if "no room" in ln or
-                                    "refus" in ln.lower()), lines[-1] if lines else "")
+        why = next((ln.strip() for ln in lines if "no room" in ln or "refus" in ln.lower()),
+                   lines[-1] if lines else "")
+        out.outcome += ": " + (why if len(why) <= 160 else why[:157] + "...")
     # What it cordoned (the fleet cordons every node first) is given back: maintenance done.
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "drainsafe", "uncordon", *nodes,
@@ -157,7 +158,6 @@ async def main() -> int:
     row("requests failed", lambda r: str(r.total_failed))
     row("streams truncated", lambda r: str(r.truncated))
     row("requests ok", lambda r: str(r.ok))
-    row("pods created", lambda r: str(sum(w.pods_created for w in r.workloads)))
     print()
     for column, r in results.items():
         print(f"{column}: {r.outcome} (nodes {', '.join(r.nodes)})")
