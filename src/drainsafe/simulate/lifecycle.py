@@ -46,7 +46,9 @@ Kubernetes behaviour modelled (and where it comes from):
   the old pod only when its own replacement is Ready (still through the PDB).
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
   takes Pending pods; `parallelism` nodes are in the upgrade at once. Surge nodes join at the
-  start, already upgraded, and are not drained.
+  start, already upgraded, and are not drained. With `upgrade.maintenance` the nodes that
+  start are a NodeMaintenance's waves (drainsafe.simulate.maintenance: the controller's
+  planner, maxParallelNodes and maxUnavailable).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from numpy.typing import NDArray
 
 from drainsafe.pdb import status, unhealthy_pod_may_be_evicted
 from drainsafe.simulate.distributions import SurvivalTable, survival_table
+from drainsafe.simulate.maintenance import Waves
 from drainsafe.simulate.scenario import Scenario
 from drainsafe.simulate.traffic import Rate
 
@@ -237,6 +240,8 @@ class _Engine:
         self.emptied = [math.nan] * s.nodes
         self.back = [math.nan] * s.nodes
         self.to_drain = deque(range(s.nodes))
+        self.waves = None if s.upgrade.maintenance is None else Waves(
+            s.upgrade.maintenance, s.nodes, s.upgrade.parallelism)
         self.nodes_done = 0
         self.pending_max = 0
 
@@ -317,8 +322,9 @@ class _Engine:
             self.push(start + self.surge_ready.next(), _SURGE, s.nodes + i)
         # The first batch is cordoned together, as upgrade tools do, so that no replacement
         # lands on a node whose drain starts in the same instant.
-        for _ in range(min(s.upgrade.parallelism, s.nodes)):
-            node = self.to_drain.popleft()
+        first = ([self.to_drain.popleft() for _ in range(min(s.upgrade.parallelism, s.nodes))]
+                 if self.waves is None else self.waves.start())
+        for node in first:
             self.cordoned[node] = True
             self.open_nodes.pop(node, None)
             self.push(start, _DRAIN, node)
@@ -366,6 +372,9 @@ class _Engine:
 
     def wedge_reason(self) -> str:
         s = self.s
+        held = None if self.waves is None else self.waves.wedge_reason()
+        if held:
+            return held
         for w, waiting in enumerate(self.waiters):
             if waiting:
                 return (f"workload {s.workloads[w].name}: its PodDisruptionBudget allows no "
@@ -614,7 +623,10 @@ class _Engine:
         self.nodes_done += 1
         self.open_node(node)
         self.schedule_pending()
-        if self.to_drain:
+        if self.waves is not None:
+            for n in self.waves.back(node):
+                self.push(self.now, _DRAIN, n)
+        elif self.to_drain:
             self.push(self.now, _DRAIN, self.to_drain.popleft())
 
     def on_surge(self, node: int) -> None:
