@@ -82,6 +82,7 @@ class WorkloadOutcome:
     failed: dict[str, int] = field(default_factory=dict)  # by outcome label
     truncated: int = 0  # streams that had started and did not finish
     pods_created: int = 0  # during the operation (surges and replacements)
+    startup_seconds: float | None = None  # the slowest new pod's created -> Ready
     replicas_after: int | None = None
     annotations_left: list[str] = field(default_factory=list)  # drainsafe.io/* afterwards
 
@@ -187,6 +188,9 @@ async def under_load(lab: Any, workloads: Sequence[ScenarioSettings],
                     out.failed[r.outcome.label] = out.failed.get(r.outcome.label, 0) + 1
             out.truncated = measure.truncated(results)
             out.pods_created = len(set(t.created) - known.get(s.app, set()))
+            new = [n for n in t.ready_at if n not in known.get(s.app, set())]
+            if new:
+                out.startup_seconds = max(t.ready_at[n] - t.created[n] for n in new)
             obj = await client.get(api_path(*API[s.kind], namespace=NAMESPACE, name=s.app))
             out.replicas_after = (obj.get("spec") or {}).get("replicas")
             out.annotations_left = sorted(
@@ -201,9 +205,10 @@ POOL = "drainsafe.io/maintenance-pool"  # the label the maintained nodes get (th
 CONTROLLER_NAMESPACE = "drainsafe-system"
 
 
-async def maintained_nodes(lab: Any, count: int) -> list[str]:
+async def maintained_nodes(lab: Any, count: int, pool: str = "gpu") -> list[str]:
     """`count` nodes that run none of the controller's replicas (a leader draining its own
-    node is another test's subject), those with the workloads' pods first; labelled POOL."""
+    node is another test's subject), those with the workloads' pods first; labelled
+    POOL=`pool`."""
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         nodes, _ = await client.list(api_path("v1", "nodes"))
         pods, _ = await client.list(api_path("v1", "pods"))
@@ -217,7 +222,7 @@ async def maintained_nodes(lab: Any, count: int) -> list[str]:
         chosen = sorted(free[:count])
         for name in chosen:
             await client.patch(api_path("v1", "nodes", name=name),
-                               {"metadata": {"labels": {POOL: "gpu"}}})
+                               {"metadata": {"labels": {POOL: pool}}})
     return chosen
 
 
@@ -242,21 +247,22 @@ def printed_row(out: str) -> tuple[str, int, int] | None:
 
 
 async def maintain(lab: Any, nodes: Sequence[str], manifest_dir: Path, seen: Followed, *,
-                   max_parallel: int = 2, cli_first: bool = True, timeout: float = 240,
-                   kubectl: str | None = None) -> None:
-    """`kubectl apply -f` of a NodeMaintenance over the POOL nodes (uncordon WhenMaintained),
-    each node marked maintained as soon as it waits for it (the first by `drainsafe
-    maintenance done` when `cli_first`, the others by `kubectl annotate`), until its phase is
-    final; `kubectl get` about every second meanwhile, as a person follows it."""
+                   name: str = MAINTENANCE, pool: str = "gpu", max_parallel: int = 2,
+                   uncordon: str = "WhenMaintained", cli_first: bool = True,
+                   timeout: float = 240, kubectl: str | None = None) -> None:
+    """`kubectl apply -f` of a NodeMaintenance `name` over the POOL=`pool` nodes, each node
+    marked maintained as soon as it waits for it under WhenMaintained (the first by
+    `drainsafe maintenance done` when `cli_first`, the others by `kubectl annotate`), until
+    its phase is final; `kubectl get` about every second meanwhile, as a person follows it."""
     binary = kubectl or kubectl_binary()
     if binary is None:
         raise RuntimeError("kubectl is not installed")
-    manifest = manifest_dir / "maintenance.yaml"
+    manifest = manifest_dir / f"{name}.yaml"
     manifest.write_text(yaml.safe_dump({
         "apiVersion": "drainsafe.io/v1alpha1", "kind": "NodeMaintenance",
-        "metadata": {"name": MAINTENANCE},
-        "spec": {"nodeSelector": {"matchLabels": {POOL: "gpu"}},
-                 "maxParallelNodes": max_parallel, "uncordon": "WhenMaintained",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {POOL: pool}},
+                 "maxParallelNodes": max_parallel, "uncordon": uncordon,
                  "reason": "driver upgrade"}}))
     code, out = await run_kubectl(binary, lab.kubeconfig, "apply", "-f", str(manifest),
                                   timeout=60)
@@ -269,27 +275,27 @@ async def maintain(lab: Any, nodes: Sequence[str], manifest_dir: Path, seen: Fol
         if cli_first and len(seen.marked) == 1:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "drainsafe", "maintenance", "done", node,
-                "--maintenance", MAINTENANCE, f"--kubeconfig={lab.kubeconfig}",
+                "--maintenance", name, f"--kubeconfig={lab.kubeconfig}",
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
             text, _ = await proc.communicate()
             code, out = proc.returncode or 0, text.decode()
         else:
             code, out = await run_kubectl(binary, lab.kubeconfig, "annotate", "node", node,
-                                          f"drainsafe.io/maintained={MAINTENANCE}", timeout=60)
+                                          f"drainsafe.io/maintained={name}", timeout=60)
         if code:
             raise RuntimeError(f"marking {node} maintained: {out}")
 
     async def printed() -> None:
         while not finished.is_set():
             code, out = await run_kubectl(binary, lab.kubeconfig, "get", "nodemaintenance",
-                                          MAINTENANCE, "--no-headers", timeout=60)
+                                          name, "--no-headers", timeout=60)
             if code == 0 and (row := printed_row(out)) is not None:
                 seen.rows.append(row)
             await asyncio.sleep(1.0)
 
     rows = asyncio.ensure_future(printed())
     marks: list[asyncio.Future[None]] = []
-    path = api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=MAINTENANCE)
+    path = api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:
@@ -309,12 +315,12 @@ async def maintain(lab: Any, nodes: Sequence[str], manifest_dir: Path, seen: Fol
                 if seen.status.get("phase") in ("Succeeded", "Failed"):
                     break
                 if loop.time() > deadline:
-                    raise TimeoutError(f"{MAINTENANCE} not finished: {seen.status}")
+                    raise TimeoutError(f"{name} not finished: {seen.status}")
                 await asyncio.sleep(0.1)
     finally:
         finished.set()
         await asyncio.gather(rows, *marks)
     code, out = await run_kubectl(binary, lab.kubeconfig, "get", "nodemaintenance",
-                                  MAINTENANCE, "--no-headers", timeout=60)
+                                  name, "--no-headers", timeout=60)
     if code == 0 and (row := printed_row(out)) is not None:
         seen.rows.append(row)
