@@ -123,6 +123,16 @@ def test_two_free_nodes_cannot_hold_a_stand_in_group_and_the_recreation() -> Non
     assert (w.strategy, w.floor, w.replicas) == ("evict", 1, 2)
 
 
+def test_the_group_pod_on_another_node_being_drained_needs_room_too() -> None:
+    """A NodeMaintenance drains n2 while n1 (the same group's leader) is drained beside it:
+    the leader's recreation cannot use the room it frees (n1 is cordoned), so the plan
+    counts it: 3 free nodes hold the stand-in group and one recreation, not both."""
+    assert plan_drain(cluster(7), ["n2"]).ok  # alone: the leader's own node is reused
+    plan = plan_drain(cluster(7), ["n2"], draining=["n1"])
+    assert [b.kind for b in plan.blockers] == ["no-room"], plan.blockers
+    assert plan_drain(cluster(8), ["n2"], draining=["n1"]).ok  # 4 free: it fits
+
+
 def test_a_rerun_with_the_stand_in_group_up_needs_room_for_the_recreation_only() -> None:
     stand_in = group_pods("llm", 2, ["n5", "n6"])
     state = cluster(7, extra_pods=stand_in)

@@ -119,3 +119,44 @@ def test_a_deletion_gives_back_every_started_node_but_those_done_as_specified() 
         assert {"Cordoned", "Draining", "AwaitingMaintenance", "Failed"} <= back
         # Drained is done (and stays cordoned) only when the spec says Never
         assert ("Drained" in back) == (uncordon != "Never")
+
+
+@given(pools, st.integers(1, 5), budgets, uncordons, st.data())
+def test_deferred_nodes_go_last_and_not_now_ones_never_start(
+        nodes: list[NodeFacts], parallel: int, max_unavailable: int | str | None,
+        uncordon: Uncordon, data: st.DataObject) -> None:
+    budget = None if max_unavailable is None else scaled_value(
+        max_unavailable, len(nodes), round_up=True)
+    names = [n.name for n in nodes]
+    later = set(data.draw(st.lists(st.sampled_from(names), unique=True)))
+    not_now = set(data.draw(st.lists(st.sampled_from(sorted(later)), unique=True))
+                  ) if later else set()
+    wave = next_wave(nodes, {}, max_parallel=parallel, unavailable_budget=budget,
+                     uncordon=uncordon, later=later, not_now=not_now)
+    assert not not_now & set(wave.start)
+    # a deferred node starts only alone: nothing else in progress or starting
+    assert not later & set(wave.start) or len(wave.start) == 1
+    # every Pending node left is said to wait, and why
+    assert (wave.held is None) == (len(wave.start) == len(nodes))
+
+
+def test_a_deferred_node_starts_last_and_alone() -> None:
+    nodes = [NodeFacts(n, True, False) for n in "abcd"]
+    # a was refused for room while b drained: c goes first, a waits, said so
+    wave = next_wave(nodes, {"b": "Draining"}, max_parallel=3, unavailable_budget=None,
+                     uncordon="Immediately", later={"a"})
+    assert wave.start == ("c", "d") and wave.held == "deferred"
+    # still something in progress: a waits, with a free slot
+    wave = next_wave(nodes, {"b": "Uncordoned", "c": "Draining", "d": "Uncordoned"},
+                     max_parallel=3, unavailable_budget=None, uncordon="Immediately",
+                     later={"a"})
+    assert wave.start == () and wave.held == "deferred"
+    # nothing in progress: one deferred node starts, the other waits for it (two together
+    # would hold each other's room again); one in its backoff does not start at all
+    done: dict[str, NodeState] = {"c": "Uncordoned", "d": "Uncordoned"}
+    wave = next_wave(nodes, done, max_parallel=3, unavailable_budget=None,
+                     uncordon="Immediately", later={"a", "b"})
+    assert wave.start == ("a",) and wave.held == "deferred"
+    wave = next_wave(nodes, done, max_parallel=3, unavailable_budget=None,
+                     uncordon="Immediately", later={"a", "b"}, not_now={"a"})
+    assert wave.start == ("b",) and wave.held == "deferred"

@@ -12,6 +12,14 @@ each node is and continues:
 - Draining: drain again with the same engine `drainsafe drain` runs (drain.execute
   NodeDrainer): its record on the node names the pods it already evicted (by UID) and the
   surge on each workload, so no pod is evicted twice and a surge is finished or restored.
+- Refused before any eviction only for what the other nodes in progress hold
+  (drain.preflight.only_waiting_on: no room for the surge, held by their cordons, their
+  stand-ins or pods still terminating; or a workload one of them is surging): the cordon
+  is given back and the node is Pending again, reason Deferred, the refusal its message; the
+  planner starts it last and alone (maintenance.waves: later), and not before a backoff
+  from its last refusal (not_now: RETRY_MIN_SECONDS, doubled at each refusal up to
+  RETRY_MAX_SECONDS, so a lasting shortage does not flap the cordon). Any other refusal
+  fails the node.
 - Drained: uncordon per spec.uncordon (drain.cordon.uncordon, which refuses a cordon that
   was not drainsafe's); AwaitingMaintenance: wait for the node's annotation
   drainsafe.io/maintained = the NodeMaintenance's name, then uncordon.
@@ -46,6 +54,7 @@ from drainsafe.controller.leader import LeaderElector
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
+from drainsafe.drain.preflight import only_waiting_on
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
@@ -63,6 +72,9 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
 TERMINAL = ("Succeeded", "Failed")
+DEFERRED = "Deferred"  # the reason of a Pending node refused for what others hold
+RETRY_MIN_SECONDS = 2.0  # a deferred node's backoff, doubled at each refusal
+RETRY_MAX_SECONDS = 60.0
 
 
 def _unchanged(p: NodeProgress) -> NodeProgress:
@@ -77,6 +89,8 @@ class MaintenanceReconciler:
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (uid, node)
         self._writes: dict[str, asyncio.Lock] = {}  # one status writer per NodeMaintenance
         self._surges: dict[str, asyncio.Lock] = {}  # one surge of a workload at a time
+        # (name, node) deferred -> (when last, how many times)
+        self._deferred: dict[tuple[str, str], tuple[float, int]] = {}
 
     async def run(self, elector: LeaderElector, period: float) -> None:
         """Reconcile every `period` seconds (and on every change) while this replica leads."""
@@ -162,10 +176,12 @@ class MaintenanceReconciler:
             old = obj.get("status") or {}
             nodes = read_nodes(old)
             facts = [self._facts(n) for n in nodes]
+            later = {n for n, p in nodes.items() if p.state == "Pending" and p.reason == DEFERRED}
             wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
                              max_parallel=spec.max_parallel_nodes,
                              unavailable_budget=spec.unavailable_budget(len(facts)),
-                             uncordon=spec.uncordon)
+                             uncordon=spec.uncordon, later=later,
+                             not_now=self._not_now(name, later))
             current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
             for n in wave.start:
                 # Written before the cordon: a new leader counts these against the budgets.
@@ -177,6 +193,18 @@ class MaintenanceReconciler:
         if await self._put_status(name, plan):
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
+
+    def _not_now(self, name: str, later: set[str]) -> set[str]:
+        """The deferred nodes still in their backoff (a new leader, which did not see the
+        refusals, retries them at once)."""
+        now = time.monotonic()
+        out = set()
+        for node in later:
+            when, times = self._deferred.get((name, node), (0.0, 0))
+            if times and now - when < min(RETRY_MIN_SECONDS * 2 ** (times - 1),
+                                          RETRY_MAX_SECONDS):
+                out.add(node)
+        return out
 
     def _facts(self, node: str) -> NodeFacts:
         obj = self.nodes.get(node)
@@ -225,6 +253,14 @@ class MaintenanceReconciler:
                                        clock=self.clock, locks=self._surges).run()
             if not report.ok:
                 why = report.failure or "the drain did not finish"
+                if (report.refused and report.plan is not None
+                        and only_waiting_on(report.plan, others)):
+                    with contextlib.suppress(NotOwned):
+                        await uncordon(self.client, node)
+                    times = self._deferred.get((name, node), (0.0, 0))[1] + 1
+                    self._deferred[(name, node)] = (time.monotonic(), times)
+                    await self._step(name, spec, node, "Pending", DEFERRED, why)
+                    return
                 if report.refused:
                     # refused before any eviction: give our queued cordon back, as
                     # drainsafe drain does for a node it never started

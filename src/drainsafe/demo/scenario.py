@@ -97,12 +97,14 @@ class ScenarioSettings:
     hpa_min: int | None = None  # an HPA owns the scale: minReplicas N (maxReplicas +2)
     kind: Kind = "Deployment"  # the workload's controller (a StatefulSet: `llm-0`, ...)
     group_size: int = 2  # a LeaderWorkerSet's pods per group (replicas counts groups)
+    app: str = APP  # the workload's name and `app` label (several workloads in one lab)
+    gpus: int = 1  # nvidia.com/gpu per pod (0: a CPU-only tier)
 
 
 def service_name(s: ScenarioSettings) -> str:
     """The Service the load goes through (a LeaderWorkerSet's own headless Service takes
     the set's name)."""
-    return f"{APP}-leaders" if s.kind == "LeaderWorkerSet" else APP
+    return f"{s.app}-leaders" if s.kind == "LeaderWorkerSet" else s.app
 
 
 def grouped(s: ScenarioSettings) -> int | None:
@@ -168,8 +170,9 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
                 {"name": "DRAINSAFE_WORKLOAD_MAX_DURATION",
                  "value": f"{max(90.0, s.long_seconds, s.stream_seconds):g}"}],
         "ports": ports,
-        "resources": {"requests": {"cpu": "100m", "nvidia.com/gpu": "1"},
-                      "limits": {"nvidia.com/gpu": "1"}},
+        "resources": ({"requests": {"cpu": "100m", "nvidia.com/gpu": str(s.gpus)},
+                       "limits": {"nvidia.com/gpu": str(s.gpus)}} if s.gpus
+                      else {"requests": {"cpu": "100m"}}),
         # An exec probe starts a process: on a loaded machine that can take over the
         # default 1 s timeout, which would drop a healthy pod from the endpoints.
         "readinessProbe": {**probe, "initialDelaySeconds": int(s.model_load),
@@ -177,13 +180,13 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
                            "timeoutSeconds": 3 if "exec" in probe else 1},
         **({"lifecycle": lifecycle} if lifecycle else {}),
     }
-    labels = {"app": APP}
+    labels = {"app": s.app}
     template = {"metadata": {"labels": labels},
                 "spec": {"terminationGracePeriodSeconds": s.grace, "containers": [container]}}
     if s.kind == "LeaderWorkerSet":
         workload: dict[str, Any] = {
             "apiVersion": API[s.kind][0], "kind": s.kind,
-            "metadata": {"name": APP, "namespace": NAMESPACE},
+            "metadata": {"name": s.app, "namespace": NAMESPACE},
             "spec": {"replicas": s.replicas, "leaderWorkerTemplate": {
                 "size": s.group_size, "workerTemplate": template}}}
         # The leaders serve; one eviction takes a whole group, so the budget lets one
@@ -192,9 +195,9 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
         unavailable = s.group_size
     else:
         workload = {"apiVersion": "apps/v1", "kind": s.kind,
-                    "metadata": {"name": APP, "namespace": NAMESPACE},
+                    "metadata": {"name": s.app, "namespace": NAMESPACE},
                     "spec": {"replicas": s.replicas, "selector": {"matchLabels": labels},
-                             **({"serviceName": APP} if s.kind == "StatefulSet" else {}),
+                             **({"serviceName": s.app} if s.kind == "StatefulSet" else {}),
                              "template": template}}
         serves, unavailable = labels, 1
     return [
@@ -204,15 +207,15 @@ def llm_manifests(s: ScenarioSettings) -> list[dict[str, Any]]:
          "spec": {"selector": serves,
                   "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-         "metadata": {"name": APP, "namespace": NAMESPACE},
+         "metadata": {"name": s.app, "namespace": NAMESPACE},
          "spec": {**({"maxUnavailable": unavailable} if s.min_available is None
                      else {"minAvailable": s.min_available}),
                   "selector": {"matchLabels": labels}}},
         *([] if s.hpa_min is None else [
             {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-             "metadata": {"name": APP, "namespace": NAMESPACE},
+             "metadata": {"name": s.app, "namespace": NAMESPACE},
              "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": s.kind,
-                                         "name": APP},
+                                         "name": s.app},
                       "minReplicas": s.hpa_min, "maxReplicas": s.replicas + 2}}]),
     ]
 
@@ -271,8 +274,10 @@ class ReadyTracker:
     lifecycle watch (drainsafe.verify.watch), their one home. With `group_size` (a
     LeaderWorkerSet) the count is of whole Ready groups."""
 
-    def __init__(self, t0: Callable[[], float], group_size: int | None = None) -> None:
+    def __init__(self, t0: Callable[[], float], group_size: int | None = None,
+                 app: str = APP) -> None:
         self.t0 = t0
+        self.app = app
         self.group_size = group_size
         self.group_of: dict[str, int] = {}
         self.history: list[tuple[float, int]] = []
@@ -290,7 +295,7 @@ class ReadyTracker:
     def on_event(self, kind: str, pod: dict[str, Any]) -> None:
         now = time.time()
         meta = pod.get("metadata") or {}
-        if (meta.get("labels") or {}).get("app") != APP:
+        if (meta.get("labels") or {}).get("app") != self.app:
             return
         name = str(meta.get("name"))
         group = lws_group_of(pod)
@@ -349,7 +354,7 @@ class ReadyTracker:
         return min(counts) if counts else self.ready()
 
 
-async def _kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) -> tuple[int, str]:
+async def run_kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         binary, f"--kubeconfig={kubeconfig}", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
@@ -415,7 +420,7 @@ async def run_drain_under_load(
     extra = [] if prepare is None else await prepare(lab)
     say("deploying the streaming server: 2 replicas, a Service, a PDB; loading the model")
     await lab.apply(*extra, *llm_manifests(s))
-    await _wait_available(lab, s, timeout=s.wait_timeout + s.model_load)
+    await wait_workload(lab, s, timeout=s.wait_timeout + s.model_load)
     await lab.wait_backends(NAMESPACE, service_name(s), s.replicas, timeout=60)
     url = lab.service_url(NAMESPACE, service_name(s))
     specs = [_load_spec(url, s.stream_seconds, s.concurrency, s)]
@@ -430,7 +435,7 @@ async def run_drain_under_load(
 
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         pods, _ = await client.list(api_path("v1", "pods", namespace=NAMESPACE),
-                                    {"labelSelector": f"app={APP}"})
+                                    {"labelSelector": f"app={s.app}"})
         # A LeaderWorkerSet: a node holding a worker (the leaders serve the traffic).
         node = sorted(p["spec"]["nodeName"] for p in pods if grouped(s) is None
                       or (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX_LABEL)
@@ -439,15 +444,15 @@ async def run_drain_under_load(
                                 replicas=s.replicas)
         loop = asyncio.get_running_loop()
         zero = (loop.time(), time.time())
-        tracker = ReadyTracker(lambda: zero[1], grouped(s))
+        tracker = ReadyTracker(lambda: zero[1], grouped(s), s.app)
 
         def on_pod(kind: str, pod: dict[str, Any]) -> None:
             tracker.on_event(kind, pod)
             live.ready = tracker.ready()
 
         informer = Informer(client, api_path("v1", "pods", namespace=NAMESPACE),
-                            label_selector=f"app={APP}", on_event=on_pod)
-        lifecycle = LifecycleWatch(client, NAMESPACE, f"app={APP}", clock_zero=zero)
+                            label_selector=f"app={s.app}", on_event=on_pod)
+        lifecycle = LifecycleWatch(client, NAMESPACE, f"app={s.app}", clock_zero=zero)
         await informer.start()
         # The initial list adds the pods one by one: that is not a dip in capacity.
         tracker.history = [(time.time(), tracker.ready())]
@@ -490,7 +495,7 @@ async def run_drain_under_load(
                 binary = kubectl_binary()
                 if binary is None:
                     raise RuntimeError("kubectl is not installed")
-                code, out = await _kubectl(binary, lab.kubeconfig, "drain", node,
+                code, out = await run_kubectl(binary, lab.kubeconfig, "drain", node,
                                            "--ignore-daemonsets", "--delete-emptydir-data",
                                            "--timeout=300s", timeout=330)
                 result.exit_code = code
@@ -524,7 +529,7 @@ async def run_drain_under_load(
         result.pods_created = len(set(tracker.created) - known)
         gone = [tracker.deleted_at[n] for n in old if n in tracker.deleted_at]
         result.empty_seconds = max(gone) - started if gone and len(gone) == len(old) else None
-        dep = await client.get(api_path(*API[s.kind], namespace=NAMESPACE, name=APP))
+        dep = await client.get(api_path(*API[s.kind], namespace=NAMESPACE, name=s.app))
         result.replicas_after = (dep.get("spec") or {}).get("replicas")
         result.annotations_left = sorted(
             k for k in ((dep.get("metadata") or {}).get("annotations") or {})
@@ -570,15 +575,15 @@ async def run_drain_under_load(
     return result
 
 
-async def _wait_available(lab: Any, s: ScenarioSettings, *, timeout: float) -> None:
+async def wait_workload(lab: Any, s: ScenarioSettings, *, timeout: float) -> None:
     """Until the workload has all its replicas Available (a Deployment: the lab's rollout
     status test; a StatefulSet: status.availableReplicas at its generation)."""
     if s.kind == "Deployment":
-        await lab.wait_available(NAMESPACE, APP, timeout=timeout)
+        await lab.wait_available(NAMESPACE, s.app, timeout=timeout)
         return
 
     def available(cache: Mapping[str, dict[str, Any]]) -> bool:
-        sts = cache.get(f"{NAMESPACE}/{APP}") or {}
+        sts = cache.get(f"{NAMESPACE}/{s.app}") or {}
         st = sts.get("status") or {}
         if s.kind == "LeaderWorkerSet":  # whole Ready groups (it has no observedGeneration)
             return st.get("readyReplicas") == s.replicas == st.get("replicas")
@@ -588,7 +593,7 @@ async def _wait_available(lab: Any, s: ScenarioSettings, *, timeout: float) -> N
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, Informer(
             client, api_path(*API[s.kind], namespace=NAMESPACE)) as informer:
         await informer.wait_for(available, timeout=timeout,
-                                what=f"StatefulSet {NAMESPACE}/{APP} Available")
+                                what=f"StatefulSet {NAMESPACE}/{s.app} Available")
 
 
 def _merge(runs: list[LoadRun]) -> LoadRun:

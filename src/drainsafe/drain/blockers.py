@@ -21,3 +21,4 @@ class Blocker:
     object: str
     message: str
     fix: str
+    node: str = ""  # surge-owned: the node whose unfinished drain recorded the surge

@@ -294,10 +294,13 @@ def _group_room(state: ClusterState, targets: Sequence[str], pods: Sequence[PodP
     a whole stand-in group (one pod per member of the affected group, leader and workers,
     each placed on its own: with one GPU per node, on distinct nodes) for each group the
     LWS lacks off the drained nodes, and, while the stand-ins serve, the recreation of each
-    of the group's pods here (its pods elsewhere are recreated in the room they free)."""
+    of the group's pods here and on the other nodes being drained (`targets` includes them:
+    their room is cordoned); its pods elsewhere are recreated in the room they free."""
     wanted: list[tuple[str, Obj]] = []
+    excluded = set(targets)
     for key, w in sorted(grouped.items()):
         here = [p for p in pods if p.workload == key and p.needs_replacement]
+        planned = {p.key for p in here}
         members = _group_members(state, key)
         lacking = _lacking_groups(state, w, targets)
         for group in w.groups:
@@ -306,6 +309,8 @@ def _group_room(state: ClusterState, targets: Sequence[str], pods: Sequence[PodP
                 lacking -= 1
                 wanted += [(first.key, m.get("spec") or {}) for m in members.get(group, [])]
             wanted += [(p.key, specs[p.key]) for p in here if p.group == group]
+            wanted += [(first.key, m.get("spec") or {}) for m in members.get(group, [])
+                       if node_of(m) in excluded and key_of(m) not in planned]
     return wanted
 
 

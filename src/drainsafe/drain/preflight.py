@@ -97,6 +97,15 @@ def only_no_room(plan: DrainPlan) -> bool:
     return bool(plan.blockers) and all(b.kind == "no-room" for b in plan.blockers)
 
 
+def only_waiting_on(plan: DrainPlan, draining: Sequence[str]) -> bool:
+    """Refused only for what the drains of `draining` beside it hold and give back when
+    they finish: room (their cordoned nodes, their stand-ins) or a workload one of them is
+    surging (a workload is surged by one drain at a time)."""
+    return bool(plan.blockers) and all(
+        b.kind == "no-room" or (b.kind == "surge-owned" and b.node in draining)
+        for b in plan.blockers)
+
+
 @dataclass(frozen=True)
 class Preflight:
     plan: DrainPlan  # the last plan made

@@ -134,7 +134,8 @@ def plan_workloads(
                 f"is surged for an unfinished drain of node {record.node} (recorded "
                 f"{record.at} by {record.by})",
                 f"finish that drain first (drainsafe drain {record.node}), or give it up "
-                f"(drainsafe uncordon {record.node}) which restores the scale"))
+                f"(drainsafe uncordon {record.node}) which restores the scale",
+                node=record.node))
         if options.strategy == "evict" and record is None:
             why = "--strategy evict"
         elif w.kind not in IDENTITY or not obj:

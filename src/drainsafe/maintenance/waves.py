@@ -15,20 +15,27 @@
 - A Pending node already unavailable costs no budget to start (draining it removes no
   capacity that is there), so such nodes go first; the rest keep the order given.
 - Only Pending nodes ever start: a node is never started twice.
+- A node whose drain was refused for what the other nodes in progress hold (no room for
+  its workloads to surge, or a workload they are surging; issue 30: "the nodes whose
+  workloads cannot surge are scheduled last and said so") is Pending again (`later`): it
+  starts after the other Pending nodes, and only when no other node is in progress, so
+  nothing of this operation holds its room then; two deferred nodes started together would
+  refuse each other again (each cordoned, each other's room). `not_now`: deferred nodes
+  the reconciler holds back a while longer (its backoff). A waiting node holds no slot.
 
 Pure; no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from drainsafe.maintenance.progress import NodeState, in_progress
 from drainsafe.maintenance.spec import Uncordon
 
-Held = Literal["parallel", "unavailable"]  # why a Pending node did not start
+Held = Literal["parallel", "unavailable", "deferred"]  # why a Pending node did not start
 
 
 @dataclass(frozen=True)
@@ -56,15 +63,22 @@ def unavailable_count(nodes: Sequence[NodeFacts], states: Mapping[str, NodeState
 
 def next_wave(nodes: Sequence[NodeFacts], states: Mapping[str, NodeState], *,
               max_parallel: int, unavailable_budget: int | None,
-              uncordon: Uncordon) -> Wave:
-    """The nodes to cordon and drain now (in order), and why the other Pending ones wait."""
+              uncordon: Uncordon, later: Collection[str] = (),
+              not_now: Collection[str] = ()) -> Wave:
+    """The nodes to cordon and drain now (in order), and why the other Pending ones wait.
+    `later`: Pending nodes deferred before (refused for what others held), started last
+    and alone; `not_now`: those of them that may not start yet."""
     active = sum(in_progress(states.get(n.name, "Pending"), uncordon) for n in nodes)
     unavailable = unavailable_count(nodes, states, uncordon)
     pending = [n for n in nodes if states.get(n.name, "Pending") == "Pending"]
-    pending.sort(key=lambda n: not n.unavailable)  # stable: free ones first, else as given
+    # stable: free ones first, deferred ones last, else as given
+    pending.sort(key=lambda n: (n.name in later, not n.unavailable))
     start: list[str] = []
     held: Held | None = None
     for n in pending:
+        if n.name in later and (active or n.name in not_now):
+            held = held or "deferred"
+            continue
         if active >= max_parallel:
             held = "parallel"
             break

@@ -31,6 +31,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="search the settings that lose no request at the shortest upgrade")
     p.add_argument("--seed", type=int, help="override the scenario's random seed")
+    p.add_argument("--maintenance", metavar="NODEMAINTENANCE.yaml",
+                   help="run the upgrade as this NodeMaintenance would (its maxParallelNodes "
+                   "and maxUnavailable, its controller's wave planner) over the scenario's "
+                   "fleet")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text",
                    help="text tables (default) or JSON")
     p.add_argument("--out", metavar="DIR",
@@ -70,6 +74,15 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.seed is not None:
         scenario = replace(scenario, seed=args.seed)
+    if args.maintenance:
+        import yaml
+
+        try:
+            scenario = _as_maintenance(scenario, args.maintenance)
+        except (OSError, ValueError, yaml.YAMLError) as exc:  # SpecError is a ValueError
+            err.print(f"drainsafe simulate: --maintenance {args.maintenance}: {exc}",
+                      markup=False)
+            return EXIT_USAGE
     problem = output_dir_problem(args.out) if args.out else None
     if problem:  # before the run: a sweep takes minutes, and its picture would be lost
         err.print(f"drainsafe simulate: {problem}", markup=False)
@@ -99,6 +112,23 @@ def run(args: argparse.Namespace) -> int:
         if picture:
             out.print(f"picture: {picture}")
     return EXIT_OK if result.failed == 0 and result.finished else EXIT_FAILED
+
+
+def _as_maintenance(scenario: Any, path: str) -> Any:
+    """The scenario with its upgrade run as the NodeMaintenance in `path`."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    import yaml
+
+    from drainsafe.simulate.maintenance import from_manifest
+
+    obj = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(obj, dict) or obj.get("kind") != "NodeMaintenance":
+        raise ValueError("expected a NodeMaintenance object (kind: NodeMaintenance)")
+    parallel, maintenance = from_manifest(obj)
+    return replace(scenario, upgrade=replace(scenario.upgrade, parallelism=parallel,
+                                             maintenance=maintenance))
 
 
 def _picture(result: Any, out_dir: str | None) -> Any:

@@ -46,7 +46,9 @@ Kubernetes behaviour modelled (and where it comes from):
   the old pod only when its own replacement is Ready (still through the PDB).
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
   takes Pending pods; `parallelism` nodes are in the upgrade at once. Surge nodes join at the
-  start, already upgraded, and are not drained.
+  start, already upgraded, and are not drained. With `upgrade.maintenance` the nodes that
+  start are a NodeMaintenance's waves (drainsafe.simulate.maintenance: the controller's
+  planner, maxParallelNodes and maxUnavailable).
 - Grouped workloads (a LeaderWorkerSet's groups spanning several nodes): the rules, and what
   each strategy does with a group, are in drainsafe.simulate.groups; the engine's part is
   the "groups" section below. Consumers catch up on their routing at every deletion before
@@ -67,6 +69,7 @@ from numpy.typing import NDArray
 from drainsafe.pdb import status, unhealthy_pod_may_be_evicted
 from drainsafe.simulate.distributions import SurvivalTable, survival_table
 from drainsafe.simulate.groups import GroupLog, disruptions_needed, place_group, serves
+from drainsafe.simulate.maintenance import Waves
 from drainsafe.simulate.scenario import Scenario
 from drainsafe.simulate.traffic import Rate
 
@@ -273,6 +276,8 @@ class _Engine:
         self.to_drain = deque(s.upgrade.nodes if s.upgrade.nodes is not None
                               else range(s.nodes))
         self.drained = tuple(self.to_drain)
+        self.waves = None if s.upgrade.maintenance is None else Waves(
+            s.upgrade.maintenance, self.drained, s.upgrade.parallelism)
         self.nodes_done = 0
         self.pending_max = 0
 
@@ -379,8 +384,10 @@ class _Engine:
             self.push(start + self.surge_ready.next(), _SURGE, s.nodes + i)
         # The first batch is cordoned together, as upgrade tools do, so that no replacement
         # lands on a node whose drain starts in the same instant.
-        for _ in range(min(s.upgrade.parallelism, len(self.drained))):
-            node = self.to_drain.popleft()
+        first = ([self.to_drain.popleft()
+                  for _ in range(min(s.upgrade.parallelism, len(self.drained)))]
+                 if self.waves is None else self.waves.start())
+        for node in first:
             self.cordoned[node] = True
             self.open_nodes.pop(node, None)
             self.push(start, _DRAIN, node)
@@ -439,6 +446,9 @@ class _Engine:
 
     def wedge_reason(self) -> str:
         s = self.s
+        held = None if self.waves is None else self.waves.wedge_reason()
+        if held:
+            return held
         for w, waiting in enumerate(self.waiters):
             if waiting:
                 wl = s.workloads[w]
@@ -724,7 +734,10 @@ class _Engine:
         self.nodes_done += 1
         self.open_node(node)
         self.schedule_pending()
-        if self.to_drain:
+        if self.waves is not None:
+            for n in self.waves.back(node):
+                self.push(self.now, _DRAIN, n)
+        elif self.to_drain:
             self.push(self.now, _DRAIN, self.to_drain.popleft())
 
     def on_surge(self, node: int) -> None:

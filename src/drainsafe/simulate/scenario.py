@@ -29,6 +29,7 @@ from drainsafe.simulate.distributions import (
     LogNormal,
     Uniform,
 )
+from drainsafe.simulate.maintenance import Maintenance
 
 Strategy = Literal["kubectl", "drainsafe", "surge"]
 STRATEGIES: tuple[Strategy, ...] = ("kubectl", "drainsafe", "surge")
@@ -143,6 +144,8 @@ class Upgrade:
     eviction_retry: float = KUBECTL_EVICTION_RETRY_SECONDS
     nodes: tuple[int, ...] | None = None
     """The nodes to drain, by index, in this order; None: every node, in node order."""
+    maintenance: Maintenance | None = None
+    """Run as a NodeMaintenance: nodes chosen by its wave planner (simulate.maintenance)."""
 
 
 @dataclass(frozen=True)
@@ -251,9 +254,11 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
 
     up = root.sub("upgrade", optional=True)
     strategy = up.choice("strategy", STRATEGIES, default="kubectl")
+    parallelism, maintenance = _maintenance(up)
     upgrade = Upgrade(
         strategy=strategy,
-        parallelism=up.integer("parallelism", default=1, minimum=1, maximum=MAX_NODES),
+        parallelism=parallelism,
+        maintenance=maintenance,
         surge_nodes=up.integer("surge_nodes", default=0, minimum=0, maximum=MAX_NODES),
         surge_ready=up.distribution("surge_ready", default=Constant(0.0)),
         node_upgrade=up.distribution("node_upgrade", default=Constant(300.0)),
@@ -268,6 +273,32 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
     return Scenario(name=name, nodes=nodes, gpus_per_node=gpus, workloads=workloads,
                     consumers=consumers, upgrade=upgrade, horizon=horizon,
                     start_hour=start_hour, seed=seed)
+
+
+def _maintenance(up: _Fields) -> tuple[int, Maintenance | None]:
+    """upgrade.parallelism, or upgrade.maintenance's max_parallel_nodes and max_unavailable
+    (a NodeMaintenance's maxParallelNodes and maxUnavailable)."""
+    if not up.present("maintenance"):
+        return up.integer("parallelism", default=1, minimum=1, maximum=MAX_NODES), None
+    if up.has("parallelism"):
+        raise ScenarioError(up.at("parallelism"), "give upgrade.maintenance."
+                            "max_parallel_nodes or upgrade.parallelism, not both")
+    m = up.sub("maintenance")
+    parallel = m.integer("max_parallel_nodes", default=1, minimum=1, maximum=MAX_NODES)
+    raw = m.raw().get("max_unavailable")
+    m.allow("max_unavailable")
+    m.done()
+    if isinstance(raw, bool) or not isinstance(raw, int | str | None):
+        raise ScenarioError(m.at("max_unavailable"),
+                            f"expected a node count or a percent, got {_kind(raw)}")
+    if raw is not None:
+        try:
+            Maintenance(raw).budget(100)
+        except (BudgetSpecError, TypeError, ValueError) as exc:
+            raise ScenarioError(m.at("max_unavailable"),
+                                f"expected a node count or a percent, got {raw!r}: {exc}"
+                                ) from exc
+    return parallel, Maintenance(max_unavailable=raw)
 
 
 def _consumer(f: _Fields) -> Consumer:

@@ -1,0 +1,115 @@
+"""An upgrade simulated as a NodeMaintenance runs it (drainsafe.simulate.maintenance): the
+controller's wave planner chooses the nodes under maxParallelNodes and maxUnavailable; the
+scenario section and `drainsafe simulate --maintenance` read the same settings."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from drainsafe.cli import main
+from drainsafe.simulate.scenario import ScenarioError, parse_scenario
+from drainsafe.simulate.simulation import Result, simulate
+
+from .scenarios import small
+
+
+def _maintained(max_parallel: int, max_unavailable: int | str | None = None,
+                **changes: Any) -> dict[str, Any]:
+    data = small(**changes)
+    data["upgrade"].pop("parallelism")
+    data["upgrade"]["maintenance"] = {"max_parallel_nodes": max_parallel,
+                                      "max_unavailable": max_unavailable}
+    return data
+
+
+def _most_in_progress(r: Result) -> int:
+    """The most nodes between cordon and back at once."""
+    lc = r.lifecycle
+    edges = sorted([(t, 1) for t in lc.node_drain_started] + [(t, -1) for t in lc.node_back],
+                   key=lambda e: (e[0], e[1]))  # a node back frees its slot first
+    most = now = 0
+    for _t, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize("strategy", ["kubectl", "drainsafe"])
+def test_max_parallel_nodes_alone_is_the_upgrade_parallelism(strategy: str) -> None:
+    """Without maxUnavailable the planner starts nodes in order, `parallelism` at a time:
+    the same run, event for event, as the plain upgrade."""
+    for k in (1, 2, 3):
+        plain = simulate(parse_scenario(small(**{"upgrade.parallelism": k,
+                                                 "upgrade.strategy": strategy})))
+        waves = simulate(parse_scenario(_maintained(k, **{"upgrade.strategy": strategy})))
+        assert waves.scenario.upgrade.parallelism == k
+        np.testing.assert_array_equal(plain.lifecycle.node_drain_started,
+                                      waves.lifecycle.node_drain_started)
+        assert waves.upgrade_time == plain.upgrade_time and waves.failed == plain.failed
+
+
+def test_max_unavailable_bounds_the_nodes_in_progress() -> None:
+    bounded = simulate(parse_scenario(_maintained(4, 2)))
+    assert bounded.finished and _most_in_progress(bounded) == 2
+    # the budget binds as a parallelism of 2 would: the same run
+    two = simulate(parse_scenario(small(**{"upgrade.parallelism": 2})))
+    np.testing.assert_array_equal(bounded.lifecycle.node_back, two.lifecycle.node_back)
+    # a percent of the fleet, rounded up as intstr does: 34 % of 6 nodes is 2.04 -> 3
+    three = simulate(parse_scenario(_maintained(6, "34%")))
+    assert _most_in_progress(three) == 3
+    assert three.upgrade_time < bounded.upgrade_time
+
+
+def test_a_zero_budget_wedges_and_says_why() -> None:
+    r = simulate(parse_scenario(_maintained(2, 0)))
+    assert not r.finished and r.lifecycle.wedged is not None
+    assert "maxUnavailable 0 allows no node" in r.lifecycle.wedged
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    ({"upgrade.parallelism": 2}, "upgrade.parallelism"),
+    ({"upgrade.maintenance.max_unavailable": "lots"}, "upgrade.maintenance.max_unavailable"),
+    ({"upgrade.maintenance.max_unavailable": True}, "upgrade.maintenance.max_unavailable"),
+    ({"upgrade.maintenance.max_parallel_nodes": 0},
+     "upgrade.maintenance.max_parallel_nodes"),
+    ({"upgrade.maintenance.wave": 1}, "upgrade.maintenance.wave"),
+])
+def test_bad_maintenance_fields_are_named(change: dict[str, Any], path: str) -> None:
+    data = _maintained(2, 1)
+    for dotted, value in change.items():
+        target: Any = data
+        *parents, last = dotted.split(".")
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(copy.deepcopy(data))
+    assert info.value.path == path
+
+
+def test_the_cli_reads_a_node_maintenance_through_the_controllers_spec_reader(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "fleet.yaml"
+    scenario.write_text(yaml.safe_dump(small(**{"upgrade.parallelism": 6})))
+    manifest = tmp_path / "nm.yaml"
+    manifest.write_text(yaml.safe_dump({
+        "apiVersion": "drainsafe.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": "roll"},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "a"}}, "maxParallelNodes": 4,
+                 "maxUnavailable": "34%"}}))
+    assert main(["simulate", str(scenario), "--maintenance", str(manifest), "-o", "json"]) in (0, 1)
+    out = json.loads(capsys.readouterr().out)
+    expected = simulate(parse_scenario(_maintained(4, "34%")))
+    assert out["upgrade_seconds"] == pytest.approx(expected.upgrade_time, abs=1e-3)
+    # what the controller refuses, simulate refuses, with its words (exit 2)
+    manifest.write_text(yaml.safe_dump({"kind": "NodeMaintenance",
+                                        "spec": {"nodeSelector": {}}}))
+    assert main(["simulate", str(scenario), "--maintenance", str(manifest)]) == 2
+    assert "non-empty nodeSelector or nodeNames" in capsys.readouterr().err
