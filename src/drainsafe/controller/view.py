@@ -19,8 +19,17 @@ pkg/controller/controller_utils.go). Pods this replica has just let go are count
 for LET_GO_SECONDS (until the cache shows them terminating), so two evictions of one
 workload in the same instant are not both let through on one count (the
 PodDisruptionBudget, checked by the API server after the webhook, is the final guard across
-replicas). Mid-rollout is kube.objects.rollout_in_progress (a Deployment) or
-statefulset_rollout_in_progress, the rules drain uses too.
+replicas). Mid-rollout is kube.objects.rollout_in_progress (a Deployment),
+statefulset_rollout_in_progress or lws_rollout_in_progress, the rules drain uses too.
+
+A pod of a LeaderWorkerSet group (kubernetes-sigs/lws v0.10.0: lws's name and group-index
+labels, api/leaderworkerset/v1/leaderworkerset_types.go) resolves to its LWS, never to the
+leader or worker StatefulSet lws sizes. Its facts are counted in groups: the unit is its
+group, capacity the LWS's whole Ready groups (kube.objects.lws_ready_groups; a group of a
+pod just let go counts as gone), the desired scale the LWS's replicas, and the room that
+for a whole stand-in group (`size` copies, each taking its node's room). The LWS informer
+runs only when the API server serves leaderworkersets (the CRD is optional); without it
+such pods are released as pods of a StatefulSet another controller owns.
 """
 
 from __future__ import annotations
@@ -41,7 +50,8 @@ from drainsafe.controller.decision import (
     WorkloadFacts,
 )
 from drainsafe.controller.record import annotations_of, held_since, is_held
-from drainsafe.drain.ownership import SurgeRecord
+from drainsafe.drain.groups import group_unit
+from drainsafe.drain.ownership import SURGE_KINDS, SurgeRecord
 from drainsafe.kube import Informer, KubeClient, NotFound, api_path
 from drainsafe.kube.objects import (
     controller_ref,
@@ -50,9 +60,14 @@ from drainsafe.kube.objects import (
     is_ready,
     is_terminating,
     key_of,
+    lws_group_of,
+    lws_ready_groups,
+    lws_rollout_in_progress,
+    lws_size,
     meta,
     rollout_in_progress,
     statefulset_rollout_in_progress,
+    uid_of,
 )
 from drainsafe.maintenance.facts import MaintenanceFacts, maintenance_facts
 
@@ -71,8 +86,12 @@ def opted_in(pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> boo
 
 def workload_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
                 ) -> tuple[str | None, str | None]:
-    """(owner kind, workload name): the pod's StatefulSet, or its Deployment through its
-    ReplicaSet; the name is None for any other controller."""
+    """(owner kind, workload name): the pod's LeaderWorkerSet (by lws's labels), its
+    StatefulSet, or its Deployment through its ReplicaSet; the name is None for any other
+    controller."""
+    group = lws_group_of(dict(pod))
+    if group is not None:
+        return "LeaderWorkerSet", group[0]
     ref = controller_ref(pod)
     if ref is None:
         return None, None
@@ -89,7 +108,8 @@ def workload_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
 
 def workload_pods(kind: SurgeKind, workload: Mapping[str, Any], pods: Iterable[Obj],
                   replicasets: Mapping[str, Obj]) -> list[Obj]:
-    """The pods of a Deployment (through its ReplicaSets) or of a StatefulSet."""
+    """The pods of a Deployment (through its ReplicaSets), a StatefulSet, or a
+    LeaderWorkerSet (every pod of its groups)."""
     ns, name = meta(workload).get("namespace"), meta(workload).get("name")
     out = []
     for pod in pods:
@@ -99,6 +119,11 @@ def workload_pods(kind: SurgeKind, workload: Mapping[str, Any], pods: Iterable[O
         if owner_kind == kind and owner == name:
             out.append(pod)
     return out
+
+
+def held_groups(members: Iterable[Obj]) -> set[int]:
+    """A LeaderWorkerSet's group indices with a held pod: the groups wanting a stand-in."""
+    return {g[1] for p in members if is_held(p) and (g := lws_group_of(p)) is not None}
 
 
 def recreations_pending(statefulset: Mapping[str, Any], members: Iterable[Obj],
@@ -138,6 +163,33 @@ def room_for_stand_in(pod: Mapping[str, Any], nodes: Iterable[Obj], pods: Iterab
     return best is not None
 
 
+def room_for_group(pod: Mapping[str, Any], size: int, nodes: Iterable[Obj],
+                   pods: Iterable[Obj]) -> bool:
+    """Does a whole stand-in group fit on nodes other than the pod's: `size` copies of
+    the pod placed one after another, each taking its node's room (drainsafe.placement)?
+    A group's pods may differ (leader and worker templates); the evicted pod's requests
+    stand for each, as the lab's and most serving groups' pods ask the same GPUs."""
+    bound = list(pods)
+    spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
+    own = (pod.get("spec") or {}).get("nodeName")
+    candidates = [n for n in nodes if meta(n).get("name") != own]
+    by_node: dict[str, list[Obj]] = {}
+    for p in bound:
+        node = (p.get("spec") or {}).get("nodeName")
+        if node:
+            by_node.setdefault(str(node), []).append(p)
+    stand_in = {"metadata": {k: v for k, v in meta(pod).items()
+                             if k in ("namespace", "labels", "ownerReferences")}, "spec": spec}
+    for _ in range(size):
+        best, _ = placement.choose(candidates, stand_in, by_node)
+        if best is None:
+            return False
+        chosen = best
+        by_node.setdefault(chosen, []).append({**stand_in, "spec": {**spec,
+                                                                   "nodeName": chosen}})
+    return True
+
+
 def held_pods(members: Iterable[Obj]) -> set[str]:
     """Keys of the active pods that asked for a stand-in and were not released."""
     return {key_of(p) for p in members if is_held(p)}
@@ -147,10 +199,21 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
            statefulsets: Mapping[str, Obj], replicasets: Mapping[str, Obj],
            pods: Mapping[str, Obj], nodes: Mapping[str, Obj], record_of: RecordReader,
            let_go: Iterable[str] = (), now: float, dry_run: bool = False,
-           can_surge: bool = True) -> Facts:
-    """The decision's facts for an eviction of `pod` at wall time `now`. Pure."""
+           can_surge: bool = True, leaderworkersets: Mapping[str, Obj] | None = None
+           ) -> Facts:
+    """The decision's facts for an eviction of `pod` at wall time `now`. Pure.
+    `leaderworkersets` is None when the API server does not serve them."""
     m = meta(pod)
     kind, workload_name = workload_of(pod, replicasets)
+    if kind == "LeaderWorkerSet":
+        lws = (leaderworkersets or {}).get(f"{m.get('namespace')}/{workload_name}")
+        if lws is not None:
+            return gather_group(pod, lws, namespace=namespace, pods=pods, nodes=nodes,
+                                record_of=record_of, let_go=let_go, now=now,
+                                dry_run=dry_run, can_surge=can_surge)
+        ref = controller_ref(pod)  # an LWS the guard cannot see: its StatefulSet's rule
+        kind = str(ref.get("kind")) if ref is not None else None
+        workload_name = str(ref.get("name")) if ref is not None else None
     surge_kind: SurgeKind = "StatefulSet" if kind == "StatefulSet" else "Deployment"
     objects = statefulsets if surge_kind == "StatefulSet" else deployments
     obj = objects.get(f"{m.get('namespace')}/{workload_name}") if workload_name else None
@@ -192,6 +255,49 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
                  can_surge=can_surge)
 
 
+def gather_group(pod: Obj, lws: Obj, *, namespace: Obj | None, pods: Mapping[str, Obj],
+                 nodes: Mapping[str, Obj], record_of: RecordReader, let_go: Iterable[str],
+                 now: float, dry_run: bool, can_surge: bool) -> Facts:
+    """The facts for an eviction of a LeaderWorkerSet group's pod, counted in groups
+    (module docstring). Pure."""
+    m = meta(pod)
+    ns, name = str(m.get("namespace")), str(meta(lws).get("name"))
+    group = lws_group_of(pod)
+    assert group is not None  # resolved to the LWS by these labels
+    unit = group_unit(ns, name, group[1])
+    members = workload_pods("LeaderWorkerSet", lws, pods.values(), {})
+    gone = set(let_go)
+    gone_groups = {g[1] for p in members if key_of(p) in gone
+                   and (g := lws_group_of(p)) is not None}
+    size = lws_size(lws)
+    ready = {g for g in lws_ready_groups(members, size) if g not in gone_groups}
+    status = pod.get("status") or {}
+    pfacts = PodFacts(
+        namespace=ns, name=str(m.get("name")), uid=uid_of(pod),
+        opted_in=opted_in(pod, namespace), phase=str(status.get("phase") or "Pending"),
+        terminating=is_terminating(pod),
+        # A pod of a group not whole Ready serves nothing as a group.
+        ready=is_ready(pod) and group[1] in ready, owner_kind="LeaderWorkerSet", unit=unit)
+    since = held_since(pod)
+    held_for = None if since is None else max(0.0, now - since)
+    workload = WorkloadFacts(
+        name=name, replicas=int((lws.get("spec") or {}).get("replicas", 1)),
+        available=len(ready), mid_rollout=lws_rollout_in_progress(lws) is not None,
+        kind="LeaderWorkerSet")
+    record = record_of(lws)
+    surge = None
+    if record is not None:
+        units = {group_unit(ns, name, g[1]) for p in members
+                 if is_active(p) and record.pods.get(key_of(p)) == uid_of(p)
+                 and (g := lws_group_of(p)) is not None}
+        units |= {group_unit(ns, name, g) for g in held_groups(members)}
+        surge = SurgeFacts(record.replicas, frozenset(units), owned=record.guard)
+    room = True if surge is not None else room_for_group(pod, size, nodes.values(),
+                                                         pods.values())
+    return Facts(pfacts, workload, surge, room=room, held_for=held_for, dry_run=dry_run,
+                 can_surge=can_surge)
+
+
 @dataclass(frozen=True)
 class Confirmed:
     """A pod as the server returned it after this replica wrote `written` on it."""
@@ -225,14 +331,28 @@ class ClusterView:
         self.autoscalers = Informer(client, "/apis/autoscaling/v2/horizontalpodautoscalers")
         self._informers = [self.pod_informer, self.deployments, self.replicasets,
                            self.statefulsets, self.nodes, self.namespaces, self.autoscalers]
+        # Started only when the API server serves leaderworkersets (the CRD is optional).
+        self.leaderworkersets: Informer | None = None
         self._confirmed: dict[str, Confirmed] = {}
         self._let_go: dict[str, float] = {}  # pod key -> monotonic time it was let go
 
     async def start(self) -> None:
+        lws = SURGE_KINDS["LeaderWorkerSet"]
+        path = api_path(lws.api_version, lws.plural)
+        try:
+            await self.client.list(path, {"limit": "1"})
+        except NotFound:
+            pass  # no LeaderWorkerSet CRD: its pods resolve to their StatefulSets
+        else:
+            self.leaderworkersets = Informer(self.client, path)
+            self._informers.append(self.leaderworkersets)
         await asyncio.gather(*(i.start() for i in self._informers))
 
     async def stop(self) -> None:
         await asyncio.gather(*(i.stop() for i in self._informers))
+
+    def lws_cache(self) -> Mapping[str, Obj]:
+        return self.leaderworkersets.cache if self.leaderworkersets is not None else {}
 
     # ---- reading --------------------------------------------------------------------
 
@@ -268,7 +388,8 @@ class ClusterView:
         return maintenance_facts(
             nodes=self.nodes.cache.values(), pods=self.pod_informer.cache.values(),
             workloads={"Deployment": self.deployments.cache.values(),
-                       "StatefulSet": self.statefulsets.cache.values()},
+                       "StatefulSet": self.statefulsets.cache.values(),
+                       "LeaderWorkerSet": self.lws_cache().values()},
             maintenances=maintenances)
 
     def gone(self) -> frozenset[str]:
@@ -285,7 +406,9 @@ class ClusterView:
                       statefulsets=self.statefulsets.cache, replicasets=self.replicasets.cache,
                       pods=self.pods(), nodes=self.nodes.cache, record_of=record_of,
                       let_go=self.gone(), now=self.clock.wall(), dry_run=dry_run,
-                      can_surge=can_surge)
+                      can_surge=can_surge,
+                      leaderworkersets=None if self.leaderworkersets is None
+                      else self.leaderworkersets.cache)
 
     # ---- what this replica did --------------------------------------------------------
 
