@@ -69,10 +69,14 @@ class NodeWatch:
                                                      namespace=ns)) for ns in namespaces}
         self.budgets = {ns: Informer(client, api_path("policy/v1", "poddisruptionbudgets",
                                                       namespace=ns)) for ns in namespaces}
-        # The kinds the eviction guard surges, for a surge of the guard's (its record).
-        self.workloads = {(kind, ns): Informer(client, api_path("apps/v1", surge.plural,
+        # The kinds the eviction guard surges, for a surge of the guard's (its record):
+        # the built-in ones watched from the start; a custom resource's (LeaderWorkerSet,
+        # whose CRD a cluster may not serve) only while a drain waits on one.
+        self._client = client
+        self.workloads = {(kind, ns): Informer(client, api_path(surge.api_version, surge.plural,
                                                                 namespace=ns))
-                          for kind, surge in GUARDED_KINDS.items() for ns in namespaces}
+                          for kind, surge in GUARDED_KINDS.items() for ns in namespaces
+                          if surge.api_version == "apps/v1"}
 
     def _all(self) -> list[Informer]:
         return [self.node_pods, *self.pods.values(), *self.slices.values(),
@@ -316,9 +320,19 @@ class NodeWatch:
 
     async def wait_no_guard_surge(self, ref: WorkloadRef, *, timeout: float,
                                   stop: asyncio.Event | None = None) -> None:
-        await self.until([self.workloads[(ref.kind, ref.namespace)]],
-                         lambda: not self.guard_surged(ref), timeout=timeout,
-                         what=f"the eviction guard to restore {ref}", stop=stop)
+        key = (ref.kind, ref.namespace)
+        started = key not in self.workloads
+        if started:
+            surge = GUARDED_KINDS[ref.kind]
+            self.workloads[key] = await Informer(self._client, api_path(
+                surge.api_version, surge.plural, namespace=ref.namespace)).start()
+        try:
+            await self.until([self.workloads[key]], lambda: not self.guard_surged(ref),
+                             timeout=timeout, what=f"the eviction guard to restore {ref}",
+                             stop=stop)
+        finally:
+            if started:
+                await self.workloads.pop(key).stop()
 
     async def wait_budget(self, namespace: str, keys: Sequence[str], *, timeout: float,
                           stop: asyncio.Event | None = None, at_least: int = 1) -> int:
