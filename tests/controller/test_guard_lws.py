@@ -1,0 +1,207 @@
+"""Acceptance (issue 29): with the guard installed, a plain `kubectl drain` of a node holding
+a worker of a LeaderWorkerSet (2 groups of 2, one GPU per pod) keeps 2 whole groups Ready.
+
+The guard holds the worker's eviction (429) and surges the LWS 2 -> 3 groups through the
+engine `drainsafe drain` uses (drain.scale, drain.groups); the stand-in group (llm-2,
+llm-2-1) starts; once it is whole Ready the eviction goes through the Eviction API, lws
+takes the worker's group down and recreates it (restartPolicy RecreateGroupOnPodRestart,
+kubernetes-sigs/lws v0.10.0 pkg/controllers/pod_controller.go handleRestartPolicy), and
+only once that group is whole Ready again does the guard restore the recorded 2 groups,
+which removes the highest group, the stand-in (leaderworkerset_controller.go). Without the
+guard the same kubectl drain drops to 1 Ready group: the harness sees the loss. The
+guard's leader killed mid-hold: the next one scales to the same 3 groups, never more, and
+restores exactly.
+
+One lab for the module (7 nodes of one GPU: the 2 groups take 4, the stand-in group 2, the
+recreated worker 1), the guard by `kubectl apply -k deploy/controller` (2 replicas, Lease
+of 4 s), `drainsafe serve` in each pod, streaming load through the leaders' Service
+(demo.scenario.run_drain_under_load: whole Ready groups every 0.1 s and at each change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from drainsafe.demo.scenario import (
+    APP,
+    NAMESPACE,
+    ScenarioResult,
+    ScenarioSettings,
+    run_drain_under_load,
+)
+from drainsafe.drain.cordon import uncordon
+from drainsafe.kube import KubeClient, TooManyRequests, api_path
+from drainsafe.kube.objects import LWS_WORKER_INDEX_LABEL, lws_ready_groups
+from drainsafe.lab.apiserver.discovery import BY_KEY
+from drainsafe.lab.cluster import Lab
+
+from ..drain.labkit import gpu_lab
+from .guardlab import KUBECTL_DIR, PODS, install, lab_path_env, opt_in_namespace, until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.0, model_load=3, warmup=1.0,
+                            kind="LeaderWorkerSet", group_size=2, nodes=7, guarded=True)
+LEASES = BY_KEY["coordination.k8s.io/leases"]
+EVENTS = BY_KEY["events"]
+
+
+def _kubectl(version: str) -> str:
+    binary = KUBECTL_DIR / f"kubectl.{version}"
+    if not binary.exists():
+        pytest.skip(f"kubectl {version} is not installed")
+    return str(binary)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lab(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lab]:
+    _kubectl("1.33")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", lab_path_env())
+        async with gpu_lab(tmp_path_factory.mktemp("lwsguard"), nodes=SETTINGS.nodes,
+                           gpus=1, propagation=SETTINGS.propagation) as lab:
+            # The CRD first: the guard watches leaderworkersets when they are served.
+            await lab.install_leaderworkerset()
+            await install(lab, "--lease-seconds=4")
+            await lab.apply(opt_in_namespace(True))
+            yield lab
+
+
+def _store(lab: Lab) -> Any:
+    assert lab.control_plane is not None
+    return lab.control_plane.store
+
+
+def _lws(lab: Lab) -> dict[str, Any]:
+    store = _store(lab)
+    rt = store.catalog.lookup("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+    return dict(store.get(rt, NAMESPACE, APP))
+
+
+def _events(lab: Lab, reason: str) -> list[dict[str, Any]]:
+    return [e for e in _store(lab).items(EVENTS, NAMESPACE) if e["reason"] == reason]
+
+
+def _settled(lab: Lab, node: str) -> bool:
+    """Restored: 2 groups recorded nowhere, groups 0 and 1 whole Ready off `node`, the
+    stand-in group gone, no drainsafe annotation on the LWS or its pods."""
+    lws = _lws(lab)
+    pods = [p for p in _store(lab).items(PODS, NAMESPACE)
+            if (p["metadata"].get("labels") or {}).get("app") == APP]
+    notes = [k for obj in (lws, *pods) for k in (obj["metadata"].get("annotations") or {})
+             if k.startswith("drainsafe.io/")]
+    names = {p["metadata"]["name"] for p in pods}
+    return (int(lws["spec"]["replicas"]) == 2 and not notes
+            and names == {f"{APP}-0", f"{APP}-0-1", f"{APP}-1", f"{APP}-1-1"}
+            and sorted(lws_ready_groups(pods, 2)) == [0, 1]
+            and all(p["spec"].get("nodeName") != node for p in pods))
+
+
+async def _reset(lab: Lab, node: str) -> None:
+    await until(lambda: _settled(lab, node), timeout=60, what="the surge restored")
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        await uncordon(client, node)
+
+
+def _report(label: str, r: ScenarioResult) -> None:
+    print(f"{label}: lowest Ready groups {r.lowest_ready}/2 ({r.samples} samples), ok "
+          f"{r.ok} failed {r.total_failed} truncated {r.truncated}, worker gone after "
+          f"{r.empty_seconds} s (bound {r.lower_bound_seconds:.1f} s = group start-up "
+          f"{SETTINGS.model_load} + drain delay {SETTINGS.drain_delay}), stand-in start-up "
+          f"{r.startup_seconds}, command {r.command_seconds:.1f} s, below 2 groups "
+          f"{r.seconds_below_desired:.1f} s")
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.27"])
+async def test_kubectl_drain_keeps_two_groups_ready_with_the_guard(lab: Lab, version: str
+                                                                   ) -> None:
+    surges = len(_events(lab, "SurgeForEviction"))
+    r = await run_drain_under_load(lab, "kubectl", SETTINGS, kubectl=_kubectl(version))
+    _report(f"kubectl {version} with the guard", r)
+    assert r.exit_code == 0, r.detail
+    assert r.samples >= 20 and r.lowest_ready >= 2, r.to_dict()
+    assert r.failed == {} and r.truncated == 0 and r.ok >= 20, r.to_dict()
+    # The worker left through the Eviction API, after the stand-in group's start-up and
+    # the hold (kubectl retries a 429 every 5 s).
+    assert r.old_pods and r.evicted_by_api == sorted(r.old_pods), r.to_dict()
+    assert r.empty_seconds is not None and r.empty_seconds >= r.lower_bound_seconds, \
+        r.to_dict()
+    await _reset(lab, r.node)
+    assert r.replicas_after in (2, 3)  # read as the drain ended; the restore follows
+    # One surge for this drain (one stand-in group, 2 -> 3), restored by the guard.
+    held = _events(lab, "SurgeForEviction")[surges:]
+    assert len(held) == 1 and "2 -> 3 for a stand-in of group" in held[0]["message"], held
+    assert held[0]["involvedObject"]["kind"] == "LeaderWorkerSet"
+
+
+async def test_the_leader_killed_mid_hold_the_next_restores_exactly(lab: Lab) -> None:
+    store = _store(lab)
+    pods = [p for p in store.items(PODS, NAMESPACE)
+            if (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX_LABEL) == "1"]
+    worker = sorted(pods, key=lambda p: p["spec"]["nodeName"])[0]
+    node, name, uid = worker["spec"]["nodeName"], worker["metadata"]["name"], \
+        worker["metadata"]["uid"]
+    restores = len(_events(lab, "SurgeRestored"))
+    most = 0
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        await client.patch(api_path("v1", "nodes", name=node), {"spec": {"unschedulable": True}})
+        with pytest.raises(TooManyRequests):
+            await client.evict(NAMESPACE, name, uid=uid)
+        await until(lambda: int(_lws(lab)["spec"]["replicas"]) == 3, timeout=30,
+                    what="the surge to 3 groups")
+        # The leader dies while the stand-in group loads its model.
+        leader = store.get(LEASES, "drainsafe-system",
+                           "drainsafe-controller")["spec"]["holderIdentity"]
+        assert lab.nodes is not None
+        guard = lab.nodes.worker("drainsafe-system", leader)
+        assert guard is not None
+        pid = next(c.process.pid for c in guard.containers if c.process is not None)
+        os.killpg(pid, signal.SIGKILL)
+        await client.request("DELETE", api_path("v1", "pods", namespace="drainsafe-system",
+                                                name=leader),
+                             params={"gracePeriodSeconds": "0"})
+        # The drainer keeps asking, as kubectl drain does, for the same pod.
+        deadline = time.monotonic() + 90
+        while True:
+            most = max(most, int(_lws(lab)["spec"]["replicas"]))
+            try:
+                await client.evict(NAMESPACE, name, uid=uid)
+                break
+            except TooManyRequests:
+                assert time.monotonic() < deadline, "the eviction was never allowed"
+                await asyncio.sleep(0.5)
+        # Allowed only once a stand-in group was whole Ready.
+        assert 2 in lws_ready_groups([p for p in store.items(PODS, NAMESPACE)
+                                      if (p["metadata"].get("labels") or {}).get("app") == APP],
+                                     2), "evicted before the stand-in group was Ready"
+
+        def watched() -> bool:
+            nonlocal most
+            most = max(most, int(_lws(lab)["spec"]["replicas"]))
+            return _settled(lab, node)
+
+        await until(watched, timeout=90, what="the restore by the next leader")
+        await uncordon(client, node)
+    assert most == 3  # never a second surge on top
+    done = _events(lab, "SurgeRestored")[restores:]
+    assert len(done) == 1 and done[0]["reportingInstance"] != leader, done
+    assert done[0]["involvedObject"]["kind"] == "LeaderWorkerSet"
+
+
+async def test_without_the_guard_kubectl_drain_drops_to_one_group(lab: Lab) -> None:
+    await lab.apply(opt_in_namespace(False))
+    r = await run_drain_under_load(lab, "kubectl", replace(SETTINGS, guarded=False),
+                                   kubectl=_kubectl("1.33"))
+    _report("kubectl 1.33 without the guard", r)
+    assert r.exit_code == 0, r.detail
+    assert "guard.drainsafe.io" not in r.detail
+    assert r.lowest_ready == 1, r.to_dict()  # the whole group went while it reloads
+    assert r.replicas_after == 2 and r.annotations_left == [], r.to_dict()  # no surge
