@@ -44,10 +44,11 @@ from drainsafe.kube.objects import LWS_WORKER_INDEX_LABEL, lws_ready_groups
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
 
-from ..drain.labkit import gpu_lab
 from .guardlab import KUBECTL_DIR, PODS, install, lab_path_env, opt_in_namespace, until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+# The module's lab starts within its first test's time limit.
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module"),
+              pytest.mark.timeout(240)]
 SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.0, model_load=3, warmup=1.0,
                             kind="LeaderWorkerSet", group_size=2, nodes=7, guarded=True)
 LEASES = BY_KEY["coordination.k8s.io/leases"]
@@ -66,8 +67,9 @@ async def lab(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lab]:
     _kubectl("1.33")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATH", lab_path_env())
-        async with gpu_lab(tmp_path_factory.mktemp("lwsguard"), nodes=SETTINGS.nodes,
-                           gpus=1, propagation=SETTINGS.propagation) as lab:
+        async with Lab(tmp_path_factory.mktemp("lwsguard") / "lab", nodes=SETTINGS.nodes,
+                       gpus_per_node=1, propagation_seconds=SETTINGS.propagation,
+                       restart_backoff=0.5) as lab:
             # The CRD first: the guard watches leaderworkersets when they are served.
             await lab.install_leaderworkerset()
             await install(lab, "--lease-seconds=4")
@@ -108,16 +110,19 @@ def _settled(lab: Lab, node: str) -> bool:
 async def _reset(lab: Lab, node: str) -> None:
     await until(lambda: _settled(lab, node), timeout=60, what="the surge restored")
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
-        await uncordon(client, node)
+        await uncordon(client, node, force=True)
 
 
 def _report(label: str, r: ScenarioResult) -> None:
-    print(f"{label}: lowest Ready groups {r.lowest_ready}/2 ({r.samples} samples), ok "
+    def s(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f} s"
+
+    print(f"\n{label}: lowest Ready groups {r.lowest_ready}/2 ({r.samples} samples), ok "
           f"{r.ok} failed {r.total_failed} truncated {r.truncated}, worker gone after "
-          f"{r.empty_seconds} s (bound {r.lower_bound_seconds:.1f} s = group start-up "
-          f"{SETTINGS.model_load} + drain delay {SETTINGS.drain_delay}), stand-in start-up "
-          f"{r.startup_seconds}, command {r.command_seconds:.1f} s, below 2 groups "
-          f"{r.seconds_below_desired:.1f} s")
+          f"{s(r.empty_seconds)} (bound {s(r.lower_bound_seconds)} = group start-up "
+          f"{SETTINGS.model_load} + drain delay {SETTINGS.drain_delay}), group start-up "
+          f"{s(r.startup_seconds)}, command {s(r.command_seconds)}, below 2 groups "
+          f"{s(r.seconds_below_desired)}")
 
 
 @pytest.mark.parametrize("version", ["1.33", "1.27"])
@@ -189,7 +194,7 @@ async def test_the_leader_killed_mid_hold_the_next_restores_exactly(lab: Lab) ->
             return _settled(lab, node)
 
         await until(watched, timeout=90, what="the restore by the next leader")
-        await uncordon(client, node)
+        await uncordon(client, node, force=True)
     assert most == 3  # never a second surge on top
     done = _events(lab, "SurgeRestored")[restores:]
     assert len(done) == 1 and done[0]["reportingInstance"] != leader, done
