@@ -177,7 +177,7 @@ class NodeWatch:
         """The workload carries a surge record of the eviction guard's."""
         informer = self.workloads.get((ref.kind, ref.namespace))
         if informer is None:
-            return False  # a kind the guard does not surge
+            return False  # not watched here (a custom kind: only while waiting on it)
         return guard_surged(informer.cache.get(f"{ref.namespace}/{ref.name}"))
 
     def slices_settled(self, namespace: str, drained: set[str]) -> bool:
