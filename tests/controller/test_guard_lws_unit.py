@@ -6,6 +6,7 @@ Ready; the record names every pod of the group (drain.groups, drain's rules too)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from drainsafe.controller.decision import (
@@ -53,9 +54,16 @@ GROUPS = [_pod(0, 0, "n0"), _pod(0, 1, "n1"), _pod(1, 0, "n2"), _pod(1, 1, "n3")
 WORKER = GROUPS[1]
 
 
+def _budget(allowed: int, *, generation: int = 1) -> dict[str, Any]:
+    return {"metadata": {"name": "llm", "namespace": "ml", "generation": generation},
+            "spec": {"maxUnavailable": 2, "selector": {"matchLabels": {
+                "leaderworkerset.sigs.k8s.io/name": "llm"}}},
+            "status": {"observedGeneration": 1, "disruptionsAllowed": allowed}}
+
+
 def _facts(pod: dict[str, Any], pods: list[dict[str, Any]], *, nodes: int = 7,
            record: SurgeRecord | None = None, lws: dict[str, Any] | None = LWS,
-           let_go: tuple[str, ...] = ()) -> Any:
+           let_go: tuple[str, ...] = (), budgets: tuple[dict[str, Any], ...] = ()) -> Any:
     owner = {"metadata": {"name": "llm", "namespace": "ml", "ownerReferences": [
         {"kind": "LeaderWorkerSet", "name": "llm", "controller": True}]},
         "spec": {"replicas": 2}}
@@ -64,7 +72,8 @@ def _facts(pod: dict[str, Any], pods: list[dict[str, Any]], *, nodes: int = 7,
                   pods={f"ml/{p['metadata']['name']}": p for p in pods},
                   nodes={f"n{i}": _node(f"n{i}") for i in range(nodes)},
                   record_of=lambda _o: record, now=NOW, let_go=let_go,
-                  leaderworkersets=None if lws is None else {"ml/llm": lws})
+                  leaderworkersets=None if lws is None else {"ml/llm": lws},
+                  budgets=budgets)
 
 
 def _record(*, guard: bool = True, pods: dict[str, str] | None = None) -> SurgeRecord:
@@ -98,6 +107,23 @@ def test_the_eviction_is_allowed_only_once_the_stand_in_group_is_whole_ready() -
     # The other group's pod is not let go on group 0's stand-in.
     other = decide(_facts(GROUPS[3], whole, record=record), hold_limit=600)
     assert isinstance(other, Hold) and other.surge_to == 4
+
+
+def test_the_budget_is_read_in_whole_groups() -> None:
+    """A budget counts pods; one eviction takes the group's 2: the stand-in Ready is not
+    enough while the budget lets only 1 pod go (or its status is stale)."""
+    record = _record(pods={"ml/llm-0": "u-llm-0", "ml/llm-0-1": "u-llm-0-1"})
+    whole = [*GROUPS, _pod(2, 0, "n4"), _pod(2, 1, "n5")]
+    for budget in (_budget(1), _budget(2, generation=2)):
+        facts = _facts(WORKER, whole, record=record, budgets=(budget,))
+        verdict = decide(facts, hold_limit=600)
+        assert isinstance(verdict, Hold) and verdict.waiting_for == "budget", verdict
+        assert verdict.surge_to is None
+        late = decide(replace(facts, held_for=600.0), hold_limit=600)
+        assert isinstance(late, Release) and late.reason is ReleaseReason.BUDGET
+    verdict = decide(_facts(WORKER, whole, record=record, budgets=(_budget(2),)),
+                     hold_limit=600)
+    assert verdict == Allow(AllowReason.STAND_IN_READY)
 
 
 def test_a_pod_of_a_group_not_whole_ready_or_just_let_go_costs_no_capacity() -> None:

@@ -35,7 +35,9 @@ never through their leader or worker StatefulSets, whose replicas lws sets
 LWS's in groups, a stand-in is a new highest group (drainsafe.drain.groups, the rules
 `drainsafe drain` uses too), and a pod whose group is not whole Ready serves nothing as a
 group, so its eviction costs no capacity. One pod evicted takes its group down (lws's
-default restartPolicy), so the Hold lasts until a stand-in group is entirely Ready.
+default restartPolicy), so the Hold lasts until a stand-in group is entirely Ready, and,
+as the budgets count pods, until they let a whole group go (drainsafe.pdb.GroupBudget over
+status.disruptionsAllowed: the pacing `drainsafe drain` uses).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import Literal
+
+from drainsafe.pdb import GroupBudget
 
 GUARD_LABEL = "drainsafe.io/guard"
 
@@ -65,6 +69,8 @@ class ReleaseReason(enum.StrEnum):
     TIMEOUT = "stand-in-not-available"
     NO_ENGINE = "no-surge-engine"
     MANAGED = "workload-has-a-controller"
+    # A LeaderWorkerSet's budget never let a whole group go within the hold limit.
+    BUDGET = "budget-below-a-group"
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,10 @@ class WorkloadFacts:
     available: int  # its Available pods, counting no terminating pod (whole Ready groups)
     mid_rollout: bool  # a rollout (Deployment) or rolling update (StatefulSet) under way
     kind: SurgeKind = "Deployment"
+    # A LeaderWorkerSet's pods per group; the fewest disruptions the PDBs over the pod
+    # allow now (status.disruptionsAllowed, drainsafe.pdb.status_disruptions), None: none.
+    group_size: int | None = None
+    budget_allows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -177,14 +187,28 @@ def decide(facts: Facts, *, hold_limit: float) -> Verdict:
         return Allow(AllowReason.DRAIN_SURGED)
     # Stand-ins already promised to other pods of the record are not this pod's.
     reserved = len(surge.pods - {key}) if surge is not None else 0
-    if workload.available - 1 >= desired + reserved:
-        surged = surge is not None and key in surge.pods
-        return Allow(AllowReason.STAND_IN_READY if surged else AllowReason.CAPACITY)
-    if facts.dry_run:
-        return Allow(AllowReason.DRY_RUN)
     held = facts.held_for or 0.0
     over = held >= hold_limit
     where = f"{workload.kind.lower()} {pod.namespace}/{workload.name}"
+    if workload.available - 1 >= desired + reserved:
+        surged = surge is not None and key in surge.pods
+        allow = Allow(AllowReason.STAND_IN_READY if surged else AllowReason.CAPACITY)
+        size = workload.group_size
+        if size is None or workload.budget_allows is None or facts.dry_run or \
+                GroupBudget(workload.budget_allows, size).groups_allowed >= 1:
+            return allow
+        # The budget counts pods; the eviction of one takes its whole group (lws's group
+        # restart): hold until the budget lets `size` pods go, as `drainsafe drain` paces.
+        if over:
+            return Release(ReleaseReason.BUDGET,
+                           f"the budget over {where} let {workload.budget_allows} pod(s) go, "
+                           f"less than a group of {size}; released after {held:.0f} s")
+        return Hold(f"drainsafe guard: the budget over {where} lets "
+                    f"{workload.budget_allows} pod(s) go and the eviction of {victim} takes "
+                    f"its group of {size}; holding it until the budget allows a whole group "
+                    f"(at most {hold_limit:.0f} s)", None, "budget")
+    if facts.dry_run:
+        return Allow(AllowReason.DRY_RUN)
     if workload.mid_rollout and surge is None:
         if over:
             return Release(ReleaseReason.MID_ROLLOUT,

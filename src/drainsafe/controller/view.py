@@ -26,8 +26,9 @@ A pod of a LeaderWorkerSet group (kubernetes-sigs/lws v0.10.0: lws's name and gr
 labels, api/leaderworkerset/v1/leaderworkerset_types.go) resolves to its LWS, never to the
 leader or worker StatefulSet lws sizes. Its facts are counted in groups: the unit is its
 group, capacity the LWS's whole Ready groups (kube.objects.lws_ready_groups; a group of a
-pod just let go counts as gone), the desired scale the LWS's replicas, and the room that
-for a whole stand-in group (`size` copies, each taking its node's room). The LWS informer
+pod just let go counts as gone), the desired scale the LWS's replicas, what the budgets
+selecting the pod allow now (read in whole groups by the decision), and the room that for
+a whole stand-in group (`size` copies, each taking its node's room). The LWS informer
 runs only when the API server serves leaderworkersets (the CRD is optional); without it
 such pods are released as pods of a StatefulSet another controller owns.
 """
@@ -69,7 +70,9 @@ from drainsafe.kube.objects import (
     statefulset_rollout_in_progress,
     uid_of,
 )
+from drainsafe.labels import from_label_selector
 from drainsafe.maintenance.facts import MaintenanceFacts, maintenance_facts
+from drainsafe.pdb import status_disruptions
 
 Obj = dict[str, Any]
 RecordReader = Callable[[Mapping[str, Any]], SurgeRecord | None]
@@ -199,8 +202,8 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
            statefulsets: Mapping[str, Obj], replicasets: Mapping[str, Obj],
            pods: Mapping[str, Obj], nodes: Mapping[str, Obj], record_of: RecordReader,
            let_go: Iterable[str] = (), now: float, dry_run: bool = False,
-           can_surge: bool = True, leaderworkersets: Mapping[str, Obj] | None = None
-           ) -> Facts:
+           can_surge: bool = True, leaderworkersets: Mapping[str, Obj] | None = None,
+           budgets: Iterable[Obj] = ()) -> Facts:
     """The decision's facts for an eviction of `pod` at wall time `now`. Pure.
     `leaderworkersets` is None when the API server does not serve them."""
     m = meta(pod)
@@ -210,7 +213,7 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
         if lws is not None:
             return gather_group(pod, lws, namespace=namespace, pods=pods, nodes=nodes,
                                 record_of=record_of, let_go=let_go, now=now,
-                                dry_run=dry_run, can_surge=can_surge)
+                                dry_run=dry_run, can_surge=can_surge, budgets=budgets)
         ref = controller_ref(pod)  # an LWS the guard cannot see: its StatefulSet's rule
         kind = str(ref.get("kind")) if ref is not None else None
         workload_name = str(ref.get("name")) if ref is not None else None
@@ -255,9 +258,21 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
                  can_surge=can_surge)
 
 
+def budget_allows(pod: Mapping[str, Any], budgets: Iterable[Obj]) -> int | None:
+    """The fewest disruptions the PDBs selecting the pod allow now (their status, read
+    by drainsafe.pdb.status_disruptions), or None when no budget selects it."""
+    labels = meta(pod).get("labels") or {}
+    allowed = [status_disruptions(b) for b in budgets
+               if meta(b).get("namespace") == meta(pod).get("namespace")
+               and (sel := (b.get("spec") or {}).get("selector")) is not None
+               and from_label_selector(sel).matches(labels)]
+    return min(allowed) if allowed else None
+
+
 def gather_group(pod: Obj, lws: Obj, *, namespace: Obj | None, pods: Mapping[str, Obj],
                  nodes: Mapping[str, Obj], record_of: RecordReader, let_go: Iterable[str],
-                 now: float, dry_run: bool, can_surge: bool) -> Facts:
+                 now: float, dry_run: bool, can_surge: bool, budgets: Iterable[Obj] = ()
+                 ) -> Facts:
     """The facts for an eviction of a LeaderWorkerSet group's pod, counted in groups
     (module docstring). Pure."""
     m = meta(pod)
@@ -283,7 +298,7 @@ def gather_group(pod: Obj, lws: Obj, *, namespace: Obj | None, pods: Mapping[str
     workload = WorkloadFacts(
         name=name, replicas=int((lws.get("spec") or {}).get("replicas", 1)),
         available=len(ready), mid_rollout=lws_rollout_in_progress(lws) is not None,
-        kind="LeaderWorkerSet")
+        kind="LeaderWorkerSet", group_size=size, budget_allows=budget_allows(pod, budgets))
     record = record_of(lws)
     surge = None
     if record is not None:
@@ -329,8 +344,10 @@ class ClusterView:
         self.nodes = Informer(client, "/api/v1/nodes")
         self.namespaces = Informer(client, "/api/v1/namespaces")
         self.autoscalers = Informer(client, "/apis/autoscaling/v2/horizontalpodautoscalers")
+        self.budgets = Informer(client, "/apis/policy/v1/poddisruptionbudgets")
         self._informers = [self.pod_informer, self.deployments, self.replicasets,
-                           self.statefulsets, self.nodes, self.namespaces, self.autoscalers]
+                           self.statefulsets, self.nodes, self.namespaces, self.autoscalers,
+                           self.budgets]
         # Started only when the API server serves leaderworkersets (the CRD is optional).
         self.leaderworkersets: Informer | None = None
         self._confirmed: dict[str, Confirmed] = {}
@@ -408,7 +425,7 @@ class ClusterView:
                       let_go=self.gone(), now=self.clock.wall(), dry_run=dry_run,
                       can_surge=can_surge,
                       leaderworkersets=None if self.leaderworkersets is None
-                      else self.leaderworkersets.cache)
+                      else self.leaderworkersets.cache, budgets=self.budgets.cache.values())
 
     # ---- what this replica did --------------------------------------------------------
 

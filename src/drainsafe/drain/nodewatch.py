@@ -36,6 +36,7 @@ from drainsafe.kube.objects import (
     uid_of,
     unschedulable_reason,
 )
+from drainsafe.pdb import status_disruptions
 
 Obj = dict[str, Any]
 Clock = Callable[[], float]
@@ -165,13 +166,7 @@ class NodeWatch:
         pdb = self.budget(namespace, key)
         if pdb is None:
             return NO_LIMIT  # deleted meanwhile: nothing to wait for (the API decides)
-        status = pdb.get("status") or {}
-        generation = (pdb.get("metadata") or {}).get("generation")
-        observed = status.get("observedGeneration")
-        if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
-            return 0
-        allowed = status.get("disruptionsAllowed")
-        return int(allowed) if isinstance(allowed, int) else 0
+        return status_disruptions(pdb)
 
     def guard_surged(self, ref: WorkloadRef) -> bool:
         """The workload carries a surge record of the eviction guard's."""
