@@ -130,16 +130,34 @@ def _report(label: str, r: ScenarioResult) -> None:
     def s(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f} s"
 
+    bound = (f" (bound {s(r.lower_bound_seconds)} = group start-up {SETTINGS.model_load} "
+             f"+ drain delay {SETTINGS.drain_delay})") if r.lower_bound_seconds else ""
     print(f"\n{label}: lowest Ready groups {r.lowest_ready}/2 ({r.samples} samples), ok "
           f"{r.ok} failed {r.total_failed} truncated {r.truncated}, worker gone after "
-          f"{s(r.empty_seconds)} (bound {s(r.lower_bound_seconds)} = group start-up "
-          f"{SETTINGS.model_load} + drain delay {SETTINGS.drain_delay}), group start-up "
-          f"{s(r.startup_seconds)}, command {s(r.command_seconds)}, below 2 groups "
-          f"{s(r.seconds_below_desired)}")
+          f"{s(r.empty_seconds)}{bound}, group start-up {s(r.startup_seconds)}, command "
+          f"{s(r.command_seconds)}, below 2 groups {s(r.seconds_below_desired)}")
+
+
+async def _budget(lab: Lab, spec: dict[str, Any]) -> None:
+    """Set the PDB's spec (a merge patch: the other field cleared)."""
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        await client.patch(api_path("policy/v1", "poddisruptionbudgets", namespace=NAMESPACE,
+                                    name=APP), {"spec": spec})
 
 
 async def test_the_leader_killed_mid_hold_the_next_restores_exactly(lab: Lab) -> None:
-    """Runs first, on the lab as the fixture left it (the guard's caches settled)."""
+    """Runs first, on the lab as the fixture left it (the guard's caches settled). The
+    PDB at minAvailable 4 pods: while the killed leader is still an endpoint of the
+    webhook's Service, a review that cannot reach it fails open (failurePolicy Ignore) and
+    only the budget stands; with 4 pods it lets none go before the stand-in group."""
+    await _budget(lab, {"maxUnavailable": None, "minAvailable": 4})
+    try:
+        await _leader_killed_mid_hold(lab)
+    finally:
+        await _budget(lab, {"minAvailable": None, "maxUnavailable": 2})
+
+
+async def _leader_killed_mid_hold(lab: Lab) -> None:
     store = _store(lab)
     pods = [p for p in _app_pods(lab)
             if (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX_LABEL) == "1"]
@@ -192,13 +210,24 @@ async def test_the_leader_killed_mid_hold_the_next_restores_exactly(lab: Lab) ->
     assert done[0]["involvedObject"]["kind"] == "LeaderWorkerSet"
 
 
-@pytest.mark.parametrize("version", ["1.33", "1.27"])
-async def test_kubectl_drain_keeps_two_groups_ready_with_the_guard(lab: Lab, version: str
-                                                                   ) -> None:
+@pytest.mark.parametrize(("version", "min_available"), [("1.33", None), ("1.27", 4)])
+async def test_kubectl_drain_keeps_two_groups_ready_with_the_guard(
+        lab: Lab, version: str, min_available: int | None) -> None:
+    """1.27 under a PDB of minAvailable 4 pods over the 2 groups, which alone lets no pod
+    go: with the stand-in group it lets one whole group go, and the guard waits for that."""
     surges = len(_events(lab, "SurgeForEviction"))
-    r = await run_drain_under_load(lab, "kubectl", SETTINGS, kubectl=_kubectl(version),
-                                   kubectl_args=ONLY_THE_LWS)
-    _report(f"kubectl {version} with the guard", r)
+    if min_available is not None:
+        await _budget(lab, {"maxUnavailable": None, "minAvailable": min_available})
+    try:
+        r = await run_drain_under_load(lab, "kubectl",
+                                       replace(SETTINGS, min_available=min_available),
+                                       kubectl=_kubectl(version), kubectl_args=ONLY_THE_LWS)
+    finally:
+        if min_available is not None:
+            await _budget(lab, {"minAvailable": None, "maxUnavailable": 2})
+    _report(f"kubectl {version} with the guard, PDB "
+            f"{'maxUnavailable 2' if min_available is None else f'minAvailable {min_available}'}",
+            r)
     assert r.exit_code == 0, r.detail
     assert r.samples >= 20 and r.lowest_ready >= 2, r.to_dict()
     assert r.failed == {} and r.truncated == 0 and r.ok >= 20, r.to_dict()
