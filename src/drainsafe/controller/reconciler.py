@@ -39,6 +39,7 @@ from typing import Any
 from drainsafe.controller.decision import Hold, Release, SurgeKind
 from drainsafe.controller.engine import SurgeEngine
 from drainsafe.controller.events import EventRecorder
+from drainsafe.controller.groupfacts import held_groups
 from drainsafe.controller.holds import Holds
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.metrics import GuardMetrics
@@ -46,7 +47,6 @@ from drainsafe.controller.record import is_held
 from drainsafe.controller.reviewer import Reviewer
 from drainsafe.controller.view import (
     ClusterView,
-    held_groups,
     held_pods,
     recreations_pending,
     workload_pods,

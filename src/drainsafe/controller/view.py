@@ -1,7 +1,8 @@
 """The shared view every replica answers from: informers, and the facts for one eviction.
 
 Each replica keeps its own list+watch caches (drainsafe.kube.watch.Informer) of pods,
-Deployments, ReplicaSets, StatefulSets, nodes, namespaces and HPAs, so any replica can
+Deployments, ReplicaSets, StatefulSets, nodes, namespaces, HPAs, PodDisruptionBudgets and
+(when served) LeaderWorkerSets, so any replica can
 answer any review without a round trip to the API server. `gather` turns a snapshot into
 the plain data the decision takes (drainsafe.controller.decision); it is pure, and so is
 `ClusterView.facts`, which only reads.
@@ -22,37 +23,32 @@ PodDisruptionBudget, checked by the API server after the webhook, is the final g
 replicas). Mid-rollout is kube.objects.rollout_in_progress (a Deployment),
 statefulset_rollout_in_progress or lws_rollout_in_progress, the rules drain uses too.
 
-A pod of a LeaderWorkerSet group (kubernetes-sigs/lws v0.10.0: lws's name and group-index
-labels, api/leaderworkerset/v1/leaderworkerset_types.go) resolves to its LWS, never to the
-leader or worker StatefulSet lws sizes. Its facts are counted in groups: the unit is its
-group, capacity the LWS's whole Ready groups (kube.objects.lws_ready_groups; a group of a
-pod just let go counts as gone), the desired scale the LWS's replicas, what the budgets
-selecting the pod allow now (read in whole groups by the decision), and the room that for
-a whole stand-in group (`size` copies, each taking its node's room). The LWS informer
-runs only when the API server serves leaderworkersets (the CRD is optional); without it
-such pods are released as pods of a StatefulSet another controller owns.
+A pod of a LeaderWorkerSet group (kubernetes-sigs/lws v0.10.0, by lws's labels) resolves
+to its LWS, never to the leader or worker StatefulSet lws sizes, and its facts are counted
+in groups (drainsafe.controller.groupfacts). The LWS informer runs only when the API
+server serves leaderworkersets (the CRD is optional); without it such pods are released
+as pods of a StatefulSet another controller owns.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from drainsafe import placement
 from drainsafe.controller.clock import Clock
 from drainsafe.controller.decision import (
-    GUARD_LABEL,
     Facts,
     PodFacts,
     SurgeFacts,
     SurgeKind,
     WorkloadFacts,
 )
-from drainsafe.controller.record import annotations_of, held_since, is_held
-from drainsafe.drain.groups import group_unit
-from drainsafe.drain.ownership import SURGE_KINDS, SurgeRecord
+from drainsafe.controller.groupfacts import RecordReader, gather_group
+from drainsafe.controller.record import annotations_of, held_since, is_held, opted_in
+from drainsafe.drain.ownership import SURGE_KINDS
 from drainsafe.kube import Informer, KubeClient, NotFound, api_path
 from drainsafe.kube.objects import (
     controller_ref,
@@ -62,29 +58,14 @@ from drainsafe.kube.objects import (
     is_terminating,
     key_of,
     lws_group_of,
-    lws_ready_groups,
-    lws_rollout_in_progress,
-    lws_size,
     meta,
     rollout_in_progress,
     statefulset_rollout_in_progress,
-    uid_of,
 )
-from drainsafe.labels import from_label_selector
 from drainsafe.maintenance.facts import MaintenanceFacts, maintenance_facts
-from drainsafe.pdb import status_disruptions
 
 Obj = dict[str, Any]
-RecordReader = Callable[[Mapping[str, Any]], SurgeRecord | None]
 LET_GO_SECONDS = 10.0
-
-
-def opted_in(pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> bool:
-    """The pod label, or the same label on its namespace."""
-    if (meta(pod).get("labels") or {}).get(GUARD_LABEL) == "true":
-        return True
-    return namespace is not None and (meta(namespace).get("labels") or {}).get(
-        GUARD_LABEL) == "true"
 
 
 def workload_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
@@ -124,11 +105,6 @@ def workload_pods(kind: SurgeKind, workload: Mapping[str, Any], pods: Iterable[O
     return out
 
 
-def held_groups(members: Iterable[Obj]) -> set[int]:
-    """A LeaderWorkerSet's group indices with a held pod: the groups wanting a stand-in."""
-    return {g[1] for p in members if is_held(p) and (g := lws_group_of(p)) is not None}
-
-
 def recreations_pending(statefulset: Mapping[str, Any], members: Iterable[Obj],
                         replicas: int) -> list[str]:
     """The ordinals below the recorded scale not yet back Ready and active, by pod name.
@@ -164,33 +140,6 @@ def room_for_stand_in(pod: Mapping[str, Any], nodes: Iterable[Obj], pods: Iterab
                 "spec": {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}}
     best, _ = placement.choose(candidates, stand_in, bound)
     return best is not None
-
-
-def room_for_group(pod: Mapping[str, Any], size: int, nodes: Iterable[Obj],
-                   pods: Iterable[Obj]) -> bool:
-    """Does a whole stand-in group fit on nodes other than the pod's: `size` copies of
-    the pod placed one after another, each taking its node's room (drainsafe.placement)?
-    A group's pods may differ (leader and worker templates); the evicted pod's requests
-    stand for each, as the lab's and most serving groups' pods ask the same GPUs."""
-    bound = list(pods)
-    spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
-    own = (pod.get("spec") or {}).get("nodeName")
-    candidates = [n for n in nodes if meta(n).get("name") != own]
-    by_node: dict[str, list[Obj]] = {}
-    for p in bound:
-        node = (p.get("spec") or {}).get("nodeName")
-        if node:
-            by_node.setdefault(str(node), []).append(p)
-    stand_in = {"metadata": {k: v for k, v in meta(pod).items()
-                             if k in ("namespace", "labels", "ownerReferences")}, "spec": spec}
-    for _ in range(size):
-        best, _ = placement.choose(candidates, stand_in, by_node)
-        if best is None:
-            return False
-        chosen = best
-        by_node.setdefault(chosen, []).append({**stand_in, "spec": {**spec,
-                                                                   "nodeName": chosen}})
-    return True
 
 
 def held_pods(members: Iterable[Obj]) -> set[str]:
@@ -254,61 +203,6 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
                            frozenset((set(record.pods) & active) | held_pods(members)),
                            owned=record.guard)
     room = room_for_stand_in(pod, nodes.values(), pods.values()) if surge is None else True
-    return Facts(pfacts, workload, surge, room=room, held_for=held_for, dry_run=dry_run,
-                 can_surge=can_surge)
-
-
-def budget_allows(pod: Mapping[str, Any], budgets: Iterable[Obj]) -> int | None:
-    """The fewest disruptions the PDBs selecting the pod allow now (their status, read
-    by drainsafe.pdb.status_disruptions), or None when no budget selects it."""
-    labels = meta(pod).get("labels") or {}
-    allowed = [status_disruptions(b) for b in budgets
-               if meta(b).get("namespace") == meta(pod).get("namespace")
-               and (sel := (b.get("spec") or {}).get("selector")) is not None
-               and from_label_selector(sel).matches(labels)]
-    return min(allowed) if allowed else None
-
-
-def gather_group(pod: Obj, lws: Obj, *, namespace: Obj | None, pods: Mapping[str, Obj],
-                 nodes: Mapping[str, Obj], record_of: RecordReader, let_go: Iterable[str],
-                 now: float, dry_run: bool, can_surge: bool, budgets: Iterable[Obj] = ()
-                 ) -> Facts:
-    """The facts for an eviction of a LeaderWorkerSet group's pod, counted in groups
-    (module docstring). Pure."""
-    m = meta(pod)
-    ns, name = str(m.get("namespace")), str(meta(lws).get("name"))
-    group = lws_group_of(pod)
-    assert group is not None  # resolved to the LWS by these labels
-    unit = group_unit(ns, name, group[1])
-    members = workload_pods("LeaderWorkerSet", lws, pods.values(), {})
-    gone = set(let_go)
-    gone_groups = {g[1] for p in members if key_of(p) in gone
-                   and (g := lws_group_of(p)) is not None}
-    size = lws_size(lws)
-    ready = {g for g in lws_ready_groups(members, size) if g not in gone_groups}
-    status = pod.get("status") or {}
-    pfacts = PodFacts(
-        namespace=ns, name=str(m.get("name")), uid=uid_of(pod),
-        opted_in=opted_in(pod, namespace), phase=str(status.get("phase") or "Pending"),
-        terminating=is_terminating(pod),
-        # A pod of a group not whole Ready serves nothing as a group.
-        ready=is_ready(pod) and group[1] in ready, owner_kind="LeaderWorkerSet", unit=unit)
-    since = held_since(pod)
-    held_for = None if since is None else max(0.0, now - since)
-    workload = WorkloadFacts(
-        name=name, replicas=int((lws.get("spec") or {}).get("replicas", 1)),
-        available=len(ready), mid_rollout=lws_rollout_in_progress(lws) is not None,
-        kind="LeaderWorkerSet", group_size=size, budget_allows=budget_allows(pod, budgets))
-    record = record_of(lws)
-    surge = None
-    if record is not None:
-        units = {group_unit(ns, name, g[1]) for p in members
-                 if is_active(p) and record.pods.get(key_of(p)) == uid_of(p)
-                 and (g := lws_group_of(p)) is not None}
-        units |= {group_unit(ns, name, g) for g in held_groups(members)}
-        surge = SurgeFacts(record.replicas, frozenset(units), owned=record.guard)
-    room = True if surge is not None else room_for_group(pod, size, nodes.values(),
-                                                         pods.values())
     return Facts(pfacts, workload, surge, room=room, held_for=held_for, dry_run=dry_run,
                  can_surge=can_surge)
 
