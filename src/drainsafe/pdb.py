@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 IntOrPercent = int | str
 UnhealthyPodEvictionPolicy = Literal["IfHealthyBudget", "AlwaysAllow"]
@@ -207,6 +208,18 @@ class GroupBudget:
 def group_disruptions(spec: PdbSpec, *, groups: int, size: int) -> GroupBudget:
     """The budget over groups x size pods, all ready (size >= 1)."""
     return GroupBudget(best_case_disruptions(spec, groups * size), size)
+
+
+def status_disruptions(pdb: Mapping[str, Any]) -> int:
+    """A PDB object's status.disruptionsAllowed once the disruption controller has observed
+    its current spec (observedGeneration), else 0: a stale status would only earn a 429."""
+    status = pdb.get("status") or {}
+    generation = (pdb.get("metadata") or {}).get("generation")
+    observed = status.get("observedGeneration")
+    if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
+        return 0
+    allowed = status.get("disruptionsAllowed")
+    return int(allowed) if isinstance(allowed, int) else 0
 
 
 def whole_group_spec(spec: PdbSpec, *, groups: int, size: int) -> PdbSpec | None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from drainsafe.drain.ownership import GUARDED_KINDS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -23,6 +25,12 @@ def _used() -> set[tuple[str, str]]:
     # a subresource is granted by its own name: "nodemaintenances/status"
     used |= {(gv, f"{plural}/{sub}") for gv, plural, sub in re.findall(
         r'api_path\(\s*"([^"]+)",\s*"([a-z]+)"[^)]*subresource="([a-z]+)"', source)}
+    # The surge goes through drain's engine (controller.engine -> drain.scale): the kinds
+    # it scales, a custom resource's through its scale subresource.
+    for kind in GUARDED_KINDS.values():
+        used.add((kind.api_version, kind.plural))
+        if kind.scale_subresource:
+            used.add((kind.api_version, f"{kind.plural}/scale"))
     # Informer paths: "/api/v1/pods", "/apis/apps/v1/deployments"
     for gv, plural in re.findall(r'"/apis?/((?:[a-z.]+/)?v[0-9a-z]+)/([a-z]+)"', source):
         used.add((gv, plural))

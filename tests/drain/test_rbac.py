@@ -55,8 +55,8 @@ def test_every_resource_the_drain_watches_may_be_listed_and_watched() -> None:
                              source))
     # The guard-surge wait watches the kinds the guard surges (drain.nodewatch,
     # drain.preflight).
-    assert re.search(r"Informer\(client, api_path\(\"apps/v1\", "
-                     r"(GUARDED_KINDS\[kind\]\.plural|surge\.plural)", source)
+    assert re.search(r"Informer\((self\._)?client, api_path\(\s*surge\.api_version, "
+                     r"surge\.plural", source)
     watched |= {(k.api_version, k.plural) for k in GUARDED_KINDS.values()}
     rules = granted()
     for group_version, plural in watched:

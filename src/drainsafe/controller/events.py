@@ -18,9 +18,10 @@ from drainsafe.kube.objects import rfc3339
 log = logging.getLogger(__name__)
 COMPONENT = "drainsafe-controller"
 EventType = Literal["Normal", "Warning"]
-EventKind = Literal["Pod", "Deployment", "StatefulSet"]
+EventKind = Literal["Pod", "Deployment", "StatefulSet", "LeaderWorkerSet"]
 KIND_VERSIONS: dict[EventKind, str] = {"Pod": "v1", "Deployment": "apps/v1",
-                                       "StatefulSet": "apps/v1"}
+                                       "StatefulSet": "apps/v1",
+                                       "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
 
 
 def event_manifest(obj: Mapping[str, Any], *, reason: str, message: str, kind: str,

@@ -19,6 +19,15 @@ node: its own is cordoned), and only then restores; the StatefulSet controller t
 removes the highest ordinal, the stand-in (kubernetes v1.33.0
 pkg/controller/statefulset/stateful_set_control.go processReplica, processCondemned).
 Restoring earlier would take the stand-in while the evicted ordinal is still starting.
+
+A LeaderWorkerSet is surged by whole groups (kubernetes-sigs/lws v0.10.0), with the rules
+`drainsafe drain` uses (drainsafe.drain.groups) and the same engine: the record names the
+held groups' pods (all of a group's pods when lws recreates the group), the scale is the
+recorded groups plus one per group with a held pod, through the LWS's scale subresource,
+and the restore waits until no pod is held and every group below the recorded scale is
+whole Ready again: lws then removes the highest group indices, the stand-ins
+(pkg/controllers/leaderworkerset_controller.go lowers the leader StatefulSet; each
+leader takes its worker StatefulSet, pod_controller.go).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import Any
 from drainsafe.controller.decision import Hold, Release, SurgeKind
 from drainsafe.controller.engine import SurgeEngine
 from drainsafe.controller.events import EventRecorder
+from drainsafe.controller.groupfacts import held_groups
 from drainsafe.controller.holds import Holds
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.metrics import GuardMetrics
@@ -41,7 +51,18 @@ from drainsafe.controller.view import (
     recreations_pending,
     workload_pods,
 )
-from drainsafe.kube.objects import WorkloadRef, autoscaler_for, key_of, meta, node_of, uid_of
+from drainsafe.drain import groups
+from drainsafe.kube.objects import (
+    WorkloadRef,
+    autoscaler_for,
+    key_of,
+    lws_ready_groups,
+    lws_recreates_group,
+    lws_size,
+    meta,
+    node_of,
+    uid_of,
+)
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -73,6 +94,8 @@ class Reconciler:
             await self._workload("Deployment", dep, self.engine)
         for sts in list(self.view.statefulsets.cache.values()):
             await self._workload("StatefulSet", sts, self.engine)
+        for lws in list(self.view.lws_cache().values()):
+            await self._workload("LeaderWorkerSet", lws, self.engine)
 
     def _members(self, kind: SurgeKind, dep: Obj) -> list[Obj]:
         return workload_pods(kind, dep, self.view.pods().values(),
@@ -94,7 +117,10 @@ class Reconciler:
                 wanting.add(key_of(p))
         members = self._members(kind, dep)  # a release just confirmed is no longer held
         held = held_pods(members)
+        # What stands in: a pod each, or for a LeaderWorkerSet a whole group each.
+        held_for = held_groups(members) if kind == "LeaderWorkerSet" else set()
         record = engine.record_of(dep)
+        record_was_there = record is not None
         workload = WorkloadRef(kind, str(meta(dep).get("namespace")),
                                str(meta(dep).get("name")))
         if record is not None and not record.guard:
@@ -104,23 +130,31 @@ class Reconciler:
                 return
             first = next(p for p in members if key_of(p) in wanting)
             hpa = autoscaler_for(workload, self.view.autoscalers.cache.values())
+            pods = {key_of(p): uid_of(p) for p in members if key_of(p) in wanting}
+            if kind == "LeaderWorkerSet":
+                pods = groups.record_pods(workload.name, pods, members,
+                                          recreates_group=lws_recreates_group(dep))
             record = await engine.begin(
                 workload, node=node_of(first) or "",
-                autoscaler=key_of(hpa) if hpa is not None else None,
-                pods={key_of(p): uid_of(p) for p in members if key_of(p) in wanting})
+                autoscaler=key_of(hpa) if hpa is not None else None, pods=pods)
             if not record.guard:
                 return  # a `drainsafe drain` recorded first: its surge, not ours
+        target = (groups.surge_target(record.replicas, held_for) if kind == "LeaderWorkerSet"
+                  else record.replicas + len(held))
+        if held and not record_was_there:
             self.metrics.surges.inc()
+            what = ", ".join([f"group {g}" for g in sorted(held_for)] or sorted(held))
             self.events.emit(dep, kind, "SurgeForEviction",
-                             f"surging {record.replicas} -> {record.replicas + len(held)} "
-                             f"for a stand-in of {', '.join(sorted(held))}")
+                             f"surging {record.replicas} -> {target} for a stand-in of {what}")
         if held:
-            target = record.replicas + len(held)
             if int((dep.get("spec") or {}).get("replicas", 1)) != target:
                 await engine.set_scale(workload, record, target)
             return
         if kind == "StatefulSet" and recreations_pending(dep, members, record.replicas):
             return  # the restore removes the stand-in: not before the evicted are back
+        if kind == "LeaderWorkerSet" and groups.groups_pending(
+                lws_ready_groups(members, lws_size(dep)), record.replicas):
+            return  # likewise: the stand-in groups go only once every group is back
         await engine.finish(workload, record)
         self.metrics.restores.inc()
         self.events.emit(dep, kind, "SurgeRestored",

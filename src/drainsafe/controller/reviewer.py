@@ -125,9 +125,12 @@ class Reviewer:
         return verdict
 
     def _workload(self, facts: Facts) -> Obj | None:
-        """The pod's Deployment or StatefulSet, for the release's Event on it."""
+        """The pod's Deployment, StatefulSet or LeaderWorkerSet, for the release's Event."""
         if facts.workload is None:
             return None
+        key = f"{facts.pod.namespace}/{facts.workload.name}"
+        if facts.workload.kind == "LeaderWorkerSet":
+            return self.view.lws_cache().get(key)
         informer = (self.view.statefulsets if facts.workload.kind == "StatefulSet"
                     else self.view.deployments)
-        return informer.get(f"{facts.pod.namespace}/{facts.workload.name}")
+        return informer.get(key)

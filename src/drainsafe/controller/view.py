@@ -1,7 +1,8 @@
 """The shared view every replica answers from: informers, and the facts for one eviction.
 
 Each replica keeps its own list+watch caches (drainsafe.kube.watch.Informer) of pods,
-Deployments, ReplicaSets, StatefulSets, nodes, namespaces and HPAs, so any replica can
+Deployments, ReplicaSets, StatefulSets, nodes, namespaces, HPAs, PodDisruptionBudgets and
+(when served) LeaderWorkerSets, so any replica can
 answer any review without a round trip to the API server. `gather` turns a snapshot into
 the plain data the decision takes (drainsafe.controller.decision); it is pure, and so is
 `ClusterView.facts`, which only reads.
@@ -19,29 +20,35 @@ pkg/controller/controller_utils.go). Pods this replica has just let go are count
 for LET_GO_SECONDS (until the cache shows them terminating), so two evictions of one
 workload in the same instant are not both let through on one count (the
 PodDisruptionBudget, checked by the API server after the webhook, is the final guard across
-replicas). Mid-rollout is kube.objects.rollout_in_progress (a Deployment) or
-statefulset_rollout_in_progress, the rules drain uses too.
+replicas). Mid-rollout is kube.objects.rollout_in_progress (a Deployment),
+statefulset_rollout_in_progress or lws_rollout_in_progress, the rules drain uses too.
+
+A pod of a LeaderWorkerSet group (kubernetes-sigs/lws v0.10.0, by lws's labels) resolves
+to its LWS, never to the leader or worker StatefulSet lws sizes, and its facts are counted
+in groups (drainsafe.controller.groupfacts). The LWS informer runs only when the API
+server serves leaderworkersets (the CRD is optional); without it such pods are released
+as pods of a StatefulSet another controller owns.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from drainsafe import placement
 from drainsafe.controller.clock import Clock
 from drainsafe.controller.decision import (
-    GUARD_LABEL,
     Facts,
     PodFacts,
     SurgeFacts,
     SurgeKind,
     WorkloadFacts,
 )
-from drainsafe.controller.record import annotations_of, held_since, is_held
-from drainsafe.drain.ownership import SurgeRecord
+from drainsafe.controller.groupfacts import RecordReader, gather_group
+from drainsafe.controller.record import annotations_of, held_since, is_held, opted_in
+from drainsafe.drain.ownership import SURGE_KINDS
 from drainsafe.kube import Informer, KubeClient, NotFound, api_path
 from drainsafe.kube.objects import (
     controller_ref,
@@ -50,6 +57,7 @@ from drainsafe.kube.objects import (
     is_ready,
     is_terminating,
     key_of,
+    lws_group_of,
     meta,
     rollout_in_progress,
     statefulset_rollout_in_progress,
@@ -57,22 +65,17 @@ from drainsafe.kube.objects import (
 from drainsafe.maintenance.facts import MaintenanceFacts, maintenance_facts
 
 Obj = dict[str, Any]
-RecordReader = Callable[[Mapping[str, Any]], SurgeRecord | None]
 LET_GO_SECONDS = 10.0
-
-
-def opted_in(pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> bool:
-    """The pod label, or the same label on its namespace."""
-    if (meta(pod).get("labels") or {}).get(GUARD_LABEL) == "true":
-        return True
-    return namespace is not None and (meta(namespace).get("labels") or {}).get(
-        GUARD_LABEL) == "true"
 
 
 def workload_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
                 ) -> tuple[str | None, str | None]:
-    """(owner kind, workload name): the pod's StatefulSet, or its Deployment through its
-    ReplicaSet; the name is None for any other controller."""
+    """(owner kind, workload name): the pod's LeaderWorkerSet (by lws's labels), its
+    StatefulSet, or its Deployment through its ReplicaSet; the name is None for any other
+    controller."""
+    group = lws_group_of(dict(pod))
+    if group is not None:
+        return "LeaderWorkerSet", group[0]
     ref = controller_ref(pod)
     if ref is None:
         return None, None
@@ -89,7 +92,8 @@ def workload_of(pod: Mapping[str, Any], replicasets: Mapping[str, Obj]
 
 def workload_pods(kind: SurgeKind, workload: Mapping[str, Any], pods: Iterable[Obj],
                   replicasets: Mapping[str, Obj]) -> list[Obj]:
-    """The pods of a Deployment (through its ReplicaSets) or of a StatefulSet."""
+    """The pods of a Deployment (through its ReplicaSets), a StatefulSet, or a
+    LeaderWorkerSet (every pod of its groups)."""
     ns, name = meta(workload).get("namespace"), meta(workload).get("name")
     out = []
     for pod in pods:
@@ -147,10 +151,21 @@ def gather(pod: Obj, *, namespace: Obj | None, deployments: Mapping[str, Obj],
            statefulsets: Mapping[str, Obj], replicasets: Mapping[str, Obj],
            pods: Mapping[str, Obj], nodes: Mapping[str, Obj], record_of: RecordReader,
            let_go: Iterable[str] = (), now: float, dry_run: bool = False,
-           can_surge: bool = True) -> Facts:
-    """The decision's facts for an eviction of `pod` at wall time `now`. Pure."""
+           can_surge: bool = True, leaderworkersets: Mapping[str, Obj] | None = None,
+           budgets: Iterable[Obj] = ()) -> Facts:
+    """The decision's facts for an eviction of `pod` at wall time `now`. Pure.
+    `leaderworkersets` is None when the API server does not serve them."""
     m = meta(pod)
     kind, workload_name = workload_of(pod, replicasets)
+    if kind == "LeaderWorkerSet":
+        lws = (leaderworkersets or {}).get(f"{m.get('namespace')}/{workload_name}")
+        if lws is not None:
+            return gather_group(pod, lws, namespace=namespace, pods=pods, nodes=nodes,
+                                record_of=record_of, let_go=let_go, now=now,
+                                dry_run=dry_run, can_surge=can_surge, budgets=budgets)
+        ref = controller_ref(pod)  # an LWS the guard cannot see: its StatefulSet's rule
+        kind = str(ref.get("kind")) if ref is not None else None
+        workload_name = str(ref.get("name")) if ref is not None else None
     surge_kind: SurgeKind = "StatefulSet" if kind == "StatefulSet" else "Deployment"
     objects = statefulsets if surge_kind == "StatefulSet" else deployments
     obj = objects.get(f"{m.get('namespace')}/{workload_name}") if workload_name else None
@@ -223,16 +238,32 @@ class ClusterView:
         self.nodes = Informer(client, "/api/v1/nodes")
         self.namespaces = Informer(client, "/api/v1/namespaces")
         self.autoscalers = Informer(client, "/apis/autoscaling/v2/horizontalpodautoscalers")
+        self.budgets = Informer(client, "/apis/policy/v1/poddisruptionbudgets")
         self._informers = [self.pod_informer, self.deployments, self.replicasets,
-                           self.statefulsets, self.nodes, self.namespaces, self.autoscalers]
+                           self.statefulsets, self.nodes, self.namespaces, self.autoscalers,
+                           self.budgets]
+        # Started only when the API server serves leaderworkersets (the CRD is optional).
+        self.leaderworkersets: Informer | None = None
         self._confirmed: dict[str, Confirmed] = {}
         self._let_go: dict[str, float] = {}  # pod key -> monotonic time it was let go
 
     async def start(self) -> None:
+        lws = SURGE_KINDS["LeaderWorkerSet"]
+        path = api_path(lws.api_version, lws.plural)
+        try:
+            await self.client.list(path, {"limit": "1"})
+        except NotFound:
+            pass  # no LeaderWorkerSet CRD: its pods resolve to their StatefulSets
+        else:
+            self.leaderworkersets = Informer(self.client, path)
+            self._informers.append(self.leaderworkersets)
         await asyncio.gather(*(i.start() for i in self._informers))
 
     async def stop(self) -> None:
         await asyncio.gather(*(i.stop() for i in self._informers))
+
+    def lws_cache(self) -> Mapping[str, Obj]:
+        return self.leaderworkersets.cache if self.leaderworkersets is not None else {}
 
     # ---- reading --------------------------------------------------------------------
 
@@ -268,7 +299,8 @@ class ClusterView:
         return maintenance_facts(
             nodes=self.nodes.cache.values(), pods=self.pod_informer.cache.values(),
             workloads={"Deployment": self.deployments.cache.values(),
-                       "StatefulSet": self.statefulsets.cache.values()},
+                       "StatefulSet": self.statefulsets.cache.values(),
+                       "LeaderWorkerSet": self.lws_cache().values()},
             maintenances=maintenances)
 
     def gone(self) -> frozenset[str]:
@@ -285,7 +317,9 @@ class ClusterView:
                       statefulsets=self.statefulsets.cache, replicasets=self.replicasets.cache,
                       pods=self.pods(), nodes=self.nodes.cache, record_of=record_of,
                       let_go=self.gone(), now=self.clock.wall(), dry_run=dry_run,
-                      can_surge=can_surge)
+                      can_surge=can_surge,
+                      leaderworkersets=None if self.leaderworkersets is None
+                      else self.leaderworkersets.cache, budgets=self.budgets.cache.values())
 
     # ---- what this replica did --------------------------------------------------------
 

@@ -408,10 +408,12 @@ async def run_drain_under_load(
     lab: Any, tool: Tool, s: ScenarioSettings, *, say: Callable[[str], None] = lambda _m: None,
     progress: Progress | None = None,
     prepare: Callable[[Any], Awaitable[list[dict[str, Any]]]] | None = None,
+    kubectl: str | None = None, kubectl_args: tuple[str, ...] = (),
 ) -> ScenarioResult:
     """Deploy (if needed), load, drain one node with `tool`, measure. `lab` is a started Lab.
     `prepare(lab)` runs first (e.g. installs a controller) and returns manifests to apply
-    before the workload's."""
+    before the workload's. `kubectl`: the binary for tool "kubectl" (default: 1.33's, else
+    the one on PATH), `kubectl_args` added to its drain command."""
     from drainsafe.demo import measure
     from drainsafe.drain.execute import DrainSettings, NodeDrainer
     from drainsafe.verify.watch import LifecycleWatch
@@ -492,12 +494,12 @@ async def run_drain_under_load(
                 result.exit_code = EXIT_OK if report.ok else EXIT_FAILED
                 result.detail = report.failure
             else:
-                binary = kubectl_binary()
+                binary = kubectl or kubectl_binary()
                 if binary is None:
                     raise RuntimeError("kubectl is not installed")
                 code, out = await run_kubectl(binary, lab.kubeconfig, "drain", node,
                                            "--ignore-daemonsets", "--delete-emptydir-data",
-                                           "--timeout=300s", timeout=330)
+                                           "--timeout=300s", *kubectl_args, timeout=330)
                 result.exit_code = code
                 result.detail = out.strip().splitlines()[-1] if out.strip() else ""
                 result.strategy = "evict"

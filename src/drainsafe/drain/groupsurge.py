@@ -14,7 +14,8 @@ removes the highest group indices (leaderworkerset_controller.go).
 
 For an LWS with pods of g groups on the node (its WorkloadPlan, identity "group"):
 1. record on the LWS before any change (drain.scale, the one engine; the record names the
-   affected groups' pods, all of them when lws recreates whole groups, and their UIDs);
+   affected groups' pods, all of them when lws recreates whole groups, and their UIDs:
+   drain.groups, the rules the eviction guard's group surge shares);
 2. scale up by g groups through the LWS's scale subresource;
 3. wait until the LWS has its recorded replicas of whole Ready groups none of whose pods
    is on the node (the g new groups entirely Ready), and, behind a Service, their pods in
@@ -44,7 +45,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
-from drainsafe.drain import ownership, scale
+from drainsafe.drain import groups, ownership, scale
 from drainsafe.drain.context import DrainContext, DrainFailed
 from drainsafe.drain.nodewatch import Unschedulable
 from drainsafe.drain.plan import DrainPlan
@@ -59,7 +60,6 @@ from drainsafe.kube.objects import (
     is_active,
     key_of,
     lws_group_of,
-    lws_group_of_name,
     lws_is_leader_name,
     meta,
     uid_of,
@@ -81,39 +81,23 @@ def _selector(ctx: DrainContext, w: WorkloadPlan) -> WorkloadSelector:
     return selector
 
 
-def _recorded(ctx: DrainContext, w: WorkloadPlan, selector: WorkloadSelector,
-              pods: Sequence[PodPlan]) -> dict[str, str]:
-    """The pods a group surge records: those here, and, when lws recreates whole groups,
-    every other pod of their groups (all of them get new UIDs)."""
-    out = {p.key: p.uid for p in pods}
-    if w.recreates_group:
-        groups = {p.group for p in pods}
-        for p in ctx.watch.workload_pods(selector):
-            group = lws_group_of(p)
-            if group is not None and group[1] in groups and is_active(p):
-                out.setdefault(key_of(p), uid_of(p))
-    return out
-
-
-def _groups_of(name: str, keys: Sequence[str]) -> list[int]:
-    return sorted({g for k in keys
-                   if (g := lws_group_of_name(name, k.split("/", 1)[-1])) is not None})
-
-
 async def _surge_groups(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
     selector = _selector(ctx, w)
     ref = WorkloadRef.parse(w.workload)
     pods = [plan.pod(k) for k in w.pods if plan.pod(k).needs_replacement]
-    record, remaining = await record_surge(ctx, w, pods, _recorded(ctx, w, selector, pods))
+    record, remaining = await record_surge(
+        ctx, w, pods, groups.record_pods(ref.name, {p.key: p.uid for p in pods},
+                                         ctx.watch.workload_pods(selector),
+                                         recreates_group=w.recreates_group))
     base = record.replicas
-    affected = sorted(set(_groups_of(ref.name, list(record.pods)))
+    affected = sorted(set(groups.affected_groups(ref.name, record.pods))
                       | {p.group for p in remaining if p.group is not None})
     # Groups an earlier run evicted a pod of (or that are going): lws recreates them whole.
     started = {p.group for p in pods if p not in remaining}
     gone_waits: list[asyncio.Task[None]] = []
     try:
         if remaining:
-            target = base + len(affected)
+            target = groups.surge_target(base, affected)
             await scale.set_scale(ctx.client, w.workload, record, target)
             ctx.scaled[w.workload] = f"replicas {base} -> {target} groups"
             ctx.say(f"{w.workload}: surged {base} -> {target} groups; waiting for "

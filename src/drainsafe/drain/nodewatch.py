@@ -36,6 +36,7 @@ from drainsafe.kube.objects import (
     uid_of,
     unschedulable_reason,
 )
+from drainsafe.pdb import status_disruptions
 
 Obj = dict[str, Any]
 Clock = Callable[[], float]
@@ -69,10 +70,14 @@ class NodeWatch:
                                                      namespace=ns)) for ns in namespaces}
         self.budgets = {ns: Informer(client, api_path("policy/v1", "poddisruptionbudgets",
                                                       namespace=ns)) for ns in namespaces}
-        # The kinds the eviction guard surges, for a surge of the guard's (its record).
-        self.workloads = {(kind, ns): Informer(client, api_path("apps/v1", surge.plural,
+        # The kinds the eviction guard surges, for a surge of the guard's (its record):
+        # the built-in ones watched from the start; a custom resource's (LeaderWorkerSet,
+        # whose CRD a cluster may not serve) only while a drain waits on one.
+        self._client = client
+        self.workloads = {(kind, ns): Informer(client, api_path(surge.api_version, surge.plural,
                                                                 namespace=ns))
-                          for kind, surge in GUARDED_KINDS.items() for ns in namespaces}
+                          for kind, surge in GUARDED_KINDS.items() for ns in namespaces
+                          if surge.api_version == "apps/v1"}
 
     def _all(self) -> list[Informer]:
         return [self.node_pods, *self.pods.values(), *self.slices.values(),
@@ -161,19 +166,13 @@ class NodeWatch:
         pdb = self.budget(namespace, key)
         if pdb is None:
             return NO_LIMIT  # deleted meanwhile: nothing to wait for (the API decides)
-        status = pdb.get("status") or {}
-        generation = (pdb.get("metadata") or {}).get("generation")
-        observed = status.get("observedGeneration")
-        if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
-            return 0
-        allowed = status.get("disruptionsAllowed")
-        return int(allowed) if isinstance(allowed, int) else 0
+        return status_disruptions(pdb)
 
     def guard_surged(self, ref: WorkloadRef) -> bool:
         """The workload carries a surge record of the eviction guard's."""
         informer = self.workloads.get((ref.kind, ref.namespace))
         if informer is None:
-            return False  # a kind the guard does not surge
+            return False  # not watched here (a custom kind: only while waiting on it)
         return guard_surged(informer.cache.get(f"{ref.namespace}/{ref.name}"))
 
     def slices_settled(self, namespace: str, drained: set[str]) -> bool:
@@ -316,9 +315,19 @@ class NodeWatch:
 
     async def wait_no_guard_surge(self, ref: WorkloadRef, *, timeout: float,
                                   stop: asyncio.Event | None = None) -> None:
-        await self.until([self.workloads[(ref.kind, ref.namespace)]],
-                         lambda: not self.guard_surged(ref), timeout=timeout,
-                         what=f"the eviction guard to restore {ref}", stop=stop)
+        key = (ref.kind, ref.namespace)
+        started = key not in self.workloads
+        if started:
+            surge = GUARDED_KINDS[ref.kind]
+            self.workloads[key] = await Informer(self._client, api_path(
+                surge.api_version, surge.plural, namespace=ref.namespace)).start()
+        try:
+            await self.until([self.workloads[key]], lambda: not self.guard_surged(ref),
+                             timeout=timeout, what=f"the eviction guard to restore {ref}",
+                             stop=stop)
+        finally:
+            if started:
+                await self.workloads.pop(key).stop()
 
     async def wait_budget(self, namespace: str, keys: Sequence[str], *, timeout: float,
                           stop: asyncio.Event | None = None, at_least: int = 1) -> int:

@@ -229,7 +229,7 @@ SURGE_KINDS: Mapping[str, SurgeKind] = {
     "Deployment": SurgeKind("apps/v1", "deployments"),
     "StatefulSet": SurgeKind("apps/v1", "statefulsets"),
     "LeaderWorkerSet": SurgeKind("leaderworkerset.x-k8s.io/v1", "leaderworkersets",
-                                 scale_subresource=True, guarded=False),
+                                 scale_subresource=True),
 }
 GUARDED_KINDS: Mapping[str, SurgeKind] = {k: v for k, v in SURGE_KINDS.items() if v.guarded}
 

@@ -86,8 +86,8 @@ async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
         def restored(cache: Mapping[str, Obj], keys: set[str] = keys) -> bool:
             return not any(ownership.guard_surged(cache.get(k)) for k in keys)
 
-        async with Informer(client, api_path("apps/v1", GUARDED_KINDS[kind].plural)
-                            ) as informer:
+        surge = GUARDED_KINDS[kind]
+        async with Informer(client, api_path(surge.api_version, surge.plural)) as informer:
             with contextlib.suppress(WaitTimeout):
                 await informer.wait_for(restored, timeout=max(deadline - loop.time(), 0.0),
                                         what="the eviction guard's restore")
