@@ -245,6 +245,7 @@ class ScenarioResult:
     causes: dict[str, int] = field(default_factory=dict)  # failed requests by cause
     seconds_below_desired: float = 0.0  # from the drain's start to the run's end
     drain_at: float = 0.0  # when the drain started, seconds since the run's zero
+    zero_at: float = 0.0  # the run's zero, wall time (time.time())
     ready_history: list[tuple[float, int]] = field(default_factory=list)  # (t, Ready)
     kills: list[float] = field(default_factory=list)  # containers' exits by SIGKILL (t)
     left_cordoned: bool = False  # the node was unschedulable when the run ended
@@ -392,10 +393,12 @@ async def run_drain_under_load(
     lab: Any, tool: Tool, s: ScenarioSettings, *, say: Callable[[str], None] = lambda _m: None,
     progress: Progress | None = None,
     prepare: Callable[[Any], Awaitable[list[dict[str, Any]]]] | None = None,
+    on_drain_progress: Callable[[str], None] | None = None,
 ) -> ScenarioResult:
     """Deploy (if needed), load, drain one node with `tool`, measure. `lab` is a started Lab.
     `prepare(lab)` runs first (e.g. installs a controller) and returns manifests to apply
-    before the workload's."""
+    before the workload's. `on_drain_progress` receives `drainsafe drain`'s progress lines
+    (a benchmark's timeline of where the drain's time goes)."""
     from drainsafe.demo import measure
     from drainsafe.drain.execute import DrainSettings, NodeDrainer
     from drainsafe.verify.watch import LifecycleWatch
@@ -472,7 +475,8 @@ async def run_drain_under_load(
                 settings = DrainSettings(timeout=300 + s.wait_timeout,
                                          options=DrainOptions(strategy=s.strategy))
                 result.strategy = s.strategy
-                report = await NodeDrainer(client, node, settings).run()
+                report = await NodeDrainer(client, node, settings,
+                                           on_progress=on_drain_progress).run()
                 result.exit_code = EXIT_OK if report.ok else EXIT_FAILED
                 result.detail = report.failure
             else:
@@ -527,6 +531,7 @@ async def run_drain_under_load(
                                          default=0.0)
     result.lower_bound_seconds, result.capacity_bound_seconds = lower_bounds(tool, s)
     result.drain_at = started - zero[1]
+    result.zero_at = zero[1]
     result.ready_history = [(t - zero[1], c) for t, c in tracker.history]
     result.seconds_below_desired = measure.seconds_below(
         result.ready_history, result.drain_at, ended - zero[1], s.replicas)
