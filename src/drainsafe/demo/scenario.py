@@ -45,9 +45,9 @@ from drainsafe.kube.objects import (
     DEFAULT_GRACE_SECONDS,
     LWS_WORKER_INDEX_LABEL,
     condition,
+    is_active,
     is_ready,
-    is_terminating,
-    lws_group_of,
+    lws_ready_groups,
 )
 from drainsafe.server.config import ADMIN_PORT_NAME, DEFAULT_ADMIN_PORT, DEFAULT_READY_PATH
 from drainsafe.shell import EXIT_FAILED, EXIT_OK
@@ -238,7 +238,8 @@ class ScenarioResult:
     replicas_after: int | None = None  # the workload's spec.replicas afterwards
     annotations_left: list[str] = field(default_factory=list)  # drainsafe.io/* afterwards
     longest_request_seconds: float = 0.0  # the longest successful request of the run
-    replicas: int = 0
+    replicas: int = 0  # desired: pods, or a LeaderWorkerSet's groups
+    capacity_unit: str = "replicas"  # what lowest_ready and ready_history count ("groups")
     startup_seconds: float | None = None  # replacement created -> Ready
     lower_bound_seconds: float = 0.0  # of the drain command's time, from the settings alone
     capacity_bound_seconds: float = 0.0  # of the time to full Ready capacity, from settings
@@ -267,19 +268,19 @@ class ReadyTracker:
     """Watches the workload's pods; remembers when the Ready count changed (for capacity),
     when each pod was created, Ready and deleted. The timeline's events come from verify's
     lifecycle watch (drainsafe.verify.watch), their one home. With `group_size` (a
-    LeaderWorkerSet) the count is of whole Ready groups."""
+    LeaderWorkerSet) the count is of whole Ready groups, as drain counts them
+    (kube.objects.lws_ready_groups, the one home of "group Ready")."""
 
     def __init__(self, t0: Callable[[], float], group_size: int | None = None) -> None:
         self.t0 = t0
         self.group_size = group_size
-        self.group_of: dict[str, int] = {}
         self.history: list[tuple[float, int]] = []
         self.created: dict[str, float] = {}
         self.ready_at: dict[str, float] = {}
         self.node_of: dict[str, str] = {}
         self.deleted_at: dict[str, float] = {}
         self.disruption_target: set[str] = set()
-        self._state: dict[str, tuple[bool, bool]] = {}
+        self._pods: dict[str, dict[str, Any]] = {}  # the latest of each pod not deleted
 
     def on_event(self, kind: str, pod: dict[str, Any]) -> None:
         now = time.time()
@@ -287,36 +288,28 @@ class ReadyTracker:
         if (meta.get("labels") or {}).get("app") != APP:
             return
         name = str(meta.get("name"))
-        group = lws_group_of(pod)
-        if group is not None:
-            self.group_of[name] = group[1]
-        ready = is_ready(pod)
-        terminating = is_terminating(pod)
         self.created.setdefault(name, now)
         if (pod.get("spec") or {}).get("nodeName"):
             self.node_of[name] = str(pod["spec"]["nodeName"])
         if (condition(pod, "DisruptionTarget") or {}).get("status") == "True":
             self.disruption_target.add(name)
-        before = self._state.get(name, (False, False))
+        before = self._pods.get(name)
         if kind == "DELETED":
-            self._state.pop(name, None)
+            self._pods.pop(name, None)
             self.deleted_at[name] = now
         else:
-            self._state[name] = (ready and not terminating, terminating)
-            if ready and not before[0] and not terminating:
+            self._pods[name] = pod
+            if _serving(pod) and not (before is not None and _serving(before)):
                 self.ready_at.setdefault(name, now)
         count = self.ready()
         if not self.history or self.history[-1][1] != count:
             self.history.append((now, count))
 
     def ready(self) -> int:
+        """Ready pods, or whole Ready groups of a LeaderWorkerSet."""
         if self.group_size is None:
-            return sum(1 for r, _ in self._state.values() if r)
-        per_group: dict[int, int] = {}
-        for name, (r, _) in self._state.items():
-            if r and name in self.group_of:
-                per_group[self.group_of[name]] = per_group.get(self.group_of[name], 0) + 1
-        return sum(1 for n in per_group.values() if n >= self.group_size)
+            return sum(1 for p in self._pods.values() if _serving(p))
+        return len(lws_ready_groups(self._pods.values(), self.group_size))
 
     def capacity_back(self, since: float, want: int) -> float | None:
         """When the Ready count last returned to `want` after `since` (None: never dipped
@@ -337,6 +330,10 @@ class ReadyTracker:
         before = [c for t, c in self.history if t < since]
         counts = [c for t, c in self.history if t >= since] + before[-1:]
         return min(counts) if counts else self.ready()
+
+
+def _serving(pod: dict[str, Any]) -> bool:
+    return is_ready(pod) and is_active(pod)
 
 
 async def _kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) -> tuple[int, str]:
@@ -428,7 +425,8 @@ async def run_drain_under_load(
                       or (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX_LABEL)
                       != "0")[0]
         result = ScenarioResult(tool=tool, drain_aware=s.drain_aware, node=node,
-                                replicas=s.replicas)
+                                replicas=s.replicas,
+                                capacity_unit="replicas" if grouped(s) is None else "groups")
         loop = asyncio.get_running_loop()
         zero = (loop.time(), time.time())
         tracker = ReadyTracker(lambda: zero[1], grouped(s))
