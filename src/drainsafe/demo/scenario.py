@@ -48,6 +48,7 @@ from drainsafe.kube.objects import (
     is_active,
     is_ready,
     lws_ready_groups,
+    uid_of,
 )
 from drainsafe.server.config import ADMIN_PORT_NAME, DEFAULT_ADMIN_PORT, DEFAULT_READY_PATH
 from drainsafe.shell import EXIT_FAILED, EXIT_OK
@@ -266,7 +267,8 @@ class ScenarioResult:
 
 class ReadyTracker:
     """Watches the workload's pods; remembers when the Ready count changed (for capacity),
-    when each pod was created, Ready and deleted. The timeline's events come from verify's
+    when each pod was created and Ready (by UID: a StatefulSet's or a group's recreation
+    takes the old pod's name) and deleted (by name). The timeline's events come from verify's
     lifecycle watch (drainsafe.verify.watch), their one home. With `group_size` (a
     LeaderWorkerSet) the count is of whole Ready groups, as drain counts them
     (kube.objects.lws_ready_groups, the one home of "group Ready")."""
@@ -288,7 +290,8 @@ class ReadyTracker:
         if (meta.get("labels") or {}).get("app") != APP:
             return
         name = str(meta.get("name"))
-        self.created.setdefault(name, now)
+        uid = str(meta.get("uid") or name)
+        self.created.setdefault(uid, now)
         if (pod.get("spec") or {}).get("nodeName"):
             self.node_of[name] = str(pod["spec"]["nodeName"])
         if (condition(pod, "DisruptionTarget") or {}).get("status") == "True":
@@ -299,8 +302,9 @@ class ReadyTracker:
             self.deleted_at[name] = now
         else:
             self._pods[name] = pod
-            if _serving(pod) and not (before is not None and _serving(before)):
-                self.ready_at.setdefault(name, now)
+            if _serving(pod) and not (before is not None and uid_of(before) == uid
+                                      and _serving(before)):
+                self.ready_at.setdefault(uid, now)
         count = self.ready()
         if not self.history or self.history[-1][1] != count:
             self.history.append((now, count))
@@ -522,6 +526,8 @@ async def run_drain_under_load(
             if k.startswith("drainsafe.io/"))
     back = tracker.capacity_back(started, s.replicas)
     result.capacity_seconds = None if back is None else back - started
+    # Every pod created during the drain: stand-ins and recreations (a StatefulSet's or
+    # a group's, under the old names).
     new = [n for n in tracker.ready_at if tracker.created.get(n, 0) >= started]
     if new:
         result.startup_seconds = max(tracker.ready_at[n] - tracker.created[n] for n in new)
