@@ -267,11 +267,12 @@ class ScenarioResult:
 
 class ReadyTracker:
     """Watches the workload's pods; remembers when the Ready count changed (for capacity),
-    when each pod was created and Ready (by UID: a StatefulSet's or a group's recreation
-    takes the old pod's name) and deleted (by name). The timeline's events come from verify's
-    lifecycle watch (drainsafe.verify.watch), their one home. With `group_size` (a
-    LeaderWorkerSet) the count is of whole Ready groups, as drain counts them
-    (kube.objects.lws_ready_groups, the one home of "group Ready")."""
+    when each pod was created, Ready and deleted, by UID (a StatefulSet's or a group's
+    recreation takes the old pod's name, and lws may delete that recreation too: lws#998).
+    The timeline's events come from verify's lifecycle watch (drainsafe.verify.watch),
+    their one home. With `group_size` (a LeaderWorkerSet) the count is of whole Ready
+    groups, as drain counts them (kube.objects.lws_ready_groups, the home of "group
+    Ready")."""
 
     def __init__(self, t0: Callable[[], float], group_size: int | None = None) -> None:
         self.t0 = t0
@@ -290,19 +291,19 @@ class ReadyTracker:
         if (meta.get("labels") or {}).get("app") != APP:
             return
         name = str(meta.get("name"))
-        uid = str(meta.get("uid") or name)
+        uid = uid_of(pod) or name  # (a test's pod may have none)
         self.created.setdefault(uid, now)
         if (pod.get("spec") or {}).get("nodeName"):
             self.node_of[name] = str(pod["spec"]["nodeName"])
         if (condition(pod, "DisruptionTarget") or {}).get("status") == "True":
-            self.disruption_target.add(name)
+            self.disruption_target.add(uid)
         before = self._pods.get(name)
         if kind == "DELETED":
             self._pods.pop(name, None)
-            self.deleted_at[name] = now
+            self.deleted_at[uid] = now
         else:
             self._pods[name] = pod
-            if _serving(pod) and not (before is not None and uid_of(before) == uid
+            if _serving(pod) and not (before is not None and (uid_of(before) or name) == uid
                                       and _serving(before)):
                 self.ready_at.setdefault(uid, now)
         count = self.ready()
@@ -452,8 +453,9 @@ async def run_drain_under_load(
         loaders = [asyncio.ensure_future(run_load_process(spec, stop=stop, clock_zero=zero,
                                                           on_result=counted))
                    for spec in specs]
-        old = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node]
-        result.old_pods = old
+        # The pods on the node, by UID -> name.
+        old = {uid_of(p): p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node}
+        result.old_pods = sorted(old.values())
         samples: list[int] = []
         sampling = asyncio.Event()
 
@@ -515,7 +517,8 @@ async def run_drain_under_load(
         result.left_cordoned = bool((node_obj.get("spec") or {}).get("unschedulable"))
         result.samples = len(samples)
         result.lowest_ready = min([*samples, tracker.lowest_since(started)])
-        result.evicted_by_api = sorted(n for n in old if n in tracker.disruption_target)
+        result.evicted_by_api = sorted(n for u, n in old.items()
+                                       if u in tracker.disruption_target)
         result.pods_created = len(set(tracker.created) - known)
         gone = [tracker.deleted_at[n] for n in old if n in tracker.deleted_at]
         result.empty_seconds = max(gone) - started if gone and len(gone) == len(old) else None
