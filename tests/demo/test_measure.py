@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from drainsafe.demo import measure
 from drainsafe.demo.measure import RACE, SIGKILL, Shown
 from drainsafe.demo.names import CONTROLLER, DRAINSAFE, NAIVE, SEEDS
+from drainsafe.demo.report import RunReport, rows
 from drainsafe.demo.runs import Scale, demo_runs
-from drainsafe.demo.scenario import lower_bounds
+from drainsafe.demo.scenario import APP, ReadyTracker, ScenarioResult, lower_bounds
+from drainsafe.kube.objects import (
+    LWS_GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    LWS_WORKER_INDEX_LABEL,
+)
 from drainsafe.verify.load import RequestResult
 from drainsafe.verify.outcome import Kind, Outcome
 
@@ -94,3 +102,55 @@ def test_lower_bounds_come_from_the_settings() -> None:
     assert lower_bounds("drainsafe", runs[DRAINSAFE].settings) == (8.0, 0.0)
     # kubectl drain under the controller is held until the stand-in is Ready: the same.
     assert lower_bounds("kubectl", runs[CONTROLLER].settings) == (8.0, 0.0)
+
+
+def lws_pod(group: int, worker: int, *, ready: bool = True, deleting: bool = False
+            ) -> dict[str, Any]:
+    name = f"{APP}-{group}" + (f"-{worker}" if worker else "")
+    meta: dict[str, Any] = {"name": name, "labels": {
+        "app": APP, LWS_NAME_LABEL: APP, LWS_GROUP_INDEX_LABEL: str(group),
+        LWS_WORKER_INDEX_LABEL: str(worker)}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-06T03:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": f"node-{2 * group + worker}"},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_a_leaderworkerset_is_counted_in_whole_ready_groups() -> None:
+    """The demo's capacity of an LWS: groups whose every pod is Ready (kube.objects'
+    lws_ready_groups, as drain counts them), not Ready pods."""
+    tracker = ReadyTracker(lambda: 0.0, group_size=2)
+    for g in (0, 1):
+        for w in (0, 1):
+            tracker.on_event("ADDED", lws_pod(g, w))
+    assert tracker.ready() == 2
+    tracker.on_event("ADDED", lws_pod(2, 0))  # a stand-in group's leader alone: no group
+    assert tracker.ready() == 2
+    tracker.on_event("MODIFIED", lws_pod(2, 1))
+    assert tracker.ready() == 3
+    # A worker evicted (terminating), then gone: its group no longer counts though its
+    # leader is still Ready; 3 Ready pods of 5 are 2 whole groups.
+    tracker.on_event("MODIFIED", lws_pod(0, 1, deleting=True))
+    assert tracker.ready() == 2
+    tracker.on_event("DELETED", lws_pod(0, 1, deleting=True))
+    tracker.on_event("MODIFIED", lws_pod(1, 1, ready=False))
+    assert tracker.ready() == 1
+    assert [c for _t, c in tracker.history] == [0, 1, 2, 3, 2, 1]
+    # Without a group size the same pods count one by one.
+    pods = ReadyTracker(lambda: 0.0)
+    for g, w in ((0, 0), (0, 1), (1, 0)):
+        pods.on_event("ADDED", lws_pod(g, w))
+    assert pods.ready() == 3
+
+
+def test_the_report_names_groups_for_a_leaderworkerset() -> None:
+    def run(unit: str, low: int) -> RunReport:
+        return RunReport(unit, "", ScenarioResult(tool="drainsafe", drain_aware=True,
+                                                  node="node-0", replicas=2,
+                                                  lowest_ready=low, capacity_unit=unit))
+
+    grouped = [run("groups", 2), run("groups", 1)]
+    assert ("lowest Ready groups", ["2/2", "1/2"]) in rows(grouped, 1)
+    assert grouped[0].to_json()["capacity_unit"] == "groups"
+    assert ("lowest Ready replicas", ["2/2"]) in rows([run("replicas", 2)], 1)

@@ -188,8 +188,8 @@ async def under_load(lab: Any, workloads: Sequence[ScenarioSettings],
                     out.failed[r.outcome.label] = out.failed.get(r.outcome.label, 0) + 1
             out.truncated = measure.truncated(results)
             out.pods_created = len(set(t.created) - known.get(s.app, set()))
-            new = [ready - born for name, born, ready in t.startups
-                   if name not in known.get(s.app, set()) or born >= started]
+            new = [t.ready_at[u] - t.created[u] for u in t.ready_at
+                   if u not in known.get(s.app, set())]
             if new:
                 out.startup_seconds = max(new)
             obj = await client.get(api_path(*API[s.kind], namespace=NAMESPACE, name=s.app))

@@ -42,6 +42,7 @@ class RunReport:
             "ok": r.ok, "failed": dict(r.causes), "failed_total": sum(r.causes.values()),
             "failed_by_outcome": dict(r.failed), "truncated": r.truncated,
             "replicas": r.replicas, "min_ready": r.lowest_ready,
+            "capacity_unit": r.capacity_unit,
             "seconds_below_desired": round(r.seconds_below_desired, 3),
             "drain_seconds": round(r.command_seconds, 3),
             "drain_lower_bound_seconds": r.lower_bound_seconds,
@@ -57,6 +58,12 @@ class RunReport:
 
 def _secs(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f} s"
+
+
+def capacity_unit(runs: Sequence[RunReport]) -> str:
+    """What the runs' Ready counts count: replicas, or a LeaderWorkerSet's whole groups."""
+    units = sorted({r.result.capacity_unit for r in runs})
+    return " or ".join(units) if units else "replicas"
 
 
 def rows(runs: Sequence[RunReport], scale: float) -> list[tuple[str, list[str]]]:
@@ -79,7 +86,8 @@ def rows(runs: Sequence[RunReport], scale: float) -> list[tuple[str, list[str]]]
         out.append((f"  {cause}", [str(r.result.causes.get(cause, 0)) for r in runs]))
     out += [
         ("truncated streams", each(lambda r: str(r.result.truncated))),
-        ("lowest Ready replicas", each(lambda r: f"{r.result.lowest_ready}/{r.result.replicas}")),
+        (f"lowest Ready {capacity_unit(runs)}",
+         each(lambda r: f"{r.result.lowest_ready}/{r.result.replicas}")),
         ("seconds below desired", each(lambda r: secs(r.result.seconds_below_desired))),
         ("drain command time", each(lambda r: secs(r.result.command_seconds))),
         ("  lower bound (settings)", each(lambda r: secs(r.result.lower_bound_seconds))),
@@ -107,13 +115,15 @@ def table(runs: Sequence[RunReport], scale: float) -> Table:
 
 
 def render_capacity(runs: Sequence[RunReport], path: Path, *, scale: float) -> Path:
-    """Ready replicas over time for all runs in one figure, aligned on each drain's start."""
+    """Ready replicas (or whole Ready groups) over time for all runs in one figure, aligned
+    on each drain's start."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 4.5))
+    counted = capacity_unit(runs)
     try:
         top = 0
         for i, run in enumerate(runs):
@@ -130,14 +140,14 @@ def render_capacity(runs: Sequence[RunReport], path: Path, *, scale: float) -> P
             top = max(top, *ys)
         if runs:
             ax.axhline(runs[0].result.replicas, color="#333333", linestyle=":", linewidth=1,
-                       label="desired replicas")
+                       label=f"desired {counted}")
         ax.axvline(0, color="#d62728", linewidth=1, label="drain starts")
         unit = "s" if scale == 1 else f"s here, x{scale:g} for the real thing"
         ax.set_xlabel(f"seconds since the drain started ({unit})")
-        ax.set_ylabel("Ready replicas")
+        ax.set_ylabel(f"Ready {counted}")
         ax.set_ylim(-0.2, top + 0.8)
         ax.set_yticks(range(top + 1))
-        ax.set_title("Serving capacity during the drain: Ready replicas of the workload")
+        ax.set_title(f"Serving capacity during the drain: Ready {counted} of the workload")
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
         fig.tight_layout()
@@ -184,7 +194,7 @@ text-align:left}}img{{max-width:100%}}.bad{{color:#b00}}</style></head>
 <body><h1>drainsafe demo: draining a GPU node under streaming load</h1>
 {scaled}<ul>{shows}</ul>{extra}
 <table id="results"><tr><th></th>{head}</tr>{body}</table>
-<h2>Capacity</h2>{_img(capacity, "Ready replicas over time")}
+<h2>Capacity</h2>{_img(capacity, f"Ready {capacity_unit(runs)} over time")}
 <h2>Timelines</h2>{timelines}
 <h2>The cordons the drains left</h2>{cordons or "<p>-</p>"}
 </body></html>

@@ -73,7 +73,8 @@ class Board:
 def picture_title(name: str, result: ScenarioResult) -> str:
     """What the timeline shows: which run drained which node."""
     node = f"node {result.node}" if result.node else "a GPU node"
-    return f"drainsafe demo: {name}, drain of {node} ({result.replicas} replicas)"
+    return (f"drainsafe demo: {name}, drain of {node} ({result.replicas} "
+            f"{result.capacity_unit})")
 
 
 async def one(run: DemoRun, board: Board) -> tuple[ScenarioResult, list[str]]:

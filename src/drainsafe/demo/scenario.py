@@ -45,9 +45,11 @@ from drainsafe.kube.objects import (
     DEFAULT_GRACE_SECONDS,
     LWS_WORKER_INDEX_LABEL,
     condition,
+    is_active,
     is_ready,
-    is_terminating,
     lws_group_of,
+    lws_ready_groups,
+    uid_of,
 )
 from drainsafe.server.config import ADMIN_PORT_NAME, DEFAULT_ADMIN_PORT, DEFAULT_READY_PATH
 from drainsafe.shell import EXIT_FAILED, EXIT_OK
@@ -241,7 +243,8 @@ class ScenarioResult:
     replicas_after: int | None = None  # the workload's spec.replicas afterwards
     annotations_left: list[str] = field(default_factory=list)  # drainsafe.io/* afterwards
     longest_request_seconds: float = 0.0  # the longest successful request of the run
-    replicas: int = 0
+    replicas: int = 0  # desired: pods, or a LeaderWorkerSet's groups
+    capacity_unit: str = "replicas"  # what lowest_ready and ready_history count ("groups")
     startup_seconds: float | None = None  # replacement created -> Ready
     # A LeaderWorkerSet: a new group's first pod created -> its last pod Ready (the leader's
     # pods come first, its workers' StatefulSet after it)
@@ -251,6 +254,7 @@ class ScenarioResult:
     causes: dict[str, int] = field(default_factory=dict)  # failed requests by cause
     seconds_below_desired: float = 0.0  # from the drain's start to the run's end
     drain_at: float = 0.0  # when the drain started, seconds since the run's zero
+    zero_at: float = 0.0  # the run's zero, wall time (time.time())
     ready_history: list[tuple[float, int]] = field(default_factory=list)  # (t, Ready)
     kills: list[float] = field(default_factory=list)  # containers' exits by SIGKILL (t)
     left_cordoned: bool = False  # the node was unschedulable when the run ended
@@ -270,27 +274,26 @@ class ScenarioResult:
 
 class ReadyTracker:
     """Watches the workload's pods; remembers when the Ready count changed (for capacity),
-    when each pod was created, Ready and deleted. The timeline's events come from verify's
-    lifecycle watch (drainsafe.verify.watch), their one home. With `group_size` (a
-    LeaderWorkerSet) the count is of whole Ready groups."""
+    when each pod was created, Ready and deleted, by UID (a StatefulSet's or a group's
+    recreation takes the old pod's name, and lws may delete that recreation too: lws#998).
+    The timeline's events come from verify's lifecycle watch (drainsafe.verify.watch),
+    their one home. With `group_size` (a LeaderWorkerSet) the count is of whole Ready
+    groups, as drain counts them (kube.objects.lws_ready_groups, the home of "group
+    Ready")."""
 
     def __init__(self, t0: Callable[[], float], group_size: int | None = None,
                  app: str = APP) -> None:
         self.t0 = t0
         self.app = app
         self.group_size = group_size
-        self.group_of: dict[str, int] = {}
         self.history: list[tuple[float, int]] = []
         self.created: dict[str, float] = {}
+        self.ready_at: dict[str, float] = {}
         self.node_of: dict[str, str] = {}
         self.deleted_at: dict[str, float] = {}
         self.disruption_target: set[str] = set()
-        self._state: dict[str, tuple[bool, bool]] = {}
-        # Per pod object (a StatefulSet's or an LWS's recreation reuses the name): when it
-        # was first seen, and (seen, first Ready) once it has started up.
-        self._born: dict[str, float] = {}
-        self.startups: list[tuple[str, float, float]] = []
-        self._up: set[str] = set()
+        self._pods: dict[str, dict[str, Any]] = {}  # the latest of each pod not deleted
+        self.group_of: dict[str, int] = {}  # by UID: an LWS pod's group index
 
     def on_event(self, kind: str, pod: dict[str, Any]) -> None:
         now = time.time()
@@ -298,40 +301,32 @@ class ReadyTracker:
         if (meta.get("labels") or {}).get("app") != self.app:
             return
         name = str(meta.get("name"))
-        group = lws_group_of(pod)
-        if group is not None:
-            self.group_of[name] = group[1]
-        ready = is_ready(pod)
-        terminating = is_terminating(pod)
-        self.created.setdefault(name, now)
-        born = self._born.setdefault(name, now)
+        uid = uid_of(pod) or name  # (a test's pod may have none)
+        self.created.setdefault(uid, now)
+        if (group := lws_group_of(pod)) is not None:
+            self.group_of[uid] = group[1]
         if (pod.get("spec") or {}).get("nodeName"):
             self.node_of[name] = str(pod["spec"]["nodeName"])
         if (condition(pod, "DisruptionTarget") or {}).get("status") == "True":
-            self.disruption_target.add(name)
-        before = self._state.get(name, (False, False))
+            self.disruption_target.add(uid)
+        before = self._pods.get(name)
         if kind == "DELETED":
-            self._state.pop(name, None)
-            self._born.pop(name, None)
-            self._up.discard(name)
-            self.deleted_at[name] = now
+            self._pods.pop(name, None)
+            self.deleted_at[uid] = now
         else:
-            self._state[name] = (ready and not terminating, terminating)
-            if ready and not before[0] and not terminating and name not in self._up:
-                self._up.add(name)
-                self.startups.append((name, born, now))
+            self._pods[name] = pod
+            if _serving(pod) and not (before is not None and (uid_of(before) or name) == uid
+                                      and _serving(before)):
+                self.ready_at.setdefault(uid, now)
         count = self.ready()
         if not self.history or self.history[-1][1] != count:
             self.history.append((now, count))
 
     def ready(self) -> int:
+        """Ready pods, or whole Ready groups of a LeaderWorkerSet."""
         if self.group_size is None:
-            return sum(1 for r, _ in self._state.values() if r)
-        per_group: dict[int, int] = {}
-        for name, (r, _) in self._state.items():
-            if r and name in self.group_of:
-                per_group[self.group_of[name]] = per_group.get(self.group_of[name], 0) + 1
-        return sum(1 for n in per_group.values() if n >= self.group_size)
+            return sum(1 for p in self._pods.values() if _serving(p))
+        return len(lws_ready_groups(self._pods.values(), self.group_size))
 
     def capacity_back(self, since: float, want: int) -> float | None:
         """When the Ready count last returned to `want` after `since` (None: never dipped
@@ -352,6 +347,10 @@ class ReadyTracker:
         before = [c for t, c in self.history if t < since]
         counts = [c for t, c in self.history if t >= since] + before[-1:]
         return min(counts) if counts else self.ready()
+
+
+def _serving(pod: dict[str, Any]) -> bool:
+    return is_ready(pod) and is_active(pod)
 
 
 async def run_kubectl(binary: str, kubeconfig: Path, *args: str, timeout: float) -> tuple[int, str]:
@@ -409,11 +408,14 @@ async def run_drain_under_load(
     progress: Progress | None = None,
     prepare: Callable[[Any], Awaitable[list[dict[str, Any]]]] | None = None,
     kubectl: str | None = None, kubectl_args: tuple[str, ...] = (),
+    on_drain_progress: Callable[[str], None] | None = None,
 ) -> ScenarioResult:
     """Deploy (if needed), load, drain one node with `tool`, measure. `lab` is a started Lab.
     `prepare(lab)` runs first (e.g. installs a controller) and returns manifests to apply
     before the workload's. `kubectl`: the binary for tool "kubectl" (default: 1.33's, else
-    the one on PATH), `kubectl_args` added to its drain command."""
+    the one on PATH), `kubectl_args` added to its drain command. `on_drain_progress`
+    receives `drainsafe drain`'s progress lines (a benchmark's timeline of where the
+    drain's time goes)."""
     from drainsafe.demo import measure
     from drainsafe.drain.execute import DrainSettings, NodeDrainer
     from drainsafe.verify.watch import LifecycleWatch
@@ -443,7 +445,8 @@ async def run_drain_under_load(
                       or (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX_LABEL)
                       != "0")[0]
         result = ScenarioResult(tool=tool, drain_aware=s.drain_aware, node=node,
-                                replicas=s.replicas)
+                                replicas=s.replicas,
+                                capacity_unit="replicas" if grouped(s) is None else "groups")
         loop = asyncio.get_running_loop()
         zero = (loop.time(), time.time())
         tracker = ReadyTracker(lambda: zero[1], grouped(s), s.app)
@@ -465,8 +468,9 @@ async def run_drain_under_load(
         loaders = [asyncio.ensure_future(run_load_process(spec, stop=stop, clock_zero=zero,
                                                           on_result=counted))
                    for spec in specs]
-        old = [p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node]
-        result.old_pods = old
+        # The pods on the node, by UID -> name.
+        old = {uid_of(p): p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node}
+        result.old_pods = sorted(old.values())
         samples: list[int] = []
         sampling = asyncio.Event()
 
@@ -490,7 +494,8 @@ async def run_drain_under_load(
                 settings = DrainSettings(timeout=300 + s.wait_timeout,
                                          options=DrainOptions(strategy=s.strategy))
                 result.strategy = s.strategy
-                report = await NodeDrainer(client, node, settings).run()
+                report = await NodeDrainer(client, node, settings,
+                                           on_progress=on_drain_progress).run()
                 result.exit_code = EXIT_OK if report.ok else EXIT_FAILED
                 result.detail = report.failure
             else:
@@ -527,7 +532,8 @@ async def run_drain_under_load(
         result.left_cordoned = bool((node_obj.get("spec") or {}).get("unschedulable"))
         result.samples = len(samples)
         result.lowest_ready = min([*samples, tracker.lowest_since(started)])
-        result.evicted_by_api = sorted(n for n in old if n in tracker.disruption_target)
+        result.evicted_by_api = sorted(n for u, n in old.items()
+                                       if u in tracker.disruption_target)
         result.pods_created = len(set(tracker.created) - known)
         gone = [tracker.deleted_at[n] for n in old if n in tracker.deleted_at]
         result.empty_seconds = max(gone) - started if gone and len(gone) == len(old) else None
@@ -538,13 +544,15 @@ async def run_drain_under_load(
             if k.startswith("drainsafe.io/"))
     back = tracker.capacity_back(started, s.replicas)
     result.capacity_seconds = None if back is None else back - started
-    # Pods started during the drain, recreations under an old name included.
-    new = [(name, born, ready) for name, born, ready in tracker.startups if born >= started]
+    # Every pod created during the drain: stand-ins and recreations (a StatefulSet's or
+    # a group's, under the old names).
+    new = [n for n in tracker.ready_at if tracker.created.get(n, 0) >= started]
     if new:
-        result.startup_seconds = max(ready - born for _, born, ready in new)
+        result.startup_seconds = max(tracker.ready_at[u] - tracker.created[u] for u in new)
         spans: dict[int, tuple[float, float]] = {}
-        for name, born, ready in new:
-            if (group := tracker.group_of.get(name)) is not None:
+        for u in new:
+            born, ready = tracker.created[u], tracker.ready_at[u]
+            if (group := tracker.group_of.get(u)) is not None:
                 first, last = spans.get(group, (born, ready))
                 spans[group] = (min(first, born), max(last, ready))
         if spans:
@@ -553,6 +561,7 @@ async def run_drain_under_load(
                                          default=0.0)
     result.lower_bound_seconds, result.capacity_bound_seconds = lower_bounds(tool, s)
     result.drain_at = started - zero[1]
+    result.zero_at = zero[1]
     result.ready_history = [(t - zero[1], c) for t, c in tracker.history]
     result.seconds_below_desired = measure.seconds_below(
         result.ready_history, result.drain_at, ended - zero[1], s.replicas)
