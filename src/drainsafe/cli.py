@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # Run as the program (argv from sys.argv), a one-shot command may end the process itself
+    # once its output is written (shell.end_process); called from Python, it returns.
+    args.program = argv is None
     try:
         return int(handler(args))
     except KeyboardInterrupt:

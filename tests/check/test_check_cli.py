@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib import resources
@@ -207,6 +208,29 @@ def test_stdin_real_process(tmp_path: Path) -> None:
     empty = subprocess.run([sys.executable, "-m", "drainsafe", "check", "-"], input=b"",
                            capture_output=True, timeout=60, check=False)
     assert empty.returncode == 2 and b"empty input" in empty.stderr
+
+
+def test_real_process_ends_with_every_byte_written(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    """Run as the program, check ends its process without the interpreter's teardown
+    (shell.end_process): the output must still be whole, to a pipe and to a file, with the
+    exit code the findings give."""
+    naive = str(EXAMPLES / "naive")
+    # Buffered, as a user's shell runs it (PYTHONUNBUFFERED would hide a lost buffer).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    for output in ("json", "sarif", "text"):
+        code, expected, _ = run_cli(capsys, "--no-config", "-o", output, naive)
+        assert code == 1 and expected
+        piped = subprocess.run([sys.executable, "-m", "drainsafe", "check", "--no-config",
+                                "-o", output, naive], capture_output=True, timeout=60,
+                               check=False, env=env)
+        assert (piped.returncode, piped.stdout.decode()) == (1, expected), piped.stderr
+        with (tmp_path / f"out.{output}").open("wb") as handle:
+            to_file = subprocess.run([sys.executable, "-m", "drainsafe", "check",
+                                      "--no-config", "-o", output, naive], stdout=handle,
+                                     timeout=60, check=False, env=env)
+        assert to_file.returncode == 1
+        assert (tmp_path / f"out.{output}").read_text() == expected
 
 
 def test_fix_in_second_document_and_compact_sequences(capsys: pytest.CaptureFixture[str],

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+from drainsafe import shell
 from drainsafe.check import report
 from drainsafe.check.context import ConfigError, Context, apply_config, find_config, load_config
 from drainsafe.check.engine import gc_paused, run
@@ -39,6 +40,9 @@ def settings(args: argparse.Namespace, known: frozenset[str]) -> Context:
 
 
 def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) -> int:
+    """Run as the program (`args.program`, see drainsafe.cli), the process ends once the
+    output is written, while the run's objects are still alive: nothing frees them one by
+    one."""
     rules = all_rules()
     if args.list_rules:
         report.rule_table(rules.values(), out)
@@ -63,11 +67,12 @@ def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) 
     # would otherwise start collections that walk every object read (re-enabled, the run's
     # objects are old but uncounted), 15-20 % of the command at 100,000 objects.
     with gc_paused():
-        return _check(args, context, rules, stdin, out, err)
+        return _check(args, context, rules, stdin, out, err,
+                      end_process=getattr(args, "program", False))
 
 
 def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], stdin: BinaryIO,
-           out: IO[str], err: IO[str]) -> int:
+           out: IO[str], err: IO[str], *, end_process: bool) -> int:
     result = run(args.paths, context, stdin)
     for note in result.notes:
         err.write(f"note: {note}\n")
@@ -82,7 +87,10 @@ def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], s
         report.write_sarif(result, rules, out)
     else:
         report.text(result, context, out)
-    return result.exit_code(context)
+    code = result.exit_code(context)
+    if end_process:
+        shell.end_process(code)
+    return code
 
 
 def _fix(findings: list[Finding], context: Context, *, apply: bool, out: IO[str],
