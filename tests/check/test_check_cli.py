@@ -303,7 +303,9 @@ def test_text_in_a_pipe_is_what_rich_prints(tmp_path: Path) -> None:
                        "f.yaml", 3, message, fix)
 
     cases = [("plain [bold]x[/] text", "spec:\n  a: [1]"), ("a :fire: b", "k: :fire:"),
-             ("tab\there", "k:\tv"), ("bell\x07here", "k: v\x07")]
+             ("tab\there", "k:\tv"), ("bell\x07here", "k: v\x07"),
+             # lines written together: a code is never matched across a line break
+             ("ends :fire", "fire:\n:fire:\nk: :x"), ("two :fire::fire:", ":smile\n:")]
     for message, fix in cases:
         out = io.StringIO()
         report.text(Result(findings=[finding(message, fix)]), Context(), out)

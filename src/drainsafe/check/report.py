@@ -36,40 +36,62 @@ def text(result: Result, context: Context, out: IO[str], *, color: bool | None =
     # the time of -o json). A line rich would change (control characters it strips, tabs it
     # expands, emoji codes it replaces) goes through rich as before.
     plain = console.color_system is None
+    # Printable lines are gathered and written together, their emoji codes replaced in one
+    # pass: rich's replacement cannot match across a line break (a code holds no white
+    # space), so it gives what it gives line by line, without a call per line (those calls,
+    # and the markup escaped for lines rich never saw, were two thirds of -o text).
+    pending: list[str] = []
 
-    def line(markup: str, text: str, style: str | None = None) -> None:
+    def flush() -> None:
+        if pending:
+            out.write(Emoji.replace("".join(pending)))
+            pending.clear()
+
+    def written(text: str) -> bool:
+        """Whether `text` was written as a plain line; if not, rich prints its markup."""
         if plain and text.isprintable():
-            out.write(Emoji.replace(text) + "\n")
-        else:
-            console.print(markup, style=style)
+            pending.append(text + "\n")
+            if len(pending) > 4096:
+                flush()
+            return True
+        flush()
+        return False
 
+    fixes: dict[str, tuple[str, bool]] = {}  # a fix text as shown, and whether it is printable
     key = lambda f: (f.file, str(f.object))  # noqa: E731
     for (_file, _obj), group in groupby(sorted(result.findings, key=key), key=key):
         items = sorted(group, key=lambda f: (-f.severity, f.line, f.rule))
         first = items[0]
         where = f"{first.file}:{min(f.line for f in items)}"
-        line(f"[bold]{escape(str(first.object))}[/]  [dim]{escape(where)}[/]",
-             f"{first.object}  {where}")
+        if not written(f"{first.object}  {where}"):
+            console.print(f"[bold]{escape(str(first.object))}[/]  [dim]{escape(where)}[/]")
         shown_budget = False
         for f in items:
-            line(f"  [{_STYLE[f.severity]}]{f.severity.label:<7}[/] "
-                 f"[bold]{f.rule}[/] [dim]line {f.line}[/]  {escape(f.message)}",
-                 f"  {f.severity.label:<7} {f.rule} line {f.line}  {f.message}")
+            if not written(f"  {f.severity.label:<7} {f.rule} line {f.line}  {f.message}"):
+                console.print(f"  [{_STYLE[f.severity]}]{f.severity.label:<7}[/] "
+                              f"[bold]{f.rule}[/] [dim]line {f.line}[/]  {escape(f.message)}")
             if f.budget is not None and not shown_budget:
                 arithmetic = f.budget.arithmetic()
-                line(f"          budget: drain delay + shutdown deadline + buffer "
-                     f"<= grace: [bold]{escape(arithmetic)}[/]",
-                     "          budget: drain delay + shutdown deadline + buffer "
-                     f"<= grace: {arithmetic}")
+                budget = "          budget: drain delay + shutdown deadline + buffer <= grace: "
+                if not written(budget + arithmetic):
+                    console.print(f"{budget}[bold]{escape(arithmetic)}[/]")
                 shown_budget = True
-            fix = "\n".join("            " + text for text in f.fix.splitlines())
+            shown = fixes.get(f.fix)
+            if shown is None:
+                fix = "\n".join("            " + text for text in f.fix.splitlines())
+                shown = fixes[f.fix] = (fix, all(text.isprintable() for text in fix.split("\n")))
             label = f"          fix{' (auto, --fix)' if f.edits else ''}:"
-            line(label, label, style="dim")
-            if plain and all(text.isprintable() for text in fix.split("\n")):
-                out.write(Emoji.replace(fix) + "\n")
+            if not written(label):
+                console.print(label, style="dim")
+            fix, printable = shown
+            if plain and printable:
+                pending.append(fix + "\n")
             else:
+                flush()
                 console.print(escape(fix), style="green")
-        line("", "")
+        if not written(""):
+            console.print("")
+    flush()
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in Severity}
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("inputs", justify="right")
