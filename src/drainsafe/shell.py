@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -87,6 +86,8 @@ def output_dir_problem(value: str, flag: str = "--out") -> str | None:
     place to write it. Tried for real (a file created and removed): permission bits lie to
     root and on read-only mounts.
     """
+    import tempfile  # here: check, which every commit may run, writes no output files
+
     path = Path(value)
     if path.exists() and not path.is_dir():
         return f"{flag} {value}: exists and is not a directory"

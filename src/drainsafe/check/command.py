@@ -12,7 +12,6 @@ from drainsafe.check import report
 from drainsafe.check.context import ConfigError, Context, apply_config, find_config, load_config
 from drainsafe.check.engine import gc_paused, run
 from drainsafe.check.findings import Finding
-from drainsafe.check.fix import fix_files
 from drainsafe.check.rules import Rule, all_rules
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -95,6 +94,8 @@ def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], s
 
 def _fix(findings: list[Finding], context: Context, *, apply: bool, out: IO[str],
          err: IO[str], input_errors: bool) -> int:
+    from drainsafe.check.fix import fix_files  # only --diff and --fix need it (and difflib)
+
     fixes, problems = fix_files(findings)
     for problem in problems:
         err.write(f"error: {problem}\n")
