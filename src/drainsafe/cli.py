@@ -36,8 +36,13 @@ COMMAND_MODULES = (
     "drainsafe.demo.cli",
 )
 
+# A command whose start-up is part of its cost (check runs per commit, per file, as a kubectl
+# plugin): called by its name, only its own parser is built; the others' modules (~40 ms of
+# imports and parsers) are not loaded. Its --help and errors are the same either way.
+FAST_START = {"check": "drainsafe.check.cli"}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="drainsafe",
         description="Take Kubernetes pods and GPU nodes out of service "
@@ -45,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"drainsafe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(name).register(sub)
     for command in sub.choices.values():  # every command's --help ends with the shared codes
         command.epilog = f"{command.epilog}\n\n{EXIT_CODES_HELP}" if command.epilog \
@@ -54,12 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    fast = FAST_START.get(words[0]) if words else None
+    parser = build_parser(COMMAND_MODULES if fast is None else (fast,))
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # Run as the program (argv from sys.argv), a one-shot command may end the process itself
+    # once its output is written (shell.end_process); called from Python, it returns.
+    args.program = argv is None
     try:
         return int(handler(args))
     except KeyboardInterrupt:

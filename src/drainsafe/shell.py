@@ -28,10 +28,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -87,6 +86,8 @@ def output_dir_problem(value: str, flag: str = "--out") -> str | None:
     place to write it. Tried for real (a file created and removed): permission bits lie to
     root and on read-only mounts.
     """
+    import tempfile  # here: check, which every commit may run, writes no output files
+
     path = Path(value)
     if path.exists() and not path.is_dir():
         return f"{flag} {value}: exists and is not a directory"
@@ -98,6 +99,17 @@ def output_dir_problem(value: str, flag: str = "--out") -> str | None:
     except OSError as exc:
         return f"{flag} {value}: cannot write there: {exc.strerror or exc}"
     return None
+
+
+def end_process(code: int) -> NoReturn:
+    """End a one-shot command's process here, its output flushed, without the interpreter's
+    teardown, which frees every object the command made one by one (check: 0.15 s per
+    10,000 objects read, 1.4 s per 100,000: a tenth of the command). Only for a command run
+    as the program (see cli.main), with nothing left to run: no atexit handler, no file open
+    for writing but stdout and stderr. A flush that fails raises as any write would."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def internal_error(command: str, argv: list[str], exc: BaseException) -> str:

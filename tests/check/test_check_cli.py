@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib import resources
@@ -209,6 +210,29 @@ def test_stdin_real_process(tmp_path: Path) -> None:
     assert empty.returncode == 2 and b"empty input" in empty.stderr
 
 
+def test_real_process_ends_with_every_byte_written(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    """Run as the program, check ends its process without the interpreter's teardown
+    (shell.end_process): the output must still be whole, to a pipe and to a file, with the
+    exit code the findings give."""
+    naive = str(EXAMPLES / "naive")
+    # Buffered, as a user's shell runs it (PYTHONUNBUFFERED would hide a lost buffer).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    for output in ("json", "sarif", "text"):
+        code, expected, _ = run_cli(capsys, "--no-config", "-o", output, naive)
+        assert code == 1 and expected
+        piped = subprocess.run([sys.executable, "-m", "drainsafe", "check", "--no-config",
+                                "-o", output, naive], capture_output=True, timeout=60,
+                               check=False, env=env)
+        assert (piped.returncode, piped.stdout.decode()) == (1, expected), piped.stderr
+        with (tmp_path / f"out.{output}").open("wb") as handle:
+            to_file = subprocess.run([sys.executable, "-m", "drainsafe", "check",
+                                      "--no-config", "-o", output, naive], stdout=handle,
+                                     timeout=60, check=False, env=env)
+        assert to_file.returncode == 1
+        assert (tmp_path / f"out.{output}").read_text() == expected
+
+
 def test_fix_in_second_document_and_compact_sequences(capsys: pytest.CaptureFixture[str],
                                                       tmp_path: Path) -> None:
     second = (
@@ -279,7 +303,9 @@ def test_text_in_a_pipe_is_what_rich_prints(tmp_path: Path) -> None:
                        "f.yaml", 3, message, fix)
 
     cases = [("plain [bold]x[/] text", "spec:\n  a: [1]"), ("a :fire: b", "k: :fire:"),
-             ("tab\there", "k:\tv"), ("bell\x07here", "k: v\x07")]
+             ("tab\there", "k:\tv"), ("bell\x07here", "k: v\x07"),
+             # lines written together: a code is never matched across a line break
+             ("ends :fire", "fire:\n:fire:\nk: :x"), ("two :fire::fire:", ":smile\n:")]
     for message, fix in cases:
         out = io.StringIO()
         report.text(Result(findings=[finding(message, fix)]), Context(), out)

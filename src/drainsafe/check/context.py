@@ -8,7 +8,6 @@ command-line flags.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -102,6 +101,8 @@ def find_config(start: Path) -> Path | None:
 
 
 def _has_tool_table(pyproject: Path) -> bool:
+    import tomllib  # here: most runs read no pyproject.toml (start-up is part of check's cost)
+
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -116,6 +117,8 @@ def load_config(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config: {exc}") from None
     if path.name == "pyproject.toml":
+        import tomllib
+
         try:
             data: Any = tomllib.loads(text).get("tool", {}).get("drainsafe", {})
         except tomllib.TOMLDecodeError as exc:

@@ -77,14 +77,15 @@ def check_documents(docs: list[Document], context: Context) -> tuple[list[Findin
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Reading builds millions of small acyclic containers; the cyclic collector's passes over
     them cost 10-30 % and grow with the input, and free nothing until the run ends.
 
     Re-enabled, the collector would at once walk everything the run allocated (all still
     young, ~80 ms for 10,000 objects), only to find it alive. Moving it to the oldest
     generation first (freeze + unfreeze: no walk) leaves it to the next full collection,
-    which a one-shot CLI never reaches and a long-lived caller pays at most once.
+    which a one-shot CLI never reaches and a long-lived caller pays at most once. The
+    command keeps it paused through its output as well (see command.main).
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -98,7 +99,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None) -> Result:
-    with _gc_paused():
+    with gc_paused():
         loaded: Loaded = load(args, stdin)
         findings, index = check_documents(loaded.documents, context)
     # Bad field values are input errors, so that they can never pass as a clean result.

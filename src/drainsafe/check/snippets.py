@@ -125,7 +125,9 @@ def _find_anchors(node: Any, seen: set[int], anchors: dict[int, str]) -> None:
         return
     seen.add(id(node))
     for child in (node.values() if kind is dict else node):
-        _find_anchors(child, seen, anchors)
+        kind = type(child)
+        if kind is dict or kind is list:  # scalars are never anchored: no call for them
+            _find_anchors(child, seen, anchors)
 
 
 def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors,
@@ -174,15 +176,24 @@ def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors) ->
             lines.append(f"{pad}- {_scalar(item)}")
 
 
+_STRINGS: dict[str, str] = {}
+"""Strings already written: keys and names recur in every snippet (bounded)."""
+
+
 def _scalar(value: Any) -> str:
     kind = type(value)
     if kind is str:
+        text = _STRINGS.get(value)
+        if text is not None:
+            return text
         if _PLAIN.fullmatch(value) is None or (" " in value and len(value) > _SHORT) \
                 or value.startswith(("---", "...")):  # document markers: quoted
             raise _Unsure
-        if value.endswith(":") or type(_resolved(value)) is not str:
-            return f"'{value}'"  # as plain it would read as a number, a bool, null...
-        text: str = value
+        # Quoted where plain it would read as a number, a bool, null...
+        quoted = value.endswith(":") or type(_resolved(value)) is not str
+        text = f"'{value}'" if quoted else value
+        if len(_STRINGS) < 50_000:
+            _STRINGS[value] = text
         return text
     if kind is int:
         return str(value)
