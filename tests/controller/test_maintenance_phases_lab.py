@@ -30,7 +30,7 @@ import pytest_asyncio
 import yaml
 
 from drainsafe.controller.leader import LeaderElector
-from drainsafe.controller.maintenance import MAINTAINED, MaintenanceReconciler
+from drainsafe.controller.maintenance import MaintenanceReconciler
 from drainsafe.controller.maintenance_release import FINALIZER
 from drainsafe.drain import scale
 from drainsafe.drain.cordon import cordon, uncordon
@@ -46,6 +46,7 @@ from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import is_node_ready, rfc3339
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.maintenance.maintained import MAINTAINED
 from drainsafe.maintenance.progress import (
     NodeProgress,
     NodeState,
