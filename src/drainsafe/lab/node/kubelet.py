@@ -645,6 +645,16 @@ class Kubelet:
         await self.client.patch(Node.Status, self.name, {"status": status},
                                 patch_type=PatchType.STRATEGIC)
 
+    async def replace_machine(self) -> None:
+        """A new machine under the same name: a new boot, and the Node registered again
+        (a new UID once the old object was deleted), as a replaced cloud VM's kubelet does."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+        self._started = self._ready_since = rfc3339()
+        self.boot_id = str(uuid.uuid4())
+        await self.register()
+
     async def reboot(self, request: RebootRequest) -> None:
         """A reboot (and an upgrade, with a kubelet version) as the API sees one
         (lab.node.reboot): NotReady, down for a while without heartbeats, then a new boot
