@@ -194,3 +194,44 @@ def test_done_is_refused_when_the_annotation_does_not_count() -> None:
     assert "annotation: false" in (done_refusal(obj, "a") or "")
     obj["spec"]["maintainedWhen"]["annotation"] = True
     assert done_refusal(obj, "a") is None
+
+
+def _crd_schema() -> dict[str, Any]:
+    import pathlib
+
+    import yaml
+
+    crd = yaml.safe_load((pathlib.Path(__file__).resolve().parents[2]
+                          / "deploy/controller/nodemaintenance-crd.yaml").read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_the_crd_schema_defaults_prunes_and_validates_maintained_when() -> None:
+    """The structural schema as the (lab's) API server applies it: defaults filled, the
+    record kept in the status, a wrong version or a condition without type refused."""
+    from drainsafe.lab.apiserver import crdschema
+
+    schema = _crd_schema()
+    obj: dict[str, Any] = {"apiVersion": "drainsafe.io/v1alpha1", "kind": "NodeMaintenance",
+                           "metadata": {"name": NAME},
+                           "spec": {"nodeNames": ["a"], "uncordon": "WhenMaintained",
+                                    "maintainedWhen": {"bootIDChanged": True,
+                                                       "nodeCondition": {"type": "X"}}},
+                           "status": {"nodes": [{"name": "a", "state": "AwaitingMaintenance",
+                                                 "recorded": BEFORE.as_status()}]}}
+    assert crdschema.prune(obj, schema) == []
+    crdschema.default(obj, schema)
+    assert obj["spec"]["maintainedWhen"] == {"annotation": True, "bootIDChanged": True,
+                                             "nodeCondition": {"type": "X", "status": "True"}}
+    assert crdschema.validate(obj, schema) == []
+    assert parse_spec(obj).maintained_when.boot_id_changed
+    for bad, field in (({"kubeletVersion": "latest"}, "spec.maintainedWhen.kubeletVersion"),
+                       ({"nodeCondition": {"status": "True"}},
+                        "spec.maintainedWhen.nodeCondition.type")):
+        wrong = {**obj, "spec": {**obj["spec"], "maintainedWhen": bad}}
+        assert [str(e).split(":")[0] for e in crdschema.validate(wrong, schema)] == [field]
+    for good in ("changed", "v1.32.1", "1.33.0-eks-1"):
+        fine = {**obj, "spec": {**obj["spec"], "maintainedWhen": {"kubeletVersion": good}}}
+        assert crdschema.validate(fine, schema) == [], good
+        assert parse_spec(fine).maintained_when.kubelet_version == good
