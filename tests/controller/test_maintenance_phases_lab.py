@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import pathlib
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ import pytest_asyncio
 import yaml
 
 from drainsafe.controller.leader import LeaderElector
-from drainsafe.controller.maintenance import MAINTAINED, MaintenanceReconciler
+from drainsafe.controller.maintenance import MaintenanceReconciler
 from drainsafe.controller.maintenance_release import FINALIZER
 from drainsafe.drain import scale
 from drainsafe.drain.cordon import cordon, uncordon
@@ -46,6 +47,7 @@ from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import is_node_ready, rfc3339
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.maintenance.maintained import MAINTAINED
 from drainsafe.maintenance.progress import (
     NodeProgress,
     NodeState,
@@ -450,3 +452,111 @@ async def test_deleted_mid_drain_gives_back_its_cordons_and_surges(
     assert [(n["node"], n["owned_by"]) for n in doc["nodes"]] == [(first, "drainsafe")]
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         await uncordon(client, first)  # as `drainsafe uncordon` would
+
+
+# -- spec.maintainedWhen: a reboot, a node condition, a replaced node ---------------------
+
+def _quiet_nodes(lab: Lab, count: int) -> list[str]:
+    """`count` nodes without the slow workload, fewest workload pods first (short drains)."""
+    slow_nodes = {p["spec"]["nodeName"] for p in ready_pods(lab, "slow")}
+    where = _placement(lab)
+    return sorted((n for n in where if n not in slow_nodes),
+                  key=lambda n: (len(where[n]), n))[:count]
+
+
+def _row(lab: Lab, name: str, node: str) -> dict[str, Any]:
+    return next(n for n in _status(lab, name)["nodes"] if n["name"] == node)
+
+
+async def _lab_reboot(lab: Lab, node: str, *args: str) -> str:
+    """`drainsafe lab node reboot`, as a person runs it."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "drainsafe", "lab", "node", "reboot", node,
+        "--kubeconfig", str(lab.kubeconfig), "--down-seconds", "0.3", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    async with asyncio.timeout(60):
+        out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()
+    return out.decode()
+
+
+async def test_maintained_when_rebooted_or_a_condition_across_a_leader_change(
+        lab: Lab) -> None:
+    """maintainedWhen {bootIDChanged, nodeCondition GPUDriverReady, annotation: false} over
+    2 nodes: both wait AwaitingMaintenance with their boot ID recorded; the leader goes; one
+    node is rebooted (`drainsafe lab node reboot`, an upgrade) and the other annotated; a
+    new leader, which never saw the old boot ID, uncordons the rebooted one from the
+    record, and keeps the annotated one (the annotation does not count) until `kubectl
+    patch --subresource=status` sets the condition."""
+    if not (KUBECTL_DIR / "kubectl.1.33").exists():
+        pytest.skip("kubectl 1.33 is not installed")
+    name = "maintained-when"
+    nodes = _quiet_nodes(lab, 2)
+    rebooted, conditioned = nodes
+    spec = {**_spec(nodes, "WhenMaintained", max_unavailable=2), "maxParallelNodes": 2,
+            "maintainedWhen": {"annotation": False, "bootIDChanged": True,
+                               "nodeCondition": {"type": "GPUDriverReady"}}}
+    store = _store(lab)
+    boots = {n: store.get(NODES, "", n)["status"]["nodeInfo"]["bootID"] for n in nodes}
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, \
+            sampling(lab, name, nodes, "WhenMaintained") as seen:
+        async with leader(lab, f"{name}-1"):
+            await _create(client, name, spec, held=False)
+            await _until("both AwaitingMaintenance", lambda: set(
+                _states(lab, name).values()) == {"AwaitingMaintenance"})
+        for n in nodes:
+            assert _row(lab, name, n)["recorded"]["bootID"] == boots[n]
+            assert store.get(NODES, "", n)["spec"].get("unschedulable"), n
+        await client.patch(api_path("v1", "nodes", name=conditioned),
+                           {"metadata": {"annotations": {MAINTAINED: name}}})
+        said = await _lab_reboot(lab, rebooted, "--kubelet-version", "v1.33.1-lab")
+        after = store.get(NODES, "", rebooted)["status"]["nodeInfo"]
+        assert after["bootID"] != boots[rebooted] and after["kubeletVersion"] == "v1.33.1-lab"
+        assert f"boot ID {boots[rebooted]} -> {after['bootID']}" in said
+        async with leader(lab, f"{name}-2"):
+            await _until(f"{rebooted} Uncordoned",
+                         lambda: _states(lab, name)[rebooted] == "Uncordoned")
+            assert _row(lab, name, rebooted)["message"] == "maintained: Rebooted"
+            # the annotation came before the reboot, through the same watch: not counted
+            assert _states(lab, name)[conditioned] == "AwaitingMaintenance"
+            assert store.get(NODES, "", conditioned)["spec"].get("unschedulable")
+            code, out = await kubectl(
+                lab, "1.33", "patch", "node", conditioned, "--subresource=status", "-p",
+                '{"status":{"conditions":[{"type":"GPUDriverReady","status":"True",'
+                '"reason":"DriverUpgraded"}]}}')
+            assert code == 0, out
+            await _until("Succeeded", lambda: _status(lab, name).get("phase") == "Succeeded")
+        assert _row(lab, name, conditioned)["message"] == "maintained: Condition"
+        await client.patch(api_path("v1", "nodes", name=conditioned),
+                           {"metadata": {"annotations": {MAINTAINED: None}}})
+    assert seen.lowest_ready >= REPLICAS and seen.most_in_progress <= 2, seen
+    assert all(n == 1 for n in evictions(lab, seen).values())
+    _left_as_before(lab, nodes)
+    await audit_clean(lab)
+
+
+async def test_a_node_gone_while_awaiting_waits_and_its_replacement_is_maintained(
+        lab: Lab) -> None:
+    """bootIDChanged: the Node deleted while AwaitingMaintenance stays so, reason
+    NodeGone; a new machine registering under the name (a new UID) is maintained
+    (Replaced) and the operation Succeeds."""
+    name = "replaced"
+    (node,) = _quiet_nodes(lab, 1)
+    spec = {**_spec([node], "WhenMaintained"), "maintainedWhen": {"bootIDChanged": True}}
+    store = _store(lab)
+    old_uid = store.get(NODES, "", node)["metadata"]["uid"]
+    assert lab.nodes is not None
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, leader(lab, name):
+        await _create(client, name, spec, held=False)
+        await _until("AwaitingMaintenance",
+                     lambda: _states(lab, name).get(node) == "AwaitingMaintenance")
+        await client.request("DELETE", api_path("v1", "nodes", name=node))
+        await _until("NodeGone", lambda: _row(lab, name, node)["reason"] == "NodeGone")
+        assert _states(lab, name)[node] == "AwaitingMaintenance"
+        await lab.nodes.kubelets[node].replace_machine()
+        await _until("Succeeded", lambda: _status(lab, name).get("phase") == "Succeeded")
+    row = _row(lab, name, node)
+    assert (row["state"], row["message"]) == ("Uncordoned", "maintained: Replaced")
+    assert row["recorded"]["uid"] == old_uid != store.get(NODES, "", node)["metadata"]["uid"]
+    _left_as_before(lab, [node])
+    await audit_clean(lab)

@@ -21,8 +21,11 @@ each node is and continues:
   RETRY_MAX_SECONDS, so a lasting shortage does not flap the cordon). Any other refusal
   fails the node.
 - Drained: uncordon per spec.uncordon (drain.cordon.uncordon, which refuses a cordon that
-  was not drainsafe's); AwaitingMaintenance: wait for the node's annotation
-  drainsafe.io/maintained = the NodeMaintenance's name, then uncordon.
+  was not drainsafe's); AwaitingMaintenance: the node's boot ID, kubelet version and UID
+  are recorded in its status row with that state, then the reconciler waits (on the node
+  informer) until spec.maintainedWhen says it is maintained (maintenance.maintained: the
+  annotation drainsafe.io/maintained = the NodeMaintenance's name, a node condition, a new
+  boot ID or kubelet version, or a replaced node), then uncordons.
 
 Status goes through the status subresource with the resourceVersion read (a 409 is read
 again: kube.retry.retry_on_conflict), one writer per NodeMaintenance at a time. The node
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -58,6 +62,13 @@ from drainsafe.drain.preflight import only_waiting_on
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
+from drainsafe.maintenance.maintained import (
+    Recorded,
+    Why,
+    maintained,
+    node_seen,
+    record_of,
+)
 from drainsafe.maintenance.progress import (
     NodeProgress,
     NodeState,
@@ -70,7 +81,6 @@ from drainsafe.maintenance.waves import NodeFacts, next_wave
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
 TERMINAL = ("Succeeded", "Failed")
 DEFERRED = "Deferred"  # the reason of a Pending node refused for what others hold
 RETRY_MIN_SECONDS = 2.0  # a deferred node's backoff, doubled at each refusal
@@ -271,17 +281,11 @@ class MaintenanceReconciler:
                                  finished=True)
                 return
             state = "AwaitingMaintenance" if spec.uncordon == "WhenMaintained" else "Drained"
-            await self._step(name, spec, node, state, "Drained", finished=True)
+            await self._step(name, spec, node, state, "Drained", finished=True,
+                             recorded=self._record(node))
+        why = ""
         if state == "AwaitingMaintenance":
-            def maintained(cache: Mapping[str, Obj]) -> bool:
-                ann = ((cache.get(node) or {}).get("metadata") or {}).get("annotations") or {}
-                return ann.get(MAINTAINED) == name
-
-            while True:  # as long as it takes: the node is cordoned and recorded meanwhile
-                with contextlib.suppress(WaitTimeout):
-                    await self.nodes.wait_for(maintained, timeout=3600,
-                                              what=f"{MAINTAINED}={name} on {node}")
-                    break
+            why = await self._await_maintained(name, node, spec)
             state = "Drained"
         if state == "Drained" and spec.uncordon != "Never":
             try:
@@ -289,13 +293,56 @@ class MaintenanceReconciler:
             except NotOwned as exc:
                 await self._step(name, spec, node, "Failed", "NotOurCordon", str(exc))
                 return
-            await self._step(name, spec, node, "Uncordoned", "Uncordoned")
+            await self._step(name, spec, node, "Uncordoned", "Uncordoned",
+                             f"maintained: {why}" if why else "")
+
+    def _record(self, node: str) -> Recorded | None:
+        obj = self.nodes.get(node)
+        return None if obj is None else record_of(node_seen(obj))
+
+    async def _await_maintained(self, name: str, node: str, spec: MaintenanceSpec) -> Why:
+        """Wait (as long as it takes: the node stays cordoned and recorded meanwhile) until
+        spec.maintainedWhen says the node is maintained (maintenance.maintained), against
+        what was recorded when its drain ended; the row's reason says NodeGone while no node
+        of the name exists. Returns why it is maintained."""
+        obj = self.informer.get(name) or {}
+        row = read_nodes(obj.get("status") or {}).get(node)
+        recorded = row.recorded if row is not None else None
+        if recorded is None and (recorded := self._record(node)) is not None:
+            # a status written before the record existed: from now on, as a new leader sees it
+            await self._step(name, spec, node, "AwaitingMaintenance", "Drained",
+                             recorded=recorded)
+        shown: Why = "AwaitingMaintenance"
+
+        def verdict(cache: Mapping[str, Obj]) -> tuple[bool, Why]:
+            seen = cache.get(node)
+            return maintained(None if seen is None else node_seen(seen), recorded,
+                              spec.maintained_when, name)
+
+        def changed(cache: Mapping[str, Obj], shown: Why) -> bool:
+            ok, why = verdict(cache)
+            return ok or why != shown
+
+        while True:
+            with contextlib.suppress(WaitTimeout):
+                await self.nodes.wait_for(functools.partial(changed, shown=shown),
+                                          timeout=3600, what=f"{node} maintained")
+            ok, why = verdict(self.nodes.cache)
+            if ok:
+                return why
+            if why != shown:
+                shown = why
+                await self._step(name, spec, node, "AwaitingMaintenance",
+                                 "NodeGone" if why == "NodeGone" else "Drained",
+                                 "no node of this name; waiting for one to register"
+                                 if why == "NodeGone" else "")
 
     async def _step(self, name: str, spec: MaintenanceSpec, node: str, state: NodeState,
-                    reason: str, message: str = "", *, finished: bool = False) -> None:
+                    reason: str, message: str = "", *, finished: bool = False,
+                    recorded: Recorded | None = None) -> None:
         end = rfc3339(self.clock()) if finished else None
         await self._update(name, spec, {
-            node: lambda p: p.to(state, reason, message, finished=end)})
+            node: lambda p: p.to(state, reason, message, finished=end, recorded=recorded)})
 
     # -- status --------------------------------------------------------------------
 

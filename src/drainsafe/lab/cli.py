@@ -56,6 +56,27 @@ def register(subparsers: Any) -> None:
     down = sub.add_parser("down", help="stop the lab started with --detach")
     state_dir(down)
     down.set_defaults(handler=_down)
+
+    node = sub.add_parser("node", help="act on a lab node as its machine would")
+    node_sub = node.add_subparsers(dest="node_command", metavar="ACTION")
+    reboot = node_sub.add_parser(
+        "reboot", help="reboot a node: NotReady, then a new boot ID (and kubelet version), "
+        "Ready", description="Reboot a lab node as the API sees a real reboot: Ready=False "
+        "for --down-seconds, then status.nodeInfo.bootID changes (and kubeletVersion, with "
+        "--kubelet-version: an upgrade), a NodeRebooted event, Ready=True. Waits until the "
+        "node is back; exit 0, 1 if not within --timeout, 3 on an API error.")
+    reboot.add_argument("node", metavar="NODE")
+    reboot.add_argument("--kubelet-version", default="", metavar="VERSION",
+                        help="the version the kubelet reports after the boot (an upgrade)")
+    reboot.add_argument("--down-seconds", type=float, default=0.5, metavar="S",
+                        help="how long the node stays NotReady (default %(default)s)")
+    reboot.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="wait at most this long for the node to be back (default 60)")
+    reboot.add_argument("--kubeconfig", default=None,
+                        help="the lab's kubeconfig (default: the one in --state-dir)")
+    state_dir(reboot)
+    reboot.set_defaults(handler=_reboot)
+    node.set_defaults(handler=lambda args: _usage(node))
     lab.set_defaults(handler=lambda args: _usage(lab))
 
 
@@ -80,3 +101,34 @@ def _down(args: argparse.Namespace) -> int:
     from drainsafe.lab.launcher import down
 
     return down(args)
+
+
+def _reboot(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from drainsafe.kube import KubeClient, KubeError, WaitTimeout
+    from drainsafe.lab.node import reboot
+    from drainsafe.shell import EXIT_API, EXIT_FAILED, EXIT_OK
+
+    kubeconfig = args.kubeconfig or os.path.join(args.state_dir, "kubeconfig")
+
+    async def go() -> int:
+        async with KubeClient.from_kubeconfig(kubeconfig) as client:
+            before = await reboot.request(client, args.node, reboot.RebootRequest(
+                args.kubelet_version, max(0.0, args.down_seconds)))
+            boot, version = reboot.boot_facts(before)
+            after = await reboot.wait_rebooted(client, args.node, boot, timeout=args.timeout)
+            new_boot, new_version = reboot.boot_facts(after)
+            print(f"node/{args.node} rebooted: boot ID {boot} -> {new_boot}, kubelet "
+                  f"{version} -> {new_version}, Ready")
+            return EXIT_OK
+
+    try:
+        return asyncio.run(go())
+    except WaitTimeout as exc:
+        print(f"drainsafe lab node reboot: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except (KubeError, OSError) as exc:
+        print(f"drainsafe lab node reboot: {exc}", file=sys.stderr)
+        return EXIT_API

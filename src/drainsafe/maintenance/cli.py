@@ -109,6 +109,27 @@ class CreateFlags:
     reason: str = ""
     strategy: str = "surge"
     paused: bool = False
+    # spec.maintainedWhen (uncordon: WhenMaintained); none given: the annotation alone
+    when_condition: str | None = None  # TYPE or TYPE=STATUS
+    when_rebooted: bool = False
+    when_kubelet_version: str | None = None
+    no_annotation: bool = False
+
+    def maintained_when(self) -> dict[str, Any] | None:
+        if not (self.when_condition or self.when_rebooted or self.when_kubelet_version
+                or self.no_annotation):
+            return None
+        out: dict[str, Any] = {}
+        if self.no_annotation:
+            out["annotation"] = False
+        if self.when_condition:
+            kind, _, status = self.when_condition.partition("=")
+            out["nodeCondition"] = {"type": kind, "status": status or "True"}
+        if self.when_rebooted:
+            out["bootIDChanged"] = True
+        if self.when_kubelet_version:
+            out["kubeletVersion"] = self.when_kubelet_version
+        return out
 
 
 def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
@@ -137,6 +158,8 @@ def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
     spec["drain"] = {"strategy": f.strategy}
     if f.paused:
         spec["paused"] = True
+    if (when := f.maintained_when()) is not None:
+        spec["maintainedWhen"] = when
     obj = {"apiVersion": GROUP_VERSION, "kind": KIND, "metadata": {"name": f.name},
            "spec": spec}
     try:
@@ -144,7 +167,10 @@ def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
     except SpecError as exc:
         flag = {"maxUnavailable": "--max-unavailable", "uncordon": "--uncordon",
                 "drain.strategy": "--strategy", "nodeSelector": "-l/--selector",
-                "maxParallelNodes": "--max-parallel-nodes"}
+                "maxParallelNodes": "--max-parallel-nodes",
+                "maintainedWhen.nodeCondition": "--when-condition",
+                "maintainedWhen.kubeletVersion": "--when-kubelet-version",
+                "maintainedWhen": "--when-*"}
         named = next((v for k, v in flag.items() if str(exc).startswith(k)), "spec")
         raise FlagError(f"{named}: {exc}") from exc
     return obj
@@ -181,6 +207,10 @@ def done_refusal(maintenance: Mapping[str, Any], node: str) -> str | None:
     if uncordon != "WhenMaintained":
         return (f"NodeMaintenance {name} uses uncordon: {uncordon}, not WhenMaintained; "
                 "it does not wait for a done mark")
+    when = (maintenance.get("spec") or {}).get("maintainedWhen") or {}
+    if when.get("annotation") is False:
+        return (f"NodeMaintenance {name} has maintainedWhen.annotation: false; only its "
+                "other marks (a condition, a reboot, a kubelet version) finish a node")
     nodes = {n.get("name"): n for n in (maintenance.get("status") or {}).get("nodes") or []}
     if node not in nodes:
         return f"node {node} is not part of NodeMaintenance {name}"
@@ -273,6 +303,18 @@ def register(subparsers: Any) -> None:
     c.add_argument("--strategy", choices=("surge", "evict"), default="surge")
     c.add_argument("--paused", action="store_true",
                    help="create it paused: the nodes are listed, none starts until resume")
+    c.add_argument("--when-condition", metavar="TYPE[=STATUS]",
+                   help="WhenMaintained: a node is maintained once its condition TYPE has "
+                   "STATUS (default True): spec.maintainedWhen.nodeCondition")
+    c.add_argument("--when-rebooted", action="store_true",
+                   help="WhenMaintained: a node is maintained once its boot ID differs from "
+                   "the one at its drain, or it was replaced: maintainedWhen.bootIDChanged")
+    c.add_argument("--when-kubelet-version", metavar="VERSION|changed",
+                   help="WhenMaintained: a node is maintained once its kubelet reports at "
+                   "least VERSION, or (changed) another version than at its drain")
+    c.add_argument("--no-annotation", action="store_true",
+                   help="WhenMaintained: the drainsafe.io/maintained annotation (done) does "
+                   "not count, only the --when-* marks")
     c.add_argument("--dry-run", action="store_true", help="print the YAML it would create")
     c.add_argument("--watch", action="store_true", help="then follow it, as watch")
     c.set_defaults(handler=run_create)
@@ -357,7 +399,10 @@ def run_create(args: argparse.Namespace) -> int:
     flags = CreateFlags(name=args.name, selector=args.selector, nodes=tuple(args.node),
                         max_parallel_nodes=args.max_parallel_nodes,
                         max_unavailable=args.max_unavailable, uncordon=args.uncordon,
-                        reason=args.reason, strategy=args.strategy, paused=args.paused)
+                        reason=args.reason, strategy=args.strategy, paused=args.paused,
+                        when_condition=args.when_condition, when_rebooted=args.when_rebooted,
+                        when_kubelet_version=args.when_kubelet_version,
+                        no_annotation=args.no_annotation)
     try:
         obj = manifest_from_flags(flags)
     except FlagError as exc:
@@ -416,8 +461,8 @@ def run_pause(args: argparse.Namespace) -> int:
 
 def run_done(args: argparse.Namespace) -> int:
     async def body(client: Any) -> int:
-        from drainsafe.controller.maintenance import MAINTAINED
         from drainsafe.kube import api_path
+        from drainsafe.maintenance.maintained import MAINTAINED
 
         obj = await _get_or_none(client, args.maintenance)
         if obj is None:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from drainsafe.maintenance.maintained import Recorded
 from drainsafe.maintenance.spec import Uncordon
 
 NodeState = Literal["Pending", "Cordoned", "Draining", "Drained", "AwaitingMaintenance",
@@ -43,11 +44,15 @@ class NodeProgress:
     message: str = ""
     started: str | None = None  # RFC 3339 (kube.objects.rfc3339)
     finished: str | None = None
+    # the node when its drain ended (uncordon: WhenMaintained): maintenance.maintained
+    recorded: Recorded | None = None
 
     def to(self, state: NodeState, reason: str, message: str = "", *,
-           started: str | None = None, finished: str | None = None) -> NodeProgress:
+           started: str | None = None, finished: str | None = None,
+           recorded: Recorded | None = None) -> NodeProgress:
         return replace(self, state=state, reason=reason, message=message,
-                       started=started or self.started, finished=finished or self.finished)
+                       started=started or self.started, finished=finished or self.finished,
+                       recorded=recorded or self.recorded)
 
     def as_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "state": self.state, "wave": self.wave,
@@ -58,6 +63,8 @@ class NodeProgress:
             out["started"] = self.started
         if self.finished:
             out["finished"] = self.finished
+        if self.recorded is not None and self.recorded.as_status():
+            out["recorded"] = self.recorded.as_status()
         return out
 
 
@@ -82,7 +89,7 @@ def read_nodes(status: Mapping[str, Any]) -> dict[str, NodeProgress]:
             name=n["name"], state=state if state in NODE_STATES else "Pending",
             wave=int(n.get("wave") or 0), reason=n.get("reason") or "",
             message=n.get("message") or "", started=n.get("started"),
-            finished=n.get("finished"))
+            finished=n.get("finished"), recorded=Recorded.of_status(n.get("recorded")))
     return out
 
 

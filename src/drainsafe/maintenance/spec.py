@@ -17,7 +17,8 @@ Pure; no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from drainsafe.drain.filters import DrainOptions, Strategy
@@ -50,6 +51,7 @@ class MaintenanceSpec:
     strategy: Strategy = "surge"
     timeout_seconds: int = 3600
     delete_emptydir_data: bool = False
+    maintained_when: MaintainedWhen = field(default_factory=lambda: MaintainedWhen())
 
     def unavailable_budget(self, total: int) -> int | None:
         """How many of `total` selected nodes may be unavailable at once (None: no bound)."""
@@ -107,9 +109,93 @@ def parse_spec(obj: dict[str, Any]) -> MaintenanceSpec:
     parallel = int(spec.get("maxParallelNodes", 1))
     if parallel < 1:
         raise SpecError("maxParallelNodes must be at least 1")
+    maintained_when = parse_maintained_when(spec.get("maintainedWhen"), uncordon)
     return MaintenanceSpec(
         label_selector=label_selector, node_names=names, max_parallel_nodes=parallel,
         max_unavailable=max_unavailable, uncordon=uncordon,
         paused=bool(spec.get("paused", False)), reason=str(spec.get("reason") or ""),
         strategy=strategy, timeout_seconds=int(drain.get("timeoutSeconds", 3600)),
-        delete_emptydir_data=bool(drain.get("deleteEmptyDirData", False)))
+        delete_emptydir_data=bool(drain.get("deleteEmptyDirData", False)),
+        maintained_when=maintained_when)
+
+
+# -- spec.maintainedWhen: what marks a node's maintenance done (uncordon: WhenMaintained) --
+
+KUBELET_VERSION_CHANGED = "changed"
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+def version_triple(text: str) -> tuple[int, int, int] | None:
+    """major.minor.patch of a kubelet version (status.nodeInfo.kubeletVersion, as
+    k8s.io/component-base/version: "v1.32.1", "v1.33.0-eks-1234"); None if not one. A
+    suffix after the patch is ignored: a distribution's build of a release is that release."""
+    m = _VERSION.match(text.strip())
+    return None if m is None else (int(m[1]), int(m[2]), int(m[3]))
+
+
+@dataclass(frozen=True)
+class NodeConditionMark:
+    """A node condition that says the maintenance is done (status.conditions[type]), e.g.
+    one an external tool (node-problem-detector, the GPU operator) sets."""
+
+    type: str
+    status: str = "True"
+
+
+@dataclass(frozen=True)
+class MaintainedWhen:
+    """Any one of these marks a node maintained. The annotation drainsafe.io/maintained=<the
+    NodeMaintenance's name> counts unless `annotation` is false, so a person can always
+    finish a node by hand (drainsafe maintenance done)."""
+
+    annotation: bool = True
+    node_condition: NodeConditionMark | None = None
+    boot_id_changed: bool = False
+    # "changed": any other version than the one recorded at the drain; a version: at least it
+    kubelet_version: str | None = None
+
+    @property
+    def needs_record(self) -> bool:
+        """Whether the node's boot ID, kubelet version and UID are recorded at the drain."""
+        return self.boot_id_changed or self.kubelet_version is not None
+
+
+def parse_maintained_when(raw: Any, uncordon: Uncordon) -> MaintainedWhen:
+    if raw is None:
+        return MaintainedWhen()
+    where = "maintainedWhen"
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where}: an object, not {raw!r}")
+    if uncordon != "WhenMaintained":
+        raise SpecError(f"{where}: only with uncordon: WhenMaintained (it is {uncordon})")
+    unknown = set(raw) - {"annotation", "nodeCondition", "bootIDChanged", "kubeletVersion"}
+    if unknown:
+        raise SpecError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    annotation = raw.get("annotation", True)
+    boot = raw.get("bootIDChanged", False)
+    for key, value in (("annotation", annotation), ("bootIDChanged", boot)):
+        if not isinstance(value, bool):
+            raise SpecError(f"{where}.{key}: true or false, not {value!r}")
+    condition = None
+    if raw.get("nodeCondition") is not None:
+        c = raw["nodeCondition"]
+        kind = c.get("type") if isinstance(c, dict) else None
+        if not isinstance(kind, str) or not kind:
+            raise SpecError(f"{where}.nodeCondition.type: a condition type is required")
+        status = c.get("status", "True")
+        if status not in ("True", "False", "Unknown"):
+            raise SpecError(f"{where}.nodeCondition.status: {status!r} is not True, False "
+                            "or Unknown")
+        condition = NodeConditionMark(kind, status)
+    version = raw.get("kubeletVersion")
+    if version is not None and (not isinstance(version, str) or (
+            version != KUBELET_VERSION_CHANGED and version_triple(version) is None)):
+        raise SpecError(f"{where}.kubeletVersion: {version!r} is not "
+                        f"{KUBELET_VERSION_CHANGED!r} nor a version such as v1.32.1")
+    out = MaintainedWhen(annotation=annotation, node_condition=condition,
+                         boot_id_changed=boot, kubelet_version=version)
+    if not (out.annotation or out.node_condition or out.boot_id_changed
+            or out.kubelet_version):
+        raise SpecError(f"{where}: nothing would mark a node maintained (annotation is "
+                        "false and no nodeCondition, bootIDChanged or kubeletVersion)")
+    return out

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ from drainsafe.lab.node.process import (
     process_environment,
     virtual_settings,
 )
+from drainsafe.lab.node.reboot import REBOOT, RebootRequest, requested
 from drainsafe.lab.node.termination import (
     TerminationRecord,
     effective_grace,
@@ -102,7 +104,12 @@ def node_manifest(config: NodeConfig) -> dict[str, Any]:
             "metadata": {"name": config.name, "labels": labels}, "spec": {}}
 
 
-def node_status(config: NodeConfig, *, started: str) -> dict[str, Any]:
+LAB_KUBELET_VERSION = "v1.33.0-lab"
+
+
+def node_status(config: NodeConfig, *, started: str, boot_id: str | None = None,
+                kubelet_version: str = LAB_KUBELET_VERSION, ready: bool = True,
+                ready_since: str | None = None) -> dict[str, Any]:
     resources = {"cpu": config.cpu, "memory": config.memory, "pods": str(config.pods),
                  "ephemeral-storage": "1Ti"}
     if config.gpus:
@@ -118,16 +125,21 @@ def node_status(config: NodeConfig, *, started: str) -> dict[str, Any]:
                 ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
                 ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                 ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID"))
-        ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-              "message": "kubelet is posting ready status (drainsafe lab)",
-              "lastHeartbeatTime": heartbeat, "lastTransitionTime": started}],
+        ] + [{"type": "Ready", "status": "True" if ready else "False",
+              "reason": "KubeletReady" if ready else "KubeletNotReady",
+              "message": "kubelet is posting ready status (drainsafe lab)" if ready
+              else "node is rebooting (drainsafe lab)",
+              "lastHeartbeatTime": heartbeat,
+              "lastTransitionTime": ready_since or started}],
         "addresses": [{"type": "InternalIP", "address": config.host_ip},
                       {"type": "Hostname", "address": config.name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        "nodeInfo": {"machineID": config.name, "systemUUID": config.name, "bootID": started,
+        "nodeInfo": {"machineID": config.name, "systemUUID": config.name,
+                     "bootID": boot_id or started,
                      "kernelVersion": "lab", "osImage": "drainsafe lab",
-                     "containerRuntimeVersion": "lab://process", "kubeletVersion": "v1.33.0-lab",
-                     "kubeProxyVersion": "v1.33.0-lab", "operatingSystem": "linux",
+                     "containerRuntimeVersion": "lab://process",
+                     "kubeletVersion": kubelet_version,
+                     "kubeProxyVersion": kubelet_version, "operatingSystem": "linux",
                      "architecture": "amd64"},
     }
 
@@ -602,6 +614,11 @@ class Kubelet:
         self.pods: dict[str, PodWorker] = {}  # by uid
         self.terminated: list[PodWorker] = []  # finished terminations, with their records
         self._started = rfc3339()
+        self.boot_id = str(uuid.uuid4())  # as /proc/sys/kernel/random/boot_id: one per boot
+        self.kubelet_version = LAB_KUBELET_VERSION
+        self.ready = True
+        self._ready_since = self._started
+        self.rebooting = False
         self._heartbeat: asyncio.Task[None] | None = None
         self._events: set[asyncio.Task[None]] = set()
 
@@ -622,9 +639,66 @@ class Kubelet:
         self._heartbeat = asyncio.ensure_future(self._beat())
 
     async def _post_status(self) -> None:
-        await self.client.patch(Node.Status, self.name,
-                                {"status": node_status(self.config, started=self._started)},
+        status = node_status(self.config, started=self._started, boot_id=self.boot_id,
+                             kubelet_version=self.kubelet_version, ready=self.ready,
+                             ready_since=self._ready_since)
+        await self.client.patch(Node.Status, self.name, {"status": status},
                                 patch_type=PatchType.STRATEGIC)
+
+    async def replace_machine(self) -> None:
+        """A new machine under the same name: a new boot, and the Node registered again
+        (a new UID once the old object was deleted), as a replaced cloud VM's kubelet does."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+        self._started = self._ready_since = rfc3339()
+        self.boot_id = str(uuid.uuid4())
+        await self.register()
+
+    async def reboot(self, request: RebootRequest) -> None:
+        """A reboot (and an upgrade, with a kubelet version) as the API sees one
+        (lab.node.reboot): NotReady, down for a while without heartbeats, then a new boot
+        ID, the kubelet's version, Ready, and a NodeRebooted event."""
+        if self.rebooting:
+            return
+        self.rebooting = True
+        try:
+            # taken first, so the watch does not hand the same request over again
+            await self.client.patch(Node, self.name,
+                                    {"metadata": {"annotations": {REBOOT: None}}},
+                                    patch_type=PatchType.MERGE)
+            if self._heartbeat is not None:
+                self._heartbeat.cancel()
+                await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self.ready, self._ready_since = False, rfc3339()
+            await self._post_status()
+            await asyncio.sleep(request.down_seconds)
+            self._started = self._ready_since = rfc3339()
+            self.boot_id = str(uuid.uuid4())
+            if request.kubelet_version:
+                self.kubelet_version = request.kubelet_version
+            self.ready = True
+            await self._post_status()
+            await self._post_node_event(
+                "Warning", "NodeRebooted",
+                f"Node {self.name} has been rebooted, boot id: {self.boot_id}")
+            self._heartbeat = asyncio.ensure_future(self._beat())
+        finally:
+            self.rebooting = False
+
+    async def _post_node_event(self, kind: str, reason: str, message: str) -> None:
+        stamp = rfc3339()
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{self.name}.{time.time_ns():x}", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "apiVersion": "v1", "name": self.name,
+                               "uid": self.name},
+            "reason": reason, "message": message, "type": kind, "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "source": {"component": "kubelet", "host": self.name},
+        }
+        with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
+            await self.client.create(Event.from_dict(event))  # type: ignore[call-overload]
 
     async def _beat(self) -> None:
         while True:
@@ -721,6 +795,19 @@ class NodePool:
                                          restart_backoff=restart_backoff,
                                          api_slots=self.api_slots) for c in configs}
         self.informer = Informer(watch_client, api_path("v1", "pods"), on_event=self._dispatch)
+        # Each kubelet watches its Node, as a real one does; here only for a reboot request.
+        self.node_informer = Informer(watch_client, api_path("v1", "nodes"),
+                                      on_event=self._node_event)
+        self._reboots: set[asyncio.Task[None]] = set()
+
+    def _node_event(self, kind: str, node: dict[str, Any]) -> None:
+        kubelet = self.kubelets.get(str(node["metadata"].get("name")))
+        request = requested(node) if kind != "DELETED" else None
+        if kubelet is None or request is None or kubelet.rebooting:
+            return
+        task = asyncio.ensure_future(kubelet.reboot(request))
+        self._reboots.add(task)
+        task.add_done_callback(self._reboots.discard)
 
     def _dispatch(self, kind: str, pod: dict[str, Any]) -> None:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -731,6 +818,7 @@ class NodePool:
     async def start(self) -> None:
         await asyncio.gather(*(k.register() for k in self.kubelets.values()))
         await self.informer.start(sync_timeout=30)
+        await self.node_informer.start(sync_timeout=30)
 
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         for kubelet in self.kubelets.values():
@@ -751,6 +839,10 @@ class NodePool:
 
     async def stop(self) -> None:
         await self.informer.stop()
+        await self.node_informer.stop()
+        for task in list(self._reboots):
+            task.cancel()
+        await asyncio.gather(*self._reboots, return_exceptions=True)
         await asyncio.gather(*(k.shutdown() for k in self.kubelets.values()),
                              return_exceptions=True)
         await self.http.aclose()

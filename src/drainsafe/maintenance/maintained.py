@@ -1,0 +1,134 @@
+"""When is a node's maintenance done? (uncordon: WhenMaintained, spec.maintainedWhen)
+
+What the API shows of a node after its maintenance, and what drainsafe reads here:
+
+- a reboot: status.nodeInfo.bootID changes. The kubelet reports the boot ID the machine
+  info gives it (kubernetes v1.33.0 pkg/kubelet/nodestatus/setters.go MachineInfo:
+  `node.Status.NodeInfo.BootID = info.BootID`, with a NodeRebooted Warning event when it
+  differs from the one stored), and cadvisor reads it from /proc/sys/kernel/random/boot_id
+  (google/cadvisor machine/info.go, flag boot_id_file), a fresh random UUID at every boot;
+- an upgrade: status.nodeInfo.kubeletVersion changes (setters.go VersionInfo:
+  version.Get().String(), e.g. "v1.32.1");
+- an external tool's verdict: a node condition (node-problem-detector, the GPU operator),
+  or drainsafe's annotation drainsafe.io/maintained=<NodeMaintenance> (drainsafe
+  maintenance done, or kubectl annotate);
+- a replaced machine: the Node object deleted and registered again under the same name,
+  with a new metadata.uid.
+
+The boot ID, kubelet version and UID are recorded in the NodeMaintenance's status row of
+the node when its drain ends (`Recorded`), so a new leader compares against the same values.
+
+Replaced (a new UID): under bootIDChanged it counts as maintained (a new machine has booted
+since), and under kubeletVersion: changed too (whatever was to change, the machine is a
+new one); under kubeletVersion: <minimum> the new node must still report at least that
+version (a replacement from an old image is not upgraded). The annotation and a condition
+are read on whatever node carries the name now.
+
+A node that is gone (no Node of that name) is not maintained: it stays AwaitingMaintenance
+with reason NodeGone until a node of that name registers again, judged as above (deleting
+the NodeMaintenance ends the wait).
+
+Any one of the configured marks is enough (maintenance.spec.MaintainedWhen).
+
+Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from drainsafe.kube.objects import condition, meta, uid_of
+from drainsafe.maintenance.spec import KUBELET_VERSION_CHANGED, MaintainedWhen, version_triple
+
+MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
+# Why a node is (the first five) or is not (the last two) maintained; a status row's reason.
+Why = Literal["Annotated", "Condition", "Rebooted", "KubeletUpgraded", "Replaced",
+              "NodeGone", "AwaitingMaintenance"]
+
+
+@dataclass(frozen=True)
+class NodeSeen:
+    """What the decision reads of a Node object."""
+
+    uid: str
+    boot_id: str = ""
+    kubelet_version: str = ""
+    maintained_for: str = ""  # the drainsafe.io/maintained annotation's value
+    conditions: Mapping[str, str] | None = None  # condition type -> status
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The node as it was when its drain ended, kept in the NodeMaintenance's status."""
+
+    uid: str = ""
+    boot_id: str = ""
+    kubelet_version: str = ""
+
+    def as_status(self) -> dict[str, str]:
+        return {k: v for k, v in (("uid", self.uid), ("bootID", self.boot_id),
+                                  ("kubeletVersion", self.kubelet_version)) if v}
+
+    @staticmethod
+    def of_status(row: Mapping[str, Any] | None) -> Recorded | None:
+        if not row:
+            return None
+        return Recorded(str(row.get("uid") or ""), str(row.get("bootID") or ""),
+                        str(row.get("kubeletVersion") or ""))
+
+
+def node_seen(node: Mapping[str, Any]) -> NodeSeen:
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    annotations = meta(dict(node)).get("annotations") or {}
+    kinds = [str(c.get("type")) for c in (node.get("status") or {}).get("conditions") or []]
+    statuses = {}
+    for kind in kinds:
+        c = condition(dict(node), kind)
+        statuses[kind] = str((c or {}).get("status") or "Unknown")
+    return NodeSeen(uid=uid_of(dict(node)), boot_id=str(info.get("bootID") or ""),
+                    kubelet_version=str(info.get("kubeletVersion") or ""),
+                    maintained_for=str(annotations.get(MAINTAINED) or ""),
+                    conditions=statuses)
+
+
+def record_of(seen: NodeSeen) -> Recorded:
+    return Recorded(seen.uid, seen.boot_id, seen.kubelet_version)
+
+
+def _version_ok(want: str, now: str, recorded: Recorded | None, replaced: bool) -> bool:
+    if want == KUBELET_VERSION_CHANGED:
+        if replaced:
+            return True
+        return recorded is not None and bool(recorded.kubelet_version) and bool(now) \
+            and now != recorded.kubelet_version
+    have, least = version_triple(now), version_triple(want)
+    return have is not None and least is not None and have >= least
+
+
+def maintained(node: NodeSeen | None, recorded: Recorded | None, when: MaintainedWhen,
+               maintenance: str) -> tuple[bool, Why]:
+    """Whether the node's maintenance is done, and why (or why not) in a few words.
+
+    `recorded` is None when nothing was recorded (a status from before this field, or
+    the node was gone when its drain ended): then no change can be told, and only the
+    marks that need no record (annotation, condition, a minimum version) count."""
+    if node is None:
+        return False, "NodeGone"
+    replaced = recorded is not None and bool(recorded.uid) and node.uid != recorded.uid
+    if when.annotation and node.maintained_for == maintenance:
+        return True, "Annotated"
+    mark = when.node_condition
+    if mark is not None and (node.conditions or {}).get(mark.type) == mark.status:
+        return True, "Condition"
+    if when.boot_id_changed:
+        if replaced:
+            return True, "Replaced"
+        if recorded is not None and recorded.boot_id and node.boot_id \
+                and node.boot_id != recorded.boot_id:
+            return True, "Rebooted"
+    if when.kubelet_version is not None and _version_ok(
+            when.kubelet_version, node.kubelet_version, recorded, replaced):
+        return True, "Replaced" if replaced else "KubeletUpgraded"
+    return False, "AwaitingMaintenance"
