@@ -1,4 +1,6 @@
-"""`drainsafe maintenance`: create, watch, pause and mark NodeMaintenances (issue 30).
+"""`drainsafe maintenance`: create, watch, pause, mark and delete NodeMaintenances (issue 30).
+
+`delete` is in maintenance.delete.
 
 A thin shell over the API; each decision is a pure function below (`manifest_from_flags`,
 `done_refusal`, `node_rows`, `changed_lines`, `watch_exit`), tested without a cluster.
@@ -254,7 +256,8 @@ def register(subparsers: Any) -> None:
         "drainsafe controller's leader drains in waves; mark a node maintained under "
         "uncordon: WhenMaintained. " + exit_codes_text(
             (EXIT_OK, "done (watch: Succeeded)"),
-            (EXIT_FAILED, "watch: the maintenance Failed or was deleted"),
+            (EXIT_FAILED, "watch: the maintenance Failed or was deleted; delete --wait: "
+             "still there after --timeout"),
             (EXIT_USAGE, "usage or input error, a refused done mark"),
             (EXIT_API, "the API server cannot be reached, answers with an error, or does "
              "not serve NodeMaintenance")))
@@ -291,7 +294,10 @@ def register(subparsers: Any) -> None:
     d.add_argument("node", metavar="NODE")
     d.add_argument("--maintenance", required=True, metavar="NAME")
     d.set_defaults(handler=run_done)
-    for p in (c, w, s, d, *(sub.choices[v] for v in ("pause", "resume"))):
+    from drainsafe.maintenance import delete
+
+    for p in (c, w, s, d, *(sub.choices[v] for v in ("pause", "resume")),
+              delete.register(sub)):
         _connection(p)
 
 
