@@ -46,6 +46,7 @@ from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import is_node_ready, rfc3339
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.maintenance.capacity import LowestCapacity
 from drainsafe.maintenance.progress import (
     NodeProgress,
     NodeState,
@@ -285,6 +286,9 @@ PHASES: dict[str, tuple[bool, NodeState, ProgressState | None]] = {
 }
 
 
+KILLED_LOWEST = LowestCapacity(2, 3, WORKLOAD, node="constructed", at="2026-12-06T00:00:00Z")
+
+
 async def _construct(lab: Lab, client: KubeClient, name: str, nodes: list[str],
                      phase: str, uncordon: Uncordon) -> None:
     """What a leader killed in `phase` leaves: the status and the records, nothing else."""
@@ -307,6 +311,8 @@ async def _construct(lab: Lab, client: KubeClient, name: str, nodes: list[str],
     path = api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name)
     obj = await client.get(path)
     obj["status"] = status_of(progress_rows, uncordon, False, wave, 1)
+    if phase == "Draining":  # the killed leader's lowest reading: the next one keeps it
+        obj["status"]["lowestCapacity"] = KILLED_LOWEST.as_status()
     await client.request("PUT", api_path("drainsafe.io/v1alpha1", "nodemaintenances",
                                          name=name, subresource="status"), body=obj)
 
@@ -350,6 +356,12 @@ async def test_a_new_leader_completes_from_the_phase_a_killed_one_left(
     # never a surge on top of a surge: at most one node's pods surged at once
     per_node = collections.Counter(before[uid] for uid in on_nodes)
     assert seen.most_replicas <= REPLICAS + max(per_node.values(), default=0), seen
+    # status.lowestCapacity: make before break reads 100 %; a new leader only lowers it
+    low = status.get("lowestCapacity")
+    if phase == "Draining":
+        assert low == KILLED_LOWEST.as_status(), low
+    elif PHASES[phase][0]:
+        assert low is not None and low["percent"] == "100%", low
     _left_as_before(lab, nodes)
     await audit_clean(lab)
 
