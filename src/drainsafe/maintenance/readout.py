@@ -72,7 +72,7 @@ def node_table(nodes: Iterable[NodeProgress], *, name: str, uncordon: str,
             for r in rows]
 
 
-def _condition(type_: str, status: bool, reason: str, message: str) -> dict[str, Any]:
+def _wanted(type_: str, status: bool, reason: str, message: str) -> dict[str, Any]:
     return {"type": type_, "status": "True" if status else "False", "reason": reason,
             "message": message}
 
@@ -91,18 +91,18 @@ def wanted_conditions(status: Mapping[str, Any]) -> list[dict[str, Any]]:
             cause = {}
         reason = str(cause.get("reason") or "NodeFailed")
         message = str(cause.get("message") or counts)
-        return [_condition("Progressing", False, "Failed", message),
-                _condition("Succeeded", False, reason, message),
-                _condition("Failed", True, reason, message)]
+        return [_wanted("Progressing", False, "Failed", message),
+                _wanted("Succeeded", False, reason, message),
+                _wanted("Failed", True, reason, message)]
     if phase == "Succeeded":
-        return [_condition("Progressing", False, "Succeeded", counts),
-                _condition("Succeeded", True, "AllNodesDone", counts),
-                _condition("Failed", False, "AllNodesDone", counts)]
+        return [_wanted("Progressing", False, "Succeeded", counts),
+                _wanted("Succeeded", True, "AllNodesDone", counts),
+                _wanted("Failed", False, "AllNodesDone", counts)]
     progressing = phase in ("Pending", "Running")
     reason = {"Pending": "Pending", "Running": "NodesInProgress"}.get(phase, "Paused")
-    return [_condition("Progressing", progressing, reason, counts),
-            _condition("Succeeded", False, reason, counts),
-            _condition("Failed", False, reason, counts)]
+    return [_wanted("Progressing", progressing, reason, counts),
+            _wanted("Succeeded", False, reason, counts),
+            _wanted("Failed", False, reason, counts)]
 
 
 def set_conditions(earlier: Sequence[Mapping[str, Any]], wanted: Iterable[dict[str, Any]],
