@@ -366,6 +366,36 @@ async def test_a_new_leader_completes_from_the_phase_a_killed_one_left(
     await audit_clean(lab)
 
 
+# -- break before make: the lowest capacity says so -------------------------------------
+
+async def test_break_before_make_reads_below_desired_and_warns(lab: Lab) -> None:
+    """drain.strategy evict (as kubectl drain, replacement first): the drain's own readings
+    catch the workload one pod short, status.lowestCapacity keeps it, and a Warning Event
+    says so; the same measure reads 100 % for the make-before-break phases above."""
+    name = "break-before-make"
+    nodes = _pick(lab, first_busy=True)[:1]
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        await _create(client, name, {**_spec(nodes, "Immediately"),
+                                     "drain": {"strategy": "evict"}}, held=False)
+    async with leader(lab, name):
+        await _until(f"{name} finished",
+                     lambda: _status(lab, name).get("phase") in ("Succeeded", "Failed"))
+
+        def warned() -> bool:
+            return any(e["reason"] == "CapacityBelowDesired"
+                       and e["involvedObject"]["name"] == name and e["type"] == "Warning"
+                       for e in _store(lab).items(BY_KEY["events"], "default"))
+
+        await _until("the CapacityBelowDesired Event", warned, timeout=10)
+    status = _status(lab, name)
+    assert status["phase"] == "Succeeded", status
+    low = status["lowestCapacity"]
+    assert (low["workload"], low["desired"], low["node"]) == (WORKLOAD, REPLICAS, nodes[0])
+    assert low["ready"] < REPLICAS and low["percent"] == f"{100 * low['ready'] // REPLICAS}%"
+    await _until("llm back at full capacity", lambda: len(ready_pods(lab, "llm")) == REPLICAS)
+    _left_as_before(lab, nodes)
+
+
 # -- pause in the middle of a drain -------------------------------------------------------
 
 async def test_paused_mid_drain_the_node_in_progress_finishes_and_no_other_starts(
