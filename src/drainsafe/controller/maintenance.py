@@ -35,6 +35,10 @@ drain does, and the next leader continues it. Deleted: a finalizer holds the obj
 the leader has cancelled its node tasks and given back the cordons and surges it holds
 (controller.maintenance_release).
 
+What a person reads (status.nodeTable, status.conditions, status.lowestCapacity from the
+drains' own capacity readings, and the Events of each status change) is
+controller.maintenance_readout's, applied to every status write below.
+
 Paused (spec.paused): no new node starts; a node already started finishes the steps it has
 (its drain, then its uncordon or its wait for the maintained mark), since stopping a drain
 half way leaves a node out of service and a workload scaled up for as long as the pause.
