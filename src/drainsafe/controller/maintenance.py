@@ -265,7 +265,8 @@ class MaintenanceReconciler:
             obj = self.informer.get(name) or {}
             others = [n for n, p in read_nodes(obj.get("status") or {}).items()
                       if n != node and in_progress(p.state, spec.uncordon)]
-            def read(r: CapacityReading) -> None:
+
+            def read(r: CapacityReading) -> None:  # each reading of the drain's watch
                 self.readout.reading(self.informer.get(name), name, node, r, self._put_status)
 
             report = await NodeDrainer(self.client, node, settings, draining=others,
