@@ -118,6 +118,8 @@ async def test_four_of_six_nodes_two_at_a_time_under_load_of_three_workloads(
         assert w.failed == {} and w.truncated == 0, w
         assert w.ok >= 10 and w.pods_created >= 1, w
         assert w.replicas_after == w.desired and w.annotations_left == [], w
+    # The controller's own readings (its drains' watches) agree: LOWEST 100 %.
+    assert status["lowestCapacity"]["percent"] == "100%", status["lowestCapacity"]
     # Make before break: at least one surge pod's start-up before its old pod could go.
     assert run.seconds >= SETTINGS.model_load, run.seconds
 

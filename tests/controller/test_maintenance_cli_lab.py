@@ -1,7 +1,10 @@
 """`drainsafe maintenance` against the lab with the real controller (issue 30): create a
 WhenMaintained maintenance from flags, follow it with `watch` in a subprocess, mark the node
 with `done` once it awaits maintenance, and see watch exit 0 with the node uncordoned; the
-`--dry-run` YAML applied by the real `kubectl apply -f` stores the same spec as `create`."""
+`--dry-run` YAML applied by the real `kubectl apply -f` stores the same spec as `create`.
+The node runs a Deployment's only replica, drained make before break: `kubectl get` shows
+LOWEST 100%, `kubectl describe` (1.27 and 1.33) the node table, the conditions and the
+Events of each step, and `delete --wait` follows the object until its finalizer is gone."""
 
 from __future__ import annotations
 
@@ -17,15 +20,16 @@ import pytest
 import yaml
 
 from drainsafe.lab.apiserver.discovery import BY_KEY
-from drainsafe.lab.cluster import Lab
+from drainsafe.lab.cluster import Lab, virtual_deployment
 from drainsafe.maintenance.spec import parse_spec
 from drainsafe.shell import EXIT_API, EXIT_OK, EXIT_USAGE
 
-from .guardlab import KUBECTL_DIR, install, kubectl, lab_path_env
+from .guardlab import KUBECTL_DIR, install, kubectl, lab_path_env, ready_pods, until
 
 pytestmark = pytest.mark.e2e
 PODS = BY_KEY["pods"]
 NODES = BY_KEY["nodes"]
+EVENTS = BY_KEY["events"]
 NAME = "driver-upgrade"
 
 
@@ -126,6 +130,18 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     code, _, err = await cli(lab, "done", node, "--maintenance", "probe-posted")
     assert code == EXIT_USAGE and "refused" in err and "WhenMaintained" in err, err
 
+    # a Deployment's only replica on the node (the other nodes cordoned meanwhile by the
+    # real kubectl, so it lands there), to be drained make before break
+    others = [n["metadata"]["name"] for n in store.items(NODES, "")
+              if n["metadata"]["name"] != node]
+    assert (await kubectl(lab, "1.33", "cordon", *others))[0] == 0
+    await lab.apply(virtual_deployment("llm", replicas=1, startup_seconds=0.5,
+                                       exit_after_sigterm_seconds=0.2))
+    await lab.wait_available("default", "llm", timeout=60)
+    assert (await kubectl(lab, "1.33", "uncordon", *others))[0] == 0
+    first = ready_pods(lab, "llm")
+    assert [p["spec"]["nodeName"] for p in first] == [node]
+
     # the real one, created paused so that `done` meets the node Pending for certain; watch
     # in a subprocess (a pipe: one line per change)
     code, _, err = await cli(lab, "create", NAME, "--node", node, "--paused",
@@ -173,12 +189,72 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     assert n["metadata"]["annotations"]["drainsafe.io/maintained"] == NAME
     code, out, err = await cli(lab, "status", NAME)
     assert code == EXIT_OK and node in out and "Uncordoned" in out, (out, err)
+    # the replica moved make before break, and the operation saw it: 1/1 Ready throughout
+    moved = ready_pods(lab, "llm")
+    assert len(moved) == 1 and moved[0]["spec"]["nodeName"] != node, moved
+    status = (await _get(lab, NAME))["status"]
+    assert status["lowestCapacity"]["percent"] == "100%", status
+    assert (status["lowestCapacity"]["workload"], status["lowestCapacity"]["ready"],
+            status["lowestCapacity"]["desired"]) == ("Deployment/default/llm", 1, 1)
+    code, out = await kubectl(lab, "1.33", "get", "nodemaintenance", NAME)
+    assert code == 0, out
+    header, row = out.splitlines()[:2]
+    assert header.split() == ["NAME", "PHASE", "DONE", "TOTAL", "WAVE", "LOWEST", "AGE"], out
+    assert row.split()[:6] == [NAME, "Succeeded", "1", "1", "1", "100%"], out
+    await _describe_shows_the_operation(lab, node)
     # on a terminal, watch draws the rich table instead of lines (finished: at once, 0)
     code, screen = await _on_terminal(lab, "watch", NAME)
     assert code == EXIT_OK, screen
     assert "STARTED" in screen and f"{node}" in screen and "Uncordoned" in screen, screen
     assert f"  {node} Uncordoned wave=" not in screen  # not the pipe's lines
     print("\n".join(lines))
+
+    # delete --wait: the DELETE, then the leader removes its finalizer (nothing to give
+    # back once Succeeded) and the object is gone
+    code, out, err = await cli(lab, "delete", NAME, "--wait", "--timeout", "60")
+    assert code == EXIT_OK, (out, err)
+    assert out.splitlines()[0] == f"nodemaintenance.drainsafe.io/{NAME} deleted", out
+    assert out.splitlines()[-1] == f"{NAME}: gone (finalizer removed)", out
+    code, out = await kubectl(lab, "1.33", "get", "nodemaintenance", NAME)
+    assert code != 0 and "NotFound" in out, out
+
+
+STEPS = ["Paused", "Resumed", "NodeStarted", "NodeDrained", "NodeAwaitingMaintenance",
+         "NodeUncordoned", "Succeeded"]
+
+
+async def _describe_shows_the_operation(lab: Lab, node: str) -> None:
+    """kubectl describe, old and new: the node table, the conditions and the Events, which
+    it finds by involvedObject (name, empty namespace, kind, uid)."""
+    assert lab.control_plane is not None
+    store = lab.control_plane.store
+
+    def reasons() -> list[str]:
+        return [e["reason"] for e in sorted(
+            (e for e in store.items(EVENTS, "default")
+             if e["involvedObject"].get("kind") == "NodeMaintenance"
+             and e["involvedObject"]["name"] == NAME), key=lambda e: e["metadata"]["name"])]
+
+    # Events are written in the background after each status write: the last one may
+    # still be on its way when watch exits
+    await until(lambda: set(STEPS) <= set(reasons()), timeout=10,
+                what=f"the Events {STEPS}")
+    for version in ("1.27", "1.33"):
+        code, out = await kubectl(lab, version, "describe", "nodemaintenance", NAME)
+        assert code == 0, out
+        text = out.splitlines()
+        table = next(i for i, ln in enumerate(text) if ln.strip().startswith("NODE "))
+        head, row = text[table].split(), text[table + 1].split()
+        assert head[:6] == ["NODE", "STATE", "WAVE", "STARTED", "FINISHED", "REASON"], out
+        assert row[:3] == [node, "Uncordoned", "1"] and row[5] == "Uncordoned", out
+        assert text[table].index("STATE") == text[table + 1].index("Uncordoned"), out
+        assert "Conditions:" in out and "AllNodesDone" in out, out
+        events = text[next(i for i, ln in enumerate(text) if ln.startswith("Events:")):]
+        shown = [ln.split()[1] for ln in events[3:] if ln.strip()]
+        for reason in STEPS:
+            assert reason in shown, (version, out)
+        assert f"{node}: cordoned until marked maintained" in out, out
+        print(f"kubectl {version} describe:\n{out}")
 
 
 async def test_without_the_crd_create_exits_3_with_the_install_hint(

@@ -47,6 +47,7 @@ from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import is_node_ready, rfc3339
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.maintenance.capacity import LowestCapacity
 from drainsafe.maintenance.maintained import MAINTAINED
 from drainsafe.maintenance.progress import (
     NodeProgress,
@@ -287,6 +288,9 @@ PHASES: dict[str, tuple[bool, NodeState, ProgressState | None]] = {
 }
 
 
+KILLED_LOWEST = LowestCapacity(2, 3, WORKLOAD, node="constructed", at="2026-12-06T00:00:00Z")
+
+
 async def _construct(lab: Lab, client: KubeClient, name: str, nodes: list[str],
                      phase: str, uncordon: Uncordon) -> None:
     """What a leader killed in `phase` leaves: the status and the records, nothing else."""
@@ -309,6 +313,8 @@ async def _construct(lab: Lab, client: KubeClient, name: str, nodes: list[str],
     path = api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name)
     obj = await client.get(path)
     obj["status"] = status_of(progress_rows, uncordon, False, wave, 1)
+    if phase == "Draining":  # the killed leader's lowest reading: the next one keeps it
+        obj["status"]["lowestCapacity"] = KILLED_LOWEST.as_status()
     await client.request("PUT", api_path("drainsafe.io/v1alpha1", "nodemaintenances",
                                          name=name, subresource="status"), body=obj)
 
@@ -352,8 +358,44 @@ async def test_a_new_leader_completes_from_the_phase_a_killed_one_left(
     # never a surge on top of a surge: at most one node's pods surged at once
     per_node = collections.Counter(before[uid] for uid in on_nodes)
     assert seen.most_replicas <= REPLICAS + max(per_node.values(), default=0), seen
+    # status.lowestCapacity: make before break reads 100 %; a new leader only lowers it
+    low = status.get("lowestCapacity")
+    if phase == "Draining":
+        assert low == KILLED_LOWEST.as_status(), low
+    elif PHASES[phase][0]:
+        assert low is not None and low["percent"] == "100%", low
     _left_as_before(lab, nodes)
     await audit_clean(lab)
+
+
+# -- break before make: the lowest capacity says so -------------------------------------
+
+async def test_break_before_make_reads_below_desired_and_warns(lab: Lab) -> None:
+    """drain.strategy evict (as kubectl drain, replacement first): the drain's own readings
+    catch the workload one pod short, status.lowestCapacity keeps it, and a Warning Event
+    says so; the same measure reads 100 % for the make-before-break phases above."""
+    name = "break-before-make"
+    nodes = _pick(lab, first_busy=True)[:1]
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        await _create(client, name, {**_spec(nodes, "Immediately"),
+                                     "drain": {"strategy": "evict"}}, held=False)
+    async with leader(lab, name):
+        await _until(f"{name} finished",
+                     lambda: _status(lab, name).get("phase") in ("Succeeded", "Failed"))
+
+        def warned() -> bool:
+            return any(e["reason"] == "CapacityBelowDesired"
+                       and e["involvedObject"]["name"] == name and e["type"] == "Warning"
+                       for e in _store(lab).items(BY_KEY["events"], "default"))
+
+        await _until("the CapacityBelowDesired Event", warned, timeout=10)
+    status = _status(lab, name)
+    assert status["phase"] == "Succeeded", status
+    low = status["lowestCapacity"]
+    assert (low["workload"], low["desired"], low["node"]) == (WORKLOAD, REPLICAS, nodes[0])
+    assert low["ready"] < REPLICAS and low["percent"] == f"{100 * low['ready'] // REPLICAS}%"
+    await _until("llm back at full capacity", lambda: len(ready_pods(lab, "llm")) == REPLICAS)
+    _left_as_before(lab, nodes)
 
 
 # -- pause in the middle of a drain -------------------------------------------------------

@@ -137,3 +137,22 @@ def test_hpa_targets_column_reads_each_metric_type_as_kubectl_prints_it() -> Non
     assert row[:2] == ["llm", "Deployment/llm"]
     assert row[2] == "memory: 1Gi/2Gi, <unknown>/10 + 1 more..."  # two shown, then a count
     assert row[3:6] == ["<unset>", 8, 3]
+
+
+def test_event_field_selectors_as_the_server_reads_them() -> None:
+    # kubectl describe of a cluster-scoped object: involvedObject.namespace= (empty)
+    event = {"involvedObject": {"kind": "NodeMaintenance", "name": "m", "uid": "u"},
+             "reason": "NodeStarted", "source": {"component": "drainsafe-controller"},
+             "reportingComponent": "drainsafe-controller", "type": "Normal"}
+    assert fields.parse("involvedObject.kind=NodeMaintenance,involvedObject.name=m,"
+                        "involvedObject.namespace=,involvedObject.uid=u", "events").matches(event)
+    assert not fields.parse("involvedObject.namespace=default", "events").matches(event)
+    # `source` is source.component (reportingComponent when that is empty), not a path
+    assert fields.parse("source=drainsafe-controller", "events").matches(event)
+    assert fields.parse("source=r", "events").matches({"reportingComponent": "r"})
+    assert not fields.parse("source=x", "events").matches(event)
+    # escaped commas and equals signs in a value (fields.EscapeValue)
+    assert fields.parse(r"reason=a\,b\=c", "events").matches({"reason": "a,b=c"})
+    assert fields.parse(r"metadata.name=x\\y").matches({"metadata": {"name": "x\\y"}})
+    with pytest.raises(Exception, match="escape"):
+        fields.parse(r"reason=a\qb", "events")

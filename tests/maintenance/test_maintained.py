@@ -235,3 +235,14 @@ def test_the_crd_schema_defaults_prunes_and_validates_maintained_when() -> None:
         fine = {**obj, "spec": {**obj["spec"], "maintainedWhen": {"kubeletVersion": good}}}
         assert crdschema.validate(fine, schema) == [], good
         assert parse_spec(fine).maintained_when.kubelet_version == good
+
+
+def test_the_marks_are_said_as_the_spec_sets_them() -> None:
+    from drainsafe.maintenance.maintained import marks_text
+    from drainsafe.maintenance.spec import MaintainedWhen, NodeConditionMark
+
+    assert marks_text(MaintainedWhen(), "m") == f"{MAINTAINED}=m"
+    when = MaintainedWhen(annotation=False, node_condition=NodeConditionMark("GPUReady"),
+                          boot_id_changed=True, kubelet_version="v1.32.1")
+    assert marks_text(when, "m") == ("condition GPUReady=True or a new boot ID or "
+                                     "kubelet >= v1.32.1")

@@ -132,7 +132,7 @@ async def run(cfg: ControllerConfig) -> int:
             await asyncio.sleep(CA_SYNC_SECONDS if done else CA_RETRY_SECONDS)
 
     # NodeMaintenance (issue 30): the same leader, the same node informer as the guard.
-    maintenance = MaintenanceReconciler(client, guard.view.nodes)
+    maintenance = MaintenanceReconciler(client, guard.view.nodes, events=guard.events)
     # Forgotten cordons and surges, computed at each scrape from the same caches.
     guard.metrics.registry.register(MaintenanceCollector(
         lambda: guard.view.maintenance_facts(maintenance.informer.cache.values())))

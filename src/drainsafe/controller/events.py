@@ -1,7 +1,13 @@
-"""core/v1 Events on the pod and the workload, so `kubectl describe` tells why a drain waits.
+"""core/v1 Events on the pod and the workload, so `kubectl describe` tells why a drain waits,
+and on a NodeMaintenance, so `kubectl describe nodemaintenance` tells what it did.
 
 Written as client-go's record.EventRecorder writes them (tools/record/event.go): in the
-background, best effort, never in the way of the answer the API server is waiting for.
+background, best effort, never in the way of the answer the API server is waiting for. An
+Event about a cluster-scoped object (a NodeMaintenance) lives in the namespace "default"
+and its involvedObject has no namespace (makeEvent: `if namespace == "" { namespace =
+metav1.NamespaceDefault }`), which is what `kubectl describe` looks for: it lists Events
+with the field selector involvedObject.name, .namespace (empty here), .kind and .uid
+(client-go typed/core/v1 event_expansion.go GetFieldSelector).
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from drainsafe.kube.objects import rfc3339
 log = logging.getLogger(__name__)
 COMPONENT = "drainsafe-controller"
 EventType = Literal["Normal", "Warning"]
-EventKind = Literal["Pod", "Deployment", "StatefulSet", "LeaderWorkerSet"]
+EventKind = Literal["Pod", "Deployment", "StatefulSet", "LeaderWorkerSet", "NodeMaintenance"]
 KIND_VERSIONS: dict[EventKind, str] = {"Pod": "v1", "Deployment": "apps/v1",
                                        "StatefulSet": "apps/v1",
-                                       "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
+                                       "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1",
+                                       "NodeMaintenance": "drainsafe.io/v1alpha1"}
 
 
 def event_manifest(obj: Mapping[str, Any], *, reason: str, message: str, kind: str,
@@ -29,14 +36,17 @@ def event_manifest(obj: Mapping[str, Any], *, reason: str, message: str, kind: s
                    ) -> dict[str, Any]:
     """An Event about `obj` (as client-go's record.EventRecorder writes it). Pure."""
     meta = obj.get("metadata") or {}
-    name, namespace = str(meta.get("name")), str(meta.get("namespace") or "default")
+    name, namespace = str(meta.get("name")), str(meta.get("namespace") or "")
     stamp = rfc3339(now)
+    involved = {"kind": kind, "apiVersion": api_version, "name": name, "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion")}
+    if namespace:
+        involved["namespace"] = namespace
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": namespace},
-        "involvedObject": {"kind": kind, "apiVersion": api_version, "name": name,
-                           "namespace": namespace, "uid": meta.get("uid"),
-                           "resourceVersion": meta.get("resourceVersion")},
+        "metadata": {"name": f"{name}.{secrets.token_hex(8)}",
+                     "namespace": namespace or "default"},
+        "involvedObject": involved,
         "reason": reason, "message": message[:1024], "type": event_type,
         "source": {"component": COMPONENT, "host": instance},
         "reportingComponent": COMPONENT, "reportingInstance": instance,
@@ -55,7 +65,8 @@ async def record_event(client: KubeClient, body: Mapping[str, Any]) -> None:
 
 
 class EventRecorder:
-    """Events about pods and Deployments, written in the background by one replica."""
+    """Events about pods, workloads and NodeMaintenances, written in the background by one
+    replica."""
 
     def __init__(self, client: KubeClient, *, instance: str, wall: Callable[[], float]
                  ) -> None:

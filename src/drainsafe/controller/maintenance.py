@@ -38,6 +38,10 @@ drain does, and the next leader continues it. Deleted: a finalizer holds the obj
 the leader has cancelled its node tasks and given back the cordons and surges it holds
 (controller.maintenance_release).
 
+What a person reads (status.nodeTable, status.conditions, status.lowestCapacity from the
+drains' own capacity readings, and the Events of each status change) is
+controller.maintenance_readout's, applied to every status write below.
+
 Paused (spec.paused): no new node starts; a node already started finishes the steps it has
 (its drain, then its uncordon or its wait for the maintained mark), since stopping a drain
 half way leaves a node out of service and a workload scaled up for as long as the pause.
@@ -49,12 +53,16 @@ import asyncio
 import contextlib
 import functools
 import logging
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from drainsafe.controller import maintenance_release as release
+from drainsafe.controller.events import EventRecorder
 from drainsafe.controller.leader import LeaderElector
+from drainsafe.controller.maintenance_readout import MaintenanceReadout
+from drainsafe.drain.capacity import CapacityReading
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
@@ -76,13 +84,14 @@ from drainsafe.maintenance.progress import (
     read_nodes,
     status_of,
 )
+from drainsafe.maintenance.reasons import NodeReason
 from drainsafe.maintenance.spec import MaintenanceSpec, SpecError, parse_spec
 from drainsafe.maintenance.waves import NodeFacts, next_wave
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
-DEFERRED = "Deferred"  # the reason of a Pending node refused for what others hold
+DEFERRED: NodeReason = "Deferred"  # the reason of a Pending node refused for what others hold
 RETRY_MIN_SECONDS = 2.0  # a deferred node's backoff, doubled at each refusal
 RETRY_MAX_SECONDS = 60.0
 
@@ -93,8 +102,13 @@ def _unchanged(p: NodeProgress) -> NodeProgress:
 
 class MaintenanceReconciler:
     def __init__(self, client: KubeClient, nodes: Informer, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 events: EventRecorder | None = None) -> None:
         self.client, self.nodes, self.clock = client, nodes, clock
+        # status.nodeTable, conditions, Events, lowestCapacity (controller.maintenance_readout)
+        self.readout = MaintenanceReadout(
+            events or EventRecorder(client, instance=socket.gethostname(), wall=clock),
+            clock=clock)
         self.informer = Informer(client, "/apis/drainsafe.io/v1alpha1/nodemaintenances")
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (uid, node)
         self._writes: dict[str, asyncio.Lock] = {}  # one status writer per NodeMaintenance
@@ -123,6 +137,7 @@ class MaintenanceReconciler:
                 await asyncio.sleep(period)
         finally:
             await self._cancel(set(self._tasks))
+            await self.readout.stop()
             await self.informer.stop()
 
     async def _cancel(self, keys: set[tuple[str, str]]) -> None:
@@ -143,6 +158,7 @@ class MaintenanceReconciler:
         if release.deleting(obj):
             if release.FINALIZER in release.finalizers(obj):
                 await self._cancel({k for k in self._tasks if k[0] == uid})
+                self.readout.deleting(obj)
                 try:
                     await release.release(self.client, name)
                 except (KubeError, KeptChanging, RuntimeError) as exc:
@@ -259,8 +275,13 @@ class MaintenanceReconciler:
             obj = self.informer.get(name) or {}
             others = [n for n, p in read_nodes(obj.get("status") or {}).items()
                       if n != node and in_progress(p.state, spec.uncordon)]
+
+            def read(r: CapacityReading) -> None:  # each reading of the drain's watch
+                self.readout.reading(self.informer.get(name), name, node, r, self._put_status)
+
             report = await NodeDrainer(self.client, node, settings, draining=others,
-                                       clock=self.clock, locks=self._surges).run()
+                                       clock=self.clock, locks=self._surges,
+                                       on_capacity=read).run()
             if not report.ok:
                 why = report.failure or "the drain did not finish"
                 if (report.refused and report.plan is not None
@@ -338,7 +359,7 @@ class MaintenanceReconciler:
                                  if why == "NodeGone" else "")
 
     async def _step(self, name: str, spec: MaintenanceSpec, node: str, state: NodeState,
-                    reason: str, message: str = "", *, finished: bool = False,
+                    reason: NodeReason, message: str = "", *, finished: bool = False,
                     recorded: Recorded | None = None) -> None:
         end = rfc3339(self.clock()) if finished else None
         await self._update(name, spec, {
@@ -353,11 +374,15 @@ class MaintenanceReconciler:
         """Read, change the status, write it with the resourceVersion read (409: again);
         whether it is written (or was already so)."""
         async def write(obj: Obj) -> None:
+            old = obj.get("status") or {}
             status = decide(obj)
-            if status is not None and status != (obj.get("status") or {}):
+            if status is not None:
+                status = self.readout.complete(obj, status)
+            if status is not None and status != old:
                 await self.client.request(
                     "PUT", api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name,
                                     subresource="status"), body={**obj, "status": status})
+                self.readout.written(obj, old, status)
 
         async with self._writes.setdefault(name, asyncio.Lock()):
             try:

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from drainsafe.drain.capacity import CapacityHook, readings
 from drainsafe.drain.evict import EvictCounts, EvictionStopped, Evictor
 from drainsafe.drain.nodewatch import NodeWatch, Unschedulable
 from drainsafe.drain.pods import PodPlan
@@ -81,10 +82,18 @@ class DrainContext:
                     scaled: dict[str, str],
                     deadline: Deadline, clock: Clock, monotonic: Clock, rng: random.Random,
                     say: Callable[[str], None],
-                    started: Callable[[NodeWatch], None]) -> DrainContext:
+                    started: Callable[[NodeWatch], None],
+                    on_capacity: CapacityHook | None = None) -> DrainContext:
         """Start the watches (`started` gets the watch first, to stop it whatever
-        happens) and the evictor on them."""
-        watch = NodeWatch(client, node, namespaces, clock=clock, monotonic=monotonic)
+        happens) and the evictor on them. `on_capacity` gets each workload's reading
+        (drain.capacity) on every change of its namespace's pods."""
+        def read(namespace: str) -> None:
+            if on_capacity is not None:
+                for reading in readings(watch, selectors.values(), namespace):
+                    on_capacity(reading)
+
+        watch = NodeWatch(client, node, namespaces, clock=clock, monotonic=monotonic,
+                          on_pods=read if on_capacity is not None else None)
         started(watch)
         await watch.start()
         stop = asyncio.Event()

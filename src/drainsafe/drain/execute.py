@@ -32,6 +32,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from drainsafe.drain import evictfirst, groupsurge, surgefirst
+from drainsafe.drain.capacity import CapacityHook
 from drainsafe.drain.context import Deadline, DrainContext, DrainFailed
 from drainsafe.drain.evict import EvictionStopped
 from drainsafe.drain.nodewatch import NodeWatch, PendingPods, Stopped, Unschedulable
@@ -60,8 +61,9 @@ class NodeDrainer:
     """Drains one node. Create, then `await run()`; the report is filled as it goes.
 
     `locks` (shared by the drainers of one fleet run) serialises surges of one workload:
-    two nodes never surge the same Deployment at once. `clock` stamps the report (wall
-    time); `monotonic` bounds the waits.
+    two nodes never surge the same Deployment at once. `on_capacity` gets each affected
+    workload's Ready reading on every change the drain's watch sees (drain.capacity).
+    `clock` stamps the report (wall time); `monotonic` bounds the waits.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class NodeDrainer:
         rng: random.Random | None = None,
         on_progress: Callable[[str], None] | None = None,
         locks: dict[str, asyncio.Lock] | None = None,
+        on_capacity: CapacityHook | None = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -87,6 +90,7 @@ class NodeDrainer:
         self.report = NodeReport(node=node, started_at=clock())
         self._say = on_progress or (lambda _msg: None)
         self._locks = locks if locks is not None else {}
+        self._on_capacity = on_capacity
         self.progress = NodeProgress(client, node, backoff=settings.backoff, rng=self.rng,
                                      retries=settings.request_retries, clock=clock)
         self._watch: NodeWatch | None = None
@@ -120,7 +124,8 @@ class NodeDrainer:
                     selectors=plan.selectors, progress=self.progress,
                     reports={r.key: r for r in self.report.pods}, scaled=self.report.scaled,
                     deadline=deadline, clock=self.clock, monotonic=self.monotonic,
-                    rng=self.rng, say=self._say, started=self._started)
+                    rng=self.rng, say=self._say, started=self._started,
+                    on_capacity=self._on_capacity)
                 await self._execute(ctx, plan)
                 if ctx.failure:
                     raise DrainFailed(ctx.failure)

@@ -58,13 +58,17 @@ class PendingPods(RuntimeError):
 
 class NodeWatch:
     def __init__(self, client: KubeClient, node: str, namespaces: Sequence[str], *,
-                 clock: Clock = time.time, monotonic: Clock = time.monotonic) -> None:
+                 clock: Clock = time.time, monotonic: Clock = time.monotonic,
+                 on_pods: Callable[[str], None] | None = None) -> None:
         self.node = node
         self.clock = clock
         self.monotonic = monotonic
         self.node_pods = Informer(client, api_path("v1", "pods"),
                                   field_selector=f"spec.nodeName={node}")
-        self.pods = {ns: Informer(client, api_path("v1", "pods", namespace=ns))
+        # `on_pods(namespace)` after each change of a namespace's pods (its cache updated)
+        self.pods = {ns: Informer(client, api_path("v1", "pods", namespace=ns),
+                                  on_event=None if on_pods is None else
+                                  (lambda _kind, _obj, ns=ns: on_pods(ns)))  # type: ignore[misc]
                      for ns in namespaces}
         self.slices = {ns: Informer(client, api_path("discovery.k8s.io/v1", "endpointslices",
                                                      namespace=ns)) for ns in namespaces}

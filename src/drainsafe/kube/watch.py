@@ -199,10 +199,13 @@ class Informer:
         items, rv = await self._client.list(self.path, self._params)
         self.stats.lists += 1
         fresh = {key_of(o): o for o in items}
+        old, self._cache = self._cache, fresh
+        # The cache first, then the hooks, as client-go updates an informer's store before
+        # it calls the handler (tools/cache/controller.go processDeltas): a hook that
+        # reads the cache sees what the event says.
         if self._on_event is not None:
-            for kind, obj in relist_events(self._cache, fresh):
+            for kind, obj in relist_events(old, fresh):
                 self._on_event(kind, obj)
-        self._cache = fresh
         self._rv = rv
         self._synced.set()
         await self._notify()

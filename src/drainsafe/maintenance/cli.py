@@ -1,4 +1,6 @@
-"""`drainsafe maintenance`: create, watch, pause and mark NodeMaintenances (issue 30).
+"""`drainsafe maintenance`: create, watch, pause, mark and delete NodeMaintenances (issue 30).
+
+`delete` asks the leader to give the nodes back (maintenance.delete says what is left).
 
 A thin shell over the API; each decision is a pure function below (`manifest_from_flags`,
 `done_refusal`, `node_rows`, `changed_lines`, `watch_exit`), tested without a cluster.
@@ -284,7 +286,8 @@ def register(subparsers: Any) -> None:
         "drainsafe controller's leader drains in waves; mark a node maintained under "
         "uncordon: WhenMaintained. " + exit_codes_text(
             (EXIT_OK, "done (watch: Succeeded)"),
-            (EXIT_FAILED, "watch: the maintenance Failed or was deleted"),
+            (EXIT_FAILED, "watch: the maintenance Failed or was deleted; delete --wait: "
+             "still there after --timeout"),
             (EXIT_USAGE, "usage or input error, a refused done mark"),
             (EXIT_API, "the API server cannot be reached, answers with an error, or does "
              "not serve NodeMaintenance")))
@@ -333,7 +336,15 @@ def register(subparsers: Any) -> None:
     d.add_argument("node", metavar="NODE")
     d.add_argument("--maintenance", required=True, metavar="NAME")
     d.set_defaults(handler=run_done)
-    for p in (c, w, s, d, *(sub.choices[v] for v in ("pause", "resume"))):
+    x = sub.add_parser("delete",
+                       help="delete a NodeMaintenance; the controller gives back its nodes")
+    x.add_argument("name", metavar="NAME")
+    x.add_argument("--wait", action="store_true",
+                   help="follow the give-back until the object is gone")
+    x.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="with --wait: exit 1 if still there after S seconds (default 300)")
+    x.set_defaults(handler=run_delete)
+    for p in (c, w, s, d, x, *(sub.choices[v] for v in ("pause", "resume"))):
         _connection(p)
 
 
@@ -475,6 +486,56 @@ def run_done(args: argparse.Namespace) -> int:
                            {"metadata": {"annotations": {MAINTAINED: args.maintenance}}})
         print(f"node/{args.node} marked maintained for NodeMaintenance {args.maintenance}")
         return EXIT_OK
+
+    return _run(args, body)
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    """DELETE, then with --wait the give-back per node (maintenance.delete) until gone."""
+    async def body(client: Any) -> int:
+        import asyncio
+        import contextlib
+
+        from drainsafe.kube import Informer, NotFound, api_path
+        from drainsafe.maintenance.delete import release_lines
+
+        if await _get_or_none(client, args.name) is None:
+            _err("delete", f"NodeMaintenance {args.name} not found")
+            return EXIT_USAGE
+        changed = asyncio.Event()
+        informers = [Informer(client, path, on_event=lambda *_: changed.set())
+                     for path in (_path(), api_path("v1", "nodes"))]
+        if args.wait:  # watching first: no change after the DELETE is missed
+            for informer in informers:
+                await informer.start()
+        try:
+            with contextlib.suppress(NotFound):  # gone meanwhile
+                await client.request("DELETE", _path(args.name))
+            print(f"nodemaintenance.drainsafe.io/{args.name} deleted")
+            if not args.wait:
+                return EXIT_OK
+            shown: list[str] = []
+            try:
+                async with asyncio.timeout(args.timeout):
+                    while True:
+                        changed.clear()
+                        obj = _find(informers[0].cache, args.name)
+                        lines = release_lines(args.name, obj, {
+                            str(n["metadata"]["name"]): n for n in informers[1].cache.values()})
+                        for line in lines:
+                            if line not in shown:
+                                print(line, flush=True)
+                        shown = lines
+                        if obj is None:
+                            return EXIT_OK
+                        await changed.wait()
+            except TimeoutError:
+                _err("delete", f"NodeMaintenance {args.name} still there after "
+                     f"{args.timeout:g}s (is drainsafe controller running?)")
+                return EXIT_FAILED
+        finally:
+            for informer in informers:
+                await informer.stop()
 
     return _run(args, body)
 

@@ -132,3 +132,17 @@ def maintained(node: NodeSeen | None, recorded: Recorded | None, when: Maintaine
             when.kubelet_version, node.kubelet_version, recorded, replaced):
         return True, "Replaced" if replaced else "KubeletUpgraded"
     return False, "AwaitingMaintenance"
+
+
+def marks_text(when: MaintainedWhen, maintenance: str) -> str:
+    """What marks a node maintained, for people (the node table, the Events)."""
+    marks = [f"{MAINTAINED}={maintenance}"] if when.annotation else []
+    if when.node_condition is not None:
+        marks.append(f"condition {when.node_condition.type}={when.node_condition.status}")
+    if when.boot_id_changed:
+        marks.append("a new boot ID")
+    if when.kubelet_version == KUBELET_VERSION_CHANGED:
+        marks.append("another kubelet version")
+    elif when.kubelet_version is not None:
+        marks.append(f"kubelet >= {when.kubelet_version}")
+    return " or ".join(marks)

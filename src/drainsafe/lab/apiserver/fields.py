@@ -1,18 +1,38 @@
 """Field selectors (?fieldSelector=spec.nodeName=n1,status.phase!=Succeeded).
 
 Grammar from kubernetes/apimachinery pkg/fields/selector.go: comma-separated terms,
-each `key=value`, `key==value` or `key!=value`. The real server accepts a fixed set of
-keys per resource (pods: spec.nodeName, status.phase, metadata.name, ...); the lab
-accepts any dotted path into the object, which is a superset. Pure functions.
+each `key=value`, `key==value` or `key!=value`; a backslash escapes `\\`, `,` and `=` in a
+value (EscapeValue / UnescapeValue, splitTerms, splitTerm), which fields.Set.AsSelector
+writes for any value that has them. The real server accepts a fixed set of keys per
+resource (pods: spec.nodeName, status.phase, metadata.name, ...); the lab accepts any
+dotted path into the object, which is a superset, except where a key is not the object's
+path: an Event's `source` is source.component, or reportingComponent when that is empty
+(kubernetes pkg/registry/core/event/strategy.go ToSelectableFields, read on the main
+branch; its involvedObject.kind/.namespace/.name/.uid/.apiVersion/.resourceVersion/
+.fieldPath, reason, reportingComponent and type are the object's paths, and the four
+involvedObject keys kubectl sends are there in every release). `kubectl describe` lists a
+cluster-scoped object's Events with `involvedObject.namespace=` (empty), which an
+involvedObject without a namespace matches. Pure functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.lab.apiserver.status import bad_request
+
+Reader = Callable[[Mapping[str, Any]], str]
+
+
+def _event_source(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("source") or {}).get("component") or obj.get("reportingComponent")
+               or "")
+
+
+# resource plural -> selector key -> how the server reads it, where not the object's path
+COMPUTED: dict[str, dict[str, Reader]] = {"events": {"source": _event_source}}
 
 
 @dataclass(frozen=True)
@@ -20,9 +40,11 @@ class FieldTerm:
     path: tuple[str, ...]
     equals: bool
     value: str
+    read: Reader | None = None  # a computed key (COMPUTED); None: the path
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
-        return (field_value(obj, self.path) == self.value) == self.equals
+        got = self.read(obj) if self.read is not None else field_value(obj, self.path)
+        return (got == self.value) == self.equals
 
 
 @dataclass(frozen=True)
@@ -36,7 +58,7 @@ class FieldSelector:
         """The value an equality term pins `path` to (for index look-ups), if any."""
         wanted = tuple(path.split("."))
         for t in self.terms:
-            if t.path == wanted and t.equals:
+            if t.path == wanted and t.equals and t.read is None:
                 return t.value
         return None
 
@@ -57,17 +79,70 @@ def field_value(obj: Mapping[str, Any], path: tuple[str, ...]) -> str:
     return str(cur)
 
 
-def parse(text: str | None) -> FieldSelector:
+def _split_terms(text: str) -> list[str]:
+    """Split on commas not escaped by a backslash (the escapes stay for _split_term)."""
+    terms, cur, escaped = [], "", False
+    for ch in text:
+        if escaped:
+            cur += ch
+            escaped = False
+        elif ch == "\\":
+            cur += ch
+            escaped = True
+        elif ch == ",":
+            terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    terms.append(cur)
+    return terms
+
+
+def _split_term(term: str) -> tuple[str, str, str] | None:
+    """key, operator, unescaped value; None without an operator."""
+    i = 0
+    while i < len(term):
+        if term[i] == "\\":
+            i += 2
+            continue
+        for op in ("!=", "==", "="):
+            if term.startswith(op, i):
+                return term[:i], op, _unescape(term[i + len(op):])
+        i += 1
+    return None
+
+
+def _unescape(value: str) -> str:
+    out, escaped = "", False
+    for ch in value:
+        if escaped:
+            if ch not in "\\,=":
+                raise bad_request(f"invalid field selector: invalid escape sequence '\\{ch}'")
+            out += ch
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        else:
+            out += ch
+    if escaped:
+        raise bad_request("invalid field selector: unterminated escape sequence")
+    return out
+
+
+def parse(text: str | None, resource: str = "") -> FieldSelector:
     if not text or not text.strip():
         return EVERYTHING
+    computed = COMPUTED.get(resource, {})
     terms = []
-    for raw in text.split(","):
+    for raw in _split_terms(text):
         term = raw.strip()
         if not term:
             continue
-        op = next((o for o in ("!=", "==", "=") if o in term), None)
-        key, _, value = term.partition(op) if op else ("", "", "")
-        if not op or not key.strip():
+        split = _split_term(term)
+        if split is None or not split[0].strip():
             raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
-        terms.append(FieldTerm(tuple(key.strip().split(".")), op != "!=", value.strip()))
+        key, op, value = split
+        key = key.strip()
+        terms.append(FieldTerm(tuple(key.split(".")), op != "!=", value.strip(),
+                               computed.get(key)))
     return FieldSelector(tuple(terms))

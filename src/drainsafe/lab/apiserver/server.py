@@ -353,7 +353,7 @@ class ApiServer:
 
     def _list(self, request: Request, rt: ResourceType, namespace: str | None) -> Response:
         q = request.query_params
-        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"))
+        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"), rt.plural)
         items, rv = self.store.list(rt, namespace, labels=labels, fields=flds)
         if self.crds.kind(rt) is not None:
             items = [self.crds.present(rt, o) for o in items]
@@ -377,10 +377,10 @@ class ApiServer:
     def _watch(self, request: Request, rt: ResourceType, namespace: str | None,
                name: str | None = None) -> Response:
         q = request.query_params
-        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"))
+        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"), rt.plural)
         if name is not None:
             flds = fields.parse(",".join(filter(None, [q.get("fieldSelector"),
-                                                       f"metadata.name={name}"])))
+                                                       f"metadata.name={name}"])), rt.plural)
         rv_text = q.get("resourceVersion") or ""
         since = None if rv_text in ("", "0") else _int_param(rv_text, "resourceVersion")
         timeout = _int_param(q.get("timeoutSeconds"), "timeoutSeconds")
@@ -554,7 +554,7 @@ class ApiServer:
     def _delete_collection(self, request: Request, rt: ResourceType, namespace: str | None,
                            opts: dict[str, Any]) -> Response:
         q = request.query_params
-        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"))
+        labels, flds = _selectors(q.get("labelSelector"), q.get("fieldSelector"), rt.plural)
         items, _ = self.store.list(rt, namespace, labels=labels, fields=flds)
         gone = []
         for o in items:
@@ -669,13 +669,13 @@ def _transition(ev: Event, labels: Any, flds: fields.FieldSelector) -> str | Non
     return None
 
 
-def _selectors(label_text: str | None, field_text: str | None
+def _selectors(label_text: str | None, field_text: str | None, resource: str
                ) -> tuple[Any, fields.FieldSelector]:
     try:
         labels = parse_labels(label_text)
     except SelectorError as exc:
         raise st.bad_request(f"unable to parse requirement: {exc}") from None
-    return labels, fields.parse(field_text)
+    return labels, fields.parse(field_text, resource)
 
 
 def _int_param(text: str | None, name: str) -> int | None:

@@ -1,0 +1,30 @@
+"""The typed reasons a NodeMaintenance gives: per node (status.nodes[].reason), and in the
+Events on the object (core/v1 Event.reason, UpperCamelCase as the API conventions ask of a
+reason: "a short, machine understandable string"). Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# Why a node is in its state (status.nodes[].reason).
+NodeReason = Literal[
+    "",  # Pending, not yet in a wave
+    "Cordoning",  # Cordoned: written before the cordon
+    "Draining",
+    "Deferred",  # Pending again: refused only for what the other nodes in progress hold
+    "Drained",  # Drained, or AwaitingMaintenance
+    "NodeGone",  # AwaitingMaintenance, and no node of its name exists (maintenance.maintained)
+    "Uncordoned",
+    "Refused",  # Failed: refused before any eviction, the cordon given back
+    "DrainFailed",  # Failed: the drain stopped; the node stays cordoned and recorded
+    "NotOurCordon",  # Failed: the cordon was not drainsafe's, so not removed
+    "Error",  # Failed: an API error past the retries
+]
+
+# Event.reason on the NodeMaintenance.
+EventReason = Literal[
+    "NodeStarted", "NodeDeferred", "NodeDrained", "NodeAwaitingMaintenance",
+    "NodeUncordoned", "NodeLeftCordoned", "NodeFailed",
+    "Paused", "Resumed", "Succeeded", "Failed", "Deleting", "CapacityBelowDesired",
+]
