@@ -2,7 +2,8 @@
 they were pushed), so a run is a pure function of its scenario and seed.
 
 Events are per node and per pod (drain start, eviction attempt, pod gone, replacement
-Ready, node back, surge node joins), never per request (drainsafe.simulate.lifecycle).
+Ready, node back, surge node joins, the wave planner's retry after a deferral), never
+per request (drainsafe.simulate.lifecycle).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import heapq
 
 # Event kinds
-DRAIN, EVICT, GONE, READY, BACK, SURGE = range(6)
+DRAIN, EVICT, GONE, READY, BACK, SURGE, WAVE = range(7)
 
 
 class EventLoop:

@@ -337,6 +337,7 @@ class Groups(Pods):
             self.step_moves.pop(move.step, None)
             for m in moves:
                 self.finish_move(m)
+            self.step_finished(move.step)
 
     def finish_move(self, move: _Move) -> None:
         """Scale back down: the stand-in goes."""
@@ -362,6 +363,10 @@ class Groups(Pods):
             standin=np.array([self.slot_standin[self.g_slot[g]] for g in self.sp_group],
                              dtype=np.bool_),
             serving_from=np.array(self.sp_from), serving_until=np.array(self.sp_until))
+
+    def step_finished(self, key: tuple[int, int]) -> None:
+        """drainsafe: step `key`'s surge is over (simulate.strategies)."""
+        raise NotImplementedError
 
     def try_evict(self, p: int) -> None:
         """Evict pod p through its budget or wait for it (simulate.strategies)."""

@@ -72,7 +72,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from drainsafe.simulate.distributions import SurvivalTable
-from drainsafe.simulate.events import BACK, DRAIN, EVICT, GONE, READY, SURGE
+from drainsafe.simulate.events import BACK, DRAIN, EVICT, GONE, READY, SURGE, WAVE
 from drainsafe.simulate.groups import GroupLog
 from drainsafe.simulate.maintenance import Waves
 from drainsafe.simulate.pods import READY_STATE, TerminationTimes, termination_times
@@ -117,6 +117,9 @@ class Lifecycle:
     survival: list[SurvivalTable] = field(default_factory=list)
     times: list[TerminationTimes] = field(default_factory=list)
     groups: GroupLog = field(default_factory=GroupLog.empty)
+    deferrals: int = 0
+    """NodeMaintenance nodes drainsafe's preflight refused for what others held (each
+    went back to Pending, retried last and alone after a backoff)."""
 
 
 
@@ -138,6 +141,9 @@ class _Engine(Strategies):
         self.waves = None if s.upgrade.maintenance is None else Waves(
             s.upgrade.maintenance, self.drained, s.upgrade.parallelism)
         self.nodes_done = 0
+        # drainsafe's preflight under a NodeMaintenance (deferred).
+        self.defers = self.waves is not None and s.upgrade.strategy == "drainsafe"
+        self.deferrals = 0
 
     def initial_placement(self) -> None:
         s = self.s
@@ -171,7 +177,7 @@ class _Engine(Strategies):
         # lands on a node whose drain starts in the same instant.
         first = ([self.to_drain.popleft()
                   for _ in range(min(s.upgrade.parallelism, len(self.drained)))]
-                 if self.waves is None else self.waves.start())
+                 if self.waves is None else self.waves.start(start))
         for node in first:
             self.cordoned[node] = True
             self.open_nodes.pop(node, None)
@@ -180,6 +186,7 @@ class _Engine(Strategies):
         handlers = {
             DRAIN: self.on_drain, EVICT: self.on_evict, GONE: self.on_gone,
             READY: self.on_ready, BACK: self.on_back, SURGE: self.on_surge,
+            WAVE: self.on_wave,
         }
         heap = self.heap
         while heap:
@@ -217,11 +224,14 @@ class _Engine(Strategies):
             survival=self.survival,
             times=self.times,
             groups=self.group_log(),
+            deferrals=self.deferrals,
         )
 
     def on_drain(self, node: int) -> None:
         self.cordoned[node] = True
         self.open_nodes.pop(node, None)
+        if self.defers and self.deferred(node):
+            return
         self.drain_started[node] = self.now
         pods = sorted(self.node_pods[node])
         if not pods:
@@ -252,6 +262,12 @@ class _Engine(Strategies):
 
     def node_emptied(self, node: int) -> None:
         self.emptied[node] = self.now
+        if node in self.node_steps:
+            self.awaiting_steps.add(node)  # drainsafe: a group's restore is still to come
+            return
+        self.node_drained(node)
+
+    def node_drained(self, node: int) -> None:
         self.up[node] = False
         self.push(self.now + self.node_upgrade.next(), BACK, node)
 
@@ -263,10 +279,38 @@ class _Engine(Strategies):
         self.open_node(node)
         self.schedule_pending()
         if self.waves is not None:
-            for n in self.waves.back(node):
+            for n in self.waves.back(node, self.now):
                 self.push(self.now, DRAIN, n)
         elif self.to_drain:
             self.push(self.now, DRAIN, self.to_drain.popleft())
+
+    def deferred(self, node: int) -> bool:
+        """NodeMaintenance: drainsafe's preflight refuses `node` for what the nodes in
+        progress hold (a workload one of them surges, or room for its surge: their cordons,
+        their new pods; or a surge node still to join), and the controller defers it: the
+        cordon given back, the node Pending again, retried last and alone after a backoff
+        (controller/maintenance.py; drain/preflight.py only_waiting_on). No room with
+        nothing that could give it back is no deferral: the surge waits Pending, as before.
+        """
+        assert self.waves is not None
+        owned, no_room = self.surge_blocked(node)
+        room_may_come = len(self.waves.in_progress) > 1 or not all(
+            self.up[self.s.nodes:])
+        if not owned and not (no_room and room_may_come):
+            return False
+        self.deferrals += 1
+        self.cordoned[node] = False
+        self.open_node(node)
+        self.schedule_pending()
+        self.push(self.waves.defer(node, self.now), WAVE, node)
+        self.on_wave(node)  # its slot is free: the planner starts others in its place
+        return True
+
+    def on_wave(self, _node: int) -> None:
+        """The planner runs again (a deferred node's backoff is over, or one left)."""
+        assert self.waves is not None
+        for n in self.waves.start(self.now):
+            self.push(self.now, DRAIN, n)
 
     def on_surge(self, node: int) -> None:
         self.up[node] = True

@@ -20,7 +20,7 @@ import math
 from drainsafe.pdb import status, unhealthy_pod_may_be_evicted
 from drainsafe.simulate.events import EVICT, GONE
 from drainsafe.simulate.groupmoves import Groups
-from drainsafe.simulate.groups import disruptions_needed
+from drainsafe.simulate.groups import disruptions_needed, place_group
 from drainsafe.simulate.pods import (
     DELETED,
     PENDING,
@@ -29,6 +29,7 @@ from drainsafe.simulate.pods import (
     TERMINATING,
 )
 from drainsafe.simulate.scenario import Scenario
+from drainsafe.simulate.surgelock import SurgeLocks
 
 
 class Strategies(Groups):
@@ -42,6 +43,15 @@ class Strategies(Groups):
         self.step_old: dict[tuple[int, int], list[int]] = {}
         self.step_new: dict[tuple[int, int], set[int]] = {}
         self.step_of: dict[int, tuple[int, int]] = {}  # new pod -> its step
+        # One surge of a workload at a time (simulate.surgelock): a step holds its
+        # workload's lock until its old pods are gone (groups: until restored).
+        self.locks = SurgeLocks()
+        self.step_left: dict[tuple[int, int], int] = {}  # old pods not yet gone
+        self.old_step: dict[int, tuple[int, int]] = {}  # old pod -> its step
+        # A node's drain is done when its steps are (groups: restored), not when it is
+        # empty: NodeDrainer.run returns once every workload's surge has.
+        self.node_steps: dict[int, int] = {}  # steps holding a lock, per node
+        self.awaiting_steps: set[int] = set()  # empty nodes whose steps are not done
 
     def drain_pods(self, node: int, pods: list[int]) -> None:
         """The drain of a cordoned node begins: what the strategy does with its pods."""
@@ -51,21 +61,22 @@ class Strategies(Groups):
                 self.try_evict(p)
         elif strategy == "drainsafe":
             # One step per workload: all of its pods here get a new pod at once (a starting
-            # one too: the drain counts it in the surge).
+            # one too: the drain counts it in the surge), once the node holds the
+            # workload's lock; a workload another node surges waits for it.
+            held: dict[int, None] = {}
             for p in pods:
                 if self.pod_state[p] in (TERMINATING, DELETED):
                     continue
-                key = (node, self.pod_w[p])
-                if self.pod_group[p] >= 0:
-                    self.surge_group(p, key)
-                    continue
-                r = self.new_pod(self.pod_w[p], replaces=p)
-                self.replaced_by[p] = r
-                self.step_old.setdefault(key, []).append(p)
-                self.step_new.setdefault(key, set()).add(r)
-                self.step_of[r] = key
-                self.pending.append(r)
+                w = self.pod_w[p]
+                if w not in held:
+                    if not self.locks.acquire(w, node, self.now):
+                        continue
+                    held[w] = None
+                    self.node_steps[node] = self.node_steps.get(node, 0) + 1
+                self.surge_pod(node, p)
             self.schedule_pending()
+            for w in held:
+                self.maybe_step_done((node, w))
         else:
             # Make before break for every pod on the node, a starting one included: evicting
             # it now would only be refused by the budget and retried once it serves.
@@ -78,6 +89,109 @@ class Strategies(Groups):
                 self.replaced_by[p] = r
                 self.pending.append(r)
             self.schedule_pending()
+
+    def surge_pod(self, node: int, p: int) -> None:
+        """drainsafe: pod p joins its workload's step on `node`: a new pod (or a stand-in
+        group) for it."""
+        key = (node, self.pod_w[p])
+        if self.pod_group[p] >= 0:
+            self.surge_group(p, key)
+            return
+        r = self.new_pod(self.pod_w[p], replaces=p)
+        self.replaced_by[p] = r
+        self.step_old.setdefault(key, []).append(p)
+        self.step_new.setdefault(key, set()).add(r)
+        self.step_of[r] = key
+        self.step_left[key] = self.step_left.get(key, 0) + 1
+        self.old_step[p] = key
+        self.pending.append(r)
+
+    def start_step(self, node: int, w: int) -> None:
+        """`node` holds workload w's lock now, after waiting: surge its pods there."""
+        self.node_steps[node] = self.node_steps.get(node, 0) + 1
+        for p in sorted(self.node_pods[node]):
+            if self.pod_w[p] == w and self.pod_state[p] not in (TERMINATING, DELETED):
+                self.surge_pod(node, p)
+        self.schedule_pending()
+        self.maybe_step_done((node, w))
+
+    def maybe_step_done(self, key: tuple[int, int]) -> None:
+        """A step with nothing left to wait for (no pod of its own left, no group move)
+        gives the lock back."""
+        if key not in self.step_left and key not in self.step_moves:
+            self.step_finished(key)
+
+    def step_finished(self, key: tuple[int, int]) -> None:
+        """The surge of step `key` is over (its old pods gone, its groups restored): the
+        next node waiting for the workload surges it."""
+        if self.locks.holder.get(key[1]) != key[0]:
+            return
+        nxt = self.locks.release(key[1], self.now)
+        node = key[0]
+        self.node_steps[node] -= 1
+        if not self.node_steps[node]:
+            del self.node_steps[node]
+            if node in self.awaiting_steps:
+                self.awaiting_steps.discard(node)
+                self.node_drained(node)
+        if nxt is not None:
+            self.start_step(nxt, key[1])
+
+    def node_drained(self, node: int) -> None:
+        """The node's drain is done: its maintenance begins (simulate.lifecycle)."""
+        raise NotImplementedError
+
+    def on_gone(self, p: int) -> None:
+        super().on_gone(p)
+        if not self.old_step:
+            return
+        key = self.old_step.pop(p, None)
+        if key is None:
+            return
+        left = self.step_left[key] - 1
+        if left:
+            self.step_left[key] = left
+            return
+        del self.step_left[key]
+        self.step_finished(key)
+
+    def surge_blocked(self, node: int) -> tuple[bool, bool]:
+        """What drainsafe's preflight of `node` finds now: (a workload there is surged for
+        another node since before now, no room for every new pod its surge needs). Room
+        is first fit over the schedulable nodes' free GPUs, one stand-in group per group
+        not already moved."""
+        free = list(self.free)
+        order = list(self.open_nodes)
+        owned = False
+        groups: set[int] = set()
+        room = True
+        for p in sorted(self.node_pods[node]):
+            if self.pod_state[p] in (TERMINATING, DELETED):
+                continue
+            w = self.pod_w[p]
+            owned = owned or self.locks.owned_by_other(w, node, self.now)
+            if not room:
+                continue
+            wl = self.s.workloads[w]
+            g = self.pod_group[p]
+            if g >= 0:
+                if g in groups or self.g_slot[g] in self.moves:
+                    continue
+                groups.add(g)
+                nodes = place_group(order, free, wl.gpus, wl.group_size)
+                if nodes is None:
+                    room = False
+                    continue
+                for n in nodes:
+                    free[n] -= wl.gpus
+                continue
+            for n in order:
+                if free[n] >= wl.gpus:
+                    free[n] -= wl.gpus
+                    break
+            else:
+                room = False
+        return owned, not room
 
     def step_ready(self, r: int) -> None:
         """drainsafe: a new pod is Ready; when its whole step is, evict the step's old pods
