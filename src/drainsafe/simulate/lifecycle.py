@@ -46,7 +46,10 @@ Kubernetes behaviour modelled (and where it comes from):
   node in one step, and once all of those new pods are Ready evict the old ones as fast as
   the PDB allows (the drain watches the budget's status, so a refused eviction is retried as
   soon as a pod turns Ready, not on a 5 s timer); each accepted eviction lowers the scale by
-  one, so the ReplicaSet does not replace the evicted pod. Still through the PDB.
+  one, so the ReplicaSet does not replace the evicted pod. Still through the PDB. One surge
+  of a workload at a time (drainsafe.simulate.surgelock: the drainers' lock per workload);
+  a node's drain is done when its steps are. Under a NodeMaintenance a node whose preflight
+  meets another node's surge, or lacks room, is deferred (Engine.deferred).
 - surge (make before break, per pod): cordon, start a replacement for each pod first, evict
   the old pod only when its own replacement is Ready (still through the PDB).
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then

@@ -6,7 +6,9 @@ whole model and its sources: drainsafe.simulate.lifecycle's docstring).
   deleted pod at once.
 - drainsafe (src/drainsafe/drain/execute.py, surgefirst.py): one step per (node, workload):
   a new pod for each of its pods on the node, then, once all of them are Ready, evict the
-  old ones as fast as the budget allows (watching the budget's status, not a timer).
+  old ones as fast as the budget allows (watching the budget's status, not a timer); a
+  step holds its workload's lock (simulate.surgelock) until its old pods are gone (groups:
+  restored), as surgefirst.drain_workload and groupsurge.drain_groups hold theirs.
 - surge: make before break per pod: evict a pod once its own replacement is Ready.
 
 Every eviction goes through the PodDisruptionBudget (drainsafe.pdb, the disruption
