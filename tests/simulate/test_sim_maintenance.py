@@ -41,11 +41,14 @@ def _most_in_progress(r: Result) -> int:
     return most
 
 
-@pytest.mark.parametrize("strategy", ["kubectl", "drainsafe"])
-def test_max_parallel_nodes_alone_is_the_upgrade_parallelism(strategy: str) -> None:
+@pytest.mark.parametrize(("strategy", "parallel"), [("kubectl", (1, 2, 3)),
+                                                   ("drainsafe", (1, 2))])
+def test_max_parallel_nodes_alone_is_the_upgrade_parallelism(
+        strategy: str, parallel: tuple[int, ...]) -> None:
     """Without maxUnavailable the planner starts nodes in order, `parallelism` at a time:
-    the same run, event for event, as the plain upgrade."""
-    for k in (1, 2, 3):
+    the same run, event for event, as the plain upgrade (drainsafe: while no node is
+    deferred, below)."""
+    for k in parallel:
         plain = simulate(parse_scenario(small(**{"upgrade.parallelism": k,
                                                  "upgrade.strategy": strategy})))
         waves = simulate(parse_scenario(_maintained(k, **{"upgrade.strategy": strategy})))
@@ -53,6 +56,22 @@ def test_max_parallel_nodes_alone_is_the_upgrade_parallelism(strategy: str) -> N
         np.testing.assert_array_equal(plain.lifecycle.node_drain_started,
                                       waves.lifecycle.node_drain_started)
         assert waves.upgrade_time == plain.upgrade_time and waves.failed == plain.failed
+
+
+def test_drainsafe_defers_a_node_that_meets_another_nodes_surge() -> None:
+    """Three nodes at once, the one Deployment on all of them: the first wave passes its
+    preflights together and queues on the workload's lock; each node started when one is
+    back meets a surge of the workload still going (the queued ones'), is deferred, and
+    runs later and alone, where the plain fleet drain just queues it on the lock."""
+    plain = simulate(parse_scenario(small(**{"upgrade.parallelism": 3,
+                                             "upgrade.strategy": "drainsafe"})))
+    waves = simulate(parse_scenario(_maintained(3, **{"upgrade.strategy": "drainsafe"})))
+    assert plain.lifecycle.deferrals == 0 and waves.lifecycle.deferrals == 3
+    started = waves.lifecycle.node_drain_started
+    assert list(started[:3]) == [5.0] * 3
+    back = np.sort(waves.lifecycle.node_back)
+    assert list(started[3:]) == list(back[2:5])  # last and alone: each once the one before is back
+    assert waves.upgrade_time > plain.upgrade_time
 
 
 def test_max_unavailable_bounds_the_nodes_in_progress() -> None:

@@ -17,11 +17,12 @@ The planner sees a window of the fleet: the nodes in progress and the first
 in one wave, and every Pending node is available, so none is moved ahead of the others
 (next_wave puts unavailable ones first). It keeps each call O(parallelism), not O(fleet).
 
-Not modelled: a node the controller defers because its workloads have no room to surge yet
-(controller.maintenance, Deferred: cordon given back, retried last and alone after a
-backoff); in the simulator the surge pods wait Pending for room instead, on a node that
-stays cordoned. So where room is short the simulator's nodes hold their slot meanwhile
-and the lab's do not, and the lab adds the backoff.
+A node the controller defers (controller.maintenance, Deferred: drainsafe's preflight
+refused it for what the nodes in progress hold, room or a workload one of them surges;
+the engine decides that, drainsafe.simulate.lifecycle) is Pending again: the planner gets
+it as `later`, and as `not_now` until its backoff is over (RETRY_MIN_SECONDS doubled at
+each refusal, up to RETRY_MAX_SECONDS: `defer` returns when); so it starts last and alone.
+The window then holds the deferred nodes too (they are Pending and available).
 """
 
 from __future__ import annotations
@@ -70,32 +71,57 @@ class Waves:
         self.next_pending = 0  # positions in `order` below it have started
         self.in_progress: dict[int, None] = {}  # started, not yet back (in start order)
         self.held = ""  # why Pending nodes wait, when the last wave left some
+        self.deferred: dict[int, float] = {}  # Pending again after a refusal: when
+        self.refusals: dict[int, int] = {}  # per node, refusals so far (never forgotten)
 
-    def start(self) -> list[int]:
+    def start(self, now: float = 0.0) -> list[int]:
         """The nodes to cordon and drain now."""
-        pending = [self.order[i] for i in range(
+        fresh = [self.order[i] for i in range(
             self.next_pending, min(self.next_pending + self.parallelism, self.nodes))]
-        window = list(self.in_progress) + pending
+        window = list(self.in_progress) + fresh + list(self.deferred)
         states: dict[str, NodeState] = {str(n): "Draining" for n in self.in_progress}
         facts = [NodeFacts(str(n), ready=True, unschedulable=n in self.in_progress)
                  for n in window]
+        later = {str(n) for n in self.deferred}
+        not_now = {str(n) for n, when in self.deferred.items()
+                   if now < when + self.backoff(n)}
         wave = next_wave(facts, states, max_parallel=self.parallelism,
-                         unavailable_budget=self.budget, uncordon="WhenMaintained")
+                         unavailable_budget=self.budget, uncordon="WhenMaintained",
+                         later=later, not_now=not_now)
         started = [int(n) for n in wave.start]
+        new = [n for n in started if n not in self.deferred]
         # Pending nodes are all available, so the planner keeps them in order.
-        assert started == pending[:len(started)]
-        self.next_pending += len(started)
+        assert new == fresh[:len(new)]
+        for n in started:
+            self.deferred.pop(n, None)
+        self.next_pending += len(new)
         self.in_progress.update(dict.fromkeys(started))
         self.held = wave.held or ""
         return started
 
-    def back(self, node: int) -> list[int]:
+    def back(self, node: int, now: float = 0.0) -> list[int]:
         """`node` is Uncordoned: the nodes that start now."""
         self.in_progress.pop(node, None)
-        return self.start()
+        return self.start(now)
+
+    def backoff(self, node: int) -> float:
+        """Seconds a deferred node waits after its last refusal (the controller's
+        _not_now)."""
+        from drainsafe.controller.maintenance import RETRY_MAX_SECONDS, RETRY_MIN_SECONDS
+
+        return float(min(RETRY_MIN_SECONDS * 2 ** (self.refusals[node] - 1), RETRY_MAX_SECONDS))
+
+    def defer(self, node: int, now: float) -> float:
+        """`node` was refused for what others hold: Pending again. Returns when its
+        backoff ends."""
+        self.in_progress.pop(node, None)
+        self.refusals[node] = self.refusals.get(node, 0) + 1
+        self.deferred[node] = now
+        return now + self.backoff(node)
 
     def wedge_reason(self) -> str | None:
-        if self.next_pending < self.nodes and not self.in_progress and self.held:
+        if (self.next_pending < self.nodes or self.deferred) and not self.in_progress \
+                and self.held and self.held != "deferred":
             return (f"maxUnavailable {self.maintenance.max_unavailable} allows no node of "
                     f"{self.nodes} to start ({self.budget} unavailable at most)")
         return None

@@ -77,6 +77,9 @@ def print_result(result: Result, console: Console) -> None:
     figures.add_row("node drain (cordon to empty), mean / max",
                     f"{duration_text(drains['mean'])} / {duration_text(drains['max'])}")
     figures.add_row("most pods Pending at once", str(result.lifecycle.pending_max))
+    if s.upgrade.maintenance is not None:
+        figures.add_row("nodes deferred (preflight refused, retried later)",
+                        str(result.lifecycle.deferrals))
     figures.add_row("events simulated", f"{result.lifecycle.events:,} in "
                     f"{result.seconds:.2f} s")
     console.print(figures)

@@ -128,6 +128,7 @@ class Result:
             },
             "pods_deleted": len(lc.deleted_at),
             "max_pending_pods": lc.pending_max,
+            "deferrals": lc.deferrals,
             "events": lc.events,
             "simulated_seconds": round(lc.end, 3),
             "wall_seconds": round(self.seconds, 4),

@@ -1,0 +1,335 @@
+"""What each drain strategy does with the pods of a node, and the eviction itself (the
+whole model and its sources: drainsafe.simulate.lifecycle's docstring).
+
+- kubectl: evict every pod on the node at once (kubectl drain; a refused eviction retried
+  every `eviction_retry` seconds, 5 s as kubectl drain does); the ReplicaSet replaces a
+  deleted pod at once.
+- drainsafe (src/drainsafe/drain/execute.py, surgefirst.py): one step per (node, workload):
+  a new pod for each of its pods on the node, then, once all of them are Ready, evict the
+  old ones as fast as the budget allows (watching the budget's status, not a timer); a
+  step holds its workload's lock (simulate.surgelock) until its old pods are gone (groups:
+  restored), as surgefirst.drain_workload and groupsurge.drain_groups hold theirs.
+- surge: make before break per pod: evict a pod once its own replacement is Ready.
+
+Every eviction goes through the PodDisruptionBudget (drainsafe.pdb, the disruption
+controller's arithmetic; unhealthyPodEvictionPolicy for a pod not Ready).
+"""
+
+from __future__ import annotations
+
+import math
+
+from drainsafe.pdb import status, unhealthy_pod_may_be_evicted
+from drainsafe.simulate.events import EVICT, GONE
+from drainsafe.simulate.groupmoves import Groups
+from drainsafe.simulate.groups import disruptions_needed, place_group
+from drainsafe.simulate.pods import (
+    DELETED,
+    PENDING,
+    READY_STATE,
+    STARTING,
+    TERMINATING,
+)
+from drainsafe.simulate.scenario import Scenario
+from drainsafe.simulate.surgelock import SurgeLocks
+
+
+class Strategies(Groups):
+    """The strategies' eviction decisions."""
+
+    def __init__(self, s: Scenario) -> None:
+        super().__init__(s)
+        self.waiters: list[list[int]] = [[] for _ in s.workloads]
+        # drainsafe strategy: the surge of one workload on one node is one step: its old
+        # pods are evicted once every new pod of the step is Ready.
+        self.step_old: dict[tuple[int, int], list[int]] = {}
+        self.step_new: dict[tuple[int, int], set[int]] = {}
+        self.step_of: dict[int, tuple[int, int]] = {}  # new pod -> its step
+        # One surge of a workload at a time (simulate.surgelock): a step holds its
+        # workload's lock until its old pods are gone (groups: until restored).
+        self.locks = SurgeLocks()
+        self.step_left: dict[tuple[int, int], int] = {}  # old pods not yet gone
+        self.old_step: dict[int, tuple[int, int]] = {}  # old pod -> its step
+        # A node's drain is done when its steps are (groups: restored), not when it is
+        # empty: NodeDrainer.run returns once every workload's surge has.
+        self.node_steps: dict[int, int] = {}  # steps holding a lock, per node
+        self.awaiting_steps: set[int] = set()  # empty nodes whose steps are not done
+
+    def drain_pods(self, node: int, pods: list[int]) -> None:
+        """The drain of a cordoned node begins: what the strategy does with its pods."""
+        strategy = self.s.upgrade.strategy
+        if strategy == "kubectl":
+            for p in pods:
+                self.try_evict(p)
+        elif strategy == "drainsafe":
+            # One step per workload: all of its pods here get a new pod at once (a starting
+            # one too: the drain counts it in the surge), once the node holds the
+            # workload's lock; a workload another node surges waits for it.
+            held: dict[int, None] = {}
+            for p in pods:
+                if self.pod_state[p] in (TERMINATING, DELETED):
+                    continue
+                w = self.pod_w[p]
+                if w not in held:
+                    if not self.locks.acquire(w, node, self.now):
+                        continue
+                    held[w] = None
+                    self.node_steps[node] = self.node_steps.get(node, 0) + 1
+                self.surge_pod(node, p)
+            self.schedule_pending()
+            for w in held:
+                self.maybe_step_done((node, w))
+        else:
+            # Make before break for every pod on the node, a starting one included: evicting
+            # it now would only be refused by the budget and retried once it serves.
+            for p in pods:
+                if self.pod_group[p] >= 0:
+                    if self.pod_state[p] not in (TERMINATING, DELETED):
+                        self.surge_group(p, None)
+                    continue
+                r = self.new_pod(self.pod_w[p], replaces=p)
+                self.replaced_by[p] = r
+                self.pending.append(r)
+            self.schedule_pending()
+
+    def surge_pod(self, node: int, p: int) -> None:
+        """drainsafe: pod p joins its workload's step on `node`: a new pod (or a stand-in
+        group) for it."""
+        key = (node, self.pod_w[p])
+        if self.pod_group[p] >= 0:
+            self.surge_group(p, key)
+            return
+        r = self.new_pod(self.pod_w[p], replaces=p)
+        self.replaced_by[p] = r
+        self.step_old.setdefault(key, []).append(p)
+        self.step_new.setdefault(key, set()).add(r)
+        self.step_of[r] = key
+        self.step_left[key] = self.step_left.get(key, 0) + 1
+        self.old_step[p] = key
+        self.pending.append(r)
+
+    def start_step(self, node: int, w: int) -> None:
+        """`node` holds workload w's lock now, after waiting: surge its pods there."""
+        self.node_steps[node] = self.node_steps.get(node, 0) + 1
+        for p in sorted(self.node_pods[node]):
+            if self.pod_w[p] == w and self.pod_state[p] not in (TERMINATING, DELETED):
+                self.surge_pod(node, p)
+        self.schedule_pending()
+        self.maybe_step_done((node, w))
+
+    def maybe_step_done(self, key: tuple[int, int]) -> None:
+        """A step with nothing left to wait for (no pod of its own left, no group move)
+        gives the lock back."""
+        if key not in self.step_left and key not in self.step_moves:
+            self.step_finished(key)
+
+    def step_finished(self, key: tuple[int, int]) -> None:
+        """The surge of step `key` is over (its old pods gone, its groups restored): the
+        next node waiting for the workload surges it."""
+        if self.locks.holder.get(key[1]) != key[0]:
+            return
+        nxt = self.locks.release(key[1], self.now)
+        node = key[0]
+        self.node_steps[node] -= 1
+        if not self.node_steps[node]:
+            del self.node_steps[node]
+            if node in self.awaiting_steps:
+                self.awaiting_steps.discard(node)
+                self.node_drained(node)
+        if nxt is not None:
+            self.start_step(nxt, key[1])
+
+    def node_drained(self, node: int) -> None:
+        """The node's drain is done: its maintenance begins (simulate.lifecycle)."""
+        raise NotImplementedError
+
+    def on_gone(self, p: int) -> None:
+        super().on_gone(p)
+        if not self.old_step:
+            return
+        key = self.old_step.pop(p, None)
+        if key is None:
+            return
+        left = self.step_left[key] - 1
+        if left:
+            self.step_left[key] = left
+            return
+        del self.step_left[key]
+        self.step_finished(key)
+
+    def surge_blocked(self, node: int) -> tuple[bool, bool]:
+        """What drainsafe's preflight of `node` finds now: (a workload there is surged for
+        another node since before now, no room for every new pod its surge needs). Room
+        is first fit over the schedulable nodes' free GPUs, one stand-in group per group
+        not already moved."""
+        free = list(self.free)
+        order = list(self.open_nodes)
+        owned = False
+        groups: set[int] = set()
+        room = True
+        for p in sorted(self.node_pods[node]):
+            if self.pod_state[p] in (TERMINATING, DELETED):
+                continue
+            w = self.pod_w[p]
+            owned = owned or self.locks.owned_by_other(w, node, self.now)
+            if not room:
+                continue
+            wl = self.s.workloads[w]
+            g = self.pod_group[p]
+            if g >= 0:
+                if g in groups or self.g_slot[g] in self.moves:
+                    continue
+                groups.add(g)
+                nodes = place_group(order, free, wl.gpus, wl.group_size)
+                if nodes is None:
+                    room = False
+                    continue
+                for n in nodes:
+                    free[n] -= wl.gpus
+                continue
+            for n in order:
+                if free[n] >= wl.gpus:
+                    free[n] -= wl.gpus
+                    break
+            else:
+                room = False
+        return owned, not room
+
+    def step_ready(self, r: int) -> None:
+        """drainsafe: a new pod is Ready; when its whole step is, evict the step's old pods
+        (the budget decides how many go now; the rest wait for it)."""
+        key = self.step_of.get(r)
+        if key is None:
+            old = self.pod_replaces[r]
+            if old >= 0:
+                self.try_evict(old)
+            return
+        if any(self.pod_state[n] != READY_STATE for n in self.step_new[key]):
+            return
+        for n in self.step_new.pop(key):
+            self.step_of.pop(n, None)
+        for old in self.step_old.pop(key):
+            self.try_evict(old)
+
+    def evictable(self, p: int) -> bool:
+        w = self.pod_w[p]
+        spec = self.s.workloads[w].pdb
+        if spec is None:
+            return True
+        # Make before break scales the workload up by its replacements in progress, and the
+        # disruption controller counts that scale (so an extra Ready pod is no free slack).
+        # A replacement is added to the scale once there is room for it, not while Pending:
+        # a make-before-break tool that over-commits would wedge its own budget.
+        # Over a grouped workload the budget counts pods, not groups.
+        wl = self.s.workloads[w]
+        scale = max(wl.pods, self.matched[w] - self.pending_of[w])
+        st = status(spec, expected_scale=scale, matched_pods=self.matched[w],
+                    current_healthy=self.ready_pods[w])
+        if self.pod_state[p] != READY_STATE:
+            return unhealthy_pod_may_be_evicted(spec, current_healthy=self.ready_pods[w],
+                                                desired=st.desired_healthy)
+        need = 1
+        if self.pod_group[p] >= 0 and self.s.upgrade.strategy == "drainsafe":
+            need = disruptions_needed(wl.group_size, wl.recreates_group or self.is_leader(p))
+        return st.disruptions_allowed >= need
+
+    def try_evict(self, p: int) -> None:
+        state = self.pod_state[p]
+        if state in (TERMINATING, DELETED):
+            return
+        if state == PENDING:
+            # A pod that never got a node is not on the drained node; nothing to evict.
+            return
+        if self.evictable(p):
+            self.delete(p)
+            return
+        if math.isnan(self.pod_first_refusal[p]):
+            self.pod_first_refusal[p] = self.now
+        self.waiters[self.pod_w[p]].append(p)
+
+    def on_evict(self, p: int) -> None:
+        self.try_evict(p)
+
+    def delete(self, p: int) -> None:
+        # The consumers' routing up to now, before p stops being Ready: a pod learnt of
+        # since the last deletion is routed to.
+        self.catch_up()
+        g = self.pod_group[p]
+        if g >= 0:
+            if self.s.workloads[self.g_w[g]].recreates_group or self.is_leader(p):
+                # The LWS controller takes the rest of the group down with it (or, under
+                # None, the leader's workers go with their StatefulSet it owns).
+                self.delete_group(g)
+            else:
+                self.delete_group_pod(p)
+            return
+        w = self.pod_w[p]
+        was_ready = self.pod_state[p] == READY_STATE
+        self.pod_state[p] = TERMINATING
+        self.matched[w] -= 1
+        tt = self.times[w]
+        if was_ready:
+            self.ready[w] -= 1
+            self.ready_pods[w] -= 1
+            self.record_ready()
+            gone = self.serving_deleted(p, w)
+        else:
+            gone = tt.close
+        self.push(self.now + gone, GONE, p)
+        # The ReplicaSet replaces a deleted pod at once. drainsafe started the replacement
+        # of a Ready pod before evicting it; a pod evicted before it was Ready (say a
+        # replacement on a node drained meanwhile) is re-made and keeps its duty.
+        if self.s.upgrade.strategy == "kubectl":
+            self.pending.append(self.new_pod(w))
+            self.schedule_pending()
+        else:
+            # Surge: a replacement evicted while the pod it replaces still runs passes its
+            # duty on to a new one; any other evicted pod already has its replacement.
+            old = self.pod_replaces[p]
+            if old >= 0 and self.pod_state[old] in (STARTING, READY_STATE):
+                heir = self.replaced_by.get(p, -1)
+                if heir >= 0 and self.pod_state[heir] in (PENDING, STARTING, READY_STATE):
+                    # p's own replacement takes over: it now replaces the pod p replaced.
+                    self.pod_replaces[heir] = old
+                    self.replaced_by[old] = heir
+                    self.pass_duty(p, heir)
+                    if self.pod_state[heir] == READY_STATE:
+                        self.on_new_ready(heir)
+                else:
+                    r = self.new_pod(w, replaces=old)
+                    self.replaced_by[old] = r
+                    self.pass_duty(p, r)
+                    self.pending.append(r)
+                    self.schedule_pending()
+
+    def pass_duty(self, p: int, heir: int) -> None:
+        """A new pod of a drainsafe group was evicted before it served: its heir joins the
+        group in its place."""
+        key = self.step_of.pop(p, None)
+        if key is not None:
+            self.step_new[key].discard(p)
+            self.step_new[key].add(heir)
+            self.step_of[heir] = key
+
+    def on_new_ready(self, r: int) -> None:
+        if self.s.upgrade.strategy == "drainsafe":
+            self.step_ready(r)
+        else:
+            old = self.pod_replaces[r]
+            if old >= 0:
+                self.try_evict(old)
+
+    def wake_waiters(self, w: int) -> None:
+        waiting = self.waiters[w]
+        if not waiting:
+            return
+        self.waiters[w] = []
+        retry = self.s.upgrade.eviction_retry
+        for p in waiting:
+            if self.s.upgrade.strategy == "drainsafe":
+                # drainsafe waits on the budget's status, not on a retry timer.
+                self.push(self.now, EVICT, p)
+                continue
+            first = self.pod_first_refusal[p]
+            ticks = math.ceil((self.now - first) / retry - 1e-9)
+            self.push(first + max(ticks, 1) * retry, EVICT, p)
