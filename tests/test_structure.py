@@ -243,3 +243,26 @@ def test_a_package_init_is_an_edge_of_what_imports_inside_it(tmp_path: Path) -> 
     graph = import_graph(tmp_path, "pkg")
     assert graph["pkg.sub.x"] == frozenset()  # its own package is already being imported
     assert strongly_connected(graph) == [frozenset({"pkg.sub", "pkg.y"})]
+
+
+def test_no_merge_conflict_markers_in_the_tree() -> None:
+    """A merge resolved by hand once left git's markers in a document; git adds such a file
+    without a word. Every tracked text file is read."""
+    import subprocess
+
+    root = SRC.parent
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    markers = ("<<<<<<< ", ">>>>>>> ")
+    found = []
+    for name in filter(None, files):
+        path = root / name
+        if not path.is_file() or path.suffix in {".png", ".gz", ".pyc"}:
+            continue
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            continue
+        found += [f"{name}:{i}" for i, line in enumerate(lines, 1)
+                  if line.startswith(markers) or line == "======="]
+    assert not found, found
