@@ -1,0 +1,125 @@
+"""Room and budgets for a wave: may a Pending node join the nodes in progress and the wave
+chosen so far, and if not, why (issue 30: "nodes are chosen so that no workload loses
+capacity (surge room counted, GPU and MIG), PDBs are never taken by surprise, and the nodes
+whose workloads cannot surge are scheduled last and said so").
+
+The room is the drain engine's own, not re-derived: drain.plan.plan_drain of the nodes in
+progress, the wave so far and the candidate *together*, as drainsafe drain's fleet mode
+plans its nodes, so the stand-ins, recreations and replacements of all of them are placed
+at once (drain.room: first fit, largest GPU request first, nvidia.com/gpu and
+nvidia.com/mig-* counted; a placed one occupies its node; drain.plan: a StatefulSet pod
+needs room twice, a LeaderWorkerSet a stand-in group plus its recreated pods, an
+exclusive-topology one whole free domains). A candidate fits when that plan has no "no-room"
+blocker the plan without it lacks. Nodes in progress are planned with what they still
+need: a surge already Ready elsewhere asks for no room again (drain.plan._lacking).
+
+Budgets: a PodDisruptionBudget whose pods are on several nodes of the wave is disrupted by
+each node's drain at once (one eviction queue per workload and node, drain.plan.Queue);
+the wave takes no more nodes under a budget than it allows at best (drain.budgets'
+best case, with the surge where its workloads surge, in whole groups for a
+LeaderWorkerSet whose evictions take groups), so no drain waits on a budget another node
+of the same wave spends. A budget that allows nothing at all is the drain's own refusal
+("wedged-budget"), not a wait: it fails the node, as before.
+
+A node that does not fit while nothing of the operation is in progress *cannot surge* now
+(nothing this operation holds is in its way): the reconciler says so on the node and starts
+it last (maintenance.waves, `last`), and only once it fits; a capacity floor that allows
+evict-first (drain.floors) makes a plan fit that needs less room.
+
+Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from drainsafe.drain.filters import DrainOptions
+from drainsafe.drain.plan import DrainPlan, plan_drain
+from drainsafe.drain.workloads import ClusterState
+from drainsafe.kube.objects import WorkloadRef
+
+# Why a Pending node does not join the wave: no room for what it needs beside the nodes in
+# progress and the wave; a budget the wave already spends; no room even with nothing of the
+# operation in progress.
+HoldCode = Literal["no-room", "budget", "cannot-surge"]
+
+
+@dataclass(frozen=True)
+class Hold:
+    code: HoldCode
+    message: str
+
+
+def _room_blockers(plan: DrainPlan) -> set[str]:
+    """The objects refused for room (their messages list every node, so they change with
+    the nodes planned; the objects do not)."""
+    return {b.object for b in plan.blockers if b.kind == "no-room"}
+
+
+def _no_room_message(plan: DrainPlan, new: set[str]) -> str:
+    """"no room for Deployment ns/x (Pod ns/x-1: ...)", the workloads first."""
+    pods = {f"Pod {p.key}": p for p in plan.pods}
+    refs = {WorkloadRef.parse(w) for o in new
+            if o in pods and (w := pods[o].workload) is not None}
+    workloads = sorted(f"{r.kind} {r.namespace}/{r.name}" for r in refs)
+    first = next(b for b in plan.blockers if b.kind == "no-room" and b.object == min(new))
+    head = f"no room for {', '.join(workloads)}" if workloads else "no room"
+    return f"{head} ({first.object}: {first.message})"
+
+
+def _node_units(plan: DrainPlan, budget: str) -> dict[str, int]:
+    """Nodes of the plan with pods to evict under `budget`: each node's drain disrupts it
+    once at a time per workload (one queue per workload and node)."""
+    out: dict[str, set[str | None]] = {}
+    for p in plan.pods:
+        if p.action == "evict" and budget in p.pdbs:
+            out.setdefault(p.node, set()).add(p.workload)
+    return {node: len(ws) for node, ws in out.items()}
+
+
+def _budget_hold(plan: DrainPlan, node: str) -> Hold | None:
+    for b in plan.budgets:
+        units = _node_units(plan, b.key)
+        if node not in units:
+            continue
+        allowed = max(b.best_case_disruptions, b.best_case_with_surge)
+        wanted = sum(units.values())
+        if allowed and wanted > allowed:
+            unit = "pod(s)" if b.group_size is None else f"whole group(s) of {b.group_size}"
+            return Hold("budget", f"PodDisruptionBudget {b.key} allows {allowed} {unit} at "
+                                  f"once; with this node the wave would take {wanted} "
+                                  f"(nodes {', '.join(sorted(units))})")
+    return None
+
+
+class WaveRoom:
+    """Room and budget checks over one snapshot of the cluster (`state`, as
+    drain.preflight.read_cluster reads it) for the nodes in progress (`in_progress`)."""
+
+    def __init__(self, state: ClusterState, options: DrainOptions,
+                 in_progress: Sequence[str]) -> None:
+        self.state, self.options = state, options
+        self.in_progress = tuple(in_progress)
+        self._plans: dict[tuple[str, ...], DrainPlan] = {}
+
+    def _plan(self, nodes: Sequence[str]) -> DrainPlan:
+        key = tuple(nodes)
+        if key not in self._plans:
+            self._plans[key] = plan_drain(self.state, key, self.options)
+        return self._plans[key]
+
+    def admit(self, wave: Sequence[str], node: str) -> Hold | None:
+        """None: `node` may start beside the nodes in progress and `wave`; else why not."""
+        base = (*self.in_progress, *wave)
+        together = self._plan((*base, node))
+        new = _room_blockers(together) - (_room_blockers(self._plan(base)) if base else set())
+        if new:
+            message = _no_room_message(together, new)
+            if base:
+                return Hold("no-room", f"{message}, beside {', '.join(base)}")
+            return Hold("cannot-surge", f"cannot surge: {message}")
+        if base:
+            return _budget_hold(together, node)
+        return None
