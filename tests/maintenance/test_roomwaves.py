@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.drain.factory import deployment, node, pdb, pod, serving
 
 from drainsafe.drain.filters import DrainOptions
 from drainsafe.drain.plan import plan_drain
@@ -15,8 +16,6 @@ from drainsafe.drain.workloads import ClusterState
 from drainsafe.maintenance.progress import NodeState
 from drainsafe.maintenance.roomwaves import Hold, WaveRoom
 from drainsafe.maintenance.waves import NodeFacts, next_wave
-
-from tests.drain.factory import deployment, node, pdb, pod, serving
 
 Obj = dict[str, Any]
 OPTIONS = DrainOptions()
@@ -126,21 +125,33 @@ def test_mig_slices_are_room_too() -> None:
 
 
 def test_a_budget_is_not_taken_by_two_nodes_of_a_wave() -> None:
-    pods, controllers = serving("web", ["n1", "n2", "n3"])
+    # one budget over three Deployments' pods, one on each node
+    pods: list[Obj] = []
+    controllers: dict[str, Obj] = {}
+    for i, app in enumerate("abc", 1):
+        pods.append(pod(f"{app}-0", f"n{i}", owner=("ReplicaSet", f"{app}-rs"),
+                        labels={"app": app, "tier": "web"}, gpus=1))
+        controllers |= deployment(app, 1)
     nodes = [node("n1"), node("n2"), node("n3"), node("spare", gpus=4)]
-    budget = pdb("web", {"app": "web"}, max_unavailable=1, allowed=1)
-    room = WaveRoom(_state(nodes, pods, controllers, [budget]), OPTIONS, ())
-    wave = next_wave(_facts(["n1", "n2", "n3"]), {}, max_parallel=3,
-                     unavailable_budget=None, uncordon="Immediately", room=room.admit)
-    assert wave.start == ("n1",), wave
-    hold = wave.waiting["n2"]
-    assert hold.code == "budget" and "PodDisruptionBudget ml/web allows 1" in hold.message
-    # a budget that allows two: two nodes
-    wide = pdb("web", {"app": "web"}, max_unavailable=2, allowed=2)
-    room = WaveRoom(_state(nodes, pods, controllers, [wide]), OPTIONS, ())
-    wave = next_wave(_facts(["n1", "n2", "n3"]), {}, max_parallel=3,
-                     unavailable_budget=None, uncordon="Immediately", room=room.admit)
-    assert wave.start == ("n1", "n2") and wave.waiting["n3"].code == "budget"
+    facts = _facts(["n1", "n2", "n3"])
+    for allowed, started in ((1, ("n1",)), (2, ("n1", "n2"))):
+        budget = pdb("web", {"tier": "web"}, max_unavailable=allowed, allowed=allowed)
+        room = WaveRoom(_state(nodes, pods, controllers, [budget]), OPTIONS, ())
+        wave = next_wave(facts, {}, max_parallel=3, unavailable_budget=None,
+                         uncordon="Immediately", room=room.admit)
+        assert wave.start == started, wave
+        hold = wave.waiting["n3"]
+        assert hold.code == "budget", hold
+        assert f"PodDisruptionBudget ml/web allows {allowed} pod(s)" in hold.message, hold
+
+
+def test_a_workload_the_wave_surges_waits_for_that_surge() -> None:
+    pods, controllers = serving("web", ["n1", "n2"], replicas=2)
+    room = WaveRoom(_state([node("n1"), node("n2"), node("spare", gpus=4)], pods,
+                           controllers), OPTIONS, ("n1",))
+    hold = room.admit((), "n2")
+    assert hold is not None and hold.code == "surging", hold
+    assert hold.message.startswith("Deployment ml/web is surged for n1"), hold
 
 
 # -- properties -------------------------------------------------------------------------
@@ -187,7 +198,7 @@ def test_a_waves_stand_ins_fit_in_the_room(
     assert not set(wave.start) & set(wave.waiting)
     # a node waits for room only where it would not fit
     for name, hold in wave.waiting.items():
-        if hold.code != "budget":
+        if hold.code in ("no-room", "cannot-surge"):
             assert no_room([*busy, *wave.start, name]) - no_room([*busy, *wave.start])
         assert hold.code != "cannot-surge" or not busy
 

@@ -54,7 +54,8 @@ from drainsafe.controller.leader import LeaderElector
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
-from drainsafe.drain.preflight import only_waiting_on
+from drainsafe.drain.preflight import only_waiting_on, read_cluster
+from drainsafe.drain.workloads import ClusterState
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
@@ -65,6 +66,7 @@ from drainsafe.maintenance.progress import (
     read_nodes,
     status_of,
 )
+from drainsafe.maintenance.roomwaves import HoldCode, WaveRoom
 from drainsafe.maintenance.spec import MaintenanceSpec, SpecError, parse_spec
 from drainsafe.maintenance.waves import NodeFacts, next_wave
 
@@ -73,6 +75,10 @@ Obj = dict[str, Any]
 MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
 TERMINAL = ("Succeeded", "Failed")
 DEFERRED = "Deferred"  # the reason of a Pending node refused for what others hold
+CANNOT_SURGE = "CannotSurge"  # a Pending node with no room even alone: started last
+# The reason of a Pending node the planner holds back (maintenance.roomwaves), by its code.
+WAITING: dict[HoldCode, str] = {"no-room": "WaitingForRoom", "budget": "WaitingForBudget",
+                                "surging": "WaitingForSurge", "cannot-surge": CANNOT_SURGE}
 RETRY_MIN_SECONDS = 2.0  # a deferred node's backoff, doubled at each refusal
 RETRY_MAX_SECONDS = 60.0
 
@@ -169,6 +175,18 @@ class MaintenanceReconciler:
             return
         started: list[str] = []
         now = rfc3339(self.clock())
+        room: ClusterState | None = None
+        if self._may_start(progress, spec):
+            # One read of the cluster per pass that may start a node: the wave is chosen
+            # by the room its stand-ins need (maintenance.roomwaves), not found out by a
+            # refused drain.
+            try:
+                room = await read_cluster(self.client)
+            except KubeError as exc:
+                log.warning("NodeMaintenance %s: cluster not read, no node starts: %s",
+                            name, exc)
+                return
+        options = spec.drain_settings(name).options
 
         def plan(obj: Obj) -> Obj:
             # Planned on the status just read (not the informer's copy, which may lag our
@@ -176,12 +194,18 @@ class MaintenanceReconciler:
             old = obj.get("status") or {}
             nodes = read_nodes(old)
             facts = [self._facts(n) for n in nodes]
-            later = {n for n, p in nodes.items() if p.state == "Pending" and p.reason == DEFERRED}
+            pending = {n: p for n, p in nodes.items() if p.state == "Pending"}
+            later = {n for n, p in pending.items() if p.reason == DEFERRED}
+            busy = [n for n, p in nodes.items() if in_progress(p.state, spec.uncordon)]
             wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
                              max_parallel=spec.max_parallel_nodes,
                              unavailable_budget=spec.unavailable_budget(len(facts)),
                              uncordon=spec.uncordon, later=later,
-                             not_now=self._not_now(name, later))
+                             not_now=self._not_now(name, later),
+                             last={n for n, p in pending.items() if p.reason == CANNOT_SURGE},
+                             room=None if room is None else WaveRoom(room, options, busy).admit)
+            for n, hold in wave.waiting.items():  # said on the node, why it waits
+                nodes[n] = nodes[n].to("Pending", WAITING[hold.code], hold.message[:500])
             current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
             for n in wave.start:
                 # Written before the cordon: a new leader counts these against the budgets.
@@ -193,6 +217,12 @@ class MaintenanceReconciler:
         if await self._put_status(name, plan):
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
+
+    def _may_start(self, progress: Mapping[str, NodeProgress], spec: MaintenanceSpec) -> bool:
+        """Whether a node may start on this pass (as the informer's status reads)."""
+        busy = sum(in_progress(p.state, spec.uncordon) for p in progress.values())
+        return busy < spec.max_parallel_nodes and any(
+            p.state == "Pending" for p in progress.values())
 
     def _not_now(self, name: str, later: set[str]) -> set[str]:
         """The deferred nodes still in their backoff (a new leader, which did not see the

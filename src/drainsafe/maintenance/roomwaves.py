@@ -41,15 +41,20 @@ from drainsafe.drain.workloads import ClusterState
 from drainsafe.kube.objects import WorkloadRef
 
 # Why a Pending node does not join the wave: no room for what it needs beside the nodes in
-# progress and the wave; a budget the wave already spends; no room even with nothing of the
-# operation in progress.
-HoldCode = Literal["no-room", "budget", "cannot-surge"]
+# progress and the wave; a budget the wave already spends; a workload of it surged for a
+# node of the wave; no room even with nothing of the operation in progress.
+HoldCode = Literal["no-room", "budget", "surging", "cannot-surge"]
 
 
 @dataclass(frozen=True)
 class Hold:
     code: HoldCode
     message: str
+
+
+def _display(workload: str) -> str:
+    ref = WorkloadRef.parse(workload)
+    return f"{ref.kind} {ref.namespace}/{ref.name}"
 
 
 def _room_blockers(plan: DrainPlan) -> set[str]:
@@ -61,9 +66,8 @@ def _room_blockers(plan: DrainPlan) -> set[str]:
 def _no_room_message(plan: DrainPlan, new: set[str]) -> str:
     """"no room for Deployment ns/x (Pod ns/x-1: ...)", the workloads first."""
     pods = {f"Pod {p.key}": p for p in plan.pods}
-    refs = {WorkloadRef.parse(w) for o in new
-            if o in pods and (w := pods[o].workload) is not None}
-    workloads = sorted(f"{r.kind} {r.namespace}/{r.name}" for r in refs)
+    workloads = sorted({_display(w) for o in new
+                        if o in pods and (w := pods[o].workload) is not None})
     first = next(b for b in plan.blockers if b.kind == "no-room" and b.object == min(new))
     head = f"no room for {', '.join(workloads)}" if workloads else "no room"
     return f"{head} ({first.object}: {first.message})"
@@ -113,6 +117,17 @@ class WaveRoom:
     def admit(self, wave: Sequence[str], node: str) -> Hold | None:
         """None: `node` may start beside the nodes in progress and `wave`; else why not."""
         base = (*self.in_progress, *wave)
+        if base:
+            # One surge of a workload at a time (drain.execute's locks, drain.strategy's
+            # "surge-owned"): a node whose workload the wave surges would wait or be
+            # refused; after that surge it may have less to move (a group recreated).
+            surged = {w.workload for w in self._plan(base).workload_plans
+                      if w.strategy == "surge"}
+            mine = {p.workload for p in self._plan((node,)).pods if p.needs_replacement}
+            shared = sorted(w for w in mine & surged if w is not None)
+            if shared:
+                return Hold("surging", f"{_display(shared[0])} is surged for "
+                                       f"{', '.join(base)} (one surge of a workload at a time)")
         together = self._plan((*base, node))
         new = _room_blockers(together) - (_room_blockers(self._plan(base)) if base else set())
         if new:
