@@ -17,11 +17,13 @@ Pure; no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from drainsafe.drain.filters import DrainOptions, Strategy
+from drainsafe.drain.floors import CapacityFloors
 from drainsafe.drain.settings import DrainSettings
+from drainsafe.maintenance.floorspec import FloorSpecError, parse_floors
 from drainsafe.pdb import BudgetSpecError, IntOrPercent, scaled_value
 
 GROUP = "drainsafe.io"
@@ -50,6 +52,7 @@ class MaintenanceSpec:
     strategy: Strategy = "surge"
     timeout_seconds: int = 3600
     delete_emptydir_data: bool = False
+    capacity_floors: CapacityFloors = field(default_factory=CapacityFloors)
 
     def unavailable_budget(self, total: int) -> int | None:
         """How many of `total` selected nodes may be unavailable at once (None: no bound)."""
@@ -60,7 +63,7 @@ class MaintenanceSpec:
     def drain_settings(self, default_reason: str) -> DrainSettings:
         return DrainSettings(
             options=DrainOptions(delete_emptydir_data=self.delete_emptydir_data,
-                                 strategy=self.strategy),
+                                 strategy=self.strategy, floors=self.capacity_floors),
             timeout=float(self.timeout_seconds),
             reason=self.reason or default_reason)
 
@@ -104,6 +107,10 @@ def parse_spec(obj: dict[str, Any]) -> MaintenanceSpec:
             scaled_value(max_unavailable, 100, round_up=True)
         except BudgetSpecError as e:
             raise SpecError(f"maxUnavailable: {e}") from e
+    try:
+        floors = parse_floors(spec.get("capacityFloor"), strategy)
+    except FloorSpecError as e:
+        raise SpecError(str(e)) from e
     parallel = int(spec.get("maxParallelNodes", 1))
     if parallel < 1:
         raise SpecError("maxParallelNodes must be at least 1")
@@ -112,4 +119,5 @@ def parse_spec(obj: dict[str, Any]) -> MaintenanceSpec:
         max_unavailable=max_unavailable, uncordon=uncordon,
         paused=bool(spec.get("paused", False)), reason=str(spec.get("reason") or ""),
         strategy=strategy, timeout_seconds=int(drain.get("timeoutSeconds", 3600)),
-        delete_emptydir_data=bool(drain.get("deleteEmptyDirData", False)))
+        delete_emptydir_data=bool(drain.get("deleteEmptyDirData", False)),
+        capacity_floors=floors)
