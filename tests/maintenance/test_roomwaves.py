@@ -226,3 +226,23 @@ def test_nodes_that_cannot_surge_start_only_after_every_surgeable_one(
         assert not busy and len(wave.start) == 1
         assert all(n in wave.waiting for n in pending if n not in last)
     assert not blocked & set(wave.start)
+
+
+def test_pods_not_yet_scheduled_hold_the_room_they_will_take() -> None:
+    state = _four_one_gpu_workloads(2)
+    # n1 in progress (its stand-in to come: one free GPU); a pod of another workload made
+    # but not yet scheduled (a group recreated under its names, say) holds no room in the
+    # snapshot, but will take the other free GPU
+    recreated = pod("z-0", "", owner=("ReplicaSet", "z-rs"), labels={"app": "z"}, gpus=1,
+                    phase="Pending", ready=False)
+    del recreated["spec"]["nodeName"]
+    controllers = {**state.controllers, **deployment("z", 1)}
+    names = _facts(["n1", "n2"])
+    alone = WaveRoom(_state(state.nodes, list(state.pods), controllers), OPTIONS, ("n1",))
+    assert next_wave(names, {"n1": "Draining"}, max_parallel=3, unavailable_budget=None,
+                     uncordon="Immediately", room=alone.admit).start == ("n2",)
+    room = WaveRoom(_state(state.nodes, [*state.pods, recreated], controllers), OPTIONS,
+                    ("n1",))
+    wave = next_wave(names, {"n1": "Draining"}, max_parallel=3, unavailable_budget=None,
+                     uncordon="Immediately", room=room.admit)
+    assert wave.start == () and wave.waiting["n2"].code == "no-room", wave

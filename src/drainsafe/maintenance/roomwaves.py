@@ -11,7 +11,10 @@ nvidia.com/mig-* counted; a placed one occupies its node; drain.plan: a Stateful
 needs room twice, a LeaderWorkerSet a stand-in group plus its recreated pods, an
 exclusive-topology one whole free domains). A candidate fits when that plan has no "no-room"
 blocker the plan without it lacks. Nodes in progress are planned with what they still
-need: a surge already Ready elsewhere asks for no room again (drain.plan._lacking).
+need: a surge already Ready elsewhere asks for no room again (drain.plan._lacking). Pods
+not yet scheduled (a stand-in just made, a group recreated under its names) hold no room
+in a snapshot but will: each is first placed where it fits (drain.room, as the scheduler's
+filters would), outside the nodes planned, before the wave's room is counted.
 
 Budgets: a PodDisruptionBudget whose pods are on several nodes of the wave is disrupted by
 each node's drain at once (one eviction queue per workload and node, drain.plan.Queue);
@@ -37,8 +40,9 @@ from typing import Literal
 
 from drainsafe.drain.filters import DrainOptions
 from drainsafe.drain.plan import DrainPlan, plan_drain
+from drainsafe.drain.room import place_replacements
 from drainsafe.drain.workloads import ClusterState
-from drainsafe.kube.objects import WorkloadRef
+from drainsafe.kube.objects import WorkloadRef, is_active, key_of, node_of
 
 # Why a Pending node does not join the wave: no room for what it needs beside the nodes in
 # progress and the wave; a budget the wave already spends; a workload of it surged for a
@@ -98,6 +102,22 @@ def _budget_hold(plan: DrainPlan, node: str) -> Hold | None:
     return None
 
 
+def _claimed(state: ClusterState, excluded: Sequence[str]) -> ClusterState:
+    """The snapshot with each unscheduled pod bound where it would fit outside `excluded`
+    (those that fit nowhere wait anyway, and are left as they are)."""
+    unbound = {key_of(p): p for p in state.pods if node_of(p) is None and is_active(p)}
+    if not unbound:
+        return state
+    placed = place_replacements([(k, p.get("spec") or {}) for k, p in unbound.items()],
+                                state.nodes, state.pods, excluded=excluded)
+    where = {p.pod: p.node for p in placed if p.node is not None}
+    pods = [p if key_of(p) not in where else
+            {**p, "spec": {**(p.get("spec") or {}), "nodeName": where[key_of(p)]}}
+            for p in state.pods]
+    return ClusterState(nodes=state.nodes, pods=pods, pdbs=state.pdbs,
+                        controllers=state.controllers, autoscalers=state.autoscalers)
+
+
 class WaveRoom:
     """Room and budget checks over one snapshot of the cluster (`state`, as
     drain.preflight.read_cluster reads it) for the nodes in progress (`in_progress`)."""
@@ -111,7 +131,7 @@ class WaveRoom:
     def _plan(self, nodes: Sequence[str]) -> DrainPlan:
         key = tuple(nodes)
         if key not in self._plans:
-            self._plans[key] = plan_drain(self.state, key, self.options)
+            self._plans[key] = plan_drain(_claimed(self.state, key), key, self.options)
         return self._plans[key]
 
     def admit(self, wave: Sequence[str], node: str) -> Hold | None:
