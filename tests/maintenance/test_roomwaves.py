@@ -246,3 +246,22 @@ def test_pods_not_yet_scheduled_hold_the_room_they_will_take() -> None:
     wave = next_wave(names, {"n1": "Draining"}, max_parallel=3, unavailable_budget=None,
                      uncordon="Immediately", room=room.admit)
     assert wave.start == () and wave.waiting["n2"].code == "no-room", wave
+
+
+def test_a_pod_coming_back_under_its_name_keeps_its_room() -> None:
+    # n1 in progress: its StatefulSet pod db-0 is terminating; db-0 comes back under its
+    # name once gone, and the only free GPU for it is n2's: cordoning n2 (which runs
+    # nothing) would leave it Pending
+    going = pod("db-0", "n1", owner=("StatefulSet", "db"), labels={"app": "db"}, gpus=1)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    ctrl = {"StatefulSet/ml/db": {"kind": "StatefulSet",
+                                  "metadata": {"name": "db", "namespace": "ml"},
+                                  "spec": {"replicas": 1}}}
+    nodes = [node("n1"), node("n2"), node("spare", gpus=0)]
+    room = WaveRoom(_state(nodes, [going], ctrl), OPTIONS, ("n1",))
+    hold = room.admit((), "n2")
+    assert hold == Hold("no-room", "no room left for ml/db-0, recreated under its name, "
+                                   "beside n1"), hold
+    # with room for it elsewhere, n2 may go
+    roomy = WaveRoom(_state([*nodes, node("spare2")], [going], ctrl), OPTIONS, ("n1",))
+    assert roomy.admit((), "n2") is None

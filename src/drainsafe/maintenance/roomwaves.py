@@ -14,7 +14,10 @@ blocker the plan without it lacks. Nodes in progress are planned with what they 
 need: a surge already Ready elsewhere asks for no room again (drain.plan._lacking). Pods
 not yet scheduled (a stand-in just made, a group recreated under its names) hold no room
 in a snapshot but will: each is first placed where it fits (drain.room, as the scheduler's
-filters would), outside the nodes planned, before the wave's room is counted.
+filters would), outside the nodes planned, before the wave's room is counted; so is each pod
+going that comes back under its name (a StatefulSet's pod terminating, a LeaderWorkerSet
+group one of whose pods is terminating), whose recreation does not exist yet: a node whose
+cordon would leave such a recreation without room waits.
 
 Budgets: a PodDisruptionBudget whose pods are on several nodes of the wave is disrupted by
 each node's drain at once (one eviction queue per workload and node, drain.plan.Queue);
@@ -34,20 +37,32 @@ Pure; no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from drainsafe.drain.filters import DrainOptions
 from drainsafe.drain.plan import DrainPlan, plan_drain
 from drainsafe.drain.room import place_replacements
-from drainsafe.drain.workloads import ClusterState
-from drainsafe.kube.objects import WorkloadRef, is_active, key_of, node_of
+from drainsafe.drain.workloads import GROUP_KIND, ClusterState
+from drainsafe.kube.objects import (
+    WorkloadRef,
+    controller_ref,
+    is_active,
+    is_terminal,
+    is_terminating,
+    key_of,
+    lws_group_of,
+    lws_recreates_group,
+    meta,
+    node_of,
+)
 
 # Why a Pending node does not join the wave: no room for what it needs beside the nodes in
 # progress and the wave; a budget the wave already spends; a workload of it surged for a
 # node of the wave; no room even with nothing of the operation in progress.
 HoldCode = Literal["no-room", "budget", "surging", "cannot-surge"]
+Obj = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -102,20 +117,52 @@ def _budget_hold(plan: DrainPlan, node: str) -> Hold | None:
     return None
 
 
-def _claimed(state: ClusterState, excluded: Sequence[str]) -> ClusterState:
-    """The snapshot with each unscheduled pod bound where it would fit outside `excluded`
-    (those that fit nowhere wait anyway, and are left as they are)."""
+def _recreations(state: ClusterState) -> list[tuple[str, Obj]]:
+    """Pods going that come back under their names once gone (drain.strategy): a
+    StatefulSet's pod terminating, and every pod of a LeaderWorkerSet group that lws
+    recreates whole when one of its pods is terminating (kubernetes-sigs/lws v0.10.0
+    pod_controller.go handleRestartPolicy). Their room is not in the snapshot yet."""
+    going: set[tuple[str, str, int]] = set()
+    for p in state.pods:
+        group = lws_group_of(p)
+        if group is not None and is_terminating(p) and not is_terminal(p):
+            ns = str(meta(p).get("namespace") or "")
+            lws = state.controllers.get(str(WorkloadRef(GROUP_KIND, ns, group[0])))
+            if lws is None or lws_recreates_group(lws):
+                going.add((ns, *group))
+    out = []
+    for p in state.pods:
+        if is_terminal(p):
+            continue
+        group = lws_group_of(p)
+        owner = (controller_ref(p) or {}).get("kind")
+        if (is_terminating(p) and owner == "StatefulSet") or (
+                group is not None and (str(meta(p).get("namespace") or ""), *group) in going):
+            out.append((f"{key_of(p)} (recreated)", p.get("spec") or {}))
+    return out
+
+
+def _claimed(state: ClusterState, excluded: Sequence[str]) -> tuple[ClusterState, list[str]]:
+    """The snapshot with each unscheduled pod bound where it would fit outside `excluded`,
+    and the room of each pod to be recreated under its name (`_recreations`) taken there;
+    and the recreations that fit nowhere (unscheduled pods that fit nowhere wait anyway)."""
     unbound = {key_of(p): p for p in state.pods if node_of(p) is None and is_active(p)}
-    if not unbound:
-        return state
-    placed = place_replacements([(k, p.get("spec") or {}) for k, p in unbound.items()],
-                                state.nodes, state.pods, excluded=excluded)
+    again = _recreations(state)
+    if not unbound and not again:
+        return state, []
+    placed = place_replacements([*((k, p.get("spec") or {}) for k, p in unbound.items()),
+                                 *again], state.nodes, state.pods, excluded=excluded)
     where = {p.pod: p.node for p in placed if p.node is not None}
-    pods = [p if key_of(p) not in where else
-            {**p, "spec": {**(p.get("spec") or {}), "nodeName": where[key_of(p)]}}
-            for p in state.pods]
-    return ClusterState(nodes=state.nodes, pods=pods, pdbs=state.pdbs,
-                        controllers=state.controllers, autoscalers=state.autoscalers)
+    pods: list[Obj] = [
+        p if key_of(p) not in where else
+        {**p, "spec": {**(p.get("spec") or {}), "nodeName": where[key_of(p)]}}
+        for p in state.pods]
+    # A recreation's room as a pod of no workload (it counts for no workload's replicas).
+    pods += [{"metadata": {"name": key, "namespace": ""}, "status": {"phase": "Pending"},
+              "spec": {**spec, "nodeName": where[key]}} for key, spec in again if key in where]
+    return (ClusterState(nodes=state.nodes, pods=pods, pdbs=state.pdbs,
+                         controllers=state.controllers, autoscalers=state.autoscalers),
+            [key for key, _ in again if key not in where])
 
 
 class WaveRoom:
@@ -126,13 +173,18 @@ class WaveRoom:
                  in_progress: Sequence[str]) -> None:
         self.state, self.options = state, options
         self.in_progress = tuple(in_progress)
-        self._plans: dict[tuple[str, ...], DrainPlan] = {}
+        self._plans: dict[tuple[str, ...], tuple[DrainPlan, list[str]]] = {}
 
-    def _plan(self, nodes: Sequence[str]) -> DrainPlan:
+    def _planned(self, nodes: Sequence[str]) -> tuple[DrainPlan, list[str]]:
+        """The plan of `nodes` together, and the recreations left without room."""
         key = tuple(nodes)
         if key not in self._plans:
-            self._plans[key] = plan_drain(_claimed(self.state, key), key, self.options)
+            state, homeless = _claimed(self.state, key)
+            self._plans[key] = (plan_drain(state, key, self.options), homeless)
         return self._plans[key]
+
+    def _plan(self, nodes: Sequence[str]) -> DrainPlan:
+        return self._planned(nodes)[0]
 
     def admit(self, wave: Sequence[str], node: str) -> Hold | None:
         """None: `node` may start beside the nodes in progress and `wave`; else why not."""
@@ -148,7 +200,15 @@ class WaveRoom:
             if shared:
                 return Hold("surging", f"{_display(shared[0])} is surged for "
                                        f"{', '.join(base)} (one surge of a workload at a time)")
-        together = self._plan((*base, node))
+        together, homeless = self._planned((*base, node))
+        before = self._planned(base)[1] if base else []
+        if len(homeless) > len(before):
+            # its cordon takes the room of a pod coming back under its name
+            going = ", ".join(k.removesuffix(" (recreated)") for k in homeless
+                              if k not in before)
+            message = f"no room left for {going}, recreated under its name"
+            return (Hold("no-room", f"{message}, beside {', '.join(base)}") if base
+                    else Hold("cannot-surge", f"cannot surge: {message}"))
         new = _room_blockers(together) - (_room_blockers(self._plan(base)) if base else set())
         if new:
             message = _no_room_message(together, new)
