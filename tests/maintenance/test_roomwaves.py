@@ -260,8 +260,22 @@ def test_a_pod_coming_back_under_its_name_keeps_its_room() -> None:
     nodes = [node("n1"), node("n2"), node("spare", gpus=0)]
     room = WaveRoom(_state(nodes, [going], ctrl), OPTIONS, ("n1",))
     hold = room.admit((), "n2")
-    assert hold == Hold("no-room", "no room left for ml/db-0, recreated under its name, "
+    assert hold == Hold("no-room", "no room left for ml/db-0, to be scheduled, "
                                    "beside n1"), hold
     # with room for it elsewhere, n2 may go
     roomy = WaveRoom(_state([*nodes, node("spare2")], [going], ctrl), OPTIONS, ("n1",))
     assert roomy.admit((), "n2") is None
+
+
+def test_a_pod_coming_back_may_need_the_room_it_leaves_on_a_pending_node() -> None:
+    # As measured on the acceptance lab: the node in progress (n1) evicted a group whose
+    # other pod (here db-0) is terminating on a Pending node (n2); its recreation needs the
+    # room db-0 leaves on n2, so n2 must not be cordoned now, though it has nothing to move
+    going = pod("db-0", "n2", owner=("StatefulSet", "db"), labels={"app": "db"}, gpus=1)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    ctrl = {"StatefulSet/ml/db": {"kind": "StatefulSet",
+                                  "metadata": {"name": "db", "namespace": "ml"},
+                                  "spec": {"replicas": 1}}}
+    room = WaveRoom(_state([node("n1"), node("n2")], [going], ctrl), OPTIONS, ("n1",))
+    hold = room.admit((), "n2")
+    assert hold is not None and hold.code == "no-room" and "ml/db-0" in hold.message, hold

@@ -63,6 +63,7 @@ from drainsafe.kube.objects import (
 # node of the wave; no room even with nothing of the operation in progress.
 HoldCode = Literal["no-room", "budget", "surging", "cannot-surge"]
 Obj = Mapping[str, Any]
+RECREATED = " (recreated)"  # the key of a pod's recreation, placed before it exists
 
 
 @dataclass(frozen=True)
@@ -138,31 +139,34 @@ def _recreations(state: ClusterState) -> list[tuple[str, Obj]]:
         owner = (controller_ref(p) or {}).get("kind")
         if (is_terminating(p) and owner == "StatefulSet") or (
                 group is not None and (str(meta(p).get("namespace") or ""), *group) in going):
-            out.append((f"{key_of(p)} (recreated)", p.get("spec") or {}))
+            out.append((key_of(p) + RECREATED, p.get("spec") or {}))
     return out
 
 
 def _claimed(state: ClusterState, excluded: Sequence[str]) -> tuple[ClusterState, list[str]]:
     """The snapshot with each unscheduled pod bound where it would fit outside `excluded`,
     and the room of each pod to be recreated under its name (`_recreations`) taken there;
-    and the recreations that fit nowhere (unscheduled pods that fit nowhere wait anyway)."""
+    and those of them that fit nowhere."""
     unbound = {key_of(p): p for p in state.pods if node_of(p) is None and is_active(p)}
     again = _recreations(state)
     if not unbound and not again:
         return state, []
+    # A pod coming back under its name is gone first: its room is its recreation's.
+    gone = {key.removesuffix(RECREATED) for key, _ in again}
+    staying = [p for p in state.pods if key_of(p) not in gone]
     placed = place_replacements([*((k, p.get("spec") or {}) for k, p in unbound.items()),
-                                 *again], state.nodes, state.pods, excluded=excluded)
+                                 *again], state.nodes, staying, excluded=excluded)
     where = {p.pod: p.node for p in placed if p.node is not None}
     pods: list[Obj] = [
         p if key_of(p) not in where else
         {**p, "spec": {**(p.get("spec") or {}), "nodeName": where[key_of(p)]}}
-        for p in state.pods]
+        for p in staying]
     # A recreation's room as a pod of no workload (it counts for no workload's replicas).
     pods += [{"metadata": {"name": key, "namespace": ""}, "status": {"phase": "Pending"},
               "spec": {**spec, "nodeName": where[key]}} for key, spec in again if key in where]
     return (ClusterState(nodes=state.nodes, pods=pods, pdbs=state.pdbs,
                          controllers=state.controllers, autoscalers=state.autoscalers),
-            [key for key, _ in again if key not in where])
+            [key for key in [*unbound, *(k for k, _ in again)] if key not in where])
 
 
 class WaveRoom:
@@ -203,10 +207,11 @@ class WaveRoom:
         together, homeless = self._planned((*base, node))
         before = self._planned(base)[1] if base else []
         if len(homeless) > len(before):
-            # its cordon takes the room of a pod coming back under its name
-            going = ", ".join(k.removesuffix(" (recreated)") for k in homeless
+            # its cordon takes the room of a pod to be scheduled, or coming back under its
+            # name
+            going = ", ".join(k.removesuffix(RECREATED) for k in homeless
                               if k not in before)
-            message = f"no room left for {going}, recreated under its name"
+            message = f"no room left for {going}, to be scheduled"
             return (Hold("no-room", f"{message}, beside {', '.join(base)}") if base
                     else Hold("cannot-surge", f"cannot surge: {message}"))
         new = _room_blockers(together) - (_room_blockers(self._plan(base)) if base else set())
