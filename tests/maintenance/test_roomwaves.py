@@ -279,3 +279,20 @@ def test_a_pod_coming_back_may_need_the_room_it_leaves_on_a_pending_node() -> No
     room = WaveRoom(_state([node("n1"), node("n2")], [going], ctrl), OPTIONS, ("n1",))
     hold = room.admit((), "n2")
     assert hold is not None and hold.code == "no-room" and "ml/db-0" in hold.message, hold
+
+
+def test_a_workload_below_its_floor_evict_first_makes_its_node_wait_as_cannot_surge() -> None:
+    from drainsafe.drain.floors import CapacityFloors
+    pods, controllers = serving("web", ["n1", "n2"])
+    dep = controllers["Deployment/ml/web"]
+    dep["metadata"]["generation"] = 2  # mid-rollout: it cannot surge
+    dep["status"] = {"observedGeneration": 1}
+    state = _state([node("n1"), node("n2"), node("spare", gpus=2)], pods, controllers)
+    strict = WaveRoom(state, DrainOptions(floors=CapacityFloors()), ())
+    hold = strict.admit((), "n1")
+    assert hold is not None and hold.code == "cannot-surge", hold
+    assert hold.message.startswith("cannot surge: Deployment ml/web cannot surge (mid-rollout")
+    assert "below its capacity floor of 2" in hold.message
+    # a floor of 1 allows evict-first: it may start
+    lower = WaveRoom(state, DrainOptions(floors=CapacityFloors(default=1)), ())
+    assert lower.admit((), "n1") is None

@@ -28,9 +28,11 @@ of the same wave spends. A budget that allows nothing at all is the drain's own 
 ("wedged-budget"), not a wait: it fails the node, as before.
 
 A node that does not fit while nothing of the operation is in progress *cannot surge* now
-(nothing this operation holds is in its way): the reconciler says so on the node and starts
-it last (maintenance.waves, `last`), and only once it fits; a capacity floor that allows
-evict-first (drain.floors) makes a plan fit that needs less room.
+(nothing this operation holds is in its way), nor does one with a workload that cannot
+surge and whose capacity floor forbids evict-first (drain.floors, "below-floor": a rollout
+in progress, a bare ReplicaSet): the reconciler says so on the node and starts it last
+(maintenance.waves, `last`), and only once it fits (the rollout ended, the floor lowered);
+a capacity floor that allows evict-first makes a plan fit that needs less room.
 
 Pure; no I/O.
 """
@@ -193,6 +195,12 @@ class WaveRoom:
     def admit(self, wave: Sequence[str], node: str) -> Hold | None:
         """None: `node` may start beside the nodes in progress and `wave`; else why not."""
         base = (*self.in_progress, *wave)
+        floor = next((b for b in self._plan((node,)).blockers if b.kind == "below-floor"),
+                     None)
+        if floor is not None:
+            # nothing this operation holds is in its way: waiting helps only if the
+            # workload can surge later (a rollout ends) or the floor is lowered
+            return Hold("cannot-surge", f"cannot surge: {floor.object} {floor.message}")
         if base:
             # One surge of a workload at a time (drain.execute's locks, drain.strategy's
             # "surge-owned"): a node whose workload the wave surges would wait or be
