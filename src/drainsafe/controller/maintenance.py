@@ -24,6 +24,11 @@ each node is and continues:
   was not drainsafe's); AwaitingMaintenance: wait for the node's annotation
   drainsafe.io/maintained = the NodeMaintenance's name, then uncordon.
 
+Pending nodes carry a soft taint (maintenance.pending: PreferNoSchedule, the operation's
+name as value) so that stand-ins and replacements prefer other nodes; it is taken off when
+the node starts, when the operation ends (Succeeded or Failed) and when it is deleted,
+each pass comparing the status with the node informer's copy.
+
 Status goes through the status subresource with the resourceVersion read (a 409 is read
 again: kube.retry.retry_on_conflict), one writer per NodeMaintenance at a time. The node
 set is fixed when the status is first written: a node labelled later does not join a
@@ -51,6 +56,7 @@ from typing import Any
 
 from drainsafe.controller import maintenance_release as release
 from drainsafe.controller.leader import LeaderElector
+from drainsafe.controller.maintenance_taints import set_pending
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
@@ -59,6 +65,7 @@ from drainsafe.drain.workloads import ClusterState
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
+from drainsafe.maintenance.pending import pending_of
 from drainsafe.maintenance.progress import (
     NodeProgress,
     NodeState,
@@ -136,9 +143,11 @@ class MaintenanceReconciler:
 
     async def reconcile(self, obj: Obj) -> None:
         name, uid = meta(obj)["name"], meta(obj)["uid"]
+        status = obj.get("status") or {}
         if release.deleting(obj):
             if release.FINALIZER in release.finalizers(obj):
                 await self._cancel({k for k in self._tasks if k[0] == uid})
+                await self._pending(name, read_nodes(status), running=False)
                 try:
                     await release.release(self.client, name)
                 except (KubeError, KeptChanging, RuntimeError) as exc:
@@ -148,8 +157,8 @@ class MaintenanceReconciler:
             # Before any node starts: a delete from now on waits for the give-back.
             await release.hold(self.client, name)
             return
-        status = obj.get("status") or {}
         if status.get("phase") in TERMINAL:
+            await self._pending(name, read_nodes(status), running=False)
             return
         try:
             spec = parse_spec(obj)
@@ -164,6 +173,7 @@ class MaintenanceReconciler:
             else:
                 await self._update(name, spec, {n: _unchanged for n in selected})
             return
+        await self._pending(name, progress, running=True)
         for node, p in progress.items():
             # A new leader continues here. A task that ended stays listed until the
             # NodeMaintenance goes or the lead is lost, so a status read before its last
@@ -217,6 +227,22 @@ class MaintenanceReconciler:
         if await self._put_status(name, plan):
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
+
+    async def _pending(self, name: str, progress: Mapping[str, NodeProgress], *,
+                       running: bool) -> None:
+        """The pending taint (maintenance.pending) on each node Pending in a running
+        operation, and on no other node of it; read from the node informer, written only
+        where it differs (an error: the next pass tries again)."""
+        for node, p in progress.items():
+            obj = self.nodes.get(node)
+            want = running and p.state == "Pending"
+            if obj is None or want == (pending_of(obj) == name):
+                continue
+            try:
+                await set_pending(self.client, node, name, pending=want)
+            except (KubeError, KeptChanging) as exc:
+                log.warning("NodeMaintenance %s: pending taint on %s not %s: %s", name,
+                            node, "set" if want else "removed", exc)
 
     def _may_start(self, progress: Mapping[str, NodeProgress], spec: MaintenanceSpec) -> bool:
         """Whether a node may start on this pass (as the informer's status reads)."""
