@@ -277,8 +277,15 @@ def failure_message(total_nodes: int, fits: Iterable[Fit]) -> str:
 def score(node: Mapping[str, Any], pod: Mapping[str, Any],
           bound: Sequence[Mapping[str, Any]] = (), *, load: NodeLoad | None = None,
           requests: Resources | None = None) -> tuple[float, ...]:
-    """Higher is better: spread pods of one owner (default PodTopologySpread), then
-    least allocated (NodeResourcesFit LeastAllocated), then fewest pods."""
+    """Higher is better: fewest PreferNoSchedule taints the pod does not tolerate
+    (TaintToleration's score: kubernetes pkg/scheduler/framework/plugins/tainttoleration/
+    taint_toleration.go countIntolerableTaintsPreferNoSchedule, normalised in reverse; a
+    preference, never a filter; ranked first here where kube-scheduler weighs it in a
+    sum), then spread pods of one owner (default PodTopologySpread), then least allocated
+    (NodeResourcesFit LeastAllocated), then fewest pods."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    avoided = sum(1 for t in (node.get("spec") or {}).get("taints") or []
+                  if t.get("effect") == "PreferNoSchedule" and not tolerates(tolerations, t))
     if load is None:
         load = NodeLoad.of(bound)
     owner = _owner_uid(pod)
@@ -292,7 +299,7 @@ def score(node: Mapping[str, Any], pod: Mapping[str, Any],
         if cap:
             fractions.append(float((cap - used.get(name, Decimal(0)) - req.get(name, 0)) / cap))
     free = sum(fractions) / len(fractions) if fractions else 0.0
-    return (-same_owner, free, -count)
+    return (-avoided, -same_owner, free, -count)
 
 
 def _owner_uid(pod: Mapping[str, Any]) -> str | None:

@@ -49,6 +49,7 @@ from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
 from drainsafe.maintenance.capacity import LowestCapacity
 from drainsafe.maintenance.maintained import MAINTAINED
+from drainsafe.maintenance.pending import pending_of
 from drainsafe.maintenance.progress import (
     NodeProgress,
     NodeState,
@@ -269,6 +270,7 @@ def _left_as_before(lab: Lab, nodes: list[str]) -> None:
         assert not obj["spec"].get("unschedulable"), n
         ann = obj["metadata"].get("annotations") or {}
         assert not set(OWNED_KEYS) & set(ann), (n, ann)
+        assert pending_of(obj) is None, (n, obj["spec"].get("taints"))  # taken off
     dep = store.get(DEPLOYMENTS, "default", "llm")
     assert dep["spec"]["replicas"] == REPLICAS
     assert SURGE not in (dep["metadata"].get("annotations") or {})
@@ -345,7 +347,8 @@ async def test_a_new_leader_completes_from_the_phase_a_killed_one_left(
     assert seen.lowest_ready >= REPLICAS, seen
     # no pod evicted twice, only pods on the selected nodes, and no node cordoned (so
     # drained) twice. A stand-in may land on the Pending node and be evicted with it:
-    # Pending nodes are not cordoned ahead of their wave (docs/maintenance.md, Not yet).
+    # Pending nodes are not cordoned ahead of their wave, only softly tainted (docs/
+    # maintenance.md, Pending nodes), which a stand-in may still take when room is short.
     evicted = evictions(lab, seen)
     assert all(n == 1 for n in evicted.values()), evicted
     assert {node for _, node in evicted} <= set(nodes), evicted
@@ -601,4 +604,93 @@ async def test_a_node_gone_while_awaiting_waits_and_its_replacement_is_maintaine
     assert (row["state"], row["message"]) == ("Uncordoned", "maintained: Replaced")
     assert row["recorded"]["uid"] == old_uid != store.get(NODES, "", node)["metadata"]["uid"]
     _left_as_before(lab, [node])
+    await audit_clean(lab)
+
+
+# -- waves by surge room ------------------------------------------------------------------
+
+def _gpu_pods(lab: Lab) -> collections.Counter[str]:
+    """Active GPU pods per node."""
+    out: collections.Counter[str] = collections.Counter()
+    for pod in _store(lab).items(PODS, "default"):
+        spec = pod["spec"]
+        wants = any("nvidia.com/gpu" in ((c.get("resources") or {}).get("requests") or {})
+                    for c in spec.get("containers") or [])
+        if wants and spec.get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+            out[spec["nodeName"]] += 1
+    return out
+
+
+async def test_a_node_whose_stand_ins_do_not_fit_beside_the_wave_waits_uncordoned(
+        lab: Lab, slow: str) -> None:
+    """maxParallelNodes 2 over two nodes A and B, with room outside them for A's stand-ins
+    or B's but not both (pinned fillers take the rest): A starts, B waits Pending and
+    schedulable with reason WaitingForRoom naming the workload, never cordoned to be
+    refused (before: cordoned, refused, uncordoned, retried with a backoff), then
+    drains once A is done. Meanwhile B carries the pending taint (PreferNoSchedule), and
+    A's stand-ins land elsewhere though B has a free GPU."""
+    name = "room-waves"
+    store = _store(lab)
+    used = _gpu_pods(lab)
+    nodes_all = sorted(n["metadata"]["name"] for n in store.items(NODES, ""))
+    a, b = sorted((n for n in nodes_all if used[n]), key=lambda n: used[n])[:2]
+    others = [n for n in nodes_all if n not in (a, b)]
+    room = max(used[a], used[b])  # room for either node's stand-ins, not both
+    fill = sum(2 - used[n] for n in others) - room
+    fillers = []
+    for n in others:
+        take = min(fill, 2 - used[n])
+        fill -= take
+        if take:
+            obj = virtual_deployment(f"filler-{n}", replicas=take, gpus=1)
+            obj["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": n}
+            fillers.append(obj)
+    await lab.apply(*fillers)
+    for obj in fillers:
+        await lab.wait_available("default", obj["metadata"]["name"], timeout=60)
+    reasons: set[tuple[str, str]] = set()
+    tainted: set[bool] = set()
+    landed: set[str] = set()
+    before = {p["metadata"]["uid"] for p in store.items(PODS, "default")}
+    try:
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, \
+                sampling(lab, name, [a, b], "Immediately") as seen, leader(lab, name):
+            spec = {**_spec([a, b], "Immediately", max_unavailable=2), "maxParallelNodes": 2}
+            await _create(client, name, spec, held=False)
+
+            def waited() -> bool:
+                row = read_nodes(_status(lab, name)).get(b)
+                if row is not None and row.state == "Pending" and row.reason:
+                    reasons.add((row.reason, row.message))
+                if row is not None and row.state == "Pending":
+                    tainted.add(pending_of(store.get(NODES, "", b)) == name)
+                    landed.update(p["metadata"]["name"] for p in store.items(PODS, "default")
+                                  if p["spec"].get("nodeName") == b
+                                  and p["metadata"]["uid"] not in before)
+                return _status(lab, name).get("phase") in ("Succeeded", "Failed")
+
+            await _until(f"{name} finished", waited)
+    finally:
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            for obj in fillers:
+                await client.request("DELETE", api_path(
+                    "apps/v1", "deployments", namespace="default",
+                    name=obj["metadata"]["name"]))
+        await _until("fillers gone", lambda: not any(
+            p["metadata"]["name"].startswith("filler-")
+            for p in store.items(PODS, "default")))
+    status = _status(lab, name)
+    assert status["phase"] == "Succeeded", status
+    assert [(n["name"], n["state"], n["wave"]) for n in status["nodes"]] == [
+        (a, "Uncordoned", 1), (b, "Uncordoned", 2)], status
+    # B waited for room, said so, and was never cordoned before A was done
+    assert any(r == "WaitingForRoom" and "no room for Deployment default/" in m
+               for r, m in reasons), reasons
+    assert seen.most_in_progress == 1 and seen.lowest_ready >= REPLICAS, seen
+    assert all(n == 1 for n in seen.cordons.values()), seen.cordons
+    assert all(n == 1 for n in evictions(lab, seen).values())
+    # B carried the pending taint while it waited, so A's stand-ins went elsewhere (the
+    # room outside A and B was enough for them): nothing new landed on B before its wave
+    assert True in tainted and not landed, (tainted, landed)
+    _left_as_before(lab, [a, b])
     await audit_clean(lab)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from drainsafe.maintenance.progress import NodeProgress, phase_of, status_of
@@ -46,3 +48,41 @@ def test_phase_and_counts() -> None:
     assert status["nodes"][0]["started"] == "2026-01-01T00:00:00Z"
     # uncordon: Never leaves drained nodes cordoned, and that is success
     assert phase_of([a.to("Drained", "Drained")], "Never", paused=False) == "Succeeded"
+
+
+def test_capacity_floor_defaults_to_desired_and_reads_per_workload_floors() -> None:
+    from drainsafe.kube.objects import WorkloadRef
+    chat = WorkloadRef("Deployment", "ml", "chat")
+    spec = parse_spec({"spec": {"nodeNames": ["a"]}})
+    assert spec.drain_settings("m").options.floors is not None
+    assert spec.capacity_floors.floor(chat, {}, 4) == 4  # never below desired by default
+    # an explicit evict strategy asks for break before make: no floor unless given
+    evict = parse_spec({"spec": {"nodeNames": ["a"], "drain": {"strategy": "evict"}}})
+    assert evict.capacity_floors.floor(chat, {}, 4) == 0
+    spec = parse_spec({"spec": {"nodeNames": ["a"], "capacityFloor": {
+        "default": "75%", "workloads": [
+            {"kind": "Deployment", "namespace": "ml", "name": "chat", "floor": 1},
+            {"selector": {"matchLabels": {"tier": "batch"}}, "floor": "0%"}]}}})
+    floors = spec.drain_settings("m").options.floors
+    assert floors is not None
+    assert floors.floor(chat, {}, 4) == 1
+    assert floors.floor(WorkloadRef("StatefulSet", "x", "y"), {"tier": "batch"}, 4) == 0
+    assert floors.floor(WorkloadRef("StatefulSet", "x", "y"), {}, 4) == 3
+
+
+@pytest.mark.parametrize(("floor", "says"), [
+    ({"default": "lots"}, "capacityFloor.default"),
+    ({"default": "150%"}, "outside 0..100%"),
+    ({"default": -1}, "capacityFloor.default"),
+    ({"default": True}, "capacityFloor.default"),
+    ({"workloads": [{"floor": 1}]}, "capacityFloor.workloads[0]: name a kind"),
+    ({"workloads": [{"name": "x"}]}, "capacityFloor.workloads[0]: floor is required"),
+    ({"workloads": [{"name": "x", "floor": "1/2"}]}, "capacityFloor.workloads[0].floor"),
+    ({"workloads": [{"name": "x", "floor": 1, "replicas": 2}]}, "unknown field(s) replicas"),
+    ({"workloads": [{"selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]},
+                     "floor": 1}]}, "capacityFloor.workloads[0].selector"),
+])
+def test_a_capacity_floor_that_cannot_be_read_is_refused_naming_the_field(
+        floor: dict[str, object], says: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(says)):
+        parse_spec({"spec": {"nodeNames": ["a"], "capacityFloor": floor}})

@@ -27,6 +27,11 @@ each node is and continues:
   annotation drainsafe.io/maintained = the NodeMaintenance's name, a node condition, a new
   boot ID or kubelet version, or a replaced node), then uncordons.
 
+Pending nodes carry a soft taint (maintenance.pending: PreferNoSchedule, the operation's
+name as value) so that stand-ins and replacements prefer other nodes; it is taken off when
+the node starts, when the operation ends (Succeeded or Failed) and when it is deleted,
+each pass comparing the status with the node informer's copy.
+
 Status goes through the status subresource with the resourceVersion read (a 409 is read
 again: kube.retry.retry_on_conflict), one writer per NodeMaintenance at a time. The node
 set is fixed when the status is first written: a node labelled later does not join a
@@ -62,11 +67,13 @@ from drainsafe.controller import maintenance_release as release
 from drainsafe.controller.events import EventRecorder
 from drainsafe.controller.leader import LeaderElector
 from drainsafe.controller.maintenance_readout import MaintenanceReadout
+from drainsafe.controller.maintenance_taints import set_pending
 from drainsafe.drain.capacity import CapacityReading
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
-from drainsafe.drain.preflight import only_waiting_on
+from drainsafe.drain.preflight import only_waiting_on, read_cluster
+from drainsafe.drain.workloads import ClusterState
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging, retry_on_conflict
@@ -77,6 +84,7 @@ from drainsafe.maintenance.maintained import (
     node_seen,
     record_of,
 )
+from drainsafe.maintenance.pending import pending_of
 from drainsafe.maintenance.progress import (
     NodeProgress,
     NodeState,
@@ -85,6 +93,7 @@ from drainsafe.maintenance.progress import (
     status_of,
 )
 from drainsafe.maintenance.reasons import NodeReason
+from drainsafe.maintenance.roomwaves import HoldCode, WaveRoom
 from drainsafe.maintenance.spec import MaintenanceSpec, SpecError, parse_spec
 from drainsafe.maintenance.waves import NodeFacts, next_wave
 
@@ -92,6 +101,10 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
 DEFERRED: NodeReason = "Deferred"  # the reason of a Pending node refused for what others hold
+CANNOT_SURGE: NodeReason = "CannotSurge"  # a Pending node with no room even alone: started last
+# The reason of a Pending node the planner holds back (maintenance.roomwaves), by its code.
+WAITING: dict[HoldCode, NodeReason] = {"no-room": "WaitingForRoom", "budget": "WaitingForBudget",
+                                "surging": "WaitingForSurge", "cannot-surge": CANNOT_SURGE}
 RETRY_MIN_SECONDS = 2.0  # a deferred node's backoff, doubled at each refusal
 RETRY_MAX_SECONDS = 60.0
 
@@ -155,10 +168,12 @@ class MaintenanceReconciler:
 
     async def reconcile(self, obj: Obj) -> None:
         name, uid = meta(obj)["name"], meta(obj)["uid"]
+        status = obj.get("status") or {}
         if release.deleting(obj):
             if release.FINALIZER in release.finalizers(obj):
                 await self._cancel({k for k in self._tasks if k[0] == uid})
                 self.readout.deleting(obj)
+                await self._pending(name, read_nodes(status), running=False)
                 try:
                     await release.release(self.client, name)
                 except (KubeError, KeptChanging, RuntimeError) as exc:
@@ -168,8 +183,8 @@ class MaintenanceReconciler:
             # Before any node starts: a delete from now on waits for the give-back.
             await release.hold(self.client, name)
             return
-        status = obj.get("status") or {}
         if status.get("phase") in TERMINAL:
+            await self._pending(name, read_nodes(status), running=False)
             return
         try:
             spec = parse_spec(obj)
@@ -184,6 +199,7 @@ class MaintenanceReconciler:
             else:
                 await self._update(name, spec, {n: _unchanged for n in selected})
             return
+        await self._pending(name, progress, running=True)
         for node, p in progress.items():
             # A new leader continues here. A task that ended stays listed until the
             # NodeMaintenance goes or the lead is lost, so a status read before its last
@@ -195,6 +211,18 @@ class MaintenanceReconciler:
             return
         started: list[str] = []
         now = rfc3339(self.clock())
+        room: ClusterState | None = None
+        if self._may_start(progress, spec):
+            # One read of the cluster per pass that may start a node: the wave is chosen
+            # by the room its stand-ins need (maintenance.roomwaves), not found out by a
+            # refused drain.
+            try:
+                room = await read_cluster(self.client)
+            except KubeError as exc:
+                log.warning("NodeMaintenance %s: cluster not read, no node starts: %s",
+                            name, exc)
+                return
+        options = spec.drain_settings(name).options
 
         def plan(obj: Obj) -> Obj:
             # Planned on the status just read (not the informer's copy, which may lag our
@@ -202,12 +230,18 @@ class MaintenanceReconciler:
             old = obj.get("status") or {}
             nodes = read_nodes(old)
             facts = [self._facts(n) for n in nodes]
-            later = {n for n, p in nodes.items() if p.state == "Pending" and p.reason == DEFERRED}
+            pending = {n: p for n, p in nodes.items() if p.state == "Pending"}
+            later = {n for n, p in pending.items() if p.reason == DEFERRED}
+            busy = [n for n, p in nodes.items() if in_progress(p.state, spec.uncordon)]
             wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
                              max_parallel=spec.max_parallel_nodes,
                              unavailable_budget=spec.unavailable_budget(len(facts)),
                              uncordon=spec.uncordon, later=later,
-                             not_now=self._not_now(name, later))
+                             not_now=self._not_now(name, later),
+                             last={n for n, p in pending.items() if p.reason == CANNOT_SURGE},
+                             room=None if room is None else WaveRoom(room, options, busy).admit)
+            for n, hold in wave.waiting.items():  # said on the node, why it waits
+                nodes[n] = nodes[n].to("Pending", WAITING[hold.code], hold.message[:500])
             current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
             for n in wave.start:
                 # Written before the cordon: a new leader counts these against the budgets.
@@ -219,6 +253,28 @@ class MaintenanceReconciler:
         if await self._put_status(name, plan):
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
+
+    async def _pending(self, name: str, progress: Mapping[str, NodeProgress], *,
+                       running: bool) -> None:
+        """The pending taint (maintenance.pending) on each node Pending in a running
+        operation, and on no other node of it; read from the node informer, written only
+        where it differs (an error: the next pass tries again)."""
+        for node, p in progress.items():
+            obj = self.nodes.get(node)
+            want = running and p.state == "Pending"
+            if obj is None or want == (pending_of(obj) == name):
+                continue
+            try:
+                await set_pending(self.client, node, name, pending=want)
+            except (KubeError, KeptChanging) as exc:
+                log.warning("NodeMaintenance %s: pending taint on %s not %s: %s", name,
+                            node, "set" if want else "removed", exc)
+
+    def _may_start(self, progress: Mapping[str, NodeProgress], spec: MaintenanceSpec) -> bool:
+        """Whether a node may start on this pass (as the informer's status reads)."""
+        busy = sum(in_progress(p.state, spec.uncordon) for p in progress.values())
+        return busy < spec.max_parallel_nodes and any(
+            p.state == "Pending" for p in progress.values())
 
     def _not_now(self, name: str, later: set[str]) -> set[str]:
         """The deferred nodes still in their backoff (a new leader, which did not see the

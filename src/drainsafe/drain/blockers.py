@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 BlockerKind = Literal["no-node", "unmanaged", "local-data", "multiple-pdbs", "wedged-budget",
-                      "no-room", "bad-budget", "surge-owned", "no-domain"]
+                      "no-room", "bad-budget", "surge-owned", "no-domain", "below-floor"]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from drainsafe.drain.floors import CapacityFloors
 from drainsafe.kube.objects import controller_ref, is_terminating, meta
 from drainsafe.kube.objects import is_terminal as is_finished
 
@@ -41,6 +42,9 @@ class DrainOptions:
     # surge: make before break where the workload allows it (a Deployment not mid-rollout);
     # evict: break before make everywhere (one pod of a workload at a time).
     strategy: Strategy = "surge"
+    # A NodeMaintenance's capacity floor per workload (drain.floors): evict-first only
+    # where Ready stays at or above it, and in place of a surge without room. None: none.
+    floors: CapacityFloors | None = None
 
 
 PodFilter = Callable[[Obj, DrainOptions], Verdict | None]

@@ -130,10 +130,13 @@ def plan_drain(
     *,
     pod_filter: Callable[[Obj], bool] | None = None,
     draining: Iterable[str] = (),
+    evict_first: frozenset[str] = frozenset(),
 ) -> DrainPlan:
     """Plan draining `nodes` (together) from a snapshot of the cluster. Pure.
 
     `draining` names further nodes of the same fleet run: no room is counted there.
+    With capacity floors (options.floors), a surge without room is planned again
+    evict-first where the workload's floor allows it (`evict_first`: those workloads).
     """
     options = options or DrainOptions()
     targets = tuple(dict.fromkeys(nodes))
@@ -166,7 +169,8 @@ def plan_drain(
         blockers += pod_blockers(pod, verdict, matched)
 
     notes: list[str] = []
-    workload_plans = plan_workloads(state, targets, pods, workloads, options, blockers)
+    workload_plans = plan_workloads(state, targets, pods, workloads, options, blockers,
+                                    evict_first)
     budgets = plan_budgets(state, pods, pdbs_of, blockers, warnings, workload_plans, notes)
     placements = _plan_room(state, (*targets, *draining), pods, on_nodes, blockers,
                             workload_plans, notes)
@@ -187,6 +191,10 @@ def plan_drain(
                 f"{w.kind} {w.namespace}/{w.name} has 1 replica: it serves nothing between the "
                 "eviction and its replacement becoming Ready (scale it to 2 first)"
             )
+    fallback = _evict_first_within_floor(state, options, pods, blockers, workload_plans)
+    if fallback - evict_first:
+        return plan_drain(state, nodes, options, pod_filter=pod_filter, draining=draining,
+                          evict_first=evict_first | fallback)
     queues = _queues(pods)
     return DrainPlan(
         nodes=targets,
@@ -201,6 +209,25 @@ def plan_drain(
         notes=tuple(notes),
         selectors=_selectors(state, workloads, workload_plans),
     )
+
+
+def _evict_first_within_floor(state: ClusterState, options: DrainOptions,
+                              pods: Sequence[PodPlan], blockers: Sequence[Blocker],
+                              workload_plans: Sequence[WorkloadPlan]) -> frozenset[str]:
+    """Surged workloads refused for room whose capacity floor allows evict-first."""
+    if options.floors is None:
+        return frozenset()
+    by_pod = {f"Pod {p.key}": p.workload for p in pods}
+    short = {by_pod.get(b.object) for b in blockers if b.kind == "no-room"}
+    out = set()
+    for w in workload_plans:
+        if w.strategy != "surge" or w.resumed or w.workload not in short or not w.replicas:
+            continue
+        obj = state.controllers.get(w.workload) or {}
+        if options.floors.allows_evict_first(WorkloadRef.parse(w.workload),
+                                             meta(obj).get("labels") or {}, w.replicas):
+            out.add(w.workload)
+    return frozenset(out)
 
 
 def _with_placement(pod: PodPlan, placements: Sequence[Placement]) -> PodPlan:

@@ -31,7 +31,7 @@ drain waits out. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -108,8 +108,11 @@ def plan_workloads(
     workloads: Mapping[str, Workload],
     options: DrainOptions,
     blockers: list[Blocker],
+    evict_first: Collection[str] = (),
 ) -> list[WorkloadPlan]:
-    """Choose surge or evict for each workload with pods to replace on the nodes. Pure."""
+    """Choose surge or evict for each workload with pods to replace on the nodes. Pure.
+    `evict_first`: workloads whose surge has no room and whose capacity floor allows
+    evict-first (drain.plan, drain.floors)."""
     out = []
     for key, w in sorted(workloads.items()):
         mine = [p for p in pods if p.workload == key and p.needs_replacement]
@@ -138,6 +141,9 @@ def plan_workloads(
                 node=record.node))
         if options.strategy == "evict" and record is None:
             why = "--strategy evict"
+        elif key in evict_first and record is None:
+            why = ("no room for a surge; evict-first keeps Ready at or above its capacity "
+                   "floor")
         elif w.kind not in IDENTITY or not obj:
             why = {
                 "ReplicaSet": "a bare ReplicaSet (no Deployment): evict-first",
@@ -192,6 +198,8 @@ def plan_workloads(
         else:
             floor = None if replicas is None else max(replicas - 1, 0)
             expected = None if startup is None else k * (startup + grace)
+        if strategy == "evict" and options.floors is not None and replicas:
+            _floor_blocker(options, w, obj, replicas, why, blockers)
         out.append(WorkloadPlan(
             workload=key, strategy=strategy, pods=tuple(p.key for p in mine),
             replicas=replicas, surge=k if strategy == "surge" else 0, floor=floor,
@@ -219,6 +227,23 @@ def plan_workloads(
             recreates_group=WorkloadRef.parse(key).kind == GROUP_KIND
             and lws_recreates_group(obj)))
     return out
+
+
+def _floor_blocker(options: DrainOptions, w: Workload, obj: Mapping[str, object],
+                   replicas: int, why: str, blockers: list[Blocker]) -> None:
+    """Evict-first below the workload's capacity floor refuses (drain.floors)."""
+    assert options.floors is not None
+    labels = meta(obj).get("labels") or {}
+    if options.floors.allows_evict_first(w.ref, labels, replicas):
+        return
+    floor = options.floors.floor(w.ref, labels, replicas)
+    unit = "groups" if w.group_size is not None else "Ready"
+    blockers.append(Blocker(
+        "below-floor", f"{w.kind} {w.namespace}/{w.name}",
+        f"cannot surge ({why}); evict-first would take it to {replicas - 1}/{replicas} "
+        f"{unit}, below its capacity floor of {floor}",
+        "make room for its surge, or lower its capacity floor (spec.capacityFloor) to "
+        f"{replicas - 1} or less to allow evict-first"))
 
 
 def _group_why(w: Workload, mine: Sequence[PodPlan]) -> str:

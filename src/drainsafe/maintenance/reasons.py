@@ -13,6 +13,10 @@ NodeReason = Literal[
     "Cordoning",  # Cordoned: written before the cordon
     "Draining",
     "Deferred",  # Pending again: refused only for what the other nodes in progress hold
+    "WaitingForRoom",  # Pending: its stand-ins do not fit beside the wave (roomwaves)
+    "WaitingForBudget",  # Pending: a budget would be hit by more nodes of the wave at once
+    "WaitingForSurge",  # Pending: a workload of it is being surged for another node
+    "CannotSurge",  # Pending: no room even alone; started last, once it fits
     "Drained",  # Drained, or AwaitingMaintenance
     "NodeGone",  # AwaitingMaintenance, and no node of its name exists (maintenance.maintained)
     "Uncordoned",

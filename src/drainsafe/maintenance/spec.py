@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from drainsafe.drain.filters import DrainOptions, Strategy
+from drainsafe.drain.floors import CapacityFloors
 from drainsafe.drain.settings import DrainSettings
+from drainsafe.maintenance.floorspec import FloorSpecError, parse_floors
 from drainsafe.pdb import BudgetSpecError, IntOrPercent, scaled_value
 
 GROUP = "drainsafe.io"
@@ -52,6 +54,7 @@ class MaintenanceSpec:
     timeout_seconds: int = 3600
     delete_emptydir_data: bool = False
     maintained_when: MaintainedWhen = field(default_factory=lambda: MaintainedWhen())
+    capacity_floors: CapacityFloors = field(default_factory=CapacityFloors)
 
     def unavailable_budget(self, total: int) -> int | None:
         """How many of `total` selected nodes may be unavailable at once (None: no bound)."""
@@ -62,7 +65,7 @@ class MaintenanceSpec:
     def drain_settings(self, default_reason: str) -> DrainSettings:
         return DrainSettings(
             options=DrainOptions(delete_emptydir_data=self.delete_emptydir_data,
-                                 strategy=self.strategy),
+                                 strategy=self.strategy, floors=self.capacity_floors),
             timeout=float(self.timeout_seconds),
             reason=self.reason or default_reason)
 
@@ -106,6 +109,10 @@ def parse_spec(obj: dict[str, Any]) -> MaintenanceSpec:
             scaled_value(max_unavailable, 100, round_up=True)
         except BudgetSpecError as e:
             raise SpecError(f"maxUnavailable: {e}") from e
+    try:
+        floors = parse_floors(spec.get("capacityFloor"), strategy)
+    except FloorSpecError as e:
+        raise SpecError(str(e)) from e
     parallel = int(spec.get("maxParallelNodes", 1))
     if parallel < 1:
         raise SpecError("maxParallelNodes must be at least 1")
@@ -116,7 +123,8 @@ def parse_spec(obj: dict[str, Any]) -> MaintenanceSpec:
         paused=bool(spec.get("paused", False)), reason=str(spec.get("reason") or ""),
         strategy=strategy, timeout_seconds=int(drain.get("timeoutSeconds", 3600)),
         delete_emptydir_data=bool(drain.get("deleteEmptyDirData", False)),
-        maintained_when=maintained_when)
+        maintained_when=maintained_when,
+        capacity_floors=floors)
 
 
 # -- spec.maintainedWhen: what marks a node's maintenance done (uncordon: WhenMaintained) --
