@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any
 
 from drainsafe.check.findings import Path
 from drainsafe.check.load import Document
