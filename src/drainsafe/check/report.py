@@ -12,7 +12,7 @@ from typing import IO, Any
 from drainsafe import __version__
 from drainsafe.check.context import Context
 from drainsafe.check.engine import Result
-from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.findings import Finding, ObjectRef, Severity
 from drainsafe.check.rules import Rule
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -127,12 +127,36 @@ def _one_line_encoder() -> Callable[[Any], str]:
 def write_json(result: Result, out: IO[str]) -> None:
     # One finding per line: it reads and diffs well, and json's C encoder only runs without
     # indent (indent=2 took a quarter of the CLI's time on 10,000 objects).
-    dumps = _one_line_encoder()
-    lines = [dumps(f.to_json()) for f in result.findings]
+    lines = json_lines(result.findings)
     if not lines:
         out.write('{"findings": []}\n')
         return
     out.write('{"findings": [\n  ' + ",\n  ".join(lines) + "\n]}\n")
+
+
+def json_lines(findings: Iterable[Finding]) -> list[str]:
+    """Each finding as json.dumps (its defaults) writes Finding.to_json(), written directly:
+    the object and file parts, the same for all of an object's findings, are encoded once,
+    and no dict is built per finding (dict and encoder walk were most of -o json's cost).
+    tests/check/test_report.py compares the two."""
+    quote = getattr(encoder, "c_encode_basestring_ascii", None) or encoder.encode_basestring_ascii
+    heads: dict[tuple[str, Severity], str] = {}
+    objects: dict[tuple[ObjectRef, str], str] = {}
+    lines = []
+    for f in findings:
+        head = heads.get((f.rule, f.severity))
+        if head is None:
+            head = heads[(f.rule, f.severity)] = (
+                f'{{"rule": {quote(f.rule)}, "severity": {quote(f.severity.label)}, ')
+        where = objects.get((f.object, f.file))
+        if where is None:
+            kind, namespace, name = f.object
+            where = objects[(f.object, f.file)] = (
+                f'"object": {{"kind": {quote(kind)}, "namespace": {quote(namespace)}, '
+                f'"name": {quote(name)}}}, "file": {quote(f.file)}, "line": ')
+        lines.append(f'{head}{where}{int.__repr__(f.line)}, "message": {quote(f.message)}, '
+                     f'"fix": {quote(f.fix)}}}')
+    return lines
 
 
 def _uri(file: str) -> str:
