@@ -1,4 +1,5 @@
-"""-o json writes each finding directly: the same text as json.dumps of Finding.to_json()."""
+"""-o json and -o sarif write each finding directly: the same text as json.dumps of its
+dict (Finding.to_json(), the SARIF result)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drainsafe.check.findings import Finding, ObjectRef, Severity
-from drainsafe.check.report import json_lines
+from drainsafe.check.report import _sarif_result, json_lines, sarif_lines
 
 texts = st.text(max_size=20)  # any code point: quotes, backslashes, controls, non-ASCII
 findings = st.builds(
@@ -24,3 +25,11 @@ def test_json_lines_match_json_dumps(items: list[Finding]) -> None:
     # Several findings share objects and files (the parts written once) when lists repeat.
     doubled = items + items[:2]
     assert json_lines(doubled) == [json.dumps(f.to_json()) for f in doubled]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(findings, max_size=6), st.sampled_from([{}, {"grace-budget": 3}]))
+def test_sarif_lines_match_json_dumps(items: list[Finding], index: dict[str, int]) -> None:
+    doubled = items + items[:2]
+    assert sarif_lines(doubled, index) == [
+        json.dumps(_sarif_result(f, index, {})) for f in doubled]
