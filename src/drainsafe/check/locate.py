@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 
 from drainsafe.check.findings import Path
 from drainsafe.check.load import Document
@@ -47,15 +48,14 @@ negative line -n when it was not found, n being the nearest line found (1-based)
 
 
 class _Located:
-    """One document's text and the places of the paths already found in it, by path from
-    the document's root: findings of one object share prefixes (its pod spec, a container),
-    so a new path starts from its longest prefix found before, most often one lookup away."""
+    """One document's text and the keys already found in it, as a tree of path keys:
+    findings of one object share path prefixes (spec.template.spec.containers.0...)."""
 
-    __slots__ = ("places", "quoted", "text")
+    __slots__ = ("below", "quoted", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.places: dict[Path, _Place] = {}
+        self.below: dict[str | int, tuple[_Place, dict[str | int, Any]]] = {}
         # A quoted key needs `":` or `':` somewhere: asked once here, not at every key.
         self.quoted = '":' in text or "':" in text
 
@@ -66,25 +66,20 @@ def locate(doc: Document, path: Path) -> int:
     located = source.located.get(start)
     if located is None:  # every line, the first too, follows a line break (see _key_pattern)
         located = source.located[start] = _Located("\n" + _lines(doc))
+    text, quoted = located.text, located.quoted
     full = (*doc.prefix, *path) if doc.prefix else path
-    places = located.places
-    place = places.get(full)
-    if place is not None:
-        return place[0] + 1 if place[0] >= 0 else -place[0]
-    # The longest prefix found before (none: the document's root).
-    depth = max(len(full) - 1, 0)
-    while depth > 0:
-        place = places.get(full[:depth])
-        if place is not None:
+    # Follow the keys found before as far as they go.
+    pos, parent_indent, offset = start, -1, 1
+    below = located.below
+    depth = 0
+    for key in full:
+        seen = below.get(key)
+        if seen is None:
             break
-        depth -= 1
-    if place is None:
-        pos, parent_indent, offset = start, -1, 1
-    else:
-        pos, parent_indent, offset = place
+        (pos, parent_indent, offset), below = seen
         if pos < 0:
             return -pos
-    text, quoted = located.text, located.quoted
+        depth += 1
     for d in range(depth, len(full)):
         key = full[d]
         if isinstance(key, int):
@@ -94,10 +89,12 @@ def locate(doc: Document, path: Path) -> int:
         if found is None:
             # Not found below here: remember the nearest line (negated) for this path.
             line = pos + 1 if d else doc.start_line
-            places[full[:d + 1]] = (-line, 0, 0)
+            below[key] = ((-line, 0, 0), {})
             return line
         pos, parent_indent, offset = found
-        places[full[:d + 1]] = found
+        deeper: dict[str | int, Any] = {}
+        below[key] = (found, deeper)
+        below = deeper
     return pos + 1 if full else doc.start_line
 
 
