@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import groupby
 from json import encoder
 from pathlib import Path
@@ -12,7 +12,7 @@ from typing import IO, Any
 from drainsafe import __version__
 from drainsafe.check.context import Context
 from drainsafe.check.engine import Result
-from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.findings import Finding, ObjectRef, Severity
 from drainsafe.check.rules import Rule
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -112,27 +112,39 @@ def to_json(result: Result) -> dict[str, Any]:
     return {"findings": [f.to_json() for f in result.findings]}
 
 
-def _one_line_encoder() -> Callable[[Any], str]:
-    """json.dumps (its defaults) for the plain data of findings, through one C encoder:
-    json.dumps makes a new encoder on every call, a third of its cost on one finding. The
-    data have no cycles, so the encoder keeps no markers (the output is the same)."""
-    make = getattr(encoder, "c_make_encoder", None)
-    if make is None:  # an interpreter without json's C accelerator
-        return json.dumps
-    encode = make(None, encoder.JSONEncoder().default, encoder.encode_basestring_ascii, None,
-                  ": ", ", ", False, False, True)
-    return lambda data: "".join(encode(data, 0))
-
-
 def write_json(result: Result, out: IO[str]) -> None:
     # One finding per line: it reads and diffs well, and json's C encoder only runs without
     # indent (indent=2 took a quarter of the CLI's time on 10,000 objects).
-    dumps = _one_line_encoder()
-    lines = [dumps(f.to_json()) for f in result.findings]
+    lines = json_lines(result.findings)
     if not lines:
         out.write('{"findings": []}\n')
         return
     out.write('{"findings": [\n  ' + ",\n  ".join(lines) + "\n]}\n")
+
+
+def json_lines(findings: Iterable[Finding]) -> list[str]:
+    """Each finding as json.dumps (its defaults) writes Finding.to_json(), written directly:
+    the object and file parts, the same for all of an object's findings, are encoded once,
+    and no dict is built per finding (dict and encoder walk were most of -o json's cost).
+    tests/check/test_report.py compares the two."""
+    quote = getattr(encoder, "c_encode_basestring_ascii", None) or encoder.encode_basestring_ascii
+    heads: dict[tuple[str, Severity], str] = {}
+    objects: dict[tuple[ObjectRef, str], str] = {}
+    lines = []
+    for f in findings:
+        head = heads.get((f.rule, f.severity))
+        if head is None:
+            head = heads[(f.rule, f.severity)] = (
+                f'{{"rule": {quote(f.rule)}, "severity": {quote(f.severity.label)}, ')
+        where = objects.get((f.object, f.file))
+        if where is None:
+            kind, namespace, name = f.object
+            where = objects[(f.object, f.file)] = (
+                f'"object": {{"kind": {quote(kind)}, "namespace": {quote(namespace)}, '
+                f'"name": {quote(name)}}}, "file": {quote(f.file)}, "line": ')
+        lines.append(f'{head}{where}{int.__repr__(f.line)}, "message": {quote(f.message)}, '
+                     f'"fix": {quote(f.fix)}}}')
+    return lines
 
 
 def _uri(file: str) -> str:
@@ -142,7 +154,8 @@ def _uri(file: str) -> str:
     return path.as_posix() if not path.is_absolute() else path.as_uri()
 
 
-def to_sarif(result: Result, rules: dict[str, Rule]) -> dict[str, Any]:
+def to_sarif(result: Result, rules: dict[str, Rule], *, with_results: bool = True
+             ) -> dict[str, Any]:
     ids = list(rules)
     descriptors = [
         {
@@ -157,7 +170,7 @@ def to_sarif(result: Result, rules: dict[str, Rule]) -> dict[str, Any]:
     ]
     index = {rule_id: n for n, rule_id in enumerate(ids)}
     uris: dict[str, str] = {}  # one per file, not one pathlib parse per finding
-    results = [_sarif_result(f, index, uris) for f in result.findings]
+    results = [_sarif_result(f, index, uris) for f in result.findings] if with_results else []
     notifications = [
         {
             "level": "error",
@@ -216,19 +229,53 @@ def _sarif_result(f: Finding, index: dict[str, int], uris: dict[str, str]) -> di
     return item
 
 
+def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> list[str]:
+    """Each finding's SARIF result as json.dumps (its defaults) writes _sarif_result(),
+    written directly, as json_lines does: the parts an object's findings share (location,
+    logical location, object) are encoded once per object and file. JSON escapes each
+    character alone, so a string's encoding is the encodings of its pieces joined."""
+    quote = getattr(encoder, "c_encode_basestring_ascii", None) or encoder.encode_basestring_ascii
+    rules: dict[tuple[str, Severity], tuple[str, str]] = {}
+    objects: dict[tuple[ObjectRef, str], tuple[str, str, str, str]] = {}
+    lines = []
+    for f in findings:
+        rule = rules.get((f.rule, f.severity))
+        if rule is None:
+            n = index.get(f.rule)
+            rule = rules[(f.rule, f.severity)] = (
+                f'{{"ruleId": {quote(f.rule)}, "level": {quote(SARIF_LEVEL[f.severity])}, '
+                '"message": {"text": ',
+                "}" if n is None else f', "ruleIndex": {n}}}')
+        parts = objects.get((f.object, f.file))
+        if parts is None:
+            kind, namespace, name = f.object
+            parts = objects[(f.object, f.file)] = (
+                quote(f"{f.object}: ")[:-1],
+                '}, "locations": [{"physicalLocation": {"artifactLocation": {"uri": '
+                f'{quote(_uri(f.file))}}}, "region": {{"startLine": ',
+                f'}}}}, "logicalLocations": [{{"name": {quote(name)}, "fullyQualifiedName": '
+                f'{quote(f"{namespace}/{kind}/{name}")}, "kind": "object"}}]}}], '
+                '"properties": {"fix": ',
+                f', "object": {{"kind": {quote(kind)}, "namespace": {quote(namespace)}, '
+                f'"name": {quote(name)}}}}}')
+        fix = quote(f.fix)
+        lines.append(
+            f'{rule[0]}{parts[0]}{quote(f.message)[1:-1]}\\nFix:\\n{fix[1:]}{parts[1]}'
+            f'{int.__repr__(max(f.line, 1))}{parts[2]}{fix}{parts[3]}{rule[1]}')
+    return lines
+
+
 def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str]) -> None:
     # The run's envelope indented, its results one per line, as -o json writes findings:
     # json's C encoder runs only without indent (indent=2 over every result took over half
     # of the command's time on a findings-heavy input). The same JSON document.
-    sarif = to_sarif(result, rules)
-    run = sarif["runs"][0]
-    results, run["results"] = run["results"], []
+    sarif = to_sarif(result, rules, with_results=False)
+    results = sarif_lines(result.findings, {rule_id: n for n, rule_id in enumerate(rules)})
     text = json.dumps(sarif, indent=2)
     if results:
         at = text.rfind('"results": []')  # the run's last key; inside strings quotes are \"
         indent = " " * (at - text.rfind("\n", 0, at) - 1)
-        dumps = _one_line_encoder()
-        lines = f",\n{indent}  ".join(dumps(item) for item in results)
+        lines = f",\n{indent}  ".join(results)
         text = f'{text[:at]}"results": [\n{indent}  {lines}\n{indent}]{text[at + 13:]}'
     out.write(text)
     out.write("\n")
