@@ -37,23 +37,29 @@ def pytest_configure(config: pytest.Config) -> None:
 # nearly done. xdist's default queue puts the files with the most tests first, which are the
 # fast unit files, so a single 2-minute lab scenario could start last and run alone at the
 # end. The longest files go first instead (longest processing time first); seconds measured
-# with --durations on the 2-core machine, for the order only. Other files that run real
+# with 4 workers on the 2-core machine, for the order only. Other files that run real
 # processes (marked e2e) come next, then the rest in collection order.
 LONGEST_SECONDS = {
-    "tests/demo/test_demo.py": 150,
-    "tests/verify/test_lab_tune.py": 120,
-    "tests/controller/test_guard_acceptance.py": 115,
+    "tests/demo/test_demo.py": 145,
+    "tests/controller/test_guard_acceptance.py": 105,
     "tests/controller/test_guard_statefulset.py": 95,
-    "tests/drain/test_group_drain.py": 95,
-    "tests/drain/test_statefulset_drain.py": 80,
-    "tests/drain/test_acceptance.py": 75,
-    "tests/simulate/test_sim_lab.py": 55,
-    "tests/controller/test_maintenance_metrics_lab.py": 50,
-    "tests/simulate/test_sim_reference.py": 45,
-    "tests/drain/test_faults.py": 45,
-    "tests/controller/test_maintenance_lab.py": 40,
-    "tests/drain/test_surge_faults.py": 40,
-    "tests/drain/test_statefulset_faults.py": 35,
+    "tests/verify/test_lab_tune.py": 90,
+    "tests/drain/test_statefulset_drain.py": 75,
+    "tests/drain/test_acceptance.py": 70,
+    "tests/drain/test_group_drain.py": 60,
+    "tests/controller/test_maintenance_lab.py": 50,
+    "tests/drain/test_faults.py": 50,
+    "tests/server/test_server_shutdown.py": 45,
+    "tests/controller/test_controller_lab.py": 45,
+    "tests/simulate/test_sim_lab.py": 40,
+    "tests/lab/test_statefulset.py": 40,
+    "tests/lab/test_kubectl_lab.py": 35,
+    "tests/controller/test_maintenance_metrics_lab.py": 35,
+    "tests/lab/test_crd.py": 30,
+    "tests/server/test_hardening.py": 30,
+    "tests/drain/test_surge_faults.py": 30,
+    "tests/check/test_snippets.py": 25,
+    "tests/simulate/test_sim_reference.py": 25,
 }
 E2E_SECONDS = 20  # a lab scenario not listed
 
