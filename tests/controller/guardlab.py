@@ -120,6 +120,14 @@ async def install(lab: Lab, *extra_args: str) -> None:
                              .get("caBundle")), timeout=30, what="the caBundle")
 
 
+def controllers_killed(lab: Lab) -> list[str]:
+    """Controller pods the kubelets stopped with SIGKILL at the end of their grace period
+    (a replica that did not exit after SIGTERM)."""
+    assert lab.nodes is not None
+    return [w.name for kubelet in lab.nodes.kubelets.values() for w in kubelet.terminated
+            if w.namespace == "drainsafe-system" and any(r.killed for r in w.records.values())]
+
+
 def opt_in_namespace(on: bool) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": NAMESPACE, "labels": {"drainsafe.io/guard": "true" if on else "false"}}}

@@ -25,6 +25,7 @@ from drainsafe.lab.cluster import Lab
 
 from .guardlab import (
     KUBECTL_DIR,
+    controllers_killed,
     drain_under_load,
     guarded_deployment,
     install,
@@ -78,6 +79,8 @@ async def test_kubectl_drain_keeps_two_ready_with_the_guard_and_drops_without(
         assert failed == {} and ok >= 20, (failed, ok)
         await until(lambda: _scale_and_record(lab) == (2, False), timeout=30,
                     what="the scale restored and the record removed")
+        # The drain evicted a controller replica too: it exited after SIGTERM, not killed.
+        assert controllers_killed(lab) == []
 
         if version != "1.33":
             return  # the comparison without the guard runs once, with the newest kubectl
@@ -91,6 +94,8 @@ async def test_kubectl_drain_keeps_two_ready_with_the_guard_and_drops_without(
         assert code == 0, out
         assert "guard.drainsafe.io" not in out
         assert min(samples) <= 1, samples  # capacity lost (0 when the survivor misses a probe)
+        # Nor any replica the second drain evicted.
+        assert controllers_killed(lab) == []
 
 
 async def test_leader_killed_mid_hold_another_replica_finishes(

@@ -44,7 +44,7 @@ from .labkit import gpu_lab
 
 pytestmark = pytest.mark.e2e
 
-SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=5, warmup=1.5,
+SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=3, warmup=1.5,
                             kind="LeaderWorkerSet", group_size=2, nodes=7)
 
 

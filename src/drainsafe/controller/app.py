@@ -42,6 +42,13 @@ log = logging.getLogger(__name__)
 SERVICE_ACCOUNT = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount")
 CA_SYNC_SECONDS = 30.0
 CA_RETRY_SECONDS = 2.0
+SHUTDOWN_SECONDS = 5
+"""How long a stop waits for the webhook server's connections: a review in flight is answered
+from the caches, and the API server gives up on it after the webhook's timeoutSeconds anyway
+(deploy/controller/webhook.yaml: 5). Unbounded, an idle keep-alive TLS connection held the
+process until SIGKILL at the end of its grace period: closing it waits for the client's
+close_notify (asyncio's SSL shutdown, up to 30 s), which a client that does not read an
+idle connection never sends."""
 
 
 def make_client() -> KubeClient:
@@ -113,11 +120,12 @@ async def run(cfg: ControllerConfig) -> int:
     ready = asyncio.Event()
     servers = [uvicorn.Server(uvicorn.Config(
         webhook_app(guard, ready), host=cfg.host, port=cfg.port, ssl_certfile=str(tls_dir /
-        "tls.crt"), ssl_keyfile=str(key), log_level="warning", lifespan="off"))]
+        "tls.crt"), ssl_keyfile=str(key), log_level="warning", lifespan="off",
+        timeout_graceful_shutdown=SHUTDOWN_SECONDS))]
     if cfg.metrics_port:
         servers.append(uvicorn.Server(uvicorn.Config(
             metrics_app(guard), host=cfg.host, port=cfg.metrics_port, log_level="warning",
-            lifespan="off")))
+            lifespan="off", timeout_graceful_shutdown=SHUTDOWN_SECONDS)))
     tasks = [asyncio.ensure_future(s._serve()) for s in servers]  # no signal capture
 
     async def keep_ca() -> None:
