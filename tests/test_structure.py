@@ -266,3 +266,17 @@ def test_no_merge_conflict_markers_in_the_tree() -> None:
         found += [f"{name}:{i}" for i, line in enumerate(lines, 1)
                   if line.startswith(markers) or line == "======="]
     assert not found, found
+
+
+def test_tests_import_their_helpers_as_pytest_puts_them_on_the_path() -> None:
+    """pytest puts tests/ on sys.path (rootdir-relative packages, no tests/__init__.py):
+    `from drain.factory import ...` works under `./dev test`; `from tests.drain...` only
+    when the current directory happens to be on the path too (`python -m pytest`)."""
+    found = []
+    for path in sorted((SRC.parent / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.relative_to(SRC.parent)}: {n}" for n in names
+                      if n == "tests" or n.startswith("tests.")]
+    assert not found, found

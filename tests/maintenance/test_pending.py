@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from tests.drain.factory import node, pod
-
+from drain.factory import node, pod
 from drainsafe import placement
 from drainsafe.maintenance.pending import PENDING_TAINT, pending_of, pending_taints
 

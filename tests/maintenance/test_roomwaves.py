@@ -8,8 +8,8 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.drain.factory import deployment, node, pdb, pod, serving
 
+from drain.factory import deployment, node, pdb, pod, serving
 from drainsafe.drain.filters import DrainOptions
 from drainsafe.drain.plan import plan_drain
 from drainsafe.drain.workloads import ClusterState
