@@ -106,7 +106,7 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     # selector no node matches, so neither acts on the cluster
     flags = ("-l", "drainsafe-test=nobody,tier in (x,y)", "--max-parallel-nodes", "2",
              "--max-unavailable", "50%", "--uncordon", "Never", "--reason", "probe",
-             "--strategy", "evict")
+             "--strategy", "evict", "--capacity-floor", "25%")
     code, printed, err = await cli(lab, "create", "probe-applied", *flags, "--dry-run")
     assert code == EXIT_OK, err
     (tmp_path / "probe.yaml").write_text(printed)
@@ -118,6 +118,7 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     assert applied["spec"] == posted["spec"]  # both after the server's defaulting
     assert parse_spec(applied) == parse_spec(yaml.safe_load(printed))
     assert applied["spec"]["nodeSelector"]["matchExpressions"][0]["values"] == ["x", "y"]
+    assert applied["spec"]["capacityFloor"] == {"default": "25%"}  # a string, as intstr
     # a second create of the same name is refused, not overwritten
     code, _, err = await cli(lab, "create", "probe-posted", "--node", node)
     assert code == EXIT_USAGE and "already exists" in err, err

@@ -82,6 +82,40 @@ def test_bad_flags_exit_2_before_any_connection(capsys: pytest.CaptureFixture[st
     assert "--max-unavailable" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("text", "strategy", "default"), [
+    ("50%", "surge", "50%"), ("0", "surge", 0), ("2", "evict", 2), ("100%", "evict", "100%"),
+    (None, "surge", "100%"), (None, "evict", 0)])
+def test_capacity_floor_is_the_default_floor_parse_spec_reads(
+        text: str | None, strategy: str, default: int | str) -> None:
+    obj = manifest_from_flags(CreateFlags(name="n", nodes=("a",), capacity_floor=text,
+                                          strategy=strategy))
+    # no flag: no field, so the reconciler's own default (by strategy) applies
+    assert ("capacityFloor" in obj["spec"]) == (text is not None)
+    floors = parse_spec(obj).capacity_floors
+    assert (floors.default, floors.rules) == (default, ())
+
+
+@pytest.mark.parametrize("text", ["150%", "-1", "1.5", "half", "50 %"])
+def test_a_bad_capacity_floor_is_refused_naming_the_flag(
+        text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(FlagError) as err:
+        manifest_from_flags(CreateFlags(name="n", nodes=("a",), capacity_floor=text))
+    assert str(err.value).startswith("--capacity-floor: "), err.value
+    assert main(["maintenance", "create", "n", "--node", "a", "--capacity-floor", text,
+                 "--kubeconfig", "/nonexistent"]) == EXIT_USAGE
+    assert "--capacity-floor" in capsys.readouterr().err
+
+
+def test_dry_run_shows_the_capacity_floor(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    assert main(["maintenance", "create", "n", "--node", "a", "--capacity-floor", "75%",
+                 "--dry-run", "--kubeconfig", "/nonexistent"]) == EXIT_OK
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["spec"]["capacityFloor"] == {"default": "75%"}
+    assert parse_spec(printed).capacity_floors.default == "75%"
+
+
 def _maint(uncordon: str, *nodes: tuple[str, str]) -> dict[str, Any]:
     return {"metadata": {"name": "drv"}, "spec": {"uncordon": uncordon},
             "status": {"nodes": [{"name": n, "state": s, "wave": 1, "reason": "r"}

@@ -1,51 +1,38 @@
-"""The leader's NodeMaintenance reconciler: each selected node through cordon, drain, uncordon.
+"""The leader's NodeMaintenance reconciler: the operation's loop and the choice of each wave.
 
 The decisions are drainsafe.maintenance's (spec, per-node states, the wave planner); this
-is their I/O. Only the leader acts (controller.leader), and every step is written to the
-resource's status *before* it is taken where it changes the cluster (a node is marked
-Cordoned, then cordoned), and after it where it only completes, so a new leader reads where
-each node is and continues:
+is their I/O. Only the leader acts (controller.leader). Each pass reads every
+NodeMaintenance from its informer, starts a node task (controller.maintenance_node: cordon,
+drain, await maintained, uncordon) for each node its status says is in progress and not
+running here (a new leader continues where the status says), then chooses the next wave
+on the status just read and marks its nodes started (Cordoned) *before* their tasks
+cordon them, so a new leader counts them against the budgets. Status writes are
+controller.maintenance_status's, one writer per NodeMaintenance.
 
-- Cordoned: cordon again (idempotent: drain.cordon, with the fleet's "queued" state, so a
-  node whose drain never starts gets its cordon back, as drainsafe drain does; the record
-  names this NodeMaintenance, drain.ownership.CORDONED_FOR), then drain.
-- Draining: drain again with the same engine `drainsafe drain` runs (drain.execute
-  NodeDrainer): its record on the node names the pods it already evicted (by UID) and the
-  surge on each workload, so no pod is evicted twice and a surge is finished or restored.
-- Refused before any eviction only for what the other nodes in progress hold
-  (drain.preflight.only_waiting_on: no room for the surge, held by their cordons, their
-  stand-ins or pods still terminating; or a workload one of them is surging): the cordon
-  is given back and the node is Pending again, reason Deferred, the refusal its message; the
-  planner starts it last and alone (maintenance.waves: later), and not before a backoff
-  from its last refusal (not_now: RETRY_MIN_SECONDS, doubled at each refusal up to
-  RETRY_MAX_SECONDS, so a lasting shortage does not flap the cordon). Any other refusal
-  fails the node.
-- Drained: uncordon per spec.uncordon (drain.cordon.uncordon, which refuses a cordon that
-  was not drainsafe's); AwaitingMaintenance: the node's boot ID, kubelet version and UID
-  are recorded in its status row with that state, then the reconciler waits (on the node
-  informer) until spec.maintainedWhen says it is maintained (maintenance.maintained: the
-  annotation drainsafe.io/maintained = the NodeMaintenance's name, a node condition, a new
-  boot ID or kubelet version, or a replaced node), then uncordons.
+A node refused before any eviction only for what the other nodes in progress hold comes
+back Pending, reason Deferred (controller.maintenance_node); the planner starts it last
+and alone (maintenance.waves: later), and not before a backoff from its last refusal
+(not_now: RETRY_MIN_SECONDS, doubled at each refusal up to RETRY_MAX_SECONDS, so a lasting
+shortage does not flap the cordon). A pass that may start a node reads the cluster once and
+admits nodes by the room their stand-ins need (maintenance.roomwaves WaveRoom); a node held
+back is written Pending with the reason of its hold (WAITING).
 
 Pending nodes carry a soft taint (maintenance.pending: PreferNoSchedule, the operation's
-name as value) so that stand-ins and replacements prefer other nodes; it is taken off when
-the node starts, when the operation ends (Succeeded or Failed) and when it is deleted,
-each pass comparing the status with the node informer's copy.
+name as value; controller.maintenance_taints) so that stand-ins and replacements prefer
+other nodes; it is taken off when the node starts, when the operation ends (Succeeded or
+Failed) and when it is deleted, each pass comparing the status with the node informer's copy.
 
-Status goes through the status subresource with the resourceVersion read (a 409 is read
-again: kube.retry.retry_on_conflict), one writer per NodeMaintenance at a time. The node
-set is fixed when the status is first written: a node labelled later does not join a
-running operation.
+The node set is fixed when the status is first written: a node labelled later does not join
+a running operation.
 
-Leadership lost: its node tasks are cancelled; a drain cancelled this way records
-"interrupted" on the node and stays cordoned with its surge recorded, as Ctrl-C on drainsafe
-drain does, and the next leader continues it. Deleted: a finalizer holds the object until
-the leader has cancelled its node tasks and given back the cordons and surges it holds
+Leadership lost: its node tasks are cancelled (each drain records "interrupted" and the next
+leader continues it). Deleted: a finalizer holds the object until the leader has cancelled
+its node tasks and given back the cordons and surges it holds
 (controller.maintenance_release).
 
 What a person reads (status.nodeTable, status.conditions, status.lowestCapacity from the
 drains' own capacity readings, and the Events of each status change) is
-controller.maintenance_readout's, applied to every status write below.
+controller.maintenance_readout's, applied to every status write.
 
 Paused (spec.paused): no new node starts; a node already started finishes the steps it has
 (its drain, then its uncordon or its wait for the maintained mark), since stopping a drain
@@ -55,8 +42,6 @@ half way leaves a node out of service and a workload scaled up for as long as th
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import socket
 import time
@@ -66,24 +51,15 @@ from typing import Any
 from drainsafe.controller import maintenance_release as release
 from drainsafe.controller.events import EventRecorder
 from drainsafe.controller.leader import LeaderElector
+from drainsafe.controller.maintenance_node import DEFERRED, Deferrals, NodeTask
 from drainsafe.controller.maintenance_readout import MaintenanceReadout
+from drainsafe.controller.maintenance_status import StatusWriter
 from drainsafe.controller.maintenance_taints import set_pending
-from drainsafe.drain.capacity import CapacityReading
-from drainsafe.drain.cordon import NotOwned, cordon, uncordon
-from drainsafe.drain.execute import NodeDrainer
-from drainsafe.drain.ownership import maintenance_ref
-from drainsafe.drain.preflight import only_waiting_on, read_cluster
+from drainsafe.drain.preflight import read_cluster
 from drainsafe.drain.workloads import ClusterState
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
-from drainsafe.kube.retry import KeptChanging, retry_on_conflict
-from drainsafe.maintenance.maintained import (
-    Recorded,
-    Why,
-    maintained,
-    node_seen,
-    record_of,
-)
+from drainsafe.kube.retry import KeptChanging
 from drainsafe.maintenance.pending import pending_of
 from drainsafe.maintenance.progress import (
     NodeProgress,
@@ -100,7 +76,6 @@ from drainsafe.maintenance.waves import NodeFacts, next_wave
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
-DEFERRED: NodeReason = "Deferred"  # the reason of a Pending node refused for what others hold
 CANNOT_SURGE: NodeReason = "CannotSurge"  # a Pending node with no room even alone: started last
 # The reason of a Pending node the planner holds back (maintenance.roomwaves), by its code.
 WAITING: dict[HoldCode, NodeReason] = {"no-room": "WaitingForRoom", "budget": "WaitingForBudget",
@@ -124,10 +99,13 @@ class MaintenanceReconciler:
             clock=clock)
         self.informer = Informer(client, "/apis/drainsafe.io/v1alpha1/nodemaintenances")
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (uid, node)
-        self._writes: dict[str, asyncio.Lock] = {}  # one status writer per NodeMaintenance
+        self.status = StatusWriter(client, self.readout, clock)
         self._surges: dict[str, asyncio.Lock] = {}  # one surge of a workload at a time
-        # (name, node) deferred -> (when last, how many times)
-        self._deferred: dict[tuple[str, str], tuple[float, int]] = {}
+        # (name, node) deferred -> (when last, how many times): the node tasks write it
+        self._deferred: Deferrals = {}
+        self.node_task = NodeTask(client, nodes, self.informer, clock=clock,
+                                  readout=self.readout, status=self.status,
+                                  surges=self._surges, deferred=self._deferred)
 
     async def run(self, elector: LeaderElector, period: float) -> None:
         """Reconcile every `period` seconds (and on every change) while this replica leads."""
@@ -189,15 +167,15 @@ class MaintenanceReconciler:
         try:
             spec = parse_spec(obj)
         except SpecError as exc:
-            await self._write_failed(name, "InvalidSpec", str(exc))
+            await self.status.failed(name, "InvalidSpec", str(exc))
             return
         progress = read_nodes(status)
         if not progress:
             selected = await self._select(spec)
             if not selected:
-                await self._write_failed(name, "NoNodes", "no node matches the selection")
+                await self.status.failed(name, "NoNodes", "no node matches the selection")
             else:
-                await self._update(name, spec, {n: _unchanged for n in selected})
+                await self.status.update(name, spec, {n: _unchanged for n in selected})
             return
         await self._pending(name, progress, running=True)
         for node, p in progress.items():
@@ -207,7 +185,7 @@ class MaintenanceReconciler:
             if in_progress(p.state, spec.uncordon) and (uid, node) not in self._tasks:
                 self._start(name, uid, node, spec, p.state)
         if spec.paused:
-            await self._update(name, spec, {})
+            await self.status.update(name, spec, {})
             return
         started: list[str] = []
         now = rfc3339(self.clock())
@@ -250,7 +228,7 @@ class MaintenanceReconciler:
             return {**old, **status_of(nodes.values(), spec.uncordon, spec.paused, current,
                                        int(meta(obj).get("generation") or 0))}
 
-        if await self._put_status(name, plan):
+        if await self.status.put(name, plan):
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
 
@@ -306,169 +284,4 @@ class MaintenanceReconciler:
     def _start(self, name: str, uid: str, node: str, spec: MaintenanceSpec,
                state: NodeState) -> None:
         self._tasks[(uid, node)] = asyncio.create_task(
-            self._node(name, node, spec, state), name=f"maintenance {name} {node}")
-
-    # -- one node ------------------------------------------------------------------
-
-    async def _node(self, name: str, node: str, spec: MaintenanceSpec,
-                    state: NodeState) -> None:
-        try:
-            await self._steps(name, node, spec, state)
-        except (KubeError, WaitTimeout, RuntimeError) as exc:
-            # The node stays as the last step left it (cordoned and recorded, if so).
-            await self._step(name, spec, node, "Failed", "Error", str(exc)[:500],
-                             finished=True)
-
-    async def _steps(self, name: str, node: str, spec: MaintenanceSpec,
-                     state: NodeState) -> None:
-        settings = spec.drain_settings(f"NodeMaintenance {name}")
-        if state == "Cordoned":
-            await cordon(self.client, node, reason=settings.reason, state="queued",
-                         clock=self.clock, operation=maintenance_ref(name))
-            await self._step(name, spec, node, "Draining", "Draining")
-            state = "Draining"
-        if state == "Draining":
-            obj = self.informer.get(name) or {}
-            others = [n for n, p in read_nodes(obj.get("status") or {}).items()
-                      if n != node and in_progress(p.state, spec.uncordon)]
-
-            def read(r: CapacityReading) -> None:  # each reading of the drain's watch
-                self.readout.reading(self.informer.get(name), name, node, r, self._put_status)
-
-            report = await NodeDrainer(self.client, node, settings, draining=others,
-                                       clock=self.clock, locks=self._surges,
-                                       on_capacity=read).run()
-            if not report.ok:
-                why = report.failure or "the drain did not finish"
-                if (report.refused and report.plan is not None
-                        and only_waiting_on(report.plan, others)):
-                    with contextlib.suppress(NotOwned):
-                        await uncordon(self.client, node)
-                    times = self._deferred.get((name, node), (0.0, 0))[1] + 1
-                    self._deferred[(name, node)] = (time.monotonic(), times)
-                    await self._step(name, spec, node, "Pending", DEFERRED, why)
-                    return
-                if report.refused:
-                    # refused before any eviction: give our queued cordon back, as
-                    # drainsafe drain does for a node it never started
-                    with contextlib.suppress(NotOwned):
-                        await uncordon(self.client, node)
-                await self._step(name, spec, node, "Failed",
-                                 "Refused" if report.refused else "DrainFailed", why,
-                                 finished=True)
-                return
-            state = "AwaitingMaintenance" if spec.uncordon == "WhenMaintained" else "Drained"
-            await self._step(name, spec, node, state, "Drained", finished=True,
-                             recorded=self._record(node))
-        why = ""
-        if state == "AwaitingMaintenance":
-            why = await self._await_maintained(name, node, spec)
-            state = "Drained"
-        if state == "Drained" and spec.uncordon != "Never":
-            try:
-                await uncordon(self.client, node)
-            except NotOwned as exc:
-                await self._step(name, spec, node, "Failed", "NotOurCordon", str(exc))
-                return
-            await self._step(name, spec, node, "Uncordoned", "Uncordoned",
-                             f"maintained: {why}" if why else "")
-
-    def _record(self, node: str) -> Recorded | None:
-        obj = self.nodes.get(node)
-        return None if obj is None else record_of(node_seen(obj))
-
-    async def _await_maintained(self, name: str, node: str, spec: MaintenanceSpec) -> Why:
-        """Wait (as long as it takes: the node stays cordoned and recorded meanwhile) until
-        spec.maintainedWhen says the node is maintained (maintenance.maintained), against
-        what was recorded when its drain ended; the row's reason says NodeGone while no node
-        of the name exists. Returns why it is maintained."""
-        obj = self.informer.get(name) or {}
-        row = read_nodes(obj.get("status") or {}).get(node)
-        recorded = row.recorded if row is not None else None
-        if recorded is None and (recorded := self._record(node)) is not None:
-            # a status written before the record existed: from now on, as a new leader sees it
-            await self._step(name, spec, node, "AwaitingMaintenance", "Drained",
-                             recorded=recorded)
-        shown: Why = "AwaitingMaintenance"
-
-        def verdict(cache: Mapping[str, Obj]) -> tuple[bool, Why]:
-            seen = cache.get(node)
-            return maintained(None if seen is None else node_seen(seen), recorded,
-                              spec.maintained_when, name)
-
-        def changed(cache: Mapping[str, Obj], shown: Why) -> bool:
-            ok, why = verdict(cache)
-            return ok or why != shown
-
-        while True:
-            with contextlib.suppress(WaitTimeout):
-                await self.nodes.wait_for(functools.partial(changed, shown=shown),
-                                          timeout=3600, what=f"{node} maintained")
-            ok, why = verdict(self.nodes.cache)
-            if ok:
-                return why
-            if why != shown:
-                shown = why
-                await self._step(name, spec, node, "AwaitingMaintenance",
-                                 "NodeGone" if why == "NodeGone" else "Drained",
-                                 "no node of this name; waiting for one to register"
-                                 if why == "NodeGone" else "")
-
-    async def _step(self, name: str, spec: MaintenanceSpec, node: str, state: NodeState,
-                    reason: NodeReason, message: str = "", *, finished: bool = False,
-                    recorded: Recorded | None = None) -> None:
-        end = rfc3339(self.clock()) if finished else None
-        await self._update(name, spec, {
-            node: lambda p: p.to(state, reason, message, finished=end, recorded=recorded)})
-
-    # -- status --------------------------------------------------------------------
-
-    def _path(self, name: str) -> str:
-        return api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name)
-
-    async def _put_status(self, name: str, decide: Callable[[Obj], Obj | None]) -> bool:
-        """Read, change the status, write it with the resourceVersion read (409: again);
-        whether it is written (or was already so)."""
-        async def write(obj: Obj) -> None:
-            old = obj.get("status") or {}
-            status = decide(obj)
-            if status is not None:
-                status = self.readout.complete(obj, status)
-            if status is not None and status != old:
-                await self.client.request(
-                    "PUT", api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name,
-                                    subresource="status"), body={**obj, "status": status})
-                self.readout.written(obj, old, status)
-
-        async with self._writes.setdefault(name, asyncio.Lock()):
-            try:
-                await retry_on_conflict(self.client, self._path(name), write)
-                return True
-            except (KubeError, KeptChanging) as exc:
-                log.warning("NodeMaintenance %s: status not written: %s", name, exc)
-                return False
-
-    async def _update(self, name: str, spec: MaintenanceSpec,
-                      changes: dict[str, Callable[[NodeProgress], NodeProgress]], *,
-                      current_wave: int | None = None) -> None:
-        def decide(obj: Obj) -> Obj:
-            old = obj.get("status") or {}
-            nodes = read_nodes(old)
-            for node, change in changes.items():
-                nodes[node] = change(nodes.get(node) or NodeProgress(node))
-            wave = int(old.get("currentWave") or 0) if current_wave is None else current_wave
-            # paused as the object says now, not as when the node's task began
-            paused = bool((obj.get("spec") or {}).get("paused", spec.paused))
-            return {**old, **status_of(nodes.values(), spec.uncordon, paused, wave,
-                                       int(meta(obj).get("generation") or 0))}
-
-        await self._put_status(name, decide)
-
-    async def _write_failed(self, name: str, reason: str, message: str) -> None:
-        def decide(obj: Obj) -> Obj:
-            old = obj.get("status") or {}
-            return {**old, "phase": "Failed", "conditions": [{
-                "type": "Failed", "status": "True", "reason": reason,
-                "message": message, "lastTransitionTime": rfc3339(self.clock())}]}
-
-        await self._put_status(name, decide)
+            self.node_task.run(name, node, spec, state), name=f"maintenance {name} {node}")

@@ -107,6 +107,7 @@ class CreateFlags:
     nodes: tuple[str, ...] = ()
     max_parallel_nodes: int = 1
     max_unavailable: str | None = None
+    capacity_floor: str | None = None  # spec.capacityFloor.default (N or P%)
     uncordon: str = "Immediately"
     reason: str = ""
     strategy: str = "surge"
@@ -154,6 +155,11 @@ def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
     spec["maxParallelNodes"] = f.max_parallel_nodes
     if f.max_unavailable is not None:
         spec["maxUnavailable"] = int_or_percent(f.max_unavailable, "--max-unavailable")
+    if f.capacity_floor is not None:
+        # the default floor only: per-workload rules are kubectl apply's (a list of
+        # selectors and floors reads badly as flags)
+        spec["capacityFloor"] = {
+            "default": int_or_percent(f.capacity_floor, "--capacity-floor")}
     spec["uncordon"] = f.uncordon
     if f.reason:
         spec["reason"] = f.reason
@@ -170,6 +176,7 @@ def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
         flag = {"maxUnavailable": "--max-unavailable", "uncordon": "--uncordon",
                 "drain.strategy": "--strategy", "nodeSelector": "-l/--selector",
                 "maxParallelNodes": "--max-parallel-nodes",
+                "capacityFloor": "--capacity-floor",
                 "maintainedWhen.nodeCondition": "--when-condition",
                 "maintainedWhen.kubeletVersion": "--when-kubelet-version",
                 "maintainedWhen": "--when-*"}
@@ -300,6 +307,10 @@ def register(subparsers: Any) -> None:
                    help="a node by name (repeat for more)")
     c.add_argument("--max-parallel-nodes", type=int, default=1, metavar="N")
     c.add_argument("--max-unavailable", metavar="N|P%")
+    c.add_argument("--capacity-floor", metavar="N|P%",
+                   help="the fewest Ready replicas a drain may take each workload to, or a "
+                   "percent of desired: spec.capacityFloor.default (100%% unless --strategy "
+                   "evict, then 0); per-workload floors: kubectl apply")
     c.add_argument("--uncordon", choices=("Immediately", "Never", "WhenMaintained"),
                    default="Immediately")
     c.add_argument("--reason", default="")
@@ -409,7 +420,8 @@ async def _crd_served(client: Any) -> bool:
 def run_create(args: argparse.Namespace) -> int:
     flags = CreateFlags(name=args.name, selector=args.selector, nodes=tuple(args.node),
                         max_parallel_nodes=args.max_parallel_nodes,
-                        max_unavailable=args.max_unavailable, uncordon=args.uncordon,
+                        max_unavailable=args.max_unavailable,
+                        capacity_floor=args.capacity_floor, uncordon=args.uncordon,
                         reason=args.reason, strategy=args.strategy, paused=args.paused,
                         when_condition=args.when_condition, when_rebooted=args.when_rebooted,
                         when_kubelet_version=args.when_kubelet_version,

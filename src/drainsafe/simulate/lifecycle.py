@@ -292,8 +292,9 @@ class _Engine(Strategies):
         progress hold (a workload one of them surges, or room for its surge: their cordons,
         their new pods; or a surge node still to join), and the controller defers it: the
         cordon given back, the node Pending again, retried last and alone after a backoff
-        (controller/maintenance.py; drain/preflight.py only_waiting_on). No room with
-        nothing that could give it back is no deferral: the surge waits Pending, as before.
+        (controller/maintenance_node.py, controller/maintenance.py; drain/preflight.py
+        only_waiting_on). No room with nothing that could give it back is no deferral: the
+        surge waits Pending, as before.
         """
         assert self.waves is not None
         owned, no_room = self.surge_blocked(node)
