@@ -52,6 +52,7 @@ from drainsafe.controller.view import (
     workload_pods,
 )
 from drainsafe.drain import groups
+from drainsafe.drain.scale import NotOurSurge
 from drainsafe.kube.objects import (
     WorkloadRef,
     autoscaler_for,
@@ -148,14 +149,21 @@ class Reconciler:
                              f"surging {record.replicas} -> {target} for a stand-in of {what}")
         if held:
             if int((dep.get("spec") or {}).get("replicas", 1)) != target:
-                await engine.set_scale(workload, record, target)
+                try:
+                    await engine.set_scale(workload, record, target)
+                except NotOurSurge as exc:  # our cache was behind: decide again from fresh
+                    log.info("not scaling: %s", exc)
             return
         if kind == "StatefulSet" and recreations_pending(dep, members, record.replicas):
             return  # the restore removes the stand-in: not before the evicted are back
         if kind == "LeaderWorkerSet" and groups.groups_pending(
                 lws_ready_groups(members, lws_size(dep)), record.replicas):
             return  # likewise: the stand-in groups go only once every group is back
-        await engine.finish(workload, record)
+        try:
+            await engine.finish(workload, record)
+        except NotOurSurge as exc:  # restored already, or another drainer's record by now
+            log.info("not restoring: %s", exc)
+            return
         self.metrics.restores.inc()
         self.events.emit(dep, kind, "SurgeRestored",
                          f"restored to {record.replicas} replicas: no eviction is held")

@@ -40,6 +40,7 @@ from drainsafe.drain.plan import DrainPlan
 from drainsafe.drain.preflight import preflight
 from drainsafe.drain.progress import NodeProgress
 from drainsafe.drain.report import NodeReport, pod_reports
+from drainsafe.drain.scale import NotOurSurge
 from drainsafe.drain.settings import DrainSettings as DrainSettings  # imported from here
 from drainsafe.kube import KubeClient, KubeError, WaitTimeout
 from drainsafe.kube.retry import KeptChanging
@@ -132,7 +133,8 @@ class NodeDrainer:
                 await self._confirm_done(ctx, plan)
             self.report.ok = True
             await self.progress.write("drained", "")
-        except (DrainFailed, KubeError, WaitTimeout, KeptChanging, TimeoutError) as exc:
+        except (DrainFailed, NotOurSurge, KubeError, WaitTimeout, KeptChanging,
+                TimeoutError) as exc:
             self.report.failure = str(exc) if not isinstance(exc, TimeoutError) else (
                 f"not drained within --timeout {self.settings.timeout:.0f}s")
             with contextlib.suppress(KubeError, asyncio.CancelledError, TimeoutError):

@@ -112,30 +112,60 @@ async def begin(client: KubeClient, workload: str, *, node: str, autoscaler: str
     return await retry_on_conflict(client, path, decide)
 
 
+class NotOurSurge(Exception):
+    """The workload no longer carries the surge record a scale change was decided from:
+    restored and removed meanwhile, or another drainer's. Nothing was written."""
+
+
+def same_surge(a: SurgeRecord, b: SurgeRecord) -> bool:
+    """One record, as written once (who, when, for which node, which tool)."""
+    return (a.node, a.by, a.at, a.guard) == (b.node, b.by, b.at, b.guard)
+
+
 async def set_scale(client: KubeClient, workload: str, record: SurgeRecord, target: int) -> None:
-    """Scale to `target` (the record's replicas plus what is still surged). With an HPA,
-    its bounds first: minReplicas up to the target while surged, exactly the recorded
-    values once the target is back at the recorded scale."""
+    """Scale to `target` (the record's replicas plus what is still surged), only while the
+    workload carries `record`: a decision taken from a stale copy (the guard's informer
+    cache a moment behind a restore and another drainer's record) must not scale on top
+    of someone else's surge. The object's scale is written with the resourceVersion the
+    record was read at; a scale subresource (LeaderWorkerSet) right after the check. With
+    an HPA, its bounds first: minReplicas up to the target while surged, exactly the
+    recorded values once the target is back at the recorded scale."""
     ref = WorkloadRef.parse(workload)
+    path = workload_path(ref)
     bounds = record.autoscaler
-    if bounds is not None:
-        spec: dict[str, int | None]
-        if target > record.replicas:
-            spec = {"minReplicas": max(bounds.min_replicas or 1, target),
-                    "maxReplicas": max(bounds.max_replicas, target)}
+
+    async def decide(obj: Obj) -> None:
+        current = SurgeRecord.of(obj)
+        if current is None or not same_surge(current, record):
+            raise NotOurSurge(f"{workload}: its surge record is not the one for {record.node}"
+                              f" ({'none' if current is None else 'for ' + current.node})")
+        if bounds is not None:
+            spec: dict[str, int | None]
+            if target > record.replicas:
+                spec = {"minReplicas": max(bounds.min_replicas or 1, target),
+                        "maxReplicas": max(bounds.max_replicas, target)}
+            else:
+                spec = {"minReplicas": bounds.min_replicas, "maxReplicas": bounds.max_replicas}
+            await client.patch(hpa_path(ref.namespace, bounds.name), {"spec": spec})
+        if SURGE_KINDS[ref.kind].scale_subresource:
+            await client.patch(scale_path(ref), {"spec": {"replicas": target}})
         else:
-            spec = {"minReplicas": bounds.min_replicas, "maxReplicas": bounds.max_replicas}
-        await client.patch(hpa_path(ref.namespace, bounds.name), {"spec": spec})
-    await client.patch(scale_path(ref), {"spec": {"replicas": target}})
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            await client.patch(path, {"metadata": {"resourceVersion": rv},
+                                      "spec": {"replicas": target}})
+
+    await retry_on_conflict(client, path, decide)
 
 
 async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None:
-    """Restore exactly the recorded scale (and HPA bounds), then remove the record."""
+    """Restore exactly the recorded scale (and HPA bounds), then remove the record: both
+    only while the workload carries this record (NotOurSurge otherwise)."""
     await set_scale(client, workload, record, record.replicas)
     path = workload_path(WorkloadRef.parse(workload))
 
     async def decide(obj: Obj) -> None:
-        if SurgeRecord.of(obj) is not None:
+        current = SurgeRecord.of(obj)
+        if current is not None and same_surge(current, record):
             await client.patch(path, surge_clear_patch(obj))
 
     await retry_on_conflict(client, path, decide)
