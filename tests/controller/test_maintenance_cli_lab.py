@@ -119,6 +119,29 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     assert parse_spec(applied) == parse_spec(yaml.safe_load(printed))
     assert applied["spec"]["nodeSelector"]["matchExpressions"][0]["values"] == ["x", "y"]
     assert applied["spec"]["capacityFloor"] == {"default": "25%"}  # a string, as intstr
+    # --when-timeout the same way; a timeoutSeconds below 1 refused by the API server's
+    # schema (kubectl apply) as by create (exit 2), each naming its field or flag
+    when = ("-l", "drainsafe-test=nobody", "--uncordon", "WhenMaintained", "--when-rebooted")
+    code, printed, err = await cli(lab, "create", "probe-timeout", *when, "--when-timeout",
+                                   "900", "--dry-run")
+    assert code == EXIT_OK, err
+    (tmp_path / "timeout.yaml").write_text(printed)
+    code, out = await kubectl(lab, "1.33", "apply", "-f", str(tmp_path / "timeout.yaml"))
+    assert code == 0, out
+    applied = await _get(lab, "probe-timeout")
+    assert applied["spec"]["maintainedWhen"] == {"annotation": True, "bootIDChanged": True,
+                                                 "timeoutSeconds": 900}
+    assert parse_spec(applied) == parse_spec(yaml.safe_load(printed))
+    zero = yaml.safe_load(printed)
+    zero["metadata"]["name"] = "probe-timeout-0"
+    zero["spec"]["maintainedWhen"]["timeoutSeconds"] = 0
+    (tmp_path / "zero.yaml").write_text(yaml.safe_dump(zero))
+    code, out = await kubectl(lab, "1.33", "apply", "-f", str(tmp_path / "zero.yaml"))
+    assert code != 0 and "spec.maintainedWhen.timeoutSeconds" in out, out
+    code, _, err = await cli(lab, "create", "probe-timeout-0", *when, "--when-timeout", "0")
+    assert code == EXIT_USAGE and "--when-timeout: maintainedWhen.timeoutSeconds" in err, err
+    code, out = await kubectl(lab, "1.33", "get", "nodemaintenance", "probe-timeout-0")
+    assert code != 0 and "NotFound" in out, out
     # a second create of the same name is refused, not overwritten
     code, _, err = await cli(lab, "create", "probe-posted", "--node", node)
     assert code == EXIT_USAGE and "already exists" in err, err

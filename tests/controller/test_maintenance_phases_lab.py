@@ -21,6 +21,7 @@ import asyncio
 import collections
 import pathlib
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from drainsafe.controller.maintenance_release import FINALIZER
 from drainsafe.drain import scale
 from drainsafe.drain.cordon import cordon, uncordon
 from drainsafe.drain.ownership import (
+    CORDONED_BY,
+    CORDONED_FOR,
     OWNED_KEYS,
     PROGRESS,
     SURGE,
@@ -44,11 +47,11 @@ from drainsafe.drain.ownership import (
     maintenance_ref,
 )
 from drainsafe.kube import Informer, KubeClient, api_path
-from drainsafe.kube.objects import is_node_ready, rfc3339
+from drainsafe.kube.objects import is_node_ready, parse_time, rfc3339
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, virtual_deployment
 from drainsafe.maintenance.capacity import LowestCapacity
-from drainsafe.maintenance.maintained import MAINTAINED
+from drainsafe.maintenance.maintained import MAINTAINED, wait_bound
 from drainsafe.maintenance.pending import pending_of
 from drainsafe.maintenance.progress import (
     NodeProgress,
@@ -57,7 +60,7 @@ from drainsafe.maintenance.progress import (
     read_nodes,
     status_of,
 )
-from drainsafe.maintenance.spec import Uncordon
+from drainsafe.maintenance.spec import MaintainedWhen, Uncordon
 
 from .guardlab import KUBECTL_DIR, audit_clean, kubectl, ready_pods
 
@@ -604,6 +607,120 @@ async def test_a_node_gone_while_awaiting_waits_and_its_replacement_is_maintaine
     assert (row["state"], row["message"]) == ("Uncordoned", "maintained: Replaced")
     assert row["recorded"]["uid"] == old_uid != store.get(NODES, "", node)["metadata"]["uid"]
     _left_as_before(lab, [node])
+    await audit_clean(lab)
+
+
+# -- maintainedWhen.timeoutSeconds: a node never marked --------------------------------
+
+# Scaled down from the hours a real maintenance would allow. The leader change below comes
+# GAP seconds into the wait, so a new leader that restarted the clock would fail the node
+# TIMEOUT after it started, GAP - 1 s later than the deadline the status says.
+TIMEOUT, GAP = 6, 3.0
+
+
+async def test_a_node_never_marked_times_out_failed_cordoned_and_recorded(lab: Lab) -> None:
+    """maintainedWhen.timeoutSeconds over 2 nodes, maxParallelNodes 1, maxUnavailable 2:
+    the first is never marked. Its leader stops while it waits and a new one takes over:
+    the node fails MaintenanceTimedOut at the deadline its row's finished time says (not
+    TIMEOUT after the new leader began), while the operation runs on; it stays cordoned
+    with drainsafe's record (audit lists it as drainsafe's); NodeFailed is a Warning
+    Event; the second node drains, is marked and uncordoned, and only then the operation
+    ends Failed. Deleting it gives the failed node back."""
+    name = "timed-out"
+    never, marked = nodes = _quiet_nodes(lab, 2)
+    spec = {**_spec(nodes, "WhenMaintained", max_unavailable=2),
+            "maintainedWhen": {"timeoutSeconds": TIMEOUT}}
+    store = _store(lab)
+    statuses: list[dict[str, Any]] = []  # every status the watch delivered
+
+    def row(cache: dict[str, Any], node: str) -> dict[str, Any]:
+        obj = cache.get(name) or {}
+        statuses.append((obj.get("status") or {}) if obj else {})
+        return next((r for r in statuses[-1].get("nodes") or [] if r["name"] == node), {})
+
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, \
+            sampling(lab, name, nodes, "WhenMaintained") as seen:
+        watch = await Informer(client, api_path("drainsafe.io/v1alpha1",
+                                                "nodemaintenances")).start()
+        events = await Informer(client, api_path("v1", "events", namespace="default")).start()
+
+        async def mark_the_second() -> None:  # the external tool, for the second node only
+            await watch.wait_for(
+                lambda c: row(c, marked).get("state") == "AwaitingMaintenance", timeout=300)
+            await client.patch(api_path("v1", "nodes", name=marked),
+                               {"metadata": {"annotations": {MAINTAINED: name}}})
+
+        marker = asyncio.create_task(mark_the_second())
+        try:
+            async with leader(lab, f"{name}-1"):
+                await _create(client, name, spec, held=False)
+                awaiting = await watch.wait_for(
+                    lambda c: (r := row(c, never)).get("state") == "AwaitingMaintenance"
+                    and r, timeout=90)
+            drained = awaiting["finished"]
+            bound = wait_bound(drained, 0, MaintainedWhen(timeout_seconds=TIMEOUT))
+            assert bound.deadline is not None
+            await asyncio.sleep(GAP)  # no leader for part of the wait
+            assert row(watch.cache, never)["state"] == "AwaitingMaintenance"
+            async with leader(lab, f"{name}-2"):
+                began = time.time()
+                assert began < bound.deadline, "the gap outlasted the wait"
+                # before the restarted clock's deadline, whatever the machine's load
+                failed, at_failure = await watch.wait_for(
+                    lambda c: (r := row(c, never)).get("state") == "Failed"
+                    and (r, statuses[-1]), timeout=began + TIMEOUT - time.time())
+                await watch.wait_for(lambda c: (c.get(name) or {}).get("status", {}).get(
+                    "phase") in ("Succeeded", "Failed"), timeout=90)
+                final = (watch.cache.get(name) or {})["status"]
+
+                def warned(cache: dict[str, Any]) -> bool:
+                    mine = [e for e in cache.values()
+                            if e["involvedObject"].get("name") == name]
+                    return any(e["reason"] == "NodeFailed" and e["type"] == "Warning"
+                               and f"{never}: MaintenanceTimedOut" in e["message"]
+                               for e in mine) and any(
+                        e["reason"] == "Failed" and e["type"] == "Warning" for e in mine)
+
+                await events.wait_for(warned, timeout=30, what="NodeFailed and Failed Events")
+                # the failed node as left: cordoned, drainsafe's record naming the operation
+                kept = store.get(NODES, "", never)
+                ann = kept["metadata"].get("annotations") or {}
+                assert kept["spec"].get("unschedulable"), kept["spec"]
+                assert ann.get(CORDONED_FOR) == maintenance_ref(name) and CORDONED_BY in ann
+                assert Progress.of(kept).state == "drained"
+                assert pending_of(kept) is None
+                doc = await audit_clean(lab)
+                assert [(n["node"], n["owned_by"]) for n in doc["nodes"]] == [
+                    (never, "drainsafe")], doc["nodes"]
+                # deleted: the failed node is given back, as any failed node's cordon
+                await client.request("DELETE", api_path(
+                    "drainsafe.io/v1alpha1", "nodemaintenances", name=name))
+                await watch.wait_for(lambda c: name not in c, timeout=60)
+        finally:
+            marker.cancel()
+            await asyncio.gather(marker, return_exceptions=True)
+            await watch.stop()
+            await events.stop()
+        await client.patch(api_path("v1", "nodes", name=marked),
+                           {"metadata": {"annotations": {MAINTAINED: None}}})
+    # failed at the deadline its row said, not before (whole seconds: from the end of the
+    # drain's second), and not TIMEOUT after the new leader began (asserted by the wait)
+    assert (failed["reason"], failed["message"]) == ("MaintenanceTimedOut", bound.message())
+    took = parse_time(failed["finished"])
+    assert took is not None and took >= bound.deadline, (drained, failed)
+    # the operation ran on while the other node was still to do, then ended Failed
+    assert at_failure["phase"] == "Running", at_failure
+    assert (final["phase"], final["done"], final["failed"]) == ("Failed", 1, 1), final
+    assert [(r["name"], r["state"]) for r in final["nodes"]] == [
+        (never, "Failed"), (marked, "Uncordoned")]
+    states_of_never = {r["state"] for st in statuses for r in st.get("nodes") or []
+                       if r["name"] == never}
+    assert "Uncordoned" not in states_of_never, states_of_never
+    assert seen.most_in_progress <= 1 and seen.most_unavailable <= 2, seen
+    assert seen.lowest_ready >= REPLICAS, seen
+    assert all(n == 1 for n in evictions(lab, seen).values())
+    assert all(n == 1 for n in seen.cordons.values()), seen.cordons
+    _left_as_before(lab, nodes)
     await audit_clean(lab)
 
 

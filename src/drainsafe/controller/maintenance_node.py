@@ -24,7 +24,12 @@ so a new leader reads where the node is and continues:
   are recorded in its status row with that state, then the task waits (on the node
   informer) until spec.maintainedWhen says it is maintained (maintenance.maintained: the
   annotation drainsafe.io/maintained = the NodeMaintenance's name, a node condition, a new
-  boot ID or kubelet version, or a replaced node), then uncordons.
+  boot ID or kubelet version, or a replaced node), then uncordons. With
+  maintainedWhen.timeoutSeconds the wait ends at a deadline counted from the row's
+  `finished` time (maintenance.maintained.wait_bound, so a new leader keeps the same
+  one): the node informer's wait is bounded by it, and past it the node is Failed,
+  MaintenanceTimedOut, left cordoned with drainsafe's record (audit lists it; deleting the
+  NodeMaintenance gives it back, as any failed node's).
 
 Cancelled (leadership lost, the operation deleted): a drain cancelled this way records
 "interrupted" on the node and stays cordoned with its surge recorded, as Ctrl-C on
@@ -48,7 +53,16 @@ from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
 from drainsafe.drain.preflight import only_waiting_on
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout
-from drainsafe.maintenance.maintained import Recorded, Why, maintained, node_seen, record_of
+from drainsafe.kube.objects import parse_time
+from drainsafe.maintenance.maintained import (
+    Recorded,
+    WaitBound,
+    Why,
+    maintained,
+    node_seen,
+    record_of,
+    wait_bound,
+)
 from drainsafe.maintenance.progress import NodeState, in_progress, read_nodes
 from drainsafe.maintenance.reasons import NodeReason
 from drainsafe.maintenance.spec import MaintenanceSpec
@@ -57,6 +71,8 @@ Obj = dict[str, Any]
 DEFERRED: NodeReason = "Deferred"  # the reason of a Pending node refused for what others hold
 # (NodeMaintenance name, node) deferred -> (when last, by time.monotonic; how many times)
 Deferrals = dict[tuple[str, str], tuple[float, int]]
+TIMED_OUT: NodeReason = "MaintenanceTimedOut"
+UNBOUNDED_WAIT = 3600.0  # a wait with no deadline wakes this often (re-checked, no effect)
 
 
 class NodeTask:
@@ -85,6 +101,7 @@ class NodeTask:
                      state: NodeState) -> None:
         step = functools.partial(self.status.step, name, spec, node)
         settings = spec.drain_settings(f"NodeMaintenance {name}")
+        drained_at: str | None = None  # the row's finished time, as this task wrote it
         if state == "Cordoned":
             await cordon(self.client, node, reason=settings.reason, state="queued",
                          clock=self.clock, operation=maintenance_ref(name))
@@ -120,10 +137,17 @@ class NodeTask:
                            finished=True)
                 return
             state = "AwaitingMaintenance" if spec.uncordon == "WhenMaintained" else "Drained"
-            await step(state, "Drained", finished=True, recorded=self._record(node))
-        why = ""
+            drained_at = await step(state, "Drained", finished=True,
+                                    recorded=self._record(node))
+        marked: Why | None = None
         if state == "AwaitingMaintenance":
-            why = await self._await_maintained(name, node, spec)
+            bound = self._wait_bound(name, node, spec, drained_at)
+            marked = await self._await_maintained(name, node, spec, bound)
+            if marked is None:
+                # The cordon and its record stay: a failed node is drainsafe's to give
+                # back (NodeMaintenance deleted) or a person's (drainsafe uncordon).
+                await step("Failed", TIMED_OUT, bound.message(), finished=True)
+                return
             state = "Drained"
         if state == "Drained" and spec.uncordon != "Never":
             try:
@@ -131,17 +155,33 @@ class NodeTask:
             except NotOwned as exc:
                 await step("Failed", "NotOurCordon", str(exc))
                 return
-            await step("Uncordoned", "Uncordoned", f"maintained: {why}" if why else "")
+            await step("Uncordoned", "Uncordoned",
+                       f"maintained: {marked}" if marked else "")
 
     def _record(self, node: str) -> Recorded | None:
         obj = self.nodes.get(node)
         return None if obj is None else record_of(node_seen(obj))
 
-    async def _await_maintained(self, name: str, node: str, spec: MaintenanceSpec) -> Why:
-        """Wait (as long as it takes: the node stays cordoned and recorded meanwhile) until
-        spec.maintainedWhen says the node is maintained (maintenance.maintained), against
-        what was recorded when its drain ended; the row's reason says NodeGone while no node
-        of the name exists. Returns why it is maintained."""
+    def _wait_bound(self, name: str, node: str, spec: MaintenanceSpec,
+                    drained_at: str | None) -> WaitBound:
+        """The deadline of the node's wait, from the finished time this task just wrote,
+        or else its row's (a new leader: the informer's status, which started this task)."""
+        finished, started = drained_at, None
+        if finished is None:
+            row = read_nodes((self.informer.get(name) or {}).get("status") or {}).get(node)
+            if row is not None:
+                finished, started = row.finished, parse_time(row.started)
+        now = self.clock()
+        return wait_bound(finished, now if started is None else started,
+                          spec.maintained_when)
+
+    async def _await_maintained(self, name: str, node: str, spec: MaintenanceSpec,
+                                bound: WaitBound) -> Why | None:
+        """Wait (the node stays cordoned and recorded meanwhile) until spec.maintainedWhen
+        says the node is maintained (maintenance.maintained), against what was recorded
+        when its drain ended; the row's reason says NodeGone while no node of the name
+        exists. Returns why it is maintained, or None once past `bound`'s deadline unmarked
+        (a mark is checked first, so one made while no leader ran still counts)."""
         obj = self.informer.get(name) or {}
         row = read_nodes(obj.get("status") or {}).get(node)
         recorded = row.recorded if row is not None else None
@@ -161,12 +201,17 @@ class NodeTask:
             return ok or why != shown
 
         while True:
+            # Woken by a change of the node or at the deadline (a requeue, not a poll).
+            left = bound.left(self.clock())
             with contextlib.suppress(WaitTimeout):
                 await self.nodes.wait_for(functools.partial(changed, shown=shown),
-                                          timeout=3600, what=f"{node} maintained")
+                                          timeout=UNBOUNDED_WAIT if left is None else left,
+                                          what=f"{node} maintained")
             ok, why = verdict(self.nodes.cache)
             if ok:
                 return why
+            if bound.expired(self.clock()):
+                return None
             if why != shown:
                 shown = why
                 await self.status.step(name, spec, node, "AwaitingMaintenance",

@@ -75,11 +75,13 @@ class StatusWriter:
 
     async def step(self, name: str, spec: MaintenanceSpec, node: str, state: NodeState,
                    reason: NodeReason, message: str = "", *, finished: bool = False,
-                   recorded: Recorded | None = None) -> None:
-        """One node's row to `state` (and its finish time, when the step completes it)."""
+                   recorded: Recorded | None = None) -> str | None:
+        """One node's row to `state` (and its finish time, when the step completes it);
+        the finish time written, if any."""
         end = rfc3339(self.clock()) if finished else None
         await self.update(name, spec, {
             node: lambda p: p.to(state, reason, message, finished=end, recorded=recorded)})
+        return end
 
     async def failed(self, name: str, reason: str, message: str) -> None:
         """The whole operation Failed (an invalid spec, no node selected)."""

@@ -117,10 +117,11 @@ class CreateFlags:
     when_rebooted: bool = False
     when_kubelet_version: str | None = None
     no_annotation: bool = False
+    when_timeout: int | None = None  # maintainedWhen.timeoutSeconds
 
     def maintained_when(self) -> dict[str, Any] | None:
         if not (self.when_condition or self.when_rebooted or self.when_kubelet_version
-                or self.no_annotation):
+                or self.no_annotation or self.when_timeout is not None):
             return None
         out: dict[str, Any] = {}
         if self.no_annotation:
@@ -132,6 +133,8 @@ class CreateFlags:
             out["bootIDChanged"] = True
         if self.when_kubelet_version:
             out["kubeletVersion"] = self.when_kubelet_version
+        if self.when_timeout is not None:
+            out["timeoutSeconds"] = self.when_timeout
         return out
 
 
@@ -179,6 +182,7 @@ def manifest_from_flags(f: CreateFlags) -> dict[str, Any]:
                 "capacityFloor": "--capacity-floor",
                 "maintainedWhen.nodeCondition": "--when-condition",
                 "maintainedWhen.kubeletVersion": "--when-kubelet-version",
+                "maintainedWhen.timeoutSeconds": "--when-timeout",
                 "maintainedWhen": "--when-*"}
         named = next((v for k, v in flag.items() if str(exc).startswith(k)), "spec")
         raise FlagError(f"{named}: {exc}") from exc
@@ -224,6 +228,11 @@ def done_refusal(maintenance: Mapping[str, Any], node: str) -> str | None:
     if node not in nodes:
         return f"node {node} is not part of NodeMaintenance {name}"
     state = nodes[node].get("state", "Pending")
+    if state == "Failed" and nodes[node].get("reason") == "MaintenanceTimedOut":
+        return (f"node {node} timed out waiting for its mark in NodeMaintenance {name} "
+                "(maintainedWhen.timeoutSeconds) and is Failed, left cordoned and recorded: "
+                f"`drainsafe uncordon {node}` once its maintenance is done, or delete the "
+                "NodeMaintenance to give it back")
     if state != "AwaitingMaintenance":
         return (f"node {node} is {state} in NodeMaintenance {name}, not AwaitingMaintenance; "
                 "the mark is never cleared, so marking it now would uncordon it as soon as it "
@@ -326,6 +335,10 @@ def register(subparsers: Any) -> None:
     c.add_argument("--when-kubelet-version", metavar="VERSION|changed",
                    help="WhenMaintained: a node is maintained once its kubelet reports at "
                    "least VERSION, or (changed) another version than at its drain")
+    c.add_argument("--when-timeout", type=int, metavar="SECONDS",
+                   help="WhenMaintained: a drained node not marked maintained SECONDS after "
+                   "its drain fails (MaintenanceTimedOut), left cordoned and recorded: "
+                   "maintainedWhen.timeoutSeconds")
     c.add_argument("--no-annotation", action="store_true",
                    help="WhenMaintained: the drainsafe.io/maintained annotation (done) does "
                    "not count, only the --when-* marks")
@@ -425,7 +438,7 @@ def run_create(args: argparse.Namespace) -> int:
                         reason=args.reason, strategy=args.strategy, paused=args.paused,
                         when_condition=args.when_condition, when_rebooted=args.when_rebooted,
                         when_kubelet_version=args.when_kubelet_version,
-                        no_annotation=args.no_annotation)
+                        no_annotation=args.no_annotation, when_timeout=args.when_timeout)
     try:
         obj = manifest_from_flags(flags)
     except FlagError as exc:

@@ -30,6 +30,14 @@ the NodeMaintenance ends the wait).
 
 Any one of the configured marks is enough (maintenance.spec.MaintainedWhen).
 
+How long a node waits for a mark (maintainedWhen.timeoutSeconds, `wait_bound`): counted
+from the `finished` time of its status row, written with AwaitingMaintenance when its drain
+ended, so every leader computes the same deadline (the rest of the status resumes the same
+way); past it, the node fails (MaintenanceTimedOut) and stays cordoned with drainsafe's
+record, as a drain that fails does (a person, or deleting the NodeMaintenance, gives it
+back). A mark seen before the deadline is checked first, and so is a mark made while no
+leader ran: a node maintained is uncordoned even if the deadline has passed since.
+
 Pure; no I/O.
 """
 
@@ -39,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from drainsafe.kube.objects import condition, meta, uid_of
+from drainsafe.kube.objects import condition, meta, parse_time, uid_of
 from drainsafe.maintenance.spec import KUBELET_VERSION_CHANGED, MaintainedWhen, version_triple
 
 MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
@@ -145,4 +153,46 @@ def marks_text(when: MaintainedWhen, maintenance: str) -> str:
         marks.append("another kubelet version")
     elif when.kubelet_version is not None:
         marks.append(f"kubelet >= {when.kubelet_version}")
-    return " or ".join(marks)
+    text = " or ".join(marks)
+    if when.timeout_seconds is not None:
+        text += f"; Failed if unmarked {when.timeout_seconds}s after its drain"
+    return text
+
+
+@dataclass(frozen=True)
+class WaitBound:
+    """Until when a drained node waits for its mark (None: as long as it takes)."""
+
+    deadline: float | None = None  # Unix seconds
+    since: float | None = None  # when the wait began (the drain finished)
+    timeout_seconds: int | None = None
+
+    def left(self, now: float) -> float | None:
+        """Seconds until the deadline (0 once past); None when there is none."""
+        return None if self.deadline is None else max(self.deadline - now, 0.0)
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+    def message(self) -> str:
+        """The failed row's message: what happened, and what the node is left as."""
+        return (f"not marked maintained within maintainedWhen.timeoutSeconds "
+                f"({self.timeout_seconds}s) of its drain; left cordoned and recorded")
+
+
+def wait_bound(finished: str | None, started_or_now: float,
+               when: MaintainedWhen) -> WaitBound:
+    """The deadline of a node's wait for its mark: maintainedWhen.timeoutSeconds after
+    `finished`, the row's RFC 3339 time. The API server keeps a metav1.Time in whole
+    seconds (the fraction dropped: kube.objects.rfc3339), so the wait is counted from the
+    end of that second: a node never fails before it has waited the whole timeout, and at
+    most a second after. A row without a readable `finished` (an older drainsafe's) counts
+    from `started_or_now`: its `started`, or when a leader first waits on it."""
+    if when.timeout_seconds is None:
+        return WaitBound()
+    since = parse_time(finished)
+    if since is None:
+        since = started_or_now
+    elif finished is not None and "." not in finished:
+        since += 1.0
+    return WaitBound(since + when.timeout_seconds, since, when.timeout_seconds)

@@ -23,6 +23,9 @@ NodeReason = Literal[
     "Refused",  # Failed: refused before any eviction, the cordon given back
     "DrainFailed",  # Failed: the drain stopped; the node stays cordoned and recorded
     "NotOurCordon",  # Failed: the cordon was not drainsafe's, so not removed
+    # Failed: not marked maintained within maintainedWhen.timeoutSeconds of its drain;
+    # stays cordoned and recorded (maintenance.maintained.wait_bound)
+    "MaintenanceTimedOut",
     "Error",  # Failed: an API error past the retries
 ]
 

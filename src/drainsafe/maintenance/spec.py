@@ -161,6 +161,9 @@ class MaintainedWhen:
     boot_id_changed: bool = False
     # "changed": any other version than the one recorded at the drain; a version: at least it
     kubelet_version: str | None = None
+    # Not a mark: how long a drained node waits for one, from when its drain finished,
+    # before it fails (MaintenanceTimedOut) still cordoned; None: as long as it takes.
+    timeout_seconds: int | None = None
 
     @property
     def needs_record(self) -> bool:
@@ -175,8 +178,14 @@ def parse_maintained_when(raw: Any, uncordon: Uncordon) -> MaintainedWhen:
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: an object, not {raw!r}")
     if uncordon != "WhenMaintained":
-        raise SpecError(f"{where}: only with uncordon: WhenMaintained (it is {uncordon})")
-    unknown = set(raw) - {"annotation", "nodeCondition", "bootIDChanged", "kubeletVersion"}
+        # Name the field at fault: a timeout alone (beside the CRD's defaulted
+        # annotation: true) on another mode is the timeout, anything more is the marks.
+        alone = set(raw) - {"annotation"} == {"timeoutSeconds"} \
+            and raw.get("annotation", True) is True
+        at = f"{where}.timeoutSeconds" if alone else where
+        raise SpecError(f"{at}: only with uncordon: WhenMaintained (it is {uncordon})")
+    unknown = set(raw) - {"annotation", "nodeCondition", "bootIDChanged", "kubeletVersion",
+                          "timeoutSeconds"}
     if unknown:
         raise SpecError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     annotation = raw.get("annotation", True)
@@ -200,8 +209,15 @@ def parse_maintained_when(raw: Any, uncordon: Uncordon) -> MaintainedWhen:
             version != KUBELET_VERSION_CHANGED and version_triple(version) is None)):
         raise SpecError(f"{where}.kubeletVersion: {version!r} is not "
                         f"{KUBELET_VERSION_CHANGED!r} nor a version such as v1.32.1")
+    timeout = raw.get("timeoutSeconds")
+    # bool is an int in Python; the CRD's `type: integer` refuses it, so here too
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int)
+                                or timeout < 1):
+        raise SpecError(f"{where}.timeoutSeconds: {timeout!r} is not a whole number of "
+                        "seconds of at least 1")
     out = MaintainedWhen(annotation=annotation, node_condition=condition,
-                         boot_id_changed=boot, kubelet_version=version)
+                         boot_id_changed=boot, kubelet_version=version,
+                         timeout_seconds=timeout)
     if not (out.annotation or out.node_condition or out.boot_id_changed
             or out.kubelet_version):
         raise SpecError(f"{where}: nothing would mark a node maintained (annotation is "
