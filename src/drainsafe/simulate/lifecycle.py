@@ -247,6 +247,9 @@ class _Engine(Strategies):
         held = None if self.waves is None else self.waves.wedge_reason()
         if held:
             return held
+        shared = self.shared_wedge()
+        if shared:
+            return shared
         for w, waiting in enumerate(self.waiters):
             if waiting:
                 wl = s.workloads[w]
