@@ -171,7 +171,8 @@ class Strategies(Groups):
             held = sum(len(self.step_old.get((n, w), ())) for n in parts) + len(self.gated[w])
             pending = sum(1 for p in self.pending
                           if self.pod_w[p] == w and self.pod_state[p] == PENDING)
-            if held and pending:
+            # One holder short of room is the lock's wedge too (no room at all): said below.
+            if held and pending and len(parts) > 1:
                 wl = self.s.workloads[w]
                 waiting = len(self.shared.waiting.get(w, ()))
                 return (f"workload {wl.name}: its surge is shared by {len(parts)} nodes and "
