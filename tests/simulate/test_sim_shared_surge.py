@@ -244,3 +244,26 @@ def test_bad_shared_surge_fields_are_named(changes: dict[str, Any], path: str,
         parse_scenario(small(**changes))
     assert caught.value.path == path
     assert words in str(caught.value)
+
+
+def test_the_cli_names_the_wedge_and_exits_1(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the real entry point, a scenario file: plain sharing short of room stops,
+    says why in the text report, and exits 1; joining on room finishes."""
+    import yaml
+
+    from drainsafe.cli import main
+
+    data = fleet("drainsafe", nodes=3, gpus=1, drain=[0, 1],
+                 workloads=[{"name": "llm", "replicas": 2, "gpus": 1}])
+    data["upgrade"]["shared_surge"] = True
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["simulate", str(path)]) == 1
+    text = " ".join(capsys.readouterr().out.split())
+    assert "never finishes" in text and "its surge is shared by 2 nodes" in text
+    data["upgrade"]["shared_join_room"] = True
+    path.write_text(yaml.safe_dump(data))
+    main(["simulate", str(path), "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["finished"] and out["min_ready"]["llm"] == 2
