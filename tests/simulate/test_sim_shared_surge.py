@@ -267,3 +267,65 @@ def test_the_cli_names_the_wedge_and_exits_1(
     main(["simulate", str(path), "-o", "json"])
     out = json.loads(capsys.readouterr().out)
     assert out["finished"] and out["min_ready"]["llm"] == 2
+
+
+# ------------------------------------------------------------------ waves by room
+
+
+def two_workloads_short_of_room(room_waves: bool) -> Result:
+    """test_sim_surgelock's short_of_room: a Deployment's pod on node 0, another's on node
+    1, node 2 free, both nodes in one wave of a NodeMaintenance: room for one surge pod."""
+    data = fleet("drainsafe", nodes=3, gpus=1, drain=[0, 1], maintenance=True,
+                 workloads=[{"name": "a", "replicas": 1, "gpus": 1},
+                            {"name": "b", "replicas": 1, "gpus": 1}])
+    data["upgrade"]["maintenance"]["room_waves"] = room_waves
+    return run(data)
+
+
+def test_waves_by_room_hold_a_node_the_preflight_would_defer() -> None:
+    deferred = two_workloads_short_of_room(False).lifecycle
+    assert deferred.deferrals == 1
+    held = two_workloads_short_of_room(True).lifecycle
+    # The planner never starts node 1 beside node 0: it waits Pending, uncordoned, and
+    # starts when node 0 is back (its room with it), without a refusal or a backoff.
+    assert held.deferrals == 0
+    assert held.node_drain_started[0] == 5.0
+    assert held.node_drain_started[1] == held.node_back[0]
+
+
+def test_the_planner_passes_over_a_node_short_of_room_and_keeps_it_first_in_line() -> None:
+    from drainsafe.maintenance.roomwaves import Hold
+    from drainsafe.simulate.maintenance import Maintenance, Waves
+
+    waves = Waves(Maintenance(room_waves=True), order=[0, 1, 2, 3], parallelism=2)
+    no_room = {"1"}
+
+    def room(_wave: Any, name: str) -> Hold | None:
+        return Hold("no-room", "short") if name in no_room else None
+
+    assert waves.start(0.0, room) == [0, 2]
+    assert list(waves.waiting_room) == [1]
+    no_room.clear()
+    assert waves.back(0, 1.0, room) == [1]  # first in line, before node 3
+    assert waves.back(2, 2.0, room) == [3]
+    assert not waves.waiting_room
+
+
+def test_room_waves_off_is_the_run_as_before() -> None:
+    data = small(**{"upgrade.strategy": "drainsafe"})
+    data["upgrade"].pop("parallelism")
+    data["upgrade"]["maintenance"] = {"max_parallel_nodes": 3}
+    plain = simulate(parse_scenario(data))
+    data["upgrade"]["maintenance"]["room_waves"] = False
+    off = simulate(parse_scenario(data))
+    assert plain.summary() | {"wall_seconds": 0} == off.summary() | {"wall_seconds": 0}
+    assert np.array_equal(plain.lifecycle.node_back, off.lifecycle.node_back)
+
+
+def test_a_bad_room_waves_field_is_named() -> None:
+    data = small()
+    data["upgrade"].pop("parallelism")
+    data["upgrade"]["maintenance"] = {"max_parallel_nodes": 2, "room_waves": "yes"}
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(data)
+    assert caught.value.path == "upgrade.maintenance.room_waves"

@@ -261,6 +261,32 @@ class Strategies(Groups):
         del self.step_left[key]
         self.step_finished(key)
 
+    def surge_fits(self, node: int, free: list[int], order: list[int]) -> bool:
+        """Whether what `node`'s surge still needs (a new pod per pod not going and not
+        yet replaced, a stand-in group per group not already moved) fits on `free` over
+        `order`, first fit; takes what it places."""
+        groups: set[int] = set()
+        for p in sorted(self.node_pods[node]):
+            if self.pod_state[p] in (TERMINATING, DELETED):
+                continue
+            if self.replaced_by.get(p, -1) >= 0:
+                continue  # its new pod exists: placed, or Pending and counted as such
+            wl = self.s.workloads[self.pod_w[p]]
+            g = self.pod_group[p]
+            if g < 0:
+                if not first_fit(free, order, wl.gpus, 1):
+                    return False
+                continue
+            if g in groups or self.g_slot[g] in self.moves:
+                continue
+            groups.add(g)
+            nodes = place_group(order, free, wl.gpus, wl.group_size)
+            if nodes is None:
+                return False
+            for n in nodes:
+                free[n] -= wl.gpus
+        return True
+
     def surge_blocked(self, node: int) -> tuple[bool, bool]:
         """What drainsafe's preflight of `node` finds now: (a workload there is surged for
         another node since before now, no room for every new pod its surge needs). Room
