@@ -49,7 +49,11 @@ Kubernetes behaviour modelled (and where it comes from):
   one, so the ReplicaSet does not replace the evicted pod. Still through the PDB. One surge
   of a workload at a time (drainsafe.simulate.surgelock: the drainers' lock per workload);
   a node's drain is done when its steps are. Under a NodeMaintenance a node whose preflight
-  meets another node's surge, or lacks room, is deferred (Engine.deferred).
+  meets another node's surge, or lacks room, is deferred (Engine.deferred); with
+  `upgrade.maintenance.room_waves` the planner holds a node short of room instead
+  (Engine.room_check, as the controller's waves by room). `upgrade.shared_surge` shares a
+  Deployment's surge among its nodes instead of the lock (a what-if of an engine change:
+  simulate.surgelock SharedSurges, simulate.strategies).
 - surge (make before break, per pod): cordon, start a replacement for each pod first, evict
   the old pod only when its own replacement is Ready (still through the PDB).
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
