@@ -49,7 +49,11 @@ Kubernetes behaviour modelled (and where it comes from):
   one, so the ReplicaSet does not replace the evicted pod. Still through the PDB. One surge
   of a workload at a time (drainsafe.simulate.surgelock: the drainers' lock per workload);
   a node's drain is done when its steps are. Under a NodeMaintenance a node whose preflight
-  meets another node's surge, or lacks room, is deferred (Engine.deferred).
+  meets another node's surge, or lacks room, is deferred (Engine.deferred); with
+  `upgrade.maintenance.room_waves` the planner holds a node short of room instead
+  (Engine.room_check, as the controller's waves by room). `upgrade.shared_surge` shares a
+  Deployment's surge among its nodes instead of the lock (a what-if of an engine change:
+  simulate.surgelock SharedSurges, simulate.strategies).
 - surge (make before break, per pod): cordon, start a replacement for each pod first, evict
   the old pod only when its own replacement is Ready (still through the PDB).
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
@@ -69,18 +73,22 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
+from drainsafe.maintenance.roomwaves import Hold
+from drainsafe.maintenance.waves import Admit
 from drainsafe.simulate.distributions import SurvivalTable
 from drainsafe.simulate.events import BACK, DRAIN, EVICT, GONE, READY, SURGE, WAVE
 from drainsafe.simulate.groups import GroupLog
 from drainsafe.simulate.maintenance import Waves
-from drainsafe.simulate.pods import READY_STATE, TerminationTimes, termination_times
+from drainsafe.simulate.pods import PENDING, READY_STATE, TerminationTimes, termination_times
 from drainsafe.simulate.scenario import Scenario
 from drainsafe.simulate.strategies import Strategies
+from drainsafe.simulate.surgelock import first_fit
 
 __all__ = ["Lifecycle", "TerminationTimes", "run_lifecycle", "termination_times"]
 
@@ -147,6 +155,7 @@ class _Engine(Strategies):
         # drainsafe's preflight under a NodeMaintenance (deferred).
         self.defers = self.waves is not None and s.upgrade.strategy == "drainsafe"
         self.deferrals = 0
+        self.room_waves = s.upgrade.maintenance is not None and s.upgrade.maintenance.room_waves
 
     def initial_placement(self) -> None:
         s = self.s
@@ -180,7 +189,7 @@ class _Engine(Strategies):
         # lands on a node whose drain starts in the same instant.
         first = ([self.to_drain.popleft()
                   for _ in range(min(s.upgrade.parallelism, len(self.drained)))]
-                 if self.waves is None else self.waves.start(start))
+                 if self.waves is None else self.waves.start(start, self.room_check()))
         for node in first:
             self.cordoned[node] = True
             self.open_nodes.pop(node, None)
@@ -247,6 +256,9 @@ class _Engine(Strategies):
         held = None if self.waves is None else self.waves.wedge_reason()
         if held:
             return held
+        shared = self.shared_wedge()
+        if shared:
+            return shared
         for w, waiting in enumerate(self.waiters):
             if waiting:
                 wl = s.workloads[w]
@@ -282,8 +294,7 @@ class _Engine(Strategies):
         self.open_node(node)
         self.schedule_pending()
         if self.waves is not None:
-            for n in self.waves.back(node, self.now):
-                self.push(self.now, DRAIN, n)
+            self.start_drains(self.waves.back(node, self.now, self.room_check()))
         elif self.to_drain:
             self.push(self.now, DRAIN, self.to_drain.popleft())
 
@@ -310,13 +321,74 @@ class _Engine(Strategies):
         self.on_wave(node)  # its slot is free: the planner starts others in its place
         return True
 
+    def room_check(self) -> Admit | None:
+        """upgrade.maintenance.room_waves: the planner's room check for one call (None:
+        not checked). Nothing changes within a call, so the plan of the nodes in
+        progress and the wave so far is made once per wave size."""
+        if self.s.upgrade.maintenance is None or not self.s.upgrade.maintenance.room_waves:
+            return None
+        plans: dict[int, tuple[int, list[int], list[int]]] = {}
+
+        def room(wave: Sequence[str], name: str) -> Hold | None:
+            if not self.waves_in_progress() and not wave:
+                return None
+            assert self.waves is not None
+            if len(wave) not in plans:
+                plans[len(wave)] = self.room_plan(
+                    [*self.waves.in_progress, *(int(n) for n in wave)])
+            short, free, order = plans[len(wave)]
+            candidate = int(name)
+            if candidate in order:
+                # Its cordon takes its free GPUs away: plan again without them.
+                after, _, _ = self.room_plan(
+                    [*self.waves.in_progress, *(int(n) for n in wave), candidate])
+            else:
+                after = short + (not self.surge_fits(candidate, list(free), order))
+            if after > short:
+                return Hold("no-room", f"node {name}: no room for its surge beside the "
+                            "nodes in progress")
+            return None
+
+        return room
+
+    def room_plan(self, nodes: list[int]) -> tuple[int, list[int], list[int]]:
+        """As drain.roomwaves plans a wave: `nodes` (cordoned, or about to be) with what
+        their surges still need, first fit over the schedulable nodes' free GPUs after the
+        Pending pods. Returns how many of them find no room, and the free GPUs and node
+        order left. A candidate fits when the plan with it leaves nothing short that the
+        plan without it does not (its own surge, and the room its cordon takes away). A
+        node with nothing in progress or starting before it is admitted: nothing of the
+        operation holds its room, and its surge waits Pending as before."""
+        cordoned = set(nodes)
+        order = [n for n in self.open_nodes if n not in cordoned]
+        free = list(self.free)
+        for p in self.pending:
+            if self.pod_state[p] == PENDING and self.pod_group[p] < 0:
+                first_fit(free, order, self.s.workloads[self.pod_w[p]].gpus, 1)
+        short = sum(not self.surge_fits(n, free, order) for n in nodes)
+        return short, free, order
+
+    def waves_in_progress(self) -> bool:
+        return self.waves is not None and bool(self.waves.in_progress)
+
     def on_wave(self, _node: int) -> None:
         """The planner runs again (a deferred node's backoff is over, or one left)."""
         assert self.waves is not None
-        for n in self.waves.start(self.now):
+        self.start_drains(self.waves.start(self.now, self.room_check()))
+
+    def start_drains(self, nodes: list[int]) -> None:
+        """The planner started `nodes`: their drains begin now. Under room_waves they are
+        cordoned at once, as the first batch is, so no new pod of this instant lands on
+        a node the planner counted as going."""
+        for n in nodes:
+            if self.room_waves:
+                self.cordoned[n] = True
+                self.open_nodes.pop(n, None)
             self.push(self.now, DRAIN, n)
 
     def on_surge(self, node: int) -> None:
         self.up[node] = True
         self.open_node(node)
         self.schedule_pending()
+        if self.room_waves:
+            self.on_wave(node)  # room came: the planner runs again

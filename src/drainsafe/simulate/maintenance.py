@@ -23,6 +23,12 @@ the engine decides that, drainsafe.simulate.lifecycle) is Pending again: the pla
 it as `later`, and as `not_now` until its backoff is over (RETRY_MIN_SECONDS doubled at
 each refusal, up to RETRY_MAX_SECONDS: `defer` returns when); so it starts last and alone.
 The window then holds the deferred nodes too (they are Pending and available).
+
+With `room_waves` (the controller's waves by room, drain.roomwaves, its no-room hold: the
+engine decides the room, drainsafe.simulate.lifecycle room_for) a node that does not fit
+beside the nodes in progress waits Pending, holding no slot, first in line at the next
+call, and the planner looks at the nodes after it; at most `parallelism` nodes wait for
+room at once (the window's bound; the controller looks at every Pending node).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drainsafe.maintenance.progress import NodeState
-from drainsafe.maintenance.waves import NodeFacts, next_wave
+from drainsafe.maintenance.waves import Admit, NodeFacts, next_wave
 from drainsafe.pdb import scaled_value
 
 
@@ -41,6 +47,10 @@ class Maintenance:
     """What a NodeMaintenance adds to the upgrade's parallelism: maxUnavailable."""
 
     max_unavailable: int | str | None = None  # nodes, or a percent of those drained (rounded up)
+    room_waves: bool = False
+    """The planner admits a node only when its surge fits beside what the nodes in
+    progress still need (the controller's waves by room, drain.roomwaves; its no-room hold
+    only); off: the earlier model, where the preflight defers a node short of room."""
 
     def budget(self, nodes: int) -> int | None:
         if self.max_unavailable is None:
@@ -72,13 +82,17 @@ class Waves:
         self.in_progress: dict[int, None] = {}  # started, not yet back (in start order)
         self.held = ""  # why Pending nodes wait, when the last wave left some
         self.deferred: dict[int, float] = {}  # Pending again after a refusal: when
+        # room_waves: started nodes' fresh neighbours passed over for room, still Pending
+        # and first in line (in order).
+        self.waiting_room: dict[int, None] = {}
         self.refusals: dict[int, int] = {}  # per node, refusals so far (never forgotten)
 
-    def start(self, now: float = 0.0) -> list[int]:
-        """The nodes to cordon and drain now."""
+    def start(self, now: float = 0.0, room: Admit | None = None) -> list[int]:
+        """The nodes to cordon and drain now (`room`: whether a node fits beside the wave
+        so far; None: room is not the planner's business)."""
         fresh = [self.order[i] for i in range(
             self.next_pending, min(self.next_pending + self.parallelism, self.nodes))]
-        window = list(self.in_progress) + fresh + list(self.deferred)
+        window = list(self.in_progress) + list(self.waiting_room) + fresh + list(self.deferred)
         states: dict[str, NodeState] = {str(n): "Draining" for n in self.in_progress}
         facts = [NodeFacts(str(n), ready=True, unschedulable=n in self.in_progress)
                  for n in window]
@@ -87,22 +101,36 @@ class Waves:
                    if now < when + self.backoff(n)}
         wave = next_wave(facts, states, max_parallel=self.parallelism,
                          unavailable_budget=self.budget, uncordon="WhenMaintained",
-                         later=later, not_now=not_now)
+                         later=later, not_now=not_now, room=room)
         started = [int(n) for n in wave.start]
-        new = [n for n in started if n not in self.deferred]
-        # Pending nodes are all available, so the planner keeps them in order.
-        assert new == fresh[:len(new)]
+        # Pending nodes are all available, so the planner keeps them in order; with room
+        # it passes over those that do not fit (they wait, first in line next time).
+        reached = [n for n in fresh if n in started or str(n) in wave.waiting]
+        assert reached == fresh[:len(reached)]
+        if room is None:
+            assert [n for n in started if n not in self.deferred] == reached
+        for n in reached:
+            if n not in started:
+                self.waiting_room[n] = None
         for n in started:
             self.deferred.pop(n, None)
-        self.next_pending += len(new)
+            self.waiting_room.pop(n, None)
+        self.next_pending += len(reached)
         self.in_progress.update(dict.fromkeys(started))
         self.held = wave.held or ""
+        if (room is not None and fresh and reached == fresh
+                and len(self.in_progress) < self.parallelism
+                and len(self.waiting_room) < self.parallelism):
+            # Slots left after passing nodes over for room: the planner looks further
+            # (the controller's sees every Pending node; here at most `parallelism` wait
+            # for room at once, which keeps each call O(parallelism)).
+            started += self.start(now, room)
         return started
 
-    def back(self, node: int, now: float = 0.0) -> list[int]:
+    def back(self, node: int, now: float = 0.0, room: Admit | None = None) -> list[int]:
         """`node` is Uncordoned: the nodes that start now."""
         self.in_progress.pop(node, None)
-        return self.start(now)
+        return self.start(now, room)
 
     def backoff(self, node: int) -> float:
         """Seconds a deferred node waits after its last refusal (the controller's
@@ -120,8 +148,9 @@ class Waves:
         return now + self.backoff(node)
 
     def wedge_reason(self) -> str | None:
-        if (self.next_pending < self.nodes or self.deferred) and not self.in_progress \
-                and self.held and self.held != "deferred":
+        if (self.next_pending < self.nodes or self.deferred or self.waiting_room) \
+                and not self.in_progress \
+                and self.held and self.held not in ("deferred", "room"):
             return (f"maxUnavailable {self.maintenance.max_unavailable} allows no node of "
                     f"{self.nodes} to start ({self.budget} unavailable at most)")
         return None

@@ -146,6 +146,12 @@ class Upgrade:
     """The nodes to drain, by index, in this order; None: every node, in node order."""
     maintenance: Maintenance | None = None
     """Run as a NodeMaintenance: nodes chosen by its wave planner (simulate.maintenance)."""
+    shared_surge: bool = False
+    """drainsafe: several nodes hold parts of one workload's surge at once, instead of the
+    engine's lock (simulate.surgelock SharedSurges); a what-if, off by default."""
+    shared_join_room: bool = False
+    """With shared_surge: a node joins a workload's shared surge only if its new pods fit
+    on the free room now; otherwise it waits until a part leaves."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +272,7 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
         eviction_retry=up.duration("eviction_retry", default=KUBECTL_EVICTION_RETRY_SECONDS,
                                    minimum=0.1),
         nodes=_drain_order(up, nodes),
+        **_shared_surge(up, strategy),
     )
     up.done()
     seed = root.integer("seed", default=1, minimum=0)
@@ -287,6 +294,7 @@ def _maintenance(up: _Fields) -> tuple[int, Maintenance | None]:
     parallel = m.integer("max_parallel_nodes", default=1, minimum=1, maximum=MAX_NODES)
     raw = m.raw().get("max_unavailable")
     m.allow("max_unavailable")
+    room_waves = m.boolean("room_waves", default=False)
     m.done()
     if isinstance(raw, bool) or not isinstance(raw, int | str | None):
         raise ScenarioError(m.at("max_unavailable"),
@@ -298,7 +306,21 @@ def _maintenance(up: _Fields) -> tuple[int, Maintenance | None]:
             raise ScenarioError(m.at("max_unavailable"),
                                 f"expected a node count or a percent, got {raw!r}: {exc}"
                                 ) from exc
-    return parallel, Maintenance(max_unavailable=raw)
+    return parallel, Maintenance(max_unavailable=raw, room_waves=room_waves)
+
+
+def _shared_surge(up: _Fields, strategy: Strategy) -> dict[str, bool]:
+    """upgrade.shared_surge and upgrade.shared_join_room: only the drainsafe strategy
+    surges per workload, and joining by room is a rule of the shared surge."""
+    shared = up.boolean("shared_surge", default=False)
+    join_room = up.boolean("shared_join_room", default=False)
+    if shared and strategy != "drainsafe":
+        raise ScenarioError(up.at("shared_surge"), "only the drainsafe strategy surges per "
+                            f"workload (upgrade.strategy is {strategy})")
+    if join_room and not shared:
+        raise ScenarioError(up.at("shared_join_room"), "a rule of the shared surge: set "
+                            "upgrade.shared_surge: true too")
+    return {"shared_surge": shared, "shared_join_room": join_room}
 
 
 def _consumer(f: _Fields) -> Consumer:
@@ -468,6 +490,12 @@ class _Fields:
                 return option
         raise ScenarioError(self.at(key), f"expected one of {', '.join(map(str, options))}, "
                             f"got {value!r}")
+
+    def boolean(self, key: str, *, default: object = _MISSING) -> bool:
+        value = self._get(key, default)
+        if not isinstance(value, bool):
+            raise ScenarioError(self.at(key), f"expected true or false, got {_kind(value)}")
+        return value
 
     def integer(self, key: str, *, default: object = _MISSING, minimum: int | None = None,
                 maximum: int | None = None) -> int:

@@ -9,6 +9,11 @@ whole model and its sources: drainsafe.simulate.lifecycle's docstring).
   old ones as fast as the budget allows (watching the budget's status, not a timer); a
   step holds its workload's lock (simulate.surgelock) until its old pods are gone (groups:
   restored), as surgefirst.drain_workload and groupsurge.drain_groups hold theirs.
+  With `upgrade.shared_surge` (a what-if of an engine change, simulate.surgelock
+  SharedSurges) a Deployment's surge is shared instead: every node holding a part surges
+  at once, and a holder's old pods are evicted once the workload's serving pods off all
+  holders are at least desired (the gate), not once its own new pods are Ready. LWS groups
+  keep the lock.
 - surge: make before break per pod: evict a pod once its own replacement is Ready.
 
 Every eviction goes through the PodDisruptionBudget (drainsafe.pdb, the disruption
@@ -31,7 +36,7 @@ from drainsafe.simulate.pods import (
     TERMINATING,
 )
 from drainsafe.simulate.scenario import Scenario
-from drainsafe.simulate.surgelock import SurgeLocks
+from drainsafe.simulate.surgelock import SharedSurges, SurgeLocks, first_fit
 
 
 class Strategies(Groups):
@@ -54,6 +59,12 @@ class Strategies(Groups):
         # empty: NodeDrainer.run returns once every workload's surge has.
         self.node_steps: dict[int, int] = {}  # steps holding a lock, per node
         self.awaiting_steps: set[int] = set()  # empty nodes whose steps are not done
+        # upgrade.shared_surge: Deployments' surges shared by their nodes, and the old pods
+        # whose eviction the shared gate holds (simulate.surgelock SharedSurges).
+        up = s.upgrade
+        self.shared = (SharedSurges(join_room=up.shared_join_room) if up.shared_surge
+                       else None)
+        self.gated: list[list[int]] = [[] for _ in s.workloads]
 
     def drain_pods(self, node: int, pods: list[int]) -> None:
         """The drain of a cordoned node begins: what the strategy does with its pods."""
@@ -66,12 +77,14 @@ class Strategies(Groups):
             # one too: the drain counts it in the surge), once the node holds the
             # workload's lock; a workload another node surges waits for it.
             held: dict[int, None] = {}
+            # Free GPUs as this node's joins take them (shared_join_room).
+            room = list(self.free) if self.shared is not None else []
             for p in pods:
                 if self.pod_state[p] in (TERMINATING, DELETED):
                     continue
                 w = self.pod_w[p]
                 if w not in held:
-                    if not self.locks.acquire(w, node, self.now):
+                    if not self.take_surge(w, node, room):
                         continue
                     held[w] = None
                     self.node_steps[node] = self.node_steps.get(node, 0) + 1
@@ -79,6 +92,8 @@ class Strategies(Groups):
             self.schedule_pending()
             for w in held:
                 self.maybe_step_done((node, w))
+                if self.sharing(w):
+                    self.release_gated(w)
         else:
             # Make before break for every pod on the node, a starting one included: evicting
             # it now would only be refused by the budget and retried once it serves.
@@ -91,6 +106,82 @@ class Strategies(Groups):
                 self.replaced_by[p] = r
                 self.pending.append(r)
             self.schedule_pending()
+
+    def sharing(self, w: int) -> bool:
+        """Workload w's surge is shared (a Deployment's, under upgrade.shared_surge)."""
+        return self.shared is not None and self.size[w] == 1
+
+    def take_surge(self, w: int, node: int, room: list[int]) -> bool:
+        """drainsafe: `node` may surge workload w now (it holds the lock, or a part of the
+        shared surge), or it waits (in the lock's queue, or to join)."""
+        if self.shared is None or not self.sharing(w):
+            return self.locks.acquire(w, node, self.now)
+        if self.shared.holds(w, node):
+            return True
+        part = self.part_of(node, w)
+        fits = self.shared.join_room and first_fit(room, self.open_nodes,
+                                                   self.s.workloads[w].gpus, part)
+        return self.shared.join(w, node, part, fits)
+
+    def part_of(self, node: int, w: int) -> int:
+        """New pods w's surge for `node` needs: one per pod of w there not going."""
+        return sum(1 for p in self.node_pods[node]
+                   if self.pod_w[p] == w and self.pod_state[p] not in (TERMINATING, DELETED))
+
+    def shared_gate_open(self, w: int) -> bool:
+        """The shared surge's gate: w's Ready pods on nodes holding no part are enough."""
+        assert self.shared is not None
+        on_holders = sum(1 for n in self.shared.holders(w) for p in self.node_pods[n]
+                         if self.pod_w[p] == w and self.pod_state[p] == READY_STATE)
+        return self.shared.may_evict(self.ready_pods[w] - on_holders,
+                                     self.s.workloads[w].replicas)
+
+    def release_gated(self, w: int) -> None:
+        """Shared surge: when the gate is open, every holder's old pods not yet asked to
+        go are evicted (through the budget), and those the gate held before."""
+        if not self.shared_gate_open(w):
+            return
+        assert self.shared is not None
+        for node in self.shared.holders(w):
+            for old in self.step_old.pop((node, w), ()):
+                self.try_evict(old)
+        gated = self.gated[w]
+        if gated:
+            self.gated[w] = []
+            for old in gated:
+                self.try_evict(old)
+
+    def retry_joins(self, w: int, nodes: list[int]) -> None:
+        """A part of w's shared surge left: the nodes waiting to join try again, in order
+        (one whose new pods do not fit waits on; a later one that fits joins)."""
+        assert self.shared is not None
+        for node in nodes:
+            room = list(self.free)
+            part = self.part_of(node, w)
+            fits = first_fit(room, self.open_nodes, self.s.workloads[w].gpus, part)
+            if self.shared.join(w, node, part, fits):
+                self.start_step(node, w)
+
+    def shared_wedge(self) -> str | None:
+        """Why a shared surge stopped: its holders' evictions wait on the gate for new pods
+        that have no room, while the room would come back only from the holders."""
+        if self.shared is None:
+            return None
+        for w, parts in self.shared.parts.items():
+            held = sum(len(self.step_old.get((n, w), ())) for n in parts) + len(self.gated[w])
+            pending = sum(1 for p in self.pending
+                          if self.pod_w[p] == w and self.pod_state[p] == PENDING)
+            # One holder short of room is the lock's wedge too (no room at all): said below.
+            if held and pending and len(parts) > 1:
+                wl = self.s.workloads[w]
+                waiting = len(self.shared.waiting.get(w, ()))
+                return (f"workload {wl.name}: its surge is shared by {len(parts)} nodes and "
+                        f"their evictions wait for each other's new pods, {pending} of which "
+                        f"have no room (Pending), so {held} old pods never go"
+                        + (f" and {waiting} nodes wait to join" if waiting else "")
+                        + "; upgrade.shared_join_room lets a node join only when its new "
+                        "pods fit")
+        return None
 
     def surge_pod(self, node: int, p: int) -> None:
         """drainsafe: pod p joins its workload's step on `node`: a new pod (or a stand-in
@@ -116,6 +207,8 @@ class Strategies(Groups):
                 self.surge_pod(node, p)
         self.schedule_pending()
         self.maybe_step_done((node, w))
+        if self.sharing(w):
+            self.release_gated(w)
 
     def maybe_step_done(self, key: tuple[int, int]) -> None:
         """A step with nothing left to wait for (no pod of its own left, no group move)
@@ -125,11 +218,20 @@ class Strategies(Groups):
 
     def step_finished(self, key: tuple[int, int]) -> None:
         """The surge of step `key` is over (its old pods gone, its groups restored): the
-        next node waiting for the workload surges it."""
-        if self.locks.holder.get(key[1]) != key[0]:
-            return
-        nxt = self.locks.release(key[1], self.now)
-        node = key[0]
+        next node waiting for the workload surges it (shared: the nodes waiting to join try
+        again)."""
+        node, w = key
+        rejoin: list[int] = []
+        nxt = None
+        if self.shared is not None and self.sharing(w):
+            if not self.shared.holds(w, node):
+                return
+            rejoin = self.shared.leave(w, node)
+            self.step_new.pop(key, None)
+        else:
+            if self.locks.holder.get(w) != node:
+                return
+            nxt = self.locks.release(w, self.now)
         self.node_steps[node] -= 1
         if not self.node_steps[node]:
             del self.node_steps[node]
@@ -137,7 +239,9 @@ class Strategies(Groups):
                 self.awaiting_steps.discard(node)
                 self.node_drained(node)
         if nxt is not None:
-            self.start_step(nxt, key[1])
+            self.start_step(nxt, w)
+        if rejoin:
+            self.retry_joins(w, rejoin)
 
     def node_drained(self, node: int) -> None:
         """The node's drain is done: its maintenance begins (simulate.lifecycle)."""
@@ -156,6 +260,32 @@ class Strategies(Groups):
             return
         del self.step_left[key]
         self.step_finished(key)
+
+    def surge_fits(self, node: int, free: list[int], order: list[int]) -> bool:
+        """Whether what `node`'s surge still needs (a new pod per pod not going and not
+        yet replaced, a stand-in group per group not already moved) fits on `free` over
+        `order`, first fit; takes what it places."""
+        groups: set[int] = set()
+        for p in sorted(self.node_pods[node]):
+            if self.pod_state[p] in (TERMINATING, DELETED):
+                continue
+            if self.replaced_by.get(p, -1) >= 0:
+                continue  # its new pod exists: placed, or Pending and counted as such
+            wl = self.s.workloads[self.pod_w[p]]
+            g = self.pod_group[p]
+            if g < 0:
+                if not first_fit(free, order, wl.gpus, 1):
+                    return False
+                continue
+            if g in groups or self.g_slot[g] in self.moves:
+                continue
+            groups.add(g)
+            nodes = place_group(order, free, wl.gpus, wl.group_size)
+            if nodes is None:
+                return False
+            for n in nodes:
+                free[n] -= wl.gpus
+        return True
 
     def surge_blocked(self, node: int) -> tuple[bool, bool]:
         """What drainsafe's preflight of `node` finds now: (a workload there is surged for
@@ -197,7 +327,18 @@ class Strategies(Groups):
 
     def step_ready(self, r: int) -> None:
         """drainsafe: a new pod is Ready; when its whole step is, evict the step's old pods
-        (the budget decides how many go now; the rest wait for it)."""
+        (the budget decides how many go now; the rest wait for it). Shared: the gate
+        decides, over every holder."""
+        if self.sharing(self.pod_w[r]):
+            key = self.step_of.pop(r, None)
+            if key is not None:
+                self.step_new.get(key, set()).discard(r)
+            else:
+                old = self.pod_replaces[r]
+                if old >= 0:
+                    self.try_evict(old)
+            self.release_gated(self.pod_w[r])
+            return
         key = self.step_of.get(r)
         if key is None:
             old = self.pod_replaces[r]
@@ -239,6 +380,10 @@ class Strategies(Groups):
             return
         if state == PENDING:
             # A pod that never got a node is not on the drained node; nothing to evict.
+            return
+        if self.shared is not None and p in self.old_step and self.sharing(self.pod_w[p]) \
+                and not self.shared_gate_open(self.pod_w[p]):
+            self.gated[self.pod_w[p]].append(p)
             return
         if self.evictable(p):
             self.delete(p)
@@ -306,7 +451,7 @@ class Strategies(Groups):
         """A new pod of a drainsafe group was evicted before it served: its heir joins the
         group in its place."""
         key = self.step_of.pop(p, None)
-        if key is not None:
+        if key is not None and key in self.step_new:
             self.step_new[key].discard(p)
             self.step_new[key].add(heir)
             self.step_of[heir] = key
