@@ -741,6 +741,38 @@ async def test_a_node_never_marked_times_out_failed_cordoned_and_recorded(lab: L
     await audit_clean(lab)
 
 
+# -- Events at a graceful stop --------------------------------------------------------------
+
+async def test_events_of_the_last_writes_survive_a_graceful_stop(lab: Lab) -> None:
+    """A leader stopped as app.run stops it at SIGTERM (the reconciler's task cancelled,
+    then its client closed) right after its recorder was given Events: they are on the API
+    server once the stop returns. Before, nothing waited for them: they were still on their
+    way when the client closed (or cancelled by the guard's recorder.stop in app.run)."""
+    name = "events-at-stop"
+    (node,) = _quiet_nodes(lab, 1)
+    # maintainedWhen under Immediately: Failed InvalidSpec at once, no node touched
+    spec = {**_spec([node], "Immediately"), "maintainedWhen": {"bootIDChanged": True}}
+    burst = [f"{node}: burst {i}" for i in range(40)]
+    path = api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name)
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        async with leader(lab, f"{name}-1") as reconciler:
+            await _create(client, name, spec, held=False)
+            await _until("Failed", lambda: _status(lab, name).get("phase") == "Failed")
+            obj = _store(lab).peek(_maintenance_rt(lab), "", name)
+            for message in burst:
+                reconciler.readout.events.emit(obj, "NodeMaintenance", "NodeUncordoned",
+                                               message)
+        written = [e["message"] for e in _store(lab).items(BY_KEY["events"], "default")
+                   if e["involvedObject"].get("name") == name
+                   and e["reason"] == "NodeUncordoned"]
+        assert sorted(written) == sorted(burst)
+        async with leader(lab, f"{name}-2"):  # its finalizer is given back by a leader
+            await client.request("DELETE", path)
+            await _until("deleted", lambda: _store(lab).peek(
+                _maintenance_rt(lab), "", name) is None)
+    _left_as_before(lab, [node])
+
+
 # -- waves by surge room ------------------------------------------------------------------
 
 def _gpu_pods(lab: Lab) -> collections.Counter[str]:
