@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -70,6 +71,7 @@ from drainsafe.maintenance.progress import NodeState, in_progress, read_nodes
 from drainsafe.maintenance.reasons import NodeReason
 from drainsafe.maintenance.spec import MaintenanceSpec
 
+log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 DEFERRED: NodeReason = "Deferred"  # the reason of a Pending node refused for what others hold
 # (NodeMaintenance name, node) deferred -> (when last, by time.monotonic; how many times)
@@ -169,11 +171,18 @@ class NodeTask:
         return None if obj is None else record_of(node_seen(obj))
 
     async def _read_record(self, node: str) -> Recorded | None:
+        """The node read after its drain. An API error falls back to the informer's copy
+        (behind by a watch event at most): failing a drained node for one read would leave
+        it cordoned for a person, where the copy misses only a mark set in that instant."""
         try:
             return record_of(node_seen(await self.client.get(api_path("v1", "nodes",
                                                                       name=node))))
         except NotFound:
             return None
+        except KubeError as exc:
+            log.warning("%s: node not read after its drain (%s); recorded from the cache",
+                        node, exc)
+            return self._record(node)
 
     @staticmethod
     def _stale(recorded: Recorded | None, spec: MaintenanceSpec, name: str) -> str:
