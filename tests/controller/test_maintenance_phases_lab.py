@@ -625,7 +625,12 @@ async def test_a_node_never_marked_times_out_failed_cordoned_and_recorded(lab: L
     TIMEOUT after the new leader began), while the operation runs on; it stays cordoned
     with drainsafe's record (audit lists it as drainsafe's); NodeFailed is a Warning
     Event; the second node drains, is marked and uncordoned, and only then the operation
-    ends Failed. Deleting it gives the failed node back."""
+    ends Failed. Deleting it gives the failed node back.
+
+    Both nodes carry the operation's mark before it starts (kubectl annotate too early, or
+    left over from an earlier operation of the name): it is recorded as there when each
+    drain ended and does not count, so the first still times out, cordoned all along, and
+    the second waits until marked again (a note after the name, as kubectl can)."""
     name = "timed-out"
     never, marked = nodes = _quiet_nodes(lab, 2)
     spec = {**_spec(nodes, "WhenMaintained", max_unavailable=2),
@@ -644,12 +649,18 @@ async def test_a_node_never_marked_times_out_failed_cordoned_and_recorded(lab: L
                                                 "nodemaintenances")).start()
         events = await Informer(client, api_path("v1", "events", namespace="default")).start()
 
-        async def mark_the_second() -> None:  # the external tool, for the second node only
-            await watch.wait_for(
-                lambda c: row(c, marked).get("state") == "AwaitingMaintenance", timeout=300)
+        async def mark_the_second() -> dict[str, Any]:  # the external tool, the second only
+            awaiting: dict[str, Any] = await watch.wait_for(
+                lambda c: (r := row(c, marked)).get("state") == "AwaitingMaintenance" and r,
+                timeout=300)
+            assert store.get(NODES, "", marked)["spec"].get("unschedulable")
             await client.patch(api_path("v1", "nodes", name=marked),
-                               {"metadata": {"annotations": {MAINTAINED: name}}})
+                               {"metadata": {"annotations": {MAINTAINED: f"{name}/again"}}})
+            return awaiting
 
+        for n in nodes:  # marked too early: before the operation, so before any drain
+            await client.patch(api_path("v1", "nodes", name=n),
+                               {"metadata": {"annotations": {MAINTAINED: name}}})
         marker = asyncio.create_task(mark_the_second())
         try:
             async with leader(lab, f"{name}-1"):
@@ -696,13 +707,19 @@ async def test_a_node_never_marked_times_out_failed_cordoned_and_recorded(lab: L
                 await client.request("DELETE", api_path(
                     "drainsafe.io/v1alpha1", "nodemaintenances", name=name))
                 await watch.wait_for(lambda c: name not in c, timeout=60)
+            second_awaiting = await marker
         finally:
             marker.cancel()
             await asyncio.gather(marker, return_exceptions=True)
             await watch.stop()
             await events.stop()
-        await client.patch(api_path("v1", "nodes", name=marked),
-                           {"metadata": {"annotations": {MAINTAINED: None}}})
+        for n in nodes:
+            await client.patch(api_path("v1", "nodes", name=n),
+                               {"metadata": {"annotations": {MAINTAINED: None}}})
+    # the early mark: recorded as there when each drain ended, said so, and not counted
+    for awaited in (awaiting, second_awaiting):
+        assert awaited["recorded"].get("maintained") == name, awaited
+        assert f"{MAINTAINED}={name} was set before the drain ended" in awaited["message"]
     # failed at the deadline its row said, not before (whole seconds: from the end of the
     # drain's second), and not TIMEOUT after the new leader began (asserted by the wait)
     assert (failed["reason"], failed["message"]) == ("MaintenanceTimedOut", bound.message())
@@ -711,8 +728,8 @@ async def test_a_node_never_marked_times_out_failed_cordoned_and_recorded(lab: L
     # the operation ran on while the other node was still to do, then ended Failed
     assert at_failure["phase"] == "Running", at_failure
     assert (final["phase"], final["done"], final["failed"]) == ("Failed", 1, 1), final
-    assert [(r["name"], r["state"]) for r in final["nodes"]] == [
-        (never, "Failed"), (marked, "Uncordoned")]
+    assert [(r["name"], r["state"], r.get("message")) for r in final["nodes"]] == [
+        (never, "Failed", bound.message()), (marked, "Uncordoned", "maintained: Annotated")]
     states_of_never = {r["state"] for st in statuses for r in st.get("nodes") or []
                        if r["name"] == never}
     assert "Uncordoned" not in states_of_never, states_of_never
@@ -722,6 +739,38 @@ async def test_a_node_never_marked_times_out_failed_cordoned_and_recorded(lab: L
     assert all(n == 1 for n in seen.cordons.values()), seen.cordons
     _left_as_before(lab, nodes)
     await audit_clean(lab)
+
+
+# -- Events at a graceful stop --------------------------------------------------------------
+
+async def test_events_of_the_last_writes_survive_a_graceful_stop(lab: Lab) -> None:
+    """A leader stopped as app.run stops it at SIGTERM (the reconciler's task cancelled,
+    then its client closed) right after its recorder was given Events: they are on the API
+    server once the stop returns. Before, nothing waited for them: they were still on their
+    way when the client closed (or cancelled by the guard's recorder.stop in app.run)."""
+    name = "events-at-stop"
+    (node,) = _quiet_nodes(lab, 1)
+    # maintainedWhen under Immediately: Failed InvalidSpec at once, no node touched
+    spec = {**_spec([node], "Immediately"), "maintainedWhen": {"bootIDChanged": True}}
+    burst = [f"{node}: burst {i}" for i in range(40)]
+    path = api_path("drainsafe.io/v1alpha1", "nodemaintenances", name=name)
+    async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        async with leader(lab, f"{name}-1") as reconciler:
+            await _create(client, name, spec, held=False)
+            await _until("Failed", lambda: _status(lab, name).get("phase") == "Failed")
+            obj = _store(lab).peek(_maintenance_rt(lab), "", name)
+            for message in burst:
+                reconciler.readout.events.emit(obj, "NodeMaintenance", "NodeUncordoned",
+                                               message)
+        written = [e["message"] for e in _store(lab).items(BY_KEY["events"], "default")
+                   if e["involvedObject"].get("name") == name
+                   and e["reason"] == "NodeUncordoned"]
+        assert sorted(written) == sorted(burst)
+        async with leader(lab, f"{name}-2"):  # its finalizer is given back by a leader
+            await client.request("DELETE", path)
+            await _until("deleted", lambda: _store(lab).peek(
+                _maintenance_rt(lab), "", name) is None)
+    _left_as_before(lab, [node])
 
 
 # -- waves by surge room ------------------------------------------------------------------

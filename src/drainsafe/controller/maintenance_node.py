@@ -21,10 +21,11 @@ so a new leader reads where the node is and continues:
   refusal fails the node.
 - Drained: uncordon per spec.uncordon (drain.cordon.uncordon, which refuses a cordon that
   was not drainsafe's); AwaitingMaintenance: the node's boot ID, kubelet version and UID
-  are recorded in its status row with that state, then the task waits (on the node
-  informer) until spec.maintainedWhen says it is maintained (maintenance.maintained: the
-  annotation drainsafe.io/maintained = the NodeMaintenance's name, a node condition, a new
-  boot ID or kubelet version, or a replaced node), then uncordons. With
+  are recorded in its status row with that state (read from the API after the drain, with
+  the drainsafe.io/maintained annotation already there, which therefore does not count),
+  then the task waits (on the node informer) until spec.maintainedWhen says it is
+  maintained (maintenance.maintained: the annotation naming the NodeMaintenance, set since,
+  a node condition, a new boot ID or kubelet version, or a replaced node), then uncordons. With
   maintainedWhen.timeoutSeconds the wait ends at a deadline counted from the row's
   `finished` time (maintenance.maintained.wait_bound, so a new leader keeps the same
   one): the node informer's wait is bounded by it, and past it the node is Failed,
@@ -41,8 +42,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from drainsafe.controller.maintenance_readout import MaintenanceReadout
@@ -52,7 +55,7 @@ from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
 from drainsafe.drain.preflight import only_waiting_on
-from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout
+from drainsafe.kube import Informer, KubeClient, KubeError, NotFound, WaitTimeout, api_path
 from drainsafe.kube.objects import parse_time
 from drainsafe.maintenance.maintained import (
     Recorded,
@@ -61,12 +64,14 @@ from drainsafe.maintenance.maintained import (
     maintained,
     node_seen,
     record_of,
+    stale_mark,
     wait_bound,
 )
 from drainsafe.maintenance.progress import NodeState, in_progress, read_nodes
 from drainsafe.maintenance.reasons import NodeReason
 from drainsafe.maintenance.spec import MaintenanceSpec
 
+log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 DEFERRED: NodeReason = "Deferred"  # the reason of a Pending node refused for what others hold
 # (NodeMaintenance name, node) deferred -> (when last, by time.monotonic; how many times)
@@ -137,8 +142,11 @@ class NodeTask:
                            finished=True)
                 return
             state = "AwaitingMaintenance" if spec.uncordon == "WhenMaintained" else "Drained"
-            drained_at = await step(state, "Drained", finished=True,
-                                    recorded=self._record(node))
+            # Read after the drain, not from the informer's copy: a maintained mark put on
+            # before the drain ended is recorded, so it does not count (maintenance.maintained)
+            recorded = await self._read_record(node)
+            drained_at = await step(state, "Drained", self._stale(recorded, spec, name),
+                                    finished=True, recorded=recorded)
         marked: Why | None = None
         if state == "AwaitingMaintenance":
             bound = self._wait_bound(name, node, spec, drained_at)
@@ -161,6 +169,26 @@ class NodeTask:
     def _record(self, node: str) -> Recorded | None:
         obj = self.nodes.get(node)
         return None if obj is None else record_of(node_seen(obj))
+
+    async def _read_record(self, node: str) -> Recorded | None:
+        """The node read after its drain. An API error falls back to the informer's copy
+        (behind by a watch event at most): failing a drained node for one read would leave
+        it cordoned for a person, where the copy misses only a mark set in that instant."""
+        try:
+            return record_of(node_seen(await self.client.get(api_path("v1", "nodes",
+                                                                      name=node))))
+        except NotFound:
+            return None
+        except KubeError as exc:
+            log.warning("%s: node not read after its drain (%s); recorded from the cache",
+                        node, exc)
+            return self._record(node)
+
+    @staticmethod
+    def _stale(recorded: Recorded | None, spec: MaintenanceSpec, name: str) -> str:
+        if spec.uncordon != "WhenMaintained":
+            return ""
+        return stale_mark(recorded, spec.maintained_when, name) or ""
 
     def _wait_bound(self, name: str, node: str, spec: MaintenanceSpec,
                     drained_at: str | None) -> WaitBound:
@@ -186,7 +214,9 @@ class NodeTask:
         row = read_nodes(obj.get("status") or {}).get(node)
         recorded = row.recorded if row is not None else None
         if recorded is None and (recorded := self._record(node)) is not None:
-            # a status written before the record existed: from now on, as a new leader sees it
+            # a status written before the record existed: from now on, as a new leader sees
+            # it. Not its maintained mark: that may have been set since (as before the record)
+            recorded = replace(recorded, maintained="")
             await self.status.step(name, spec, node, "AwaitingMaintenance", "Drained",
                                    recorded=recorded)
         shown: Why = "AwaitingMaintenance"
@@ -217,4 +247,5 @@ class NodeTask:
                 await self.status.step(name, spec, node, "AwaitingMaintenance",
                                        "NodeGone" if why == "NodeGone" else "Drained",
                                        "no node of this name; waiting for one to register"
-                                       if why == "NodeGone" else "")
+                                       if why == "NodeGone" else
+                                       self._stale(recorded, spec, name))
