@@ -55,6 +55,7 @@ from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
 from drainsafe.drain.ownership import maintenance_ref
 from drainsafe.drain.preflight import only_waiting_on
+from drainsafe.failpoint import failpoint
 from drainsafe.kube import Informer, KubeClient, KubeError, NotFound, WaitTimeout, api_path
 from drainsafe.kube.objects import parse_time
 from drainsafe.maintenance.maintained import (
@@ -110,7 +111,9 @@ class NodeTask:
         if state == "Cordoned":
             await cordon(self.client, node, reason=settings.reason, state="queued",
                          clock=self.clock, operation=maintenance_ref(name))
+            failpoint("maintenance.node.cordoned")
             await step("Draining", "Draining")
+            failpoint("maintenance.node.draining")
             state = "Draining"
         if state == "Draining":
             obj = self.informer.get(name) or {}
@@ -141,6 +144,7 @@ class NodeTask:
                 await step("Failed", "Refused" if report.refused else "DrainFailed", why,
                            finished=True)
                 return
+            failpoint("maintenance.node.drained")
             state = "AwaitingMaintenance" if spec.uncordon == "WhenMaintained" else "Drained"
             # Read after the drain, not from the informer's copy: a maintained mark put on
             # before the drain ended is recorded, so it does not count (maintenance.maintained)
@@ -149,6 +153,7 @@ class NodeTask:
                                     finished=True, recorded=recorded)
         marked: Why | None = None
         if state == "AwaitingMaintenance":
+            failpoint("maintenance.node.awaiting")
             bound = self._wait_bound(name, node, spec, drained_at)
             marked = await self._await_maintained(name, node, spec, bound)
             if marked is None:
@@ -158,11 +163,13 @@ class NodeTask:
                 return
             state = "Drained"
         if state == "Drained" and spec.uncordon != "Never":
+            failpoint("maintenance.node.uncordoning")
             try:
                 await uncordon(self.client, node)
             except NotOwned as exc:
                 await step("Failed", "NotOurCordon", str(exc))
                 return
+            failpoint("maintenance.node.uncordoned")
             await step("Uncordoned", "Uncordoned",
                        f"maintained: {marked}" if marked else "")
 
