@@ -60,6 +60,7 @@ from drainsafe.controller.maintenance_status import StatusWriter
 from drainsafe.controller.maintenance_taints import set_pending
 from drainsafe.drain.preflight import read_cluster
 from drainsafe.drain.workloads import ClusterState
+from drainsafe.failpoint import failpoint
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging
@@ -186,6 +187,7 @@ class MaintenanceReconciler:
                 await self.status.failed(name, "NoNodes", "no node matches the selection")
             else:
                 await self.status.update(name, spec, {n: _unchanged for n in selected})
+                failpoint("maintenance.operation.selected")
             return
         await self._pending(name, progress, running=True)
         for node, p in progress.items():
@@ -239,6 +241,8 @@ class MaintenanceReconciler:
                                        int(meta(obj).get("generation") or 0))}
 
         if await self.status.put(name, plan):
+            if started:
+                failpoint("maintenance.wave.started")
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
 

@@ -12,6 +12,9 @@ so a new leader reads where the node is and continues:
 - Draining: drain again with the same engine `drainsafe drain` runs (drain.execute
   NodeDrainer): its record on the node names the pods it already evicted (by UID) and the
   surge on each workload, so no pod is evicted twice and a surge is finished or restored.
+  A node whose record already says `drained` under this operation's cordon (the leader was
+  lost between the drain's end and the Drained write) is not drained again: Drained is
+  written, as that leader would have done next.
   Each capacity reading of the drain goes to controller.maintenance_readout.
 - Refused before any eviction only for what the other nodes in progress hold
   (drain.preflight.only_waiting_on: no room for the surge, held by their cordons, their
@@ -53,8 +56,15 @@ from drainsafe.controller.maintenance_status import StatusWriter
 from drainsafe.drain.capacity import CapacityReading
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
-from drainsafe.drain.ownership import maintenance_ref
+from drainsafe.drain.ownership import (
+    PROGRESS,
+    Progress,
+    cordoned_for,
+    maintenance_ref,
+    node_annotations,
+)
 from drainsafe.drain.preflight import only_waiting_on
+from drainsafe.failpoint import failpoint
 from drainsafe.kube import Informer, KubeClient, KubeError, NotFound, WaitTimeout, api_path
 from drainsafe.kube.objects import parse_time
 from drainsafe.maintenance.maintained import (
@@ -107,10 +117,16 @@ class NodeTask:
         step = functools.partial(self.status.step, name, spec, node)
         settings = spec.drain_settings(f"NodeMaintenance {name}")
         drained_at: str | None = None  # the row's finished time, as this task wrote it
+        if state == "Draining" and await self._drained_before(name, node):
+            # A leader lost after this drain ended, before its Drained write: the node is
+            # drained, and is drained once; what that leader would have done next follows.
+            state, drained_at = await self._drained(name, node, spec)
         if state == "Cordoned":
             await cordon(self.client, node, reason=settings.reason, state="queued",
                          clock=self.clock, operation=maintenance_ref(name))
+            failpoint("maintenance.node.cordoned")
             await step("Draining", "Draining")
+            failpoint("maintenance.node.draining")
             state = "Draining"
         if state == "Draining":
             obj = self.informer.get(name) or {}
@@ -141,14 +157,11 @@ class NodeTask:
                 await step("Failed", "Refused" if report.refused else "DrainFailed", why,
                            finished=True)
                 return
-            state = "AwaitingMaintenance" if spec.uncordon == "WhenMaintained" else "Drained"
-            # Read after the drain, not from the informer's copy: a maintained mark put on
-            # before the drain ended is recorded, so it does not count (maintenance.maintained)
-            recorded = await self._read_record(node)
-            drained_at = await step(state, "Drained", self._stale(recorded, spec, name),
-                                    finished=True, recorded=recorded)
+            failpoint("maintenance.node.drained")
+            state, drained_at = await self._drained(name, node, spec)
         marked: Why | None = None
         if state == "AwaitingMaintenance":
+            failpoint("maintenance.node.awaiting")
             bound = self._wait_bound(name, node, spec, drained_at)
             marked = await self._await_maintained(name, node, spec, bound)
             if marked is None:
@@ -158,13 +171,42 @@ class NodeTask:
                 return
             state = "Drained"
         if state == "Drained" and spec.uncordon != "Never":
+            failpoint("maintenance.node.uncordoning")
             try:
                 await uncordon(self.client, node)
             except NotOwned as exc:
                 await step("Failed", "NotOurCordon", str(exc))
                 return
+            failpoint("maintenance.node.uncordoned")
             await step("Uncordoned", "Uncordoned",
                        f"maintained: {marked}" if marked else "")
+
+    async def _drained_before(self, name: str, node: str) -> bool:
+        """Whether this operation's drain of `node` already ended drained: its record says
+        so under this operation's cordon (read from the API, not the informer, which may
+        lag it). Our Cordoned step set the record `queued`, so only our own drain can have
+        made it `drained`; the status still says Draining when the leader that drained it
+        was lost before writing Drained."""
+        try:
+            obj = await self.client.get(api_path("v1", "nodes", name=node))
+        except NotFound:
+            return False
+        return (cordoned_for(obj) == name and PROGRESS in node_annotations(obj)
+                and Progress.of(obj).state == "drained")
+
+    async def _drained(self, name: str, node: str, spec: MaintenanceSpec
+                       ) -> tuple[NodeState, str | None]:
+        """The Drained write (AwaitingMaintenance under WhenMaintained); the state and the
+        row's finished time written."""
+        state: NodeState = ("AwaitingMaintenance" if spec.uncordon == "WhenMaintained"
+                            else "Drained")
+        # Read after the drain, not from the informer's copy: a maintained mark put on
+        # before the drain ended is recorded, so it does not count (maintenance.maintained)
+        recorded = await self._read_record(node)
+        drained_at = await self.status.step(name, spec, node, state, "Drained",
+                                            self._stale(recorded, spec, name),
+                                            finished=True, recorded=recorded)
+        return state, drained_at
 
     def _record(self, node: str) -> Recorded | None:
         obj = self.nodes.get(node)
