@@ -7,12 +7,10 @@ drain nearly serial. `upgrade.shared_surge` lets the nodes hold parts of one sur
 (SharedSurges), `upgrade.shared_join_room` lets a node join only when its new pods fit.
 Side by side, on `drainsafe simulate --example` (the same file): kubectl, drainsafe with
 the lock, shared, shared + join on room; a fleet drain (`upgrade.parallelism`) and a
-NodeMaintenance (`--maintenance`: its wave planner and the preflight's deferral, no
-maxUnavailable), and a NodeMaintenance whose planner holds a node short of room
-(`upgrade.maintenance.room_waves`, the controller's waves by room), at parallelism 4, and
-at 64 with 16 surge nodes. Total hours (first cordon
-to last node back), the lowest serving capacity, deferrals, failed requests, and the wedge
-when a run stops. Takes about 15 s.
+NodeMaintenance (`--maintenance`: the controller's wave planner, by room and surge, and
+the preflight's deferral; no maxUnavailable), at parallelism 4, and at 64 with 16 surge
+nodes. Total hours (first cordon to last node back), the lowest serving capacity,
+deferrals, failed requests, and the wedge when a run stops. Takes about 9 s.
 """
 
 from __future__ import annotations
@@ -45,9 +43,8 @@ def example() -> Scenario:
     return parse_scenario(yaml.safe_load(text))
 
 
-# (label, maintenance): a fleet drain, or a NodeMaintenance without or with waves by room
-DRAINS = (("fleet", None), ("NodeMaintenance", Maintenance()),
-          ("NodeMaintenance, room waves", Maintenance(room_waves=True)))
+# (label, maintenance): a fleet drain, or a NodeMaintenance (the controller's waves)
+DRAINS = (("fleet", None), ("NodeMaintenance", Maintenance()))
 
 
 def variant(base: Scenario, *, strategy: str, shared: bool, join_room: bool,

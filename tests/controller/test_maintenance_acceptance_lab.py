@@ -125,10 +125,12 @@ async def test_four_of_six_nodes_two_at_a_time_under_load_of_three_workloads(
 
 
 # The small pool: three Deployments of one one-GPU pod each, one per node, so the three
-# nodes' surges are independent (the engine surges one workload at a time, which the
-# simulator does not model: docs/simulate.md, NodeMaintenance); the other three nodes are
-# the simulator's spare nodes (free GPUs, not drained). maxParallelNodes 2 over 3 nodes:
-# two waves. uncordon Immediately: a node_upgrade of 0.
+# nodes' surges are independent (the engine surges one workload at a time, and both
+# planners, the controller's and the simulator's, hold a node whose workload a node in
+# progress surges: docs/simulate.md, NodeMaintenance); the other three nodes are the
+# simulator's spare nodes (free GPUs, not drained, in the cluster both planners read
+# before their first wave, so both plan it by room alike). maxParallelNodes 2 over 3
+# nodes: two waves. uncordon Immediately: a node_upgrade of 0.
 POOL_WORKLOADS = tuple(dataclasses.replace(SETTINGS, kind="Deployment", app=f"pool-{c}",
                                            replicas=1) for c in "abc")
 RECONCILE_SECONDS = 0.5  # the controller's reconcile period (controller.config)
@@ -208,6 +210,10 @@ async def test_the_simulator_predicts_a_small_pools_waves_time_and_capacity(
               f"{sim.upgrade_time:.2f} s, lowest {sim.min_capacity:.0%}, waves {sim_waves}")
     print(report)
     assert sim.finished and lab_waves == sim_waves == [1, 1, 2], report
+    # Neither planner started a node its preflight then refused (both plan by room).
+    assert sim.lifecycle.deferrals == 0, report
+    # (a deferred node goes from Cordoned back to Pending)
+    assert all("Pending" not in states[1:] for states in seen.states.values()), report
     assert sim.min_capacity == 1.0 and run.lowest_fraction == 1.0, report
     assert run.total_failed == 0 and sim.failed == 0, report
     waves = 2

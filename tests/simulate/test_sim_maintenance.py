@@ -42,12 +42,12 @@ def _most_in_progress(r: Result) -> int:
 
 
 @pytest.mark.parametrize(("strategy", "parallel"), [("kubectl", (1, 2, 3)),
-                                                   ("drainsafe", (1, 2))])
+                                                   ("surge", (1, 2)), ("drainsafe", (1,))])
 def test_max_parallel_nodes_alone_is_the_upgrade_parallelism(
         strategy: str, parallel: tuple[int, ...]) -> None:
     """Without maxUnavailable the planner starts nodes in order, `parallelism` at a time:
-    the same run, event for event, as the plain upgrade (drainsafe: while no node is
-    deferred, below)."""
+    the same run, event for event, as the plain upgrade (drainsafe: one node at a time;
+    beside another, its waves by room and surge choose, below)."""
     for k in parallel:
         plain = simulate(parse_scenario(small(**{"upgrade.parallelism": k,
                                                  "upgrade.strategy": strategy})))
@@ -58,20 +58,28 @@ def test_max_parallel_nodes_alone_is_the_upgrade_parallelism(
         assert waves.upgrade_time == plain.upgrade_time and waves.failed == plain.failed
 
 
-def test_drainsafe_defers_a_node_that_meets_another_nodes_surge() -> None:
-    """Three nodes at once, the one Deployment on all of them: the first wave passes its
-    preflights together and queues on the workload's lock; each node started when one is
-    back meets a surge of the workload still going (the queued ones'), is deferred, and
-    runs later and alone, where the plain fleet drain just queues it on the lock."""
+def test_drainsafe_holds_a_node_whose_workload_is_surged_and_starts_a_free_one() -> None:
+    """Three slots, the one Deployment on nodes 0-3 (two pods each), nodes 4 and 5 empty.
+    The controller's planner starts node 0 and empty node 4; nodes 1-3 wait uncordoned
+    for node 0's surge of the Deployment (WaitingForSurge), node 5 for room (its cordon
+    would leave node 0's surge none). Node 1 starts once room is back (node 4), each later
+    one once the surge before it is over (its old pods gone), not its node back; none is
+    deferred; the plain fleet drain cordons 0-2 at once and queues them on the
+    workload's lock, which takes longer."""
     plain = simulate(parse_scenario(small(**{"upgrade.parallelism": 3,
                                              "upgrade.strategy": "drainsafe"})))
     waves = simulate(parse_scenario(_maintained(3, **{"upgrade.strategy": "drainsafe"})))
-    assert plain.lifecycle.deferrals == 0 and waves.lifecycle.deferrals == 3
-    started = waves.lifecycle.node_drain_started
-    assert list(started[:3]) == [5.0] * 3
-    back = np.sort(waves.lifecycle.node_back)
-    assert list(started[3:]) == list(back[2:5])  # last and alone: each once the one before is back
-    assert waves.upgrade_time > plain.upgrade_time
+    lc = waves.lifecycle
+    assert lc.deferrals == 0
+    started, empty = lc.node_drain_started, lc.node_empty
+    assert [started[0], started[4]] == [5.0, 5.0]
+    assert min(started[[1, 2, 3, 5]]) > 5.0
+    assert started[1] == lc.node_back[4]
+    assert [started[2], started[3], started[5]] == [empty[1], empty[2], empty[3]]
+    assert all(empty[[1, 2, 3]] < lc.node_back[[1, 2, 3]])
+    assert _most_in_progress(waves) == 2
+    assert list(plain.lifecycle.node_drain_started[:3]) == [5.0] * 3
+    assert waves.upgrade_time < plain.upgrade_time
 
 
 def test_max_unavailable_bounds_the_nodes_in_progress() -> None:

@@ -6,6 +6,7 @@ reported by name and avoided by joining on room, and default off leaving runs as
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from drainsafe.maintenance.roomwaves import Hold, HoldCode
+from drainsafe.maintenance.waves import Admit
+from drainsafe.simulate.maintenance import Maintenance, Waves
 from drainsafe.simulate.scenario import ScenarioError, parse_scenario
 from drainsafe.simulate.simulation import Result, simulate
 from drainsafe.simulate.surgelock import SharedSurges, first_fit
@@ -269,63 +273,56 @@ def test_the_cli_names_the_wedge_and_exits_1(
     assert out["finished"] and out["min_ready"]["llm"] == 2
 
 
-# ------------------------------------------------------------------ waves by room
+# ------------------------------------------------------------------ the planner's holds
 
 
-def two_workloads_short_of_room(room_waves: bool) -> Result:
-    """test_sim_surgelock's short_of_room: a Deployment's pod on node 0, another's on node
-    1, node 2 free, both nodes in one wave of a NodeMaintenance: room for one surge pod."""
-    data = fleet("drainsafe", nodes=3, gpus=1, drain=[0, 1], maintenance=True,
-                 workloads=[{"name": "a", "replicas": 1, "gpus": 1},
-                            {"name": "b", "replicas": 1, "gpus": 1}])
-    data["upgrade"]["maintenance"]["room_waves"] = room_waves
-    return run(data)
+def _room(holds: dict[str, HoldCode]) -> Admit:
+    """A room answer as the engine gives the planner (drainsafe.simulate.lifecycle
+    room_check): these nodes are held, with these codes."""
+    def room(_wave: Sequence[str], name: str) -> Hold | None:
+        return Hold(holds[name], "held") if name in holds else None
+    return room
 
 
-def test_waves_by_room_hold_a_node_the_preflight_would_defer() -> None:
-    deferred = two_workloads_short_of_room(False).lifecycle
-    assert deferred.deferrals == 1
-    held = two_workloads_short_of_room(True).lifecycle
-    # The planner never starts node 1 beside node 0: it waits Pending, uncordoned, and
-    # starts when node 0 is back (its room with it), without a refusal or a backoff.
-    assert held.deferrals == 0
-    assert held.node_drain_started[0] == 5.0
-    assert held.node_drain_started[1] == held.node_back[0]
+def test_the_planner_passes_over_a_held_node_and_keeps_it_first_in_line() -> None:
+    waves = Waves(Maintenance(), order=[0, 1, 2, 3], parallelism=2, by_room=True)
+    assert waves.start(0.0, _room({"1": "no-room"})) == [0, 2]
+    assert waves.pending == [1, 3] and waves.why == {1: "no-room"}
+    assert waves.back(0, 1.0, _room({})) == [1]  # first in line, before node 3
+    assert waves.back(2, 2.0, _room({})) == [3]
+    assert not waves.pending and waves.holds == {"no-room": {1}}
 
 
-def test_the_planner_passes_over_a_node_short_of_room_and_keeps_it_first_in_line() -> None:
-    from drainsafe.maintenance.roomwaves import Hold
-    from drainsafe.simulate.maintenance import Maintenance, Waves
-
-    waves = Waves(Maintenance(room_waves=True), order=[0, 1, 2, 3], parallelism=2)
-    no_room = {"1"}
-
-    def room(_wave: Any, name: str) -> Hold | None:
-        return Hold("no-room", "short") if name in no_room else None
-
-    assert waves.start(0.0, room) == [0, 2]
-    assert list(waves.waiting_room) == [1]
-    no_room.clear()
-    assert waves.back(0, 1.0, room) == [1]  # first in line, before node 3
-    assert waves.back(2, 2.0, room) == [3]
-    assert not waves.waiting_room
+def test_a_node_that_cannot_surge_alone_starts_last_and_alone() -> None:
+    waves = Waves(Maintenance(), order=[0, 1, 2], parallelism=3, by_room=True)
+    cannot = _room({"0": "cannot-surge"})
+    assert waves.start(0.0, cannot) == [1, 2]
+    assert waves.why == {0: "cannot-surge"}
+    assert waves.back(1, 1.0, _room({})) == []  # last: not beside node 2, though it fits
+    assert waves.back(2, 2.0, cannot) == []  # alone, and still no room
+    wedge = waves.wedge_reason()
+    assert wedge is not None and "CannotSurge" in wedge and "node 0" in wedge
+    assert waves.start(3.0, _room({})) == [0]
+    assert waves.wedge_reason() is None
 
 
-def test_room_waves_off_is_the_run_as_before() -> None:
-    data = small(**{"upgrade.strategy": "drainsafe"})
-    data["upgrade"].pop("parallelism")
-    data["upgrade"]["maintenance"] = {"max_parallel_nodes": 3}
-    plain = simulate(parse_scenario(data))
-    data["upgrade"]["maintenance"]["room_waves"] = False
-    off = simulate(parse_scenario(data))
-    assert plain.summary() | {"wall_seconds": 0} == off.summary() | {"wall_seconds": 0}
-    assert np.array_equal(plain.lifecycle.node_back, off.lifecycle.node_back)
+def test_a_deferred_node_is_pending_again_last_and_alone_after_its_backoff() -> None:
+    waves = Waves(Maintenance(), order=[0, 1, 2], parallelism=2, by_room=True)
+    free = _room({})
+    assert waves.start(0.0, free) == [0, 1]
+    assert waves.defer(1, 10.0) == 12.0
+    assert waves.pending == [1, 2] and waves.why == {1: "deferred"}
+    assert waves.back(0, 11.0, free) == [2]  # a fresh node goes first, the deferred one later
+    assert waves.back(2, 11.5, free) == []  # alone now, but still in its backoff
+    assert waves.start(12.0, free) == [1]
 
 
-def test_a_bad_room_waves_field_is_named() -> None:
+def test_room_waves_is_no_longer_a_field() -> None:
+    """The controller plans by room since b62e978: the simulator's NodeMaintenance always
+    does (under drainsafe's engine), so the switch for the planner before it is gone."""
     data = small()
     data["upgrade"].pop("parallelism")
-    data["upgrade"]["maintenance"] = {"max_parallel_nodes": 2, "room_waves": "yes"}
+    data["upgrade"]["maintenance"] = {"max_parallel_nodes": 2, "room_waves": False}
     with pytest.raises(ScenarioError) as caught:
         parse_scenario(data)
     assert caught.value.path == "upgrade.maintenance.room_waves"

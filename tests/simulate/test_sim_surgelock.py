@@ -1,13 +1,13 @@
 """The drain engine's lock per workload (one surge of a workload at a time:
-drainsafe.simulate.surgelock) and a NodeMaintenance node deferred by drainsafe's preflight
-(drainsafe.simulate.maintenance Waves.defer), on small scenarios with constant times."""
+drainsafe.simulate.surgelock), a NodeMaintenance's planner holding a node for a surge or
+room, and the backoff of a node deferred by drainsafe's preflight (drainsafe.simulate.
+maintenance Waves.defer), on small scenarios with constant times."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-import pytest
 
 from drainsafe.simulate.maintenance import Maintenance, Waves
 from drainsafe.simulate.scenario import parse_scenario
@@ -53,10 +53,8 @@ def shared(strategy: str, maintenance: bool = False) -> Result:
                      workloads=[{"name": "llm", "replicas": 4, "gpus": 1}]))
 
 
-@pytest.mark.parametrize("maintenance", [False, True], ids=["fleet", "maintenance"])
-def test_the_second_node_waits_for_the_first_nodes_surge_of_the_workload(
-        maintenance: bool) -> None:
-    locked = shared("drainsafe", maintenance)
+def test_the_second_node_waits_for_the_first_nodes_surge_of_the_workload() -> None:
+    locked = shared("drainsafe")
     lc = locked.lifecycle
     # Both drains start at once (one wave: both pass the preflight, neither surge recorded)
     assert lc.node_drain_started[0] == lc.node_drain_started[1] == 5.0
@@ -69,10 +67,24 @@ def test_the_second_node_waits_for_the_first_nodes_surge_of_the_workload(
     assert deleted[1] == 5.0 + STARTUP
     assert deleted[2] >= lc.node_empty[0] + STARTUP
     # Per pod make before break (no lock) surges both nodes at once, and both empty together.
-    per_pod = shared("surge", maintenance)
+    per_pod = shared("surge")
     free = per_pod.lifecycle
     assert free.deleted_at.max() < 5.0 + 2 * STARTUP <= deleted[2]
     assert abs(free.node_empty[1] - free.node_empty[0]) < STARTUP
+
+
+def test_a_node_maintenance_holds_the_second_node_uncordoned_until_that_surge_is_over(
+        ) -> None:
+    """The controller's planner does not start node 1 beside node 0, whose drain surges
+    the same Deployment (WaitingForSurge): it stays Pending, uncordoned, and starts the
+    moment node 0's surge is over (its old pods gone), long before node 0 is back; never
+    started and deferred, never queued on the lock with a cordon."""
+    lc = shared("drainsafe", maintenance=True).lifecycle
+    assert lc.deferrals == 0
+    assert lc.node_drain_started[0] == 5.0
+    assert lc.node_drain_started[1] == lc.node_empty[0] < lc.node_back[0]
+    # Its surge then starts at once: its pods are gone a start-up after its drain began.
+    assert lc.node_empty[1] >= lc.node_drain_started[1] + STARTUP
 
 
 def test_workloads_of_their_own_do_not_wait() -> None:
@@ -92,16 +104,16 @@ def short_of_room(maintenance: bool = True) -> Result:
                                 {"name": "b", "replicas": 1, "gpus": 1}]))
 
 
-def test_a_node_short_of_room_is_deferred_and_retried_last_and_alone() -> None:
+def test_a_node_short_of_room_waits_uncordoned_for_it() -> None:
+    """The controller's waves by room: node 1's surge pod does not fit beside node 0's,
+    so it waits Pending, holding no slot (WaitingForRoom), never cordoned to be refused
+    and deferred, and starts when node 0 is back with the room."""
     lc = short_of_room().lifecycle
-    assert lc.deferrals == 1
-    # Node 1 gave its cordon back and started again only once node 0 was back (alone),
-    # its 2 s backoff long over; then its pod's surge had the room node 0 left.
+    assert lc.deferrals == 0
     assert lc.node_drain_started[0] == 5.0
     assert lc.node_drain_started[1] == lc.node_back[0]
     assert lc.node_back[0] - 5.0 >= STARTUP + UPGRADE
-    # A plain fleet drain defers nothing: node 1 keeps its cordon and its surge pod waits
-    # Pending for room.
+    # A plain fleet drain cordons both: node 1's surge pod waits Pending for room.
     plain = short_of_room(maintenance=False).lifecycle
     assert plain.deferrals == 0
     assert plain.node_drain_started[1] == 5.0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any, Literal
 
 from drainsafe.kube import KubeClient, KubeError, api_path
@@ -39,6 +39,27 @@ KIND_VERSIONS: dict[EventKind, str] = {"Pod": "v1", "Deployment": "apps/v1",
                                        "StatefulSet": "apps/v1",
                                        "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1",
                                        "NodeMaintenance": "drainsafe.io/v1alpha1"}
+
+
+async def await_writes(tasks: Collection[asyncio.Task[Any]],
+                       bound: float = FLUSH_SECONDS) -> None:
+    """Wait up to `bound` seconds for the writes made in the background so far (those
+    still on their way afterwards go on)."""
+    pending = list(tasks)
+    if pending:
+        await asyncio.wait(pending, timeout=bound)
+
+
+async def finish_writes(tasks: Collection[asyncio.Task[Any]],
+                        bound: float = FLUSH_SECONDS) -> None:
+    """A graceful stop's end for writes made in the background: wait up to `bound` seconds
+    for `tasks`, then cancel those still on their way. `tasks` is read again after the wait
+    (a live set, or a dict's values), so a write begun meanwhile is cancelled too."""
+    await await_writes(tasks, bound)
+    left = list(tasks)
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 def event_manifest(obj: Mapping[str, Any], *, reason: str, message: str, kind: str,
@@ -98,14 +119,9 @@ class EventRecorder:
     async def flush(self, bound: float = FLUSH_SECONDS) -> None:
         """Wait up to `bound` seconds for the Events emitted so far to be written (those
         still on their way afterwards go on in the background)."""
-        pending = list(self._tasks)
-        if pending:
-            await asyncio.wait(pending, timeout=bound)
+        await await_writes(self._tasks, bound)
 
     async def stop(self, bound: float = FLUSH_SECONDS) -> None:
         """Write what was emitted (up to `bound` seconds), then cancel the rest. Without
         the wait, a stop right after a status write cancelled its Events before they left."""
-        await self.flush(bound)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await finish_writes(self._tasks, bound)

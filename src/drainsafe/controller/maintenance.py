@@ -27,8 +27,9 @@ a running operation.
 
 Leadership lost: its node tasks are cancelled (each drain records "interrupted" and the next
 leader continues it). Stopped (SIGTERM) or no longer leading, it waits a bounded while
-(controller.events FLUSH_SECONDS) for the Events of its last status writes, which are
-written in the background, so a graceful stop does not drop them; a SIGKILL may, and the
+(controller.events FLUSH_SECONDS) for its last lowest-capacity write and then the Events
+of its last status writes, both written in the background, so a graceful stop does not
+drop them; a SIGKILL may, and the
 next leader writes Events only for the changes it writes itself. Deleted: a finalizer
 holds the object until the leader has cancelled its node tasks and given back the cordons
 and surges it holds (controller.maintenance_release).
@@ -129,8 +130,10 @@ class MaintenanceReconciler:
                         log.exception("NodeMaintenance reconcile failed; retrying")
                 elif self._tasks:
                     # Leadership lost: the node tasks stop, and so does this leader once
-                    # the Events of its last status writes are written (bounded)
+                    # its last lowest-capacity write and the Events of its last status
+                    # writes are written (bounded)
                     await self._cancel(set(self._tasks))
+                    await self.readout.flush()
                     await self.readout.events.flush()
                 await asyncio.sleep(period)
         finally:

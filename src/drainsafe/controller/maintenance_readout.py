@@ -15,16 +15,24 @@ every status write, and the lowest capacity its drains read.
   merged there with what the status holds (maintenance.capacity.lowest): the value only
   ever goes down, and a burst of readings costs one write.
 - `deleting` records the Deleting Event once per object in this process.
+- A graceful stop (SIGTERM) or the lead lost waits a bounded while (controller.events
+  FLUSH_SECONDS, as for the Events) for the lowest-capacity writes still on their way, so
+  a low reading taken just before it is written, and its CapacityBelowDesired Event given
+  to the recorder; a stop then cancels what is left.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from drainsafe.controller.events import EventRecorder
+from drainsafe.controller.events import (
+    FLUSH_SECONDS,
+    EventRecorder,
+    await_writes,
+    finish_writes,
+)
 from drainsafe.drain.capacity import CapacityReading
 from drainsafe.kube.objects import meta, rfc3339
 from drainsafe.maintenance.capacity import LowestCapacity, from_status, lowest
@@ -115,12 +123,15 @@ class MaintenanceReadout:
         finally:
             self._flushes.pop(name, None)
 
-    async def stop(self) -> None:
-        tasks = list(self._flushes.values())
-        for t in tasks:
-            t.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
+    async def flush(self, bound: float = FLUSH_SECONDS) -> None:
+        """Wait up to `bound` seconds for the lowest capacity still being written."""
+        await await_writes(self._flushes.values(), bound)
+
+    async def stop(self, bound: float = FLUSH_SECONDS) -> None:
+        """Write the lowest capacity still on its way (up to `bound` seconds; its Events
+        are then the recorder's to flush), then cancel the rest. Cancelled at once, a
+        reading taken just before a SIGTERM was lost with its CapacityBelowDesired Event."""
+        await finish_writes(self._flushes.values(), bound)
 
 
 def _marks(obj: Mapping[str, Any]) -> str:

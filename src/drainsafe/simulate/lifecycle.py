@@ -48,10 +48,10 @@ Kubernetes behaviour modelled (and where it comes from):
   soon as a pod turns Ready, not on a 5 s timer); each accepted eviction lowers the scale by
   one, so the ReplicaSet does not replace the evicted pod. Still through the PDB. One surge
   of a workload at a time (drainsafe.simulate.surgelock: the drainers' lock per workload);
-  a node's drain is done when its steps are. Under a NodeMaintenance a node whose preflight
-  meets another node's surge, or lacks room, is deferred (Engine.deferred); with
-  `upgrade.maintenance.room_waves` the planner holds a node short of room instead
-  (Engine.room_check, as the controller's waves by room). `upgrade.shared_surge` shares a
+  a node's drain is done when its steps are. Under a NodeMaintenance the planner holds a
+  node whose workload a node in progress surges, or whose surge has no room beside theirs,
+  as the controller's waves by room do (Engine.room_check), and the preflight defers a
+  node that still meets either (Engine.deferred). `upgrade.shared_surge` shares a
   Deployment's surge among its nodes instead of the lock (a what-if of an engine change:
   simulate.surgelock SharedSurges, simulate.strategies).
 - surge (make before break, per pod): cordon, start a replacement for each pod first, evict
@@ -85,9 +85,16 @@ from drainsafe.simulate.distributions import SurvivalTable
 from drainsafe.simulate.events import BACK, DRAIN, EVICT, GONE, READY, SURGE, WAVE
 from drainsafe.simulate.groups import GroupLog
 from drainsafe.simulate.maintenance import Waves
-from drainsafe.simulate.pods import PENDING, READY_STATE, TerminationTimes, termination_times
+from drainsafe.simulate.pods import (
+    DELETED,
+    PENDING,
+    READY_STATE,
+    TERMINATING,
+    TerminationTimes,
+    termination_times,
+)
 from drainsafe.simulate.scenario import Scenario
-from drainsafe.simulate.strategies import Strategies
+from drainsafe.simulate.strategies import Strategies, needs_fit
 from drainsafe.simulate.surgelock import first_fit
 
 __all__ = ["Lifecycle", "TerminationTimes", "run_lifecycle", "termination_times"]
@@ -149,13 +156,15 @@ class _Engine(Strategies):
         self.to_drain = deque(s.upgrade.nodes if s.upgrade.nodes is not None
                               else range(s.nodes))
         self.drained = tuple(self.to_drain)
+        # drainsafe's engine under a NodeMaintenance: the controller's waves by room and
+        # surge (room_check), and its preflight's deferral (deferred).
+        self.by_room = s.upgrade.maintenance is not None and s.upgrade.strategy == "drainsafe"
         self.waves = None if s.upgrade.maintenance is None else Waves(
-            s.upgrade.maintenance, self.drained, s.upgrade.parallelism)
+            s.upgrade.maintenance, self.drained, s.upgrade.parallelism, by_room=self.by_room)
         self.nodes_done = 0
-        # drainsafe's preflight under a NodeMaintenance (deferred).
-        self.defers = self.waves is not None and s.upgrade.strategy == "drainsafe"
+        self.defers = self.by_room
         self.deferrals = 0
-        self.room_waves = s.upgrade.maintenance is not None and s.upgrade.maintenance.room_waves
+        self.plan_queued = False  # a WAVE event of this instant will run the planner
 
     def initial_placement(self) -> None:
         s = self.s
@@ -186,10 +195,17 @@ class _Engine(Strategies):
         for i in range(s.upgrade.surge_nodes):
             self.push(start + self.surge_ready.next(), SURGE, s.nodes + i)
         # The first batch is cordoned together, as upgrade tools do, so that no replacement
-        # lands on a node whose drain starts in the same instant.
-        first = ([self.to_drain.popleft()
-                  for _ in range(min(s.upgrade.parallelism, len(self.drained)))]
-                 if self.waves is None else self.waves.start(start, self.room_check()))
+        # lands on a node whose drain starts in the same instant. By room, the planner
+        # chooses it once the surge nodes due at the start have joined (after their
+        # events): the cluster it reads has them.
+        if self.by_room:
+            first = []
+            self.plan_queued = True
+            self.push(start, WAVE, -1)
+        else:
+            first = ([self.to_drain.popleft()
+                      for _ in range(min(s.upgrade.parallelism, len(self.drained)))]
+                     if self.waves is None else self.waves.start(start))
         for node in first:
             self.cordoned[node] = True
             self.open_nodes.pop(node, None)
@@ -322,73 +338,114 @@ class _Engine(Strategies):
         return True
 
     def room_check(self) -> Admit | None:
-        """upgrade.maintenance.room_waves: the planner's room check for one call (None:
-        not checked). Nothing changes within a call, so the plan of the nodes in
-        progress and the wave so far is made once per wave size."""
-        if self.s.upgrade.maintenance is None or not self.s.upgrade.maintenance.room_waves:
+        """The planner's check of one call, as the controller's WaveRoom.admit decides
+        (None: not checked, off the drainsafe engine). In its order: a workload of the node
+        surged for a node in progress or of the wave so far (the engine's lock; not a
+        shared Deployment's, upgrade.shared_surge) holds it WaitingForSurge; then its
+        surge must fit beside what theirs still need (WaitingForRoom), or alone, with
+        nothing in progress or starting (else CannotSurge). Nothing changes within a call,
+        so the plans of the nodes in progress and the wave are made once per wave size."""
+        if not self.by_room:
             return None
+        waves = self.waves
+        assert waves is not None
         plans: dict[int, tuple[int, list[int], list[int]]] = {}
+        surged: dict[int, set[int]] = {}
+        fits: dict[tuple[int, tuple[tuple[int, int], ...]], bool] = {}
+        holding: dict[int, set[int]] = {}
+        for w, n in self.locks.holder.items():
+            holding.setdefault(n, set()).add(w)
 
         def room(wave: Sequence[str], name: str) -> Hold | None:
-            if not self.waves_in_progress() and not wave:
-                return None
-            assert self.waves is not None
-            if len(wave) not in plans:
-                plans[len(wave)] = self.room_plan(
-                    [*self.waves.in_progress, *(int(n) for n in wave)])
-            short, free, order = plans[len(wave)]
+            # The nodes in progress as the planner has them when it asks (a node back
+            # has left them by then).
+            base = [*waves.in_progress, *(int(n) for n in wave)]
             candidate = int(name)
-            if candidate in order:
+            if base:
+                if len(wave) not in surged:
+                    surged[len(wave)] = set().union(
+                        *(self.surging(n) | holding.get(n, set()) for n in base))
+                shared = sorted(self.surging(candidate) & surged[len(wave)])
+                if shared:
+                    return Hold("surging", f"{self.s.workloads[shared[0]].name} is surged "
+                                "for a node in progress (one surge of a workload at a time)")
+            if len(wave) not in plans:
+                plans[len(wave)] = self.room_plan(base)
+            short, free, order = plans[len(wave)]
+            if self.free[candidate] > 0:
                 # Its cordon takes its free GPUs away: plan again without them.
-                after, _, _ = self.room_plan(
-                    [*self.waves.in_progress, *(int(n) for n in wave), candidate])
+                after = self.room_plan([*base, candidate])[0]
             else:
-                after = short + (not self.surge_fits(candidate, list(free), order))
-            if after > short:
+                # No free GPU of it in the plan: the same plan, and its own surge after.
+                needs = self.surge_needs(candidate)
+                if (len(wave), needs) not in fits:
+                    fits[(len(wave), needs)] = needs_fit(needs, list(free), order)
+                after = short + (not fits[(len(wave), needs)])
+            if after <= short:
+                return None
+            if base:
                 return Hold("no-room", f"node {name}: no room for its surge beside the "
                             "nodes in progress")
-            return None
+            return Hold("cannot-surge", f"cannot surge: no room for node {name}'s surge")
 
         return room
+
+    def surging(self, node: int) -> set[int]:
+        """The workloads a drain of `node` surges under the lock: those of its pods not
+        going (a shared Deployment's surge is no one's to hold)."""
+        return {w for p in self.node_pods[node]
+                if self.pod_state[p] not in (TERMINATING, DELETED)
+                and not self.sharing(w := self.pod_w[p])}
 
     def room_plan(self, nodes: list[int]) -> tuple[int, list[int], list[int]]:
         """As drain.roomwaves plans a wave: `nodes` (cordoned, or about to be) with what
         their surges still need, first fit over the schedulable nodes' free GPUs after the
-        Pending pods. Returns how many of them find no room, and the free GPUs and node
-        order left. A candidate fits when the plan with it leaves nothing short that the
-        plan without it does not (its own surge, and the room its cordon takes away). A
-        node with nothing in progress or starting before it is admitted: nothing of the
-        operation holds its room, and its surge waits Pending as before."""
+        Pending pods. Returns how many things find no room (a Pending pod, a node's
+        surge), and the free GPUs and node order left. A candidate fits when the plan with
+        it leaves nothing short that the plan without it does not (its own surge, and the
+        room its cordon takes from the others and from the Pending pods)."""
         cordoned = set(nodes)
         order = [n for n in self.open_nodes if n not in cordoned]
         free = list(self.free)
+        short = 0
         for p in self.pending:
             if self.pod_state[p] == PENDING and self.pod_group[p] < 0:
-                first_fit(free, order, self.s.workloads[self.pod_w[p]].gpus, 1)
-        short = sum(not self.surge_fits(n, free, order) for n in nodes)
+                short += not first_fit(free, order, self.s.workloads[self.pod_w[p]].gpus, 1)
+        short += sum(not self.surge_fits(n, free, order) for n in nodes)
         return short, free, order
 
-    def waves_in_progress(self) -> bool:
-        return self.waves is not None and bool(self.waves.in_progress)
+    def plan_soon(self) -> None:
+        """The planner runs at this instant, after the events already due now (once)."""
+        if not self.plan_queued:
+            self.plan_queued = True
+            self.push(self.now, WAVE, -1)
 
-    def on_wave(self, _node: int) -> None:
-        """The planner runs again (a deferred node's backoff is over, or one left)."""
+    def on_wave(self, node: int) -> None:
+        """The planner runs again (a deferred node's backoff is over, one left, room or a
+        surge came back)."""
         assert self.waves is not None
+        if node < 0:
+            self.plan_queued = False
         self.start_drains(self.waves.start(self.now, self.room_check()))
 
     def start_drains(self, nodes: list[int]) -> None:
-        """The planner started `nodes`: their drains begin now. Under room_waves they are
-        cordoned at once, as the first batch is, so no new pod of this instant lands on
-        a node the planner counted as going."""
+        """The planner started `nodes`: their drains begin now. By room they are cordoned
+        at once, as the first batch is, so no new pod of this instant lands on a node the
+        planner counted as going."""
         for n in nodes:
-            if self.room_waves:
+            if self.by_room:
                 self.cordoned[n] = True
                 self.open_nodes.pop(n, None)
             self.push(self.now, DRAIN, n)
+
+    def step_finished(self, key: tuple[int, int]) -> None:
+        super().step_finished(key)
+        if self.by_room:
+            self.plan_soon()  # a surge over, its room back: the planner runs again
 
     def on_surge(self, node: int) -> None:
         self.up[node] = True
         self.open_node(node)
         self.schedule_pending()
-        if self.room_waves:
-            self.on_wave(node)  # room came: the planner runs again
+        if self.by_room:
+            self.plan_soon()  # room came: the planner runs again

@@ -294,7 +294,6 @@ def _maintenance(up: _Fields) -> tuple[int, Maintenance | None]:
     parallel = m.integer("max_parallel_nodes", default=1, minimum=1, maximum=MAX_NODES)
     raw = m.raw().get("max_unavailable")
     m.allow("max_unavailable")
-    room_waves = m.boolean("room_waves", default=False)
     m.done()
     if isinstance(raw, bool) or not isinstance(raw, int | str | None):
         raise ScenarioError(m.at("max_unavailable"),
@@ -306,7 +305,7 @@ def _maintenance(up: _Fields) -> tuple[int, Maintenance | None]:
             raise ScenarioError(m.at("max_unavailable"),
                                 f"expected a node count or a percent, got {raw!r}: {exc}"
                                 ) from exc
-    return parallel, Maintenance(max_unavailable=raw, room_waves=room_waves)
+    return parallel, Maintenance(max_unavailable=raw)
 
 
 def _shared_surge(up: _Fields, strategy: Strategy) -> dict[str, bool]:

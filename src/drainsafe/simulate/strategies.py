@@ -39,6 +39,22 @@ from drainsafe.simulate.scenario import Scenario
 from drainsafe.simulate.surgelock import SharedSurges, SurgeLocks, first_fit
 
 
+def needs_fit(needs: tuple[tuple[int, int], ...], free: list[int], order: list[int]) -> bool:
+    """Whether `needs` (Strategies.surge_needs) fit on `free` over `order`, first fit;
+    takes what it places (a group on nodes of its own, simulate.groups place_group)."""
+    for gpus, pods in needs:
+        if pods == 1:
+            if not first_fit(free, order, gpus, 1):
+                return False
+            continue
+        nodes = place_group(order, free, gpus, pods)
+        if nodes is None:
+            return False
+        for n in nodes:
+            free[n] -= gpus
+    return True
+
+
 class Strategies(Groups):
     """The strategies' eviction decisions."""
 
@@ -262,9 +278,15 @@ class Strategies(Groups):
         self.step_finished(key)
 
     def surge_fits(self, node: int, free: list[int], order: list[int]) -> bool:
-        """Whether what `node`'s surge still needs (a new pod per pod not going and not
-        yet replaced, a stand-in group per group not already moved) fits on `free` over
-        `order`, first fit; takes what it places."""
+        """Whether what `node`'s surge still needs fits on `free` over `order`, first fit;
+        takes what it places."""
+        return needs_fit(self.surge_needs(node), free, order)
+
+    def surge_needs(self, node: int) -> tuple[tuple[int, int], ...]:
+        """What `node`'s surge still needs, in order: (GPUs, pods) for a new pod per pod
+        not going and not yet replaced (pods 1), a stand-in group per group not already
+        moved (pods: the group's size, each its own node)."""
+        out: list[tuple[int, int]] = []
         groups: set[int] = set()
         for p in sorted(self.node_pods[node]):
             if self.pod_state[p] in (TERMINATING, DELETED):
@@ -274,18 +296,13 @@ class Strategies(Groups):
             wl = self.s.workloads[self.pod_w[p]]
             g = self.pod_group[p]
             if g < 0:
-                if not first_fit(free, order, wl.gpus, 1):
-                    return False
+                out.append((wl.gpus, 1))
                 continue
             if g in groups or self.g_slot[g] in self.moves:
                 continue
             groups.add(g)
-            nodes = place_group(order, free, wl.gpus, wl.group_size)
-            if nodes is None:
-                return False
-            for n in nodes:
-                free[n] -= wl.gpus
-        return True
+            out.append((wl.gpus, wl.group_size))
+        return tuple(out)
 
     def surge_blocked(self, node: int) -> tuple[bool, bool]:
         """What drainsafe's preflight of `node` finds now: (a workload there is surged for
