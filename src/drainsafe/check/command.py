@@ -72,7 +72,12 @@ def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) 
 
 def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], stdin: BinaryIO,
            out: IO[str], err: IO[str], *, end_process: bool) -> int:
-    result = run(args.paths, context, stdin)
+    jobs = getattr(args, "jobs", None)
+    if jobs is None:
+        from drainsafe.check.parallel import usable_cpus
+
+        jobs = usable_cpus()
+    result = run(args.paths, context, stdin, jobs=jobs)
     for note in result.notes:
         err.write(f"note: {note}\n")
     for error in result.errors:

@@ -383,6 +383,12 @@ def _within_budget(data: object) -> bool:
 def load(args: Iterable[str], stdin: BinaryIO | None = None) -> Loaded:
     loaded = Loaded()
     names, loaded.errors = expand_paths(args, loaded.notes)
+    read_into(loaded, names, stdin)
+    return loaded
+
+
+def read_into(loaded: Loaded, names: Iterable[str], stdin: BinaryIO | None = None) -> None:
+    """Read and parse the named inputs (expand_paths' names) into `loaded`, in order."""
     total = 0
     for name in names:
         if total > MAX_TOTAL_BYTES:
@@ -407,4 +413,3 @@ def load(args: Iterable[str], stdin: BinaryIO | None = None) -> Loaded:
             loaded.errors.append(InputError(
                 source.name, None, f"could not be read ({type(exc).__name__}: {exc}); "
                 "this is a drainsafe bug, please report it with the input"))
-    return loaded

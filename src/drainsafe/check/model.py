@@ -362,6 +362,22 @@ def _ref(obj: Mapping[str, Any], kind: str) -> ObjectRef:
     return ObjectRef(kind, str(meta.get("namespace") or DEFAULT_NAMESPACE), str(name))
 
 
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """The namespace every subject made of `obj` is in (as _ref names it)."""
+    return str(mapping(obj.get("metadata")).get("namespace") or DEFAULT_NAMESPACE)
+
+
+@dataclass(frozen=True)
+class WholeInput:
+    """Facts of the whole input, for an index that holds a part of it (check.parallel):
+    the rules' other questions are about one namespace, which a part holds whole."""
+
+    workloads: int
+    """len(Index.workloads) over the whole input."""
+    standalone: bool
+    """Whether any of them is a workload of its own (not a pod template inside another kind)."""
+
+
 @dataclass
 class Index:
     workloads: list[Workload] = field(default_factory=list)
@@ -380,6 +396,8 @@ class Index:
     _pdbs_of: dict[int, list[Pdb]] = field(default_factory=dict)
     _services_of: dict[int, list[Service]] = field(default_factory=dict)
     _matched: bool = False
+    whole: WholeInput | None = None
+    """Set when this index holds part of the input (see WholeInput)."""
 
     @property
     def checked(self) -> int:
@@ -422,6 +440,17 @@ class Index:
                 self.workloads.extend(found)
             else:
                 self.skipped += 1
+
+    def workload_count(self) -> int:
+        """How many workloads the whole input has."""
+        return len(self.workloads) if self.whole is None else self.whole.workloads
+
+    def has_standalone_workload(self) -> bool:
+        """Whether the whole input has a workload of its own (not only pod templates inside
+        other kinds)."""
+        if self.whole is not None:
+            return self.whole.standalone
+        return any(not w.embedded for w in self.workloads)
 
     def workloads_in(self, namespace: str) -> list[Workload]:
         """The workloads of a namespace (pod templates inside other kinds excluded), in

@@ -100,7 +100,7 @@ def text(result: Result, context: Context, out: IO[str], *, color: bool | None =
     for s in sorted(Severity, reverse=True):
         table.add_column(s.label + "s", justify="right", style=_STYLE[s])
     table.add_column("input errors", justify="right")
-    table.add_row(str(result.inputs), str(result.index.checked),
+    table.add_row(str(result.inputs), str(result.checked),
                   *(str(counts[s]) for s in sorted(Severity, reverse=True)),
                   str(len(result.errors)))
     console.print(table)
