@@ -49,7 +49,10 @@ def _fleet(apps: int, *, namespaced: bool = True) -> list[dict[str, Any]]:
         elif i % 3 == 1:  # a typo: selects nothing (its message counts every workload)
             objects.append(pdb(name, namespace=ns, selector={"app": f"{name}x"}))
         if i % 4 == 1:
-            objects.append(hpa(name, namespace=ns, min_replicas=1))
+            scaler = hpa(name, namespace=ns, min_replicas=1)
+            if i % 8 == 1:  # its finding is about it, found while checking the Deployment
+                scaler["metadata"]["annotations"] = {"drainsafe.io/ignore": "single-replica"}
+            objects.append(scaler)
     return objects
 
 
@@ -77,7 +80,12 @@ def small_is_large(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("small_is_large")
 @pytest.mark.parametrize("namespaced", [True, False])
-def test_workers_say_what_the_serial_run_says(tmp_path: Path, namespaced: bool) -> None:
+@pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
+                                                           "workers-read-everything"])
+def test_workers_say_what_the_serial_run_says(tmp_path: Path, namespaced: bool,
+                                              parent_share: float,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
     _write(tmp_path / "fleet", _fleet(60, namespaced=namespaced))
     args = [str(tmp_path / "fleet")]
     serial = run(args, Context())
@@ -90,7 +98,10 @@ def test_workers_say_what_the_serial_run_says(tmp_path: Path, namespaced: bool) 
 
 
 @pytest.mark.usefixtures("small_is_large")
-def test_bad_files_among_good_ones_are_named_and_the_rest_checked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parent_share", [1e9, 0.0])
+def test_bad_files_among_good_ones_are_named_and_the_rest_checked(
+        tmp_path: Path, parent_share: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
     files = _write(tmp_path / "fleet", _fleet(40))
     # A YAML error after a good document, a bad grace (a workload's field) late, a bad HPA
     # field early: errors come by file, then field errors by kind, as in the serial run.

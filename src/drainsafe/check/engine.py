@@ -63,7 +63,8 @@ def check_documents(docs: list[Document], context: Context, *, index: Index | No
     the whole input's facts, when `docs` are part of it (check.parallel)."""
     if index is None:
         index = build_index(docs)
-    index.whole = whole
+    if whole is not None:
+        index.whole = whole
     subjects: dict[tuple[str, int, ObjectRef], Subject] = {}
     may_ignore = _may_ignore(docs)
     for subject in index.iter_subjects() if may_ignore else ():

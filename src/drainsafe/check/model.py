@@ -398,6 +398,8 @@ class Index:
     _matched: bool = False
     whole: WholeInput | None = None
     """Set when this index holds part of the input (see WholeInput)."""
+    _everything: list[Subject] | None = None
+    """Every subject, once the lists are narrowed to a share (see narrow)."""
 
     @property
     def checked(self) -> int:
@@ -550,11 +552,30 @@ class Index:
         return pdb.allowed
 
     def iter_subjects(self) -> Iterator[Subject]:
+        """Every subject of the input (of the whole input, once narrowed)."""
+        if self._everything is not None:
+            yield from self._everything
+            return
         yield from self.workloads
         yield from self.pdbs
         yield from self.services
         yield from self.hpas
         yield from self.groups
+
+    def narrow(self, owned: set[int]) -> None:
+        """Keep in the lists the rules walk only the subjects of the documents whose id()
+        is in `owned` (a worker's share, check.parallel); every question about other
+        objects (their PDBs, Services, HPAs, namespaces, workload count) still answers from
+        the whole input, matched before."""
+        self._match()
+        self._everything = list(self.iter_subjects())
+        if self.whole is None:
+            self.whole = WholeInput(self.workload_count(), self.has_standalone_workload())
+        self.workloads = [w for w in self.workloads if id(w.doc) in owned]
+        self.pdbs = [p for p in self.pdbs if id(p.doc) in owned]
+        self.services = [s for s in self.services if id(s.doc) in owned]
+        self.hpas = [h for h in self.hpas if id(h.doc) in owned]
+        self.groups = [g for g in self.groups if id(g.doc) in owned]
 
 
 def _workload(doc: Document, kind: str) -> Workload:

@@ -3,15 +3,19 @@
 Every relation the rules follow stays inside one namespace: a Service and a PDB select pods
 of their own namespace, an HPA's scaleTargetRef names an object of its own (kubernetes/api
 core/v1 and policy/v1 types.go, autoscaling/v2 CrossVersionObjectReference; model.Index
-keys each lookup by namespace). So whoever holds every object of a namespace decides its
-findings alone. Two exchanges make the split exact:
+keys each lookup by namespace). Two exchanges make the split exact:
 
 1. each worker (forked: the modules are loaded already) reads its files, indexes them and
    tells the parent the namespaces it holds, in which files, and its workload count;
 2. the parent answers with the whole input's facts (pdb-selects-nothing counts every
-   workload) and the namespaces more than one worker holds (a namespace that straddles a
-   share's edge); the workers check everything else, while the parent reads the files of
-   the straddling namespaces again and checks those.
+   workload) and how to treat the namespaces more than one worker holds (one that
+   straddles a share's edge, or a namespace spread over every file, as `helm template`
+   writes a release without one):
+   - few of them: the workers check everything else, while the parent reads the files of
+     those namespaces again and checks them;
+   - else each worker reads the other files too, so that every question about other
+     objects answers from the whole input, and reports only on its own share's objects
+     (Index.narrow): the reading is done twice, the rules once.
 
 The findings are joined and sorted as the serial run sorts them; findings that sort equal
 are of one rule about one object, so they come from one process in the serial order. Input
@@ -49,6 +53,12 @@ exchanges and the joining cost a few tens of milliseconds."""
 
 MIN_BYTES_PER_WORKER = 256 * 1024
 """No more workers than this many bytes each."""
+
+
+PARENT_SHARE = 0.25
+"""The parent checks the straddling namespaces itself while the workers check the rest when
+those hold at most this share of a worker's documents: it reads their files again, and
+joins the results after, so it must be done no later than the workers."""
 
 
 def usable_cpus() -> int:
@@ -92,6 +102,8 @@ class _Summary:
 
     files_of: dict[str, list[str]]
     """Each namespace it holds, and the files its objects are in (in input order)."""
+    documents_of: dict[str, int]
+    """How many documents of each namespace it holds."""
     workloads: int
     standalone: bool
 
@@ -124,7 +136,11 @@ def run(args: list[str], context: Context, jobs: int) -> Result | None:
     cut = shares(names, jobs)
     if cut is None:
         return None
-    workers = [_Worker.start(share, context) for share in cut]
+    workers = []
+    start = 0
+    for share in cut:
+        workers.append(_Worker.start(names, start, start + len(share), context))
+        start += len(share)
     try:
         summaries = [s for s in (w.receive() for w in workers) if isinstance(s, _Summary)]
         if len(summaries) < len(workers):
@@ -136,10 +152,14 @@ def run(args: list[str], context: Context, jobs: int) -> Result | None:
         straddling = {namespace for namespace, n in held.items() if n > 1}
         whole = WholeInput(sum(s.workloads for s in summaries),
                            any(s.standalone for s in summaries))
+        documents = sum(n for s in summaries for n in s.documents_of.values())
+        straddle = sum(s.documents_of[n] for s in summaries for n in straddling
+                       if n in s.documents_of)
+        here = straddle <= PARENT_SHARE * documents / len(workers)
         for w in workers:
-            w.send((whole, straddling))
+            w.send((whole, straddling if here else None))
         findings: list[Finding] = []
-        if straddling:  # checked here meanwhile
+        if straddling and here:
             files = {f for s in summaries for namespace in straddling
                      for f in s.files_of.get(namespace, ())}
             again = Loaded()
@@ -172,7 +192,8 @@ class _Worker:
         self.pid, self.reading, self.writing = pid, reading, writing
 
     @classmethod
-    def start(cls, share: list[str], context: Context) -> _Worker:
+    def start(cls, names: list[str], start: int, end: int, context: Context) -> _Worker:
+        """A worker for the share names[start:end]."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
         pid = os.fork()
@@ -182,7 +203,7 @@ class _Worker:
             code = 1
             try:
                 with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
-                    code = _work(share, context, up, down)
+                    code = _work(names, start, end, context, up, down)
             finally:
                 os._exit(code)  # no atexit handlers, no flush of the parent's buffers
         os.close(up_write)
@@ -207,15 +228,17 @@ class _Worker:
         os.waitpid(self.pid, 0)
 
 
-def _work(share: list[str], context: Context, up: IO[bytes], down: IO[bytes]) -> int:
+def _work(names: list[str], start: int, end: int, context: Context, up: IO[bytes],
+          down: IO[bytes]) -> int:
     from drainsafe.check.engine import check_documents
     from drainsafe.check.validate import field_errors_by_kind
 
     try:
         loaded = Loaded()
-        read_into(loaded, share)
+        read_into(loaded, names[start:end])
         index = build_index(loaded.documents)
         files_of: dict[str, list[str]] = {}
+        documents_of: dict[str, int] = {}
         namespaces = []
         for doc in loaded.documents:
             namespace = namespace_of(doc.obj)
@@ -223,16 +246,27 @@ def _work(share: list[str], context: Context, up: IO[bytes], down: IO[bytes]) ->
             files = files_of.setdefault(namespace, [])
             if not files or files[-1] != doc.file:
                 files.append(doc.file)
-        pickle.dump(_Summary(files_of, len(index.workloads),
+            documents_of[namespace] = documents_of.get(namespace, 0) + 1
+        pickle.dump(_Summary(files_of, documents_of, len(index.workloads),
                              any(not w.embedded for w in index.workloads)), up)
         up.flush()
         whole, straddling = pickle.load(down)
-        mine = loaded.documents
-        if straddling & files_of.keys():
-            mine = [d for d, n in zip(mine, namespaces, strict=True) if n not in straddling]
+        if straddling is None:  # every file read, this share's objects reported on
+            everything = Loaded()  # the other files' errors are their workers' to tell
+            read_into(everything, names[:start])
+            everything.documents.extend(loaded.documents)
+            read_into(everything, names[end:])
+            whole_index = build_index(everything.documents)
+            whole_index.whole = whole
+            whole_index.narrow({id(d) for d in loaded.documents})
+            findings, _ = check_documents(everything.documents, context, index=whole_index,
+                                          whole=whole)
+        elif straddling & files_of.keys():
+            mine = [d for d, n in zip(loaded.documents, namespaces, strict=True)
+                    if n not in straddling]
             findings, _ = check_documents(mine, context, whole=whole)
         else:
-            findings, _ = check_documents(mine, context, index=index, whole=whole)
+            findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
         part = _Part(_encode(findings), loaded.errors, field_errors_by_kind(index),
                      len(loaded.documents), loaded.inputs, index.checked,
                      {str(d.obj.get("kind")) for d in loaded.documents})
