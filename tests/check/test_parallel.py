@@ -17,6 +17,7 @@ from check_manifests import container, deployment, hpa, lws, pdb, service, to_ya
 from drainsafe.check import parallel
 from drainsafe.check.context import Context
 from drainsafe.check.engine import Result, run
+from drainsafe.check.load import SourceText, expand_paths, read_input
 
 
 def _fleet(apps: int, *, namespaced: bool = True) -> list[dict[str, Any]]:
@@ -78,6 +79,16 @@ def small_is_large(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)
 
 
+def _blind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files cut by size alone, as if their namespaces could not be guessed from the
+    text: namespaces then straddle the shares, and what the workers hold decides."""
+    monkeypatch.setattr(parallel, "_namespaces", lambda source: set())
+
+
+def _shares(args: list[str], jobs: int) -> list[int] | None:
+    return parallel.shares([read_input(n) for n in expand_paths(args)[0]], jobs)
+
+
 @pytest.mark.usefixtures("small_is_large")
 @pytest.mark.parametrize("namespaced", [True, False])
 @pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
@@ -92,8 +103,14 @@ def test_workers_say_what_the_serial_run_says(tmp_path: Path, namespaced: bool,
     assert len(serial.findings) > 100
     assert {"pdb-selects-nothing", "pdb-missing", "grace-budget", "lws-pdb-missing"} <= {
         f.rule for f in serial.findings}
+    # Cut where no namespace straddles (none such without namespaces: one process)...
+    assert (_shares(args, 2) is not None) == namespaced
     for jobs in (2, 3, 8):
-        assert parallel.shares(parallel.expand_paths(args)[0], jobs) is not None
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+    # ...and where the guess was wrong: by size alone.
+    _blind(monkeypatch)
+    for jobs in (2, 3, 8):
+        assert _shares(args, jobs) is not None
         assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
 
 
@@ -120,6 +137,9 @@ def test_bad_files_among_good_ones_are_named_and_the_rest_checked(
     assert {f.file for f in serial.findings} >= {str(f) for f in files[3:]}
     for jobs in (2, 4):
         assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+    _blind(monkeypatch)
+    for jobs in (2, 4):
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
 
 
 @pytest.mark.usefixtures("small_is_large")
@@ -136,11 +156,35 @@ def test_a_failed_worker_leaves_it_to_the_serial_run(tmp_path: Path,
     assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
 
 
-def test_small_inputs_and_stdin_stay_in_one_process(tmp_path: Path) -> None:
+def test_small_inputs_and_stdin_stay_in_one_process(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     files = [str(p) for p in _write(tmp_path / "fleet", _fleet(20))]
-    assert parallel.shares(files, 2) is None  # under MIN_BYTES
-    assert parallel.shares([*files, "-"], 2) is None
-    assert parallel.shares(files[:1], 2) is None
+    started: list[object] = []
+    monkeypatch.setattr(parallel._Worker, "start", lambda *a: started.append(a))
+    assert parallel.run(files, Context(), 2) is None  # under MIN_BYTES
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    assert parallel.run([*files, "-"], Context(), 2) is None
+    assert parallel.run(files[:1], Context(), 2) is None
+    assert parallel.run(files, Context(), 1) is None
+    assert not started
+
+
+def test_shares_hold_namespaces_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)
+    texts = ["metadata: {name: a, namespace: one}\nkind: Service\n",
+             "kind: Service\nmetadata:\n  namespace: one\n",
+             '{"kind": "Service", "metadata": {"namespace": "two"}}',
+             "kind: Service\nmetadata:\n  namespace: 'three'\n",
+             "kind: Service\nmetadata:\n  name: x\n"]  # the default namespace
+    sources = [SourceText(f"{n}.yaml", t) for n, t in enumerate(texts)]
+    for jobs in (2, 4, 8):
+        cuts = parallel.shares(sources, jobs)
+        assert cuts is not None and 1 <= len(cuts) < jobs and cuts == sorted(set(cuts))
+        assert set(cuts) <= {2, 3, 4}  # never between the two files of `one`
+    assert parallel.shares(sources, 8) == [2, 3, 4]
+    # Two files of the default namespace are not cut apart either.
+    assert parallel.shares([*sources, SourceText("d.yaml", texts[4])], 8) == [2, 3, 4]
+    assert parallel.shares(sources[:2], 2) is None
 
 
 def test_the_command_with_workers_writes_the_serial_bytes(tmp_path: Path) -> None:

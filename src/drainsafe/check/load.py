@@ -398,18 +398,24 @@ def read_into(loaded: Loaded, names: Iterable[str], stdin: BinaryIO | None = Non
                 "of one run; check the inputs in parts"))
             continue
         source = read_input(name, stdin)
-        loaded.inputs += 1
-        if isinstance(source, InputError):
-            loaded.errors.append(source)
-            continue
-        total += len(source.text)
-        kept = len(loaded.documents)
-        try:
-            parse(source, loaded)
-        except Exception as exc:  # one input's failure must not lose the others
-            # No known input gets here; if one does, it is named, its partial objects are
-            # dropped, and the other inputs are still checked.
-            del loaded.documents[kept:]
-            loaded.errors.append(InputError(
-                source.name, None, f"could not be read ({type(exc).__name__}: {exc}); "
-                "this is a drainsafe bug, please report it with the input"))
+        take(loaded, source)
+        if not isinstance(source, InputError):
+            total += len(source.text)
+
+
+def take(loaded: Loaded, source: SourceText | InputError) -> None:
+    """Add one input as read_input gave it (its objects, or why not) to `loaded`."""
+    loaded.inputs += 1
+    if isinstance(source, InputError):
+        loaded.errors.append(source)
+        return
+    kept = len(loaded.documents)
+    try:
+        parse(source, loaded)
+    except Exception as exc:  # one input's failure must not lose the others
+        # No known input gets here; if one does, it is named, its partial objects are
+        # dropped, and the other inputs are still checked.
+        del loaded.documents[kept:]
+        loaded.errors.append(InputError(
+            source.name, None, f"could not be read ({type(exc).__name__}: {exc}); "
+            "this is a drainsafe bug, please report it with the input"))
