@@ -112,6 +112,16 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def check_loaded(loaded: Loaded, context: Context) -> Result:
+    """The result for inputs read, checked in this process."""
+    findings, index = check_documents(loaded.documents, context)
+    # Bad field values are input errors, so that they can never pass as a clean result.
+    result = Result(findings, [*loaded.errors, *field_errors(index)], index,
+                    len(loaded.documents), loaded.inputs, list(loaded.notes))
+    result.kinds = lambda: {str(d.obj.get("kind")) for d in loaded.documents}
+    return result
+
+
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
         jobs: int = 1) -> Result:
     """Check the inputs; with `jobs` > 1 a large input is checked in that many worker
@@ -124,13 +134,7 @@ def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
 
             result = parallel.run(args, context, jobs)
         if result is None:
-            loaded: Loaded = load(args, stdin)
-            findings, index = check_documents(loaded.documents, context)
-            # Bad field values are input errors, so that they can never pass as a clean
-            # result.
-            result = Result(findings, [*loaded.errors, *field_errors(index)], index,
-                            len(loaded.documents), loaded.inputs, list(loaded.notes))
-            result.kinds = lambda: {str(d.obj.get("kind")) for d in loaded.documents}
+            result = check_loaded(load(args, stdin), context)
     if not result.documents and not result.errors:
         result.errors.append(InputError(
             ", ".join(sorted({*args})) or "input", None,

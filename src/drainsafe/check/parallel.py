@@ -165,9 +165,10 @@ class _Part:
 
 
 def run(args: list[str], context: Context, jobs: int) -> Result | None:
-    """The serial run's Result, made in worker processes; None when the input is small or
-    a worker failed (the caller then checks it serially)."""
-    from drainsafe.check.engine import Result, check_documents
+    """The serial run's Result, made in worker processes (or here, when the files cannot be
+    cut without splitting a namespace); None when the input is small or a worker failed
+    (the caller then checks it serially)."""
+    from drainsafe.check.engine import Result, check_documents, check_loaded
 
     notes: list[str] = []
     names, expand_errors = expand_paths(args, notes)
@@ -184,8 +185,11 @@ def run(args: list[str], context: Context, jobs: int) -> Result | None:
     # Read here: the workers (forked) have the texts without reading them again.
     sources = [read_input(name) for name in names]
     cuts = shares(sources, jobs)
-    if cuts is None:
-        return None
+    if cuts is None:  # checked here, as load() would read them (the total is in its limit)
+        loaded = Loaded(errors=expand_errors, notes=notes)
+        for source in sources:
+            take(loaded, source)
+        return check_loaded(loaded, context)
     edges = [0, *cuts, len(sources)]
     workers = [_Worker.start(sources, edges[k], edges[k + 1], context)
                for k in range(len(edges) - 1)]
