@@ -211,3 +211,11 @@ def test_jobs_must_be_one_or_more(value: str) -> None:
                           capture_output=True, text=True, input="", check=False)
     assert proc.returncode == 2
     assert "--jobs" in proc.stderr and "1 or more" in proc.stderr
+
+
+@pytest.mark.parametrize(("load", "jobs"), [(0.0, 4), (0.4, 4), (1.6, 2), (3.6, 1), (9.0, 1)])
+def test_default_jobs_are_the_idle_cpus(monkeypatch: pytest.MonkeyPatch, load: float,
+                                        jobs: int) -> None:
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert parallel.default_jobs() == jobs

@@ -40,7 +40,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--no-config", action="store_true", help="ignore config files")
     parser.add_argument("--jobs", "-j", metavar="N", type=_jobs,
                         help="check a large input (1 MiB and more, several files) in N worker "
-                        "processes (default: the CPUs this process may use; 1: one process)")
+                        "processes (default: the CPUs this process may use that are idle by "
+                        "the load average; 1: one process)")
     parser.add_argument("--explain", metavar="RULE", help="explain a rule and exit")
     parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     fixing = parser.add_mutually_exclusive_group()

@@ -74,9 +74,9 @@ def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], s
            out: IO[str], err: IO[str], *, end_process: bool) -> int:
     jobs = getattr(args, "jobs", None)
     if jobs is None:
-        from drainsafe.check.parallel import usable_cpus
+        from drainsafe.check.parallel import default_jobs
 
-        jobs = usable_cpus()
+        jobs = default_jobs()
     result = run(args.paths, context, stdin, jobs=jobs)
     for note in result.notes:
         err.write(f"note: {note}\n")
