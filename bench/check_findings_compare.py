@@ -90,7 +90,7 @@ def _cli(argv: list[str]) -> dict[str, Any]:
 
 def record(objects: int, jobs: int = 1) -> dict[str, Any]:
     from drainsafe.check.context import Context
-    from drainsafe.check.engine import run
+    from drainsafe.check.parallel import run
 
     os.chdir(ROOT)  # file names in findings are as given: relative to the repository
     records: dict[str, Any] = {}

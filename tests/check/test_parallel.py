@@ -16,8 +16,9 @@ from check_manifests import container, deployment, hpa, lws, pdb, service, to_ya
 
 from drainsafe.check import parallel
 from drainsafe.check.context import Context
-from drainsafe.check.engine import Result, run
+from drainsafe.check.engine import Result
 from drainsafe.check.load import SourceText, expand_paths, read_input
+from drainsafe.check.parallel import run
 
 
 def _fleet(apps: int, *, namespaced: bool = True) -> list[dict[str, Any]]:
@@ -161,11 +162,11 @@ def test_small_inputs_and_stdin_stay_in_one_process(tmp_path: Path,
     files = [str(p) for p in _write(tmp_path / "fleet", _fleet(20))]
     started: list[object] = []
     monkeypatch.setattr(parallel._Worker, "start", lambda *a: started.append(a))
-    assert parallel.run(files, Context(), 2) is None  # under MIN_BYTES
+    assert parallel._in_workers(files, Context(), 2) is None  # under MIN_BYTES
     monkeypatch.setattr(parallel, "MIN_BYTES", 0)
-    assert parallel.run([*files, "-"], Context(), 2) is None
-    assert parallel.run(files[:1], Context(), 2) is None
-    assert parallel.run(files, Context(), 1) is None
+    assert parallel._in_workers([*files, "-"], Context(), 2) is None
+    assert parallel._in_workers(files[:1], Context(), 2) is None
+    assert parallel._in_workers(files, Context(), 1) is None
     assert not started
 
 

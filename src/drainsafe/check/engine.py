@@ -122,19 +122,16 @@ def check_loaded(loaded: Loaded, context: Context) -> Result:
     return result
 
 
-def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
-        jobs: int = 1) -> Result:
-    """Check the inputs; with `jobs` > 1 a large input is checked in that many worker
-    processes (check.parallel), with the same result."""
+def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None) -> Result:
+    """Check the inputs in this process (check.parallel.run: in worker processes)."""
     args = list(args)
     with gc_paused():
-        result = None
-        if jobs > 1:
-            from drainsafe.check import parallel
+        result = check_loaded(load(args, stdin), context)
+    return finish(result, args)
 
-            result = parallel.run(args, context, jobs)
-        if result is None:
-            result = check_loaded(load(args, stdin), context)
+
+def finish(result: Result, args: list[str]) -> Result:
+    """The errors of the input as a whole: nothing read, or nothing of a checked kind."""
     if not result.documents and not result.errors:
         result.errors.append(InputError(
             ", ".join(sorted({*args})) or "input", None,

@@ -30,10 +30,13 @@ import os
 import pickle
 import re
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, BinaryIO
 
 from drainsafe.check.context import Context
+from drainsafe.check.engine import Result, check_documents, check_loaded, finish, gc_paused
+from drainsafe.check.engine import run as engine_run
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.load import (
     MAX_TOTAL_BYTES,
@@ -52,9 +55,7 @@ from drainsafe.check.model import (
     build_index,
     namespace_of,
 )
-
-if TYPE_CHECKING:
-    from drainsafe.check.engine import Result
+from drainsafe.check.validate import field_errors_by_kind
 
 MIN_BYTES = 1 << 20
 """Below this much input (~2,000 objects) the serial run is quicker: forking, the two
@@ -178,12 +179,23 @@ class _Part:
     kinds: set[str]
 
 
-def run(args: list[str], context: Context, jobs: int) -> Result | None:
+def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
+        jobs: int = 1) -> Result:
+    """engine.run's result; with `jobs` > 1 a large input is checked in that many worker
+    processes."""
+    args = list(args)
+    if jobs > 1:
+        with gc_paused():
+            result = _in_workers(args, context, jobs)
+        if result is not None:
+            return finish(result, args)
+    return engine_run(args, context, stdin)
+
+
+def _in_workers(args: list[str], context: Context, jobs: int) -> Result | None:
     """The serial run's Result, made in worker processes (or here, when the files cannot be
     cut without splitting a namespace); None when the input is small or a worker failed
     (the caller then checks it serially)."""
-    from drainsafe.check.engine import Result, check_documents, check_loaded
-
     notes: list[str] = []
     names, expand_errors = expand_paths(args, notes)
     if jobs < 2 or len(names) < 2 or STDIN in names:
@@ -299,9 +311,6 @@ class _Worker:
 
 def _work(sources: list[SourceText | InputError], start: int, end: int, context: Context,
           up: IO[bytes], down: IO[bytes]) -> int:
-    from drainsafe.check.engine import check_documents
-    from drainsafe.check.validate import field_errors_by_kind
-
     try:
         loaded = Loaded()
         for source in sources[start:end]:
