@@ -616,13 +616,19 @@ def compile_bytecode() -> None:
     compileall.compile_dir(Path(drainsafe.__file__).parent, quiet=1)
 
 
+JOBS: list[str] = []
+"""`--jobs N` for the command (none: its default, the usable CPUs)."""
+
+
 def run_cli(directory: Path, output: str) -> tuple[float, float, float]:
     """The whole command as a user runs it (interpreter start, reading, rules, output to a
-    pipe): wall seconds, CPU seconds and peak resident memory (MiB) of that one process."""
+    pipe): wall seconds, CPU seconds (its worker processes' too) and peak resident memory
+    (MiB) of that one process (the largest of it and its workers)."""
     exe = Path(sys.executable).with_name("drainsafe")
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "drainsafe"]
     started = time.perf_counter()
-    proc = subprocess.Popen([*command, "check", "--no-config", "-o", output, str(directory)],
+    proc = subprocess.Popen([*command, "check", "--no-config", *JOBS, "-o", output,
+                             str(directory)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     while proc.stdout.read(1 << 20):  # what a pipe's reader does; the output is not kept
@@ -721,10 +727,11 @@ def measure(name: str, generator: Generator, directory: Path, args: argparse.Nam
                       f"{wall / objects * 1e6:.1f}", "-" if cpu is None else f"{cpu:.2f}",
                       "-" if peak is None else f"{peak:,.0f}", ratio)
 
+    jobs = f" --jobs {args.jobs}" if args.jobs is not None else ""
     for output, (wall, cpu, peak) in outputs.items():
-        row(f"drainsafe check -o {output} DIR (whole command, best of {args.repeat})",
+        row(f"drainsafe check{jobs} -o {output} DIR (whole command, best of {args.repeat})",
             count, wall, cpu, peak)
-    row(f"drainsafe check -o json DIR, {big_size:.0f} MiB (whole command, once)",
+    row(f"drainsafe check{jobs} -o json DIR, {big_size:.0f} MiB (whole command, once)",
         big_count, *big)
     row(f"drainsafe check in-process (best of {args.repeat})", count, ours, ours_cpu)
     if checkov is not None:
@@ -765,7 +772,11 @@ def main() -> int:
                         help="no PyYAML reference run (1-2 s per corpus)")
     parser.add_argument("--corpus", choices=["both", "all", *CORPORA], default="both",
                         help="both: mixed and heavy; all: the generated one too")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="the command's --jobs (default: its own, the usable CPUs)")
     args = parser.parse_args()
+    if args.jobs is not None:
+        JOBS[:] = ["--jobs", str(args.jobs)]
 
     print(f"Python {platform.python_version()} at {sys.base_prefix} ({platform.python_compiler()}; "
           "builds differ: Debian's and the official images' use PGO and LTO, pyenv's "

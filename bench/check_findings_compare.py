@@ -13,6 +13,7 @@ them, deterministic).
     python bench/check_findings_compare.py record before.json     # on the old code
     python bench/check_findings_compare.py record after.json      # on the new code
     python bench/check_findings_compare.py compare before.json after.json
+    python bench/check_findings_compare.py record par.json --jobs 2  # checked in 2 processes
 """
 
 from __future__ import annotations
@@ -74,29 +75,33 @@ def _finding(f: Any) -> dict[str, Any]:
     }
 
 
+JOBS: list[str] = []
+"""--jobs for the command's runs (none: its default)."""
+
+
 def _cli(argv: list[str]) -> dict[str, Any]:
     from drainsafe.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["check", "--no-config", *argv])
+        code = main(["check", "--no-config", *JOBS, *argv])
     return {"exit": code, "stdout": _digest(out.getvalue()), "stderr": _digest(err.getvalue())}
 
 
-def record(objects: int) -> dict[str, Any]:
+def record(objects: int, jobs: int = 1) -> dict[str, Any]:
     from drainsafe.check.context import Context
-    from drainsafe.check.engine import run
+    from drainsafe.check.parallel import run
 
     os.chdir(ROOT)  # file names in findings are as given: relative to the repository
     records: dict[str, Any] = {}
     for name, paths in _inputs(objects).items():
-        result = run(paths, Context())
+        result = run(paths, Context(), jobs=jobs)
         records[name] = {
             "findings": [_finding(f) for f in result.findings],
             "errors": [repr(e) for e in result.errors],
             "notes": list(result.notes),
             "documents": result.documents, "inputs": result.inputs,
-            "checked": result.index.checked,
+            "checked": result.checked,
             "outputs": {output: _cli(["-o", output, *paths])
                         for output in ("json", "sarif", "text")},
             "diff": _cli(["--diff", *paths]) if not name.startswith("corpus") else None,
@@ -140,12 +145,17 @@ def main() -> int:
     rec = sub.add_parser("record")
     rec.add_argument("out")
     rec.add_argument("--objects", type=int, default=10_000)
+    rec.add_argument("--jobs", type=int, default=None,
+                     help="worker processes, in-process and for the command (default: 1 "
+                     "in-process, the command's own default)")
     cmp = sub.add_parser("compare")
     cmp.add_argument("before")
     cmp.add_argument("after")
     args = parser.parse_args()
     if args.command == "record":
-        Path(args.out).write_text(json.dumps(record(args.objects)))
+        if args.jobs is not None:
+            JOBS[:] = ["--jobs", str(args.jobs)]
+        Path(args.out).write_text(json.dumps(record(args.objects, args.jobs or 1)))
         return 0
     return compare(json.loads(Path(args.before).read_text()),
                    json.loads(Path(args.after).read_text()))

@@ -38,6 +38,10 @@ def register(subparsers: Any) -> None:
                         help="config file (default: nearest .drainsafe.yaml or pyproject.toml "
                         "with [tool.drainsafe])")
     parser.add_argument("--no-config", action="store_true", help="ignore config files")
+    parser.add_argument("--jobs", "-j", metavar="N", type=_jobs,
+                        help="check a large input (1 MiB and more, several files) in N worker "
+                        "processes (default: the CPUs this process may use that are idle by "
+                        "the load average; 1: one process)")
     parser.add_argument("--explain", metavar="RULE", help="explain a rule and exit")
     parser.add_argument("--list-rules", action="store_true", help="list the rules and exit")
     fixing = parser.add_mutually_exclusive_group()
@@ -54,3 +58,13 @@ def handle(args: argparse.Namespace) -> int:
     from drainsafe.check.command import main
 
     return main(args, sys.stdin.buffer, sys.stdout, sys.stderr)
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of processes, 1 or more")
+    return value

@@ -10,8 +10,9 @@ from typing import IO, Any, BinaryIO
 from drainsafe import shell
 from drainsafe.check import report
 from drainsafe.check.context import ConfigError, Context, apply_config, find_config, load_config
-from drainsafe.check.engine import gc_paused, run
+from drainsafe.check.engine import gc_paused
 from drainsafe.check.findings import Finding
+from drainsafe.check.parallel import default_jobs, run
 from drainsafe.check.rules import Rule, all_rules
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -72,7 +73,8 @@ def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) 
 
 def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], stdin: BinaryIO,
            out: IO[str], err: IO[str], *, end_process: bool) -> int:
-    result = run(args.paths, context, stdin)
+    jobs = getattr(args, "jobs", None)
+    result = run(args.paths, context, stdin, jobs=default_jobs() if jobs is None else jobs)
     for note in result.notes:
         err.write(f"note: {note}\n")
     for error in result.errors:

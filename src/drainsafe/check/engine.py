@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -11,7 +11,7 @@ from typing import BinaryIO
 from drainsafe.check.context import IGNORE_ANNOTATION, Context
 from drainsafe.check.findings import Finding, ObjectRef
 from drainsafe.check.load import Document, InputError, Loaded, load
-from drainsafe.check.model import Index, Subject, build_index
+from drainsafe.check.model import Index, Subject, WholeInput, build_index
 from drainsafe.check.rules import all_rules
 from drainsafe.check.validate import field_errors
 
@@ -25,6 +25,14 @@ class Result:
     inputs: int = 0
     notes: list[str] = field(default_factory=list)
     """What was skipped and why (not errors: a FIFO in a walked directory)."""
+    objects_checked: int | None = None
+    """Set when the input was checked in parts (no one index holds it); else index's."""
+    kinds: Callable[[], set[str]] = field(default=set, repr=False)
+    """The kinds of the documents read (asked only when none was of a checked kind)."""
+
+    @property
+    def checked(self) -> int:
+        return self.index.checked if self.objects_checked is None else self.objects_checked
 
     def failed(self, context: Context) -> bool:
         threshold = context.fail_on
@@ -49,8 +57,14 @@ def _may_ignore(docs: list[Document]) -> bool:
     return False
 
 
-def check_documents(docs: list[Document], context: Context) -> tuple[list[Finding], Index]:
-    index = build_index(docs)
+def check_documents(docs: list[Document], context: Context, *, index: Index | None = None,
+                    whole: WholeInput | None = None) -> tuple[list[Finding], Index]:
+    """The findings about `docs`, sorted. `index`: theirs, when already built; `whole`:
+    the whole input's facts, when `docs` are part of it (check.parallel)."""
+    if index is None:
+        index = build_index(docs)
+    if whole is not None:
+        index.whole = whole
     subjects: dict[tuple[str, int, ObjectRef], Subject] = {}
     may_ignore = _may_ignore(docs)
     for subject in index.iter_subjects() if may_ignore else ():
@@ -98,19 +112,32 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None) -> Result:
-    with gc_paused():
-        loaded: Loaded = load(args, stdin)
-        findings, index = check_documents(loaded.documents, context)
+def check_loaded(loaded: Loaded, context: Context) -> Result:
+    """The result for inputs read, checked in this process."""
+    findings, index = check_documents(loaded.documents, context)
     # Bad field values are input errors, so that they can never pass as a clean result.
     result = Result(findings, [*loaded.errors, *field_errors(index)], index,
                     len(loaded.documents), loaded.inputs, list(loaded.notes))
-    if not loaded.documents and not loaded.errors:
+    result.kinds = lambda: {str(d.obj.get("kind")) for d in loaded.documents}
+    return result
+
+
+def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None) -> Result:
+    """Check the inputs in this process (check.parallel.run: in worker processes)."""
+    args = list(args)
+    with gc_paused():
+        result = check_loaded(load(args, stdin), context)
+    return finish(result, args)
+
+
+def finish(result: Result, args: list[str]) -> Result:
+    """The errors of the input as a whole: nothing read, or nothing of a checked kind."""
+    if not result.documents and not result.errors:
         result.errors.append(InputError(
             ", ".join(sorted({*args})) or "input", None,
             "empty input: no Kubernetes objects found (a failed helm template?)"))
-    elif loaded.documents and index.checked == 0 and not loaded.errors:
-        kinds = sorted({str(d.obj.get("kind")) for d in loaded.documents})
+    elif result.documents and result.checked == 0 and not result.errors:
+        kinds = sorted(result.kinds())
         result.errors.append(InputError(
             ", ".join(sorted({*args})), None,
             f"nothing to check: no object of a checked kind (found {', '.join(kinds)})"))

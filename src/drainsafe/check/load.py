@@ -383,6 +383,12 @@ def _within_budget(data: object) -> bool:
 def load(args: Iterable[str], stdin: BinaryIO | None = None) -> Loaded:
     loaded = Loaded()
     names, loaded.errors = expand_paths(args, loaded.notes)
+    read_into(loaded, names, stdin)
+    return loaded
+
+
+def read_into(loaded: Loaded, names: Iterable[str], stdin: BinaryIO | None = None) -> None:
+    """Read and parse the named inputs (expand_paths' names) into `loaded`, in order."""
     total = 0
     for name in names:
         if total > MAX_TOTAL_BYTES:
@@ -392,19 +398,24 @@ def load(args: Iterable[str], stdin: BinaryIO | None = None) -> Loaded:
                 "of one run; check the inputs in parts"))
             continue
         source = read_input(name, stdin)
-        loaded.inputs += 1
-        if isinstance(source, InputError):
-            loaded.errors.append(source)
-            continue
-        total += len(source.text)
-        kept = len(loaded.documents)
-        try:
-            parse(source, loaded)
-        except Exception as exc:  # one input's failure must not lose the others
-            # No known input gets here; if one does, it is named, its partial objects are
-            # dropped, and the other inputs are still checked.
-            del loaded.documents[kept:]
-            loaded.errors.append(InputError(
-                source.name, None, f"could not be read ({type(exc).__name__}: {exc}); "
-                "this is a drainsafe bug, please report it with the input"))
-    return loaded
+        take(loaded, source)
+        if not isinstance(source, InputError):
+            total += len(source.text)
+
+
+def take(loaded: Loaded, source: SourceText | InputError) -> None:
+    """Add one input as read_input gave it (its objects, or why not) to `loaded`."""
+    loaded.inputs += 1
+    if isinstance(source, InputError):
+        loaded.errors.append(source)
+        return
+    kept = len(loaded.documents)
+    try:
+        parse(source, loaded)
+    except Exception as exc:  # one input's failure must not lose the others
+        # No known input gets here; if one does, it is named, its partial objects are
+        # dropped, and the other inputs are still checked.
+        del loaded.documents[kept:]
+        loaded.errors.append(InputError(
+            source.name, None, f"could not be read ({type(exc).__name__}: {exc}); "
+            "this is a drainsafe bug, please report it with the input"))

@@ -362,6 +362,22 @@ def _ref(obj: Mapping[str, Any], kind: str) -> ObjectRef:
     return ObjectRef(kind, str(meta.get("namespace") or DEFAULT_NAMESPACE), str(name))
 
 
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """The namespace every subject made of `obj` is in (as _ref names it)."""
+    return str(mapping(obj.get("metadata")).get("namespace") or DEFAULT_NAMESPACE)
+
+
+@dataclass(frozen=True)
+class WholeInput:
+    """Facts of the whole input, for an index that holds a part of it (check.parallel):
+    the rules' other questions are about one namespace, which a part holds whole."""
+
+    workloads: int
+    """len(Index.workloads) over the whole input."""
+    standalone: bool
+    """Whether any of them is a workload of its own (not a pod template inside another kind)."""
+
+
 @dataclass
 class Index:
     workloads: list[Workload] = field(default_factory=list)
@@ -380,6 +396,10 @@ class Index:
     _pdbs_of: dict[int, list[Pdb]] = field(default_factory=dict)
     _services_of: dict[int, list[Service]] = field(default_factory=dict)
     _matched: bool = False
+    whole: WholeInput | None = None
+    """Set when this index holds part of the input (see WholeInput)."""
+    _everything: list[Subject] | None = None
+    """Every subject, once the lists are narrowed to a share (see narrow)."""
 
     @property
     def checked(self) -> int:
@@ -422,6 +442,17 @@ class Index:
                 self.workloads.extend(found)
             else:
                 self.skipped += 1
+
+    def workload_count(self) -> int:
+        """How many workloads the whole input has."""
+        return len(self.workloads) if self.whole is None else self.whole.workloads
+
+    def has_standalone_workload(self) -> bool:
+        """Whether the whole input has a workload of its own (not only pod templates inside
+        other kinds)."""
+        if self.whole is not None:
+            return self.whole.standalone
+        return any(not w.embedded for w in self.workloads)
 
     def workloads_in(self, namespace: str) -> list[Workload]:
         """The workloads of a namespace (pod templates inside other kinds excluded), in
@@ -521,11 +552,30 @@ class Index:
         return pdb.allowed
 
     def iter_subjects(self) -> Iterator[Subject]:
+        """Every subject of the input (of the whole input, once narrowed)."""
+        if self._everything is not None:
+            yield from self._everything
+            return
         yield from self.workloads
         yield from self.pdbs
         yield from self.services
         yield from self.hpas
         yield from self.groups
+
+    def narrow(self, owned: set[int]) -> None:
+        """Keep in the lists the rules walk only the subjects of the documents whose id()
+        is in `owned` (a worker's share, check.parallel); every question about other
+        objects (their PDBs, Services, HPAs, namespaces, workload count) still answers from
+        the whole input, matched before."""
+        self._match()
+        self._everything = list(self.iter_subjects())
+        if self.whole is None:
+            self.whole = WholeInput(self.workload_count(), self.has_standalone_workload())
+        self.workloads = [w for w in self.workloads if id(w.doc) in owned]
+        self.pdbs = [p for p in self.pdbs if id(p.doc) in owned]
+        self.services = [s for s in self.services if id(s.doc) in owned]
+        self.hpas = [h for h in self.hpas if id(h.doc) in owned]
+        self.groups = [g for g in self.groups if id(g.doc) in owned]
 
 
 def _workload(doc: Document, kind: str) -> Workload:

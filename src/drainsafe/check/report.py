@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from itertools import groupby
 from json import encoder
 from pathlib import Path
@@ -100,7 +100,7 @@ def text(result: Result, context: Context, out: IO[str], *, color: bool | None =
     for s in sorted(Severity, reverse=True):
         table.add_column(s.label + "s", justify="right", style=_STYLE[s])
     table.add_column("input errors", justify="right")
-    table.add_row(str(result.inputs), str(result.index.checked),
+    table.add_row(str(result.inputs), str(result.checked),
                   *(str(counts[s]) for s in sorted(Severity, reverse=True)),
                   str(len(result.errors)))
     console.print(table)
@@ -112,17 +112,40 @@ def to_json(result: Result) -> dict[str, Any]:
     return {"findings": [f.to_json() for f in result.findings]}
 
 
-def write_json(result: Result, out: IO[str]) -> None:
+PIECE_LINES = 256
+"""Lines joined per write: the output is written in pieces as it is made, never held whole
+(at 10,000 findings-heavy objects the whole json text and its list of lines were a quarter
+of the command's peak memory, sarif's more), and a write per line would cost a call each."""
+
+
+def _pieces(lines: Iterable[str], separator: str, size: int) -> Iterator[str]:
+    """`lines` joined by `separator`, `size` at a time; the pieces joined by `separator`
+    are the lines joined by it."""
+    batch: list[str] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= size:
+            yield separator.join(batch)
+            batch = []
+    if batch:
+        yield separator.join(batch)
+
+
+def write_json(result: Result, out: IO[str], *, piece: int = PIECE_LINES) -> None:
     # One finding per line: it reads and diffs well, and json's C encoder only runs without
     # indent (indent=2 took a quarter of the CLI's time on 10,000 objects).
-    lines = json_lines(result.findings)
-    if not lines:
+    pieces = _pieces(json_lines(result.findings), ",\n  ", piece)
+    first = next(pieces, None)
+    if first is None:
         out.write('{"findings": []}\n')
         return
-    out.write('{"findings": [\n  ' + ",\n  ".join(lines) + "\n]}\n")
+    out.write('{"findings": [\n  ' + first)
+    for more in pieces:
+        out.write(",\n  " + more)
+    out.write("\n]}\n")
 
 
-def json_lines(findings: Iterable[Finding]) -> list[str]:
+def json_lines(findings: Iterable[Finding]) -> Iterator[str]:
     """Each finding as json.dumps (its defaults) writes Finding.to_json(), written directly:
     the object and file parts, the same for all of an object's findings, are encoded once,
     and no dict is built per finding (dict and encoder walk were most of -o json's cost).
@@ -130,7 +153,6 @@ def json_lines(findings: Iterable[Finding]) -> list[str]:
     quote = getattr(encoder, "c_encode_basestring_ascii", None) or encoder.encode_basestring_ascii
     heads: dict[tuple[str, Severity], str] = {}
     objects: dict[tuple[ObjectRef, str], str] = {}
-    lines = []
     for f in findings:
         head = heads.get((f.rule, f.severity))
         if head is None:
@@ -142,9 +164,8 @@ def json_lines(findings: Iterable[Finding]) -> list[str]:
             where = objects[(f.object, f.file)] = (
                 f'"object": {{"kind": {quote(kind)}, "namespace": {quote(namespace)}, '
                 f'"name": {quote(name)}}}, "file": {quote(f.file)}, "line": ')
-        lines.append(f'{head}{where}{int.__repr__(f.line)}, "message": {quote(f.message)}, '
-                     f'"fix": {quote(f.fix)}}}')
-    return lines
+        yield (f'{head}{where}{int.__repr__(f.line)}, "message": {quote(f.message)}, '
+               f'"fix": {quote(f.fix)}}}')
 
 
 def _uri(file: str) -> str:
@@ -229,7 +250,7 @@ def _sarif_result(f: Finding, index: dict[str, int], uris: dict[str, str]) -> di
     return item
 
 
-def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> list[str]:
+def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> Iterator[str]:
     """Each finding's SARIF result as json.dumps (its defaults) writes _sarif_result(),
     written directly, as json_lines does: the parts an object's findings share (location,
     logical location, object) are encoded once per object and file. JSON escapes each
@@ -237,7 +258,6 @@ def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> list[str]
     quote = getattr(encoder, "c_encode_basestring_ascii", None) or encoder.encode_basestring_ascii
     rules: dict[tuple[str, Severity], tuple[str, str]] = {}
     objects: dict[tuple[ObjectRef, str], tuple[str, str, str, str]] = {}
-    lines = []
     for f in findings:
         rule = rules.get((f.rule, f.severity))
         if rule is None:
@@ -259,26 +279,31 @@ def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> list[str]
                 f', "object": {{"kind": {quote(kind)}, "namespace": {quote(namespace)}, '
                 f'"name": {quote(name)}}}}}')
         fix = quote(f.fix)
-        lines.append(
-            f'{rule[0]}{parts[0]}{quote(f.message)[1:-1]}\\nFix:\\n{fix[1:]}{parts[1]}'
-            f'{int.__repr__(max(f.line, 1))}{parts[2]}{fix}{parts[3]}{rule[1]}')
-    return lines
+        yield (f'{rule[0]}{parts[0]}{quote(f.message)[1:-1]}\\nFix:\\n{fix[1:]}{parts[1]}'
+               f'{int.__repr__(max(f.line, 1))}{parts[2]}{fix}{parts[3]}{rule[1]}')
 
 
-def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str]) -> None:
+def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str], *,
+                piece: int = PIECE_LINES) -> None:
     # The run's envelope indented, its results one per line, as -o json writes findings:
     # json's C encoder runs only without indent (indent=2 over every result took over half
     # of the command's time on a findings-heavy input). The same JSON document.
     sarif = to_sarif(result, rules, with_results=False)
-    results = sarif_lines(result.findings, {rule_id: n for n, rule_id in enumerate(rules)})
     text = json.dumps(sarif, indent=2)
-    if results:
-        at = text.rfind('"results": []')  # the run's last key; inside strings quotes are \"
-        indent = " " * (at - text.rfind("\n", 0, at) - 1)
-        lines = f",\n{indent}  ".join(results)
-        text = f'{text[:at]}"results": [\n{indent}  {lines}\n{indent}]{text[at + 13:]}'
-    out.write(text)
-    out.write("\n")
+    at = text.rfind('"results": []')  # the run's last key; inside strings quotes are \"
+    indent = " " * (at - text.rfind("\n", 0, at) - 1)
+    separator = f",\n{indent}  "
+    pieces = _pieces(sarif_lines(result.findings, {rule_id: n for n, rule_id in enumerate(rules)}),
+                     separator, piece)
+    first = next(pieces, None)
+    if first is None:
+        out.write(text)
+        out.write("\n")
+        return
+    out.write(f'{text[:at]}"results": [\n{indent}  {first}')
+    for more in pieces:
+        out.write(separator + more)
+    out.write(f"\n{indent}]{text[at + 13:]}\n")
 
 
 def explain(rule: Rule) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 import yaml
@@ -226,6 +227,7 @@ def pod_fix(pod_path: Path, fields: dict[str, Any]) -> str:
     return nest(_named(pod_path), fields)
 
 
+@lru_cache(maxsize=1024)  # a few pod paths, asked for every snippet
 def _named(path: Path) -> Path:
     # Embedded pod specs may sit in lists (e.g. workerGroupSpecs[0]); keep the keys only.
     return tuple(k for k in path if isinstance(k, str))

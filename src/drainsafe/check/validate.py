@@ -48,19 +48,27 @@ def seconds_annotation(text: str) -> float | None:
 
 def field_errors(index: Index) -> list[InputError]:
     """Every field value the rules cannot use, as input errors naming where it is."""
+    return [error for part in field_errors_by_kind(index) for error in part]
+
+
+def field_errors_by_kind(index: Index) -> tuple[list[InputError], ...]:
+    """field_errors' parts in its order: the workloads', the HPAs', the groups' (each in
+    input order): the parts of a split input join into the whole's (check.parallel)."""
     errors: list[InputError] = []
     for w in index.workloads:
         problems = _workload(w)
         if problems:  # seldom: most inputs are well-typed
             errors.extend(_error(w, path, problem) for path, problem in problems)
+    hpas: list[InputError] = []
     for hpa in index.hpas:
-        errors.extend(_error(hpa, path, problem) for path, problem in _hpa(hpa))
+        hpas.extend(_error(hpa, path, problem) for path, problem in _hpa(hpa))
+    groups: list[InputError] = []
     for g in index.groups:  # lws v0.10.0 pkg/webhooks/leaderworkerset_webhook.go: size >= 1
         lwt = mapping(mapping(g.obj.get("spec")).get("leaderWorkerTemplate"))
         problem = _integer(lwt.get("size"), 1, INT32_MAX)
         if problem:
-            errors.append(_error(g, ("spec", "leaderWorkerTemplate", "size"), problem))
-    return errors
+            groups.append(_error(g, ("spec", "leaderWorkerTemplate", "size"), problem))
+    return errors, hpas, groups
 
 
 def _error(subject: Subject, path: Path, problem: str) -> InputError:

@@ -175,14 +175,14 @@ pods", a null selector matches none).
 
 @PDB_SELECTS_NOTHING.check
 def _selects_nothing(index: Index, context: Context) -> Iterator[Finding]:
-    if not any(not w.embedded for w in index.workloads):
+    if not index.has_standalone_workload():
         return  # a PDB checked on its own: its pods are elsewhere
     for pdb in index.pdbs:
         if index.workloads_selected_by(pdb):
             continue
         why = "has no selector" if pdb.selector is None else "matches no pod template"
         yield PDB_SELECTS_NOTHING.finding(
-            pdb, f"selector {why} among the {len(index.workloads)} workload(s) checked "
+            pdb, f"selector {why} among the {index.workload_count()} workload(s) checked "
             f"(namespace {pdb.ref.namespace}); it protects nothing",
             _selector_fix(index, pdb), path=("spec", "selector"),
         )

@@ -1,0 +1,389 @@
+"""A large input checked in worker processes, each reading a contiguous share of the files.
+
+Every relation the rules follow stays inside one namespace: a Service and a PDB select pods
+of their own namespace, an HPA's scaleTargetRef names an object of its own (kubernetes/api
+core/v1 and policy/v1 types.go, autoscaling/v2 CrossVersionObjectReference; model.Index
+keys each lookup by namespace). Two exchanges make the split exact:
+
+1. each worker (forked: the modules are loaded already) reads its files, indexes them and
+   tells the parent the namespaces it holds, in which files, and its workload count;
+2. the parent answers with the whole input's facts (pdb-selects-nothing counts every
+   workload) and how to treat the namespaces more than one worker holds (one that
+   straddles a share's edge, or a namespace spread over every file, as `helm template`
+   writes a release without one):
+   - few of them: the workers check everything else, while the parent reads the files of
+     those namespaces again and checks them;
+   - else each worker reads the other files too, so that every question about other
+     objects answers from the whole input, and reports only on its own share's objects
+     (Index.narrow): the reading is done twice, the rules once.
+
+The findings are joined and sorted as the serial run sorts them; findings that sort equal
+are of one rule about one object, so they come from one process in the serial order. Input
+errors are joined in the serial order too (read errors by file, then field errors by kind).
+Anything unexpected in a worker falls back to the serial run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import IO, Any, BinaryIO
+
+from drainsafe.check.context import Context
+from drainsafe.check.engine import Result, check_documents, check_loaded, finish, gc_paused
+from drainsafe.check.engine import run as engine_run
+from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.load import (
+    MAX_TOTAL_BYTES,
+    STDIN,
+    InputError,
+    Loaded,
+    SourceText,
+    expand_paths,
+    read_input,
+    take,
+)
+from drainsafe.check.model import (
+    DEFAULT_NAMESPACE,
+    Index,
+    WholeInput,
+    build_index,
+    namespace_of,
+)
+from drainsafe.check.validate import field_errors_by_kind
+
+MIN_BYTES = 1 << 20
+"""Below this much input (~2,000 objects) the serial run is quicker: forking, the two
+exchanges and the joining cost a few tens of milliseconds."""
+
+MIN_BYTES_PER_WORKER = 256 * 1024
+"""No more workers than this many bytes each."""
+
+
+PARENT_SHARE = 0.25
+"""The parent checks the straddling namespaces itself while the workers check the rest when
+those hold at most this share of a worker's documents: it reads their files again, and
+joins the results after, so it must be done no later than the workers."""
+
+
+def default_jobs() -> int:
+    """The CPUs this process may use that are idle: their count less the 1-minute load
+    average, rounded (as make -l weighs the load), at least 1. Workers on CPUs that other
+    work keeps busy only compete with it: measured on the 2-core dev machine beside other
+    work, --jobs 2 was up to 1.5x slower than one process, and costs ~20 % more CPU in all
+    (each worker fills its own caches; findings cross a pipe)."""
+    cpus = usable_cpus()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return cpus
+    return max(1, min(cpus, round(cpus - load)))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as os.process_cpu_count gives
+    on Python 3.13), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_NAMESPACE = re.compile(r"""namespace["']?[ \t]*:[ \t]*["']?([A-Za-z0-9.-]+)""")
+"""A namespace key and its value, in block or flow YAML or JSON (a regex with a literal
+start: C speed, ~1 ms per MiB)."""
+
+
+def _namespaces(source: SourceText | InputError) -> set[str]:
+    """The namespaces a file's objects are likely in, from its text (no parse): where to cut
+    the files into shares. Only a guess, good for block and flow YAML: the workers tell
+    the parent the namespaces they actually hold, and what straddles is handled then."""
+    if isinstance(source, InputError):
+        return set()
+    text = source.text
+    named = _NAMESPACE.findall(text)
+    found = set(named)
+    kinds = text.startswith("kind:") + text.count("\nkind:") + text.count('"kind":')
+    if kinds > len(named):  # some object without one, likely
+        found.add(DEFAULT_NAMESPACE)
+    return found
+
+
+def shares(sources: list[SourceText | InputError], jobs: int) -> list[int] | None:
+    """Where to cut the files into at most `jobs` contiguous shares of about equal size,
+    each holding its namespaces whole (as far as _namespaces tells): the indexes where each
+    share after the first starts. None when there is no such cut (every file in one
+    namespace: `helm template` without --namespace), or too little input for two."""
+    sizes = [0 if isinstance(s, InputError) else len(s.text) for s in sources]
+    total = sum(sizes)
+    jobs = min(jobs, len(sources), total // MIN_BYTES_PER_WORKER)
+    if jobs < 2:
+        return None
+    last: dict[str, int] = {}
+    spans: list[set[str]] = []
+    for i, source in enumerate(sources):
+        names = _namespaces(source)
+        spans.append(names)
+        for name in names:
+            last[name] = i
+    # A cut before file i is clean when no namespace seen before i is seen again from i on.
+    clean: list[tuple[int, int]] = []  # (file index, bytes before it)
+    open_until, done = -1, 0
+    for i, names in enumerate(spans):
+        if i and open_until < i:
+            clean.append((i, done))
+        for name in names:
+            open_until = max(open_until, last[name])
+        done += sizes[i]
+    cuts: list[int] = []
+    for k in range(1, jobs):
+        target = total * k / jobs
+        best = min(clean, key=lambda c: abs(c[1] - target), default=None)
+        if best is not None and (not cuts or best[0] > cuts[-1]):
+            cuts.append(best[0])
+    return cuts or None
+
+
+@dataclass
+class _Summary:
+    """What a worker tells the parent after reading its share."""
+
+    files_of: dict[str, list[str]]
+    """Each namespace it holds, and the files its objects are in (in input order)."""
+    documents_of: dict[str, int]
+    """How many documents of each namespace it holds."""
+    workloads: int
+    standalone: bool
+
+
+Encoded = tuple[list[str], list[Any], list[Any], list[tuple[Any, ...]]]
+"""Findings as _encode writes them."""
+
+
+@dataclass
+class _Part:
+    """A worker's result."""
+
+    findings: Encoded
+    """See _encode."""
+    read_errors: list[InputError]
+    field_errors: tuple[list[InputError], ...]
+    documents: int
+    inputs: int
+    checked: int
+    kinds: set[str]
+
+
+def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
+        jobs: int = 1) -> Result:
+    """engine.run's result; with `jobs` > 1 a large input is checked in that many worker
+    processes."""
+    args = list(args)
+    if jobs > 1:
+        with gc_paused():
+            result = _in_workers(args, context, jobs)
+        if result is not None:
+            return finish(result, args)
+    return engine_run(args, context, stdin)
+
+
+def _in_workers(args: list[str], context: Context, jobs: int) -> Result | None:
+    """The serial run's Result, made in worker processes (or here, when the files cannot be
+    cut without splitting a namespace); None when the input is small or a worker failed
+    (the caller then checks it serially)."""
+    notes: list[str] = []
+    names, expand_errors = expand_paths(args, notes)
+    if jobs < 2 or len(names) < 2 or STDIN in names:
+        return None
+    try:
+        total = sum(os.path.getsize(name) for name in names)
+    except OSError:
+        return None  # the serial run names the problem
+    # Not beyond MAX_TOTAL_BYTES: which inputs the serial run then refuses depends on the
+    # order of reading.
+    if not MIN_BYTES <= total <= MAX_TOTAL_BYTES:
+        return None
+    # Read here: the workers (forked) have the texts without reading them again.
+    sources = [read_input(name) for name in names]
+    cuts = shares(sources, jobs)
+    if cuts is None:  # checked here, as load() would read them (the total is in its limit)
+        loaded = Loaded(errors=expand_errors, notes=notes)
+        for source in sources:
+            take(loaded, source)
+        return check_loaded(loaded, context)
+    edges = [0, *cuts, len(sources)]
+    workers = [_Worker.start(sources, edges[k], edges[k + 1], context)
+               for k in range(len(edges) - 1)]
+    try:
+        summaries = [s for s in (w.receive() for w in workers) if isinstance(s, _Summary)]
+        if len(summaries) < len(workers):
+            return None
+        held: dict[str, int] = {}
+        for s in summaries:
+            for namespace in s.files_of:
+                held[namespace] = held.get(namespace, 0) + 1
+        straddling = {namespace for namespace, n in held.items() if n > 1}
+        whole = WholeInput(sum(s.workloads for s in summaries),
+                           any(s.standalone for s in summaries))
+        documents = sum(n for s in summaries for n in s.documents_of.values())
+        straddle = sum(s.documents_of[n] for s in summaries for n in straddling
+                       if n in s.documents_of)
+        here = straddle <= PARENT_SHARE * documents / len(workers)
+        for w in workers:
+            w.send((whole, straddling if here else None))
+        findings: list[Finding] = []
+        if straddling and here:
+            files = {f for s in summaries for namespace in straddling
+                     for f in s.files_of.get(namespace, ())}
+            again = Loaded()
+            for source in sources:
+                if isinstance(source, SourceText) and source.name in files:
+                    take(again, source)
+            docs = [d for d in again.documents if namespace_of(d.obj) in straddling]
+            findings, _ = check_documents(docs, context, whole=whole)
+        parts = [p for p in (w.receive() for w in workers) if isinstance(p, _Part)]
+        if len(parts) < len(workers):
+            return None
+    finally:
+        for w in workers:
+            w.end()
+    for part in parts:
+        findings.extend(_decode(part.findings))
+    findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
+    errors = [*expand_errors, *(e for p in parts for e in p.read_errors)]
+    for kind in range(3):
+        errors.extend(e for p in parts for e in p.field_errors[kind])
+    result = Result(findings, errors, Index(), sum(p.documents for p in parts),
+                    sum(p.inputs for p in parts), notes,
+                    objects_checked=sum(p.checked for p in parts))
+    result.kinds = lambda: {k for p in parts for k in p.kinds}
+    return result
+
+
+class _Worker:
+    """One forked worker and the two pipes to it."""
+
+    def __init__(self, pid: int, reading: IO[bytes], writing: IO[bytes]) -> None:
+        self.pid, self.reading, self.writing = pid, reading, writing
+
+    @classmethod
+    def start(cls, sources: list[SourceText | InputError], start: int, end: int,
+              context: Context) -> _Worker:
+        """A worker for the share sources[start:end]."""
+        up_read, up_write = os.pipe()
+        down_read, down_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns
+            os.close(up_read)
+            os.close(down_write)
+            code = 1
+            try:
+                with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
+                    code = _work(sources, start, end, context, up, down)
+            finally:
+                os._exit(code)  # no atexit handlers, no flush of the parent's buffers
+        os.close(up_write)
+        os.close(down_read)
+        return cls(pid, os.fdopen(up_read, "rb"), os.fdopen(down_write, "wb"))
+
+    def receive(self) -> object:
+        try:
+            return pickle.load(self.reading)
+        except (EOFError, pickle.UnpicklingError, OSError):
+            return None
+
+    def send(self, message: object) -> None:
+        with contextlib.suppress(OSError):  # a worker gone: its receive() says so
+            pickle.dump(message, self.writing, protocol=pickle.HIGHEST_PROTOCOL)
+            self.writing.flush()
+
+    def end(self) -> None:
+        for stream in (self.writing, self.reading):
+            with contextlib.suppress(OSError):
+                stream.close()
+        os.waitpid(self.pid, 0)
+
+
+def _work(sources: list[SourceText | InputError], start: int, end: int, context: Context,
+          up: IO[bytes], down: IO[bytes]) -> int:
+    try:
+        loaded = Loaded()
+        for source in sources[start:end]:
+            take(loaded, source)
+        index = build_index(loaded.documents)
+        files_of: dict[str, list[str]] = {}
+        documents_of: dict[str, int] = {}
+        namespaces = []
+        for doc in loaded.documents:
+            namespace = namespace_of(doc.obj)
+            namespaces.append(namespace)
+            files = files_of.setdefault(namespace, [])
+            if not files or files[-1] != doc.file:
+                files.append(doc.file)
+            documents_of[namespace] = documents_of.get(namespace, 0) + 1
+        pickle.dump(_Summary(files_of, documents_of, len(index.workloads),
+                             any(not w.embedded for w in index.workloads)), up)
+        up.flush()
+        whole, straddling = pickle.load(down)
+        if straddling is None:  # every file read, this share's objects reported on
+            everything = Loaded()  # the other files' errors are their workers' to tell
+            for source in sources[:start]:
+                take(everything, source)
+            everything.documents.extend(loaded.documents)
+            for source in sources[end:]:
+                take(everything, source)
+            whole_index = build_index(everything.documents)
+            whole_index.whole = whole
+            whole_index.narrow({id(d) for d in loaded.documents})
+            findings, _ = check_documents(everything.documents, context, index=whole_index,
+                                          whole=whole)
+        elif straddling & files_of.keys():
+            mine = [d for d, n in zip(loaded.documents, namespaces, strict=True)
+                    if n not in straddling]
+            findings, _ = check_documents(mine, context, whole=whole)
+        else:
+            findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
+        part = _Part(_encode(findings), loaded.errors, field_errors_by_kind(index),
+                     len(loaded.documents), loaded.inputs, index.checked,
+                     {str(d.obj.get("kind")) for d in loaded.documents})
+    except BaseException:  # the parent checks serially; what happened goes with the answer
+        pickle.dump(traceback.format_exc(), up)
+        up.flush()
+        return 1
+    pickle.dump(part, up, protocol=pickle.HIGHEST_PROTOCOL)
+    up.flush()
+    return 0
+
+
+def _encode(findings: list[Finding]) -> Encoded:
+    """Findings as rows of numbers into tables of the values they share (strings, objects,
+    paths; apart, since an ObjectRef equals a tuple of its fields): pickled as objects,
+    24,000 findings took 0.3 s to load in the parent, as rows 0.03 s."""
+    strings: dict[str, int] = {}
+    objects: dict[Any, int] = {}
+    paths: dict[Any, int] = {}
+
+    def at(table: dict[Any, int], value: Any) -> int:
+        n = table.get(value)
+        if n is None:
+            n = table[value] = len(table)
+        return n
+
+    rows = [(at(strings, f.rule), int(f.severity), at(objects, f.object), at(strings, f.file),
+             f.line, at(strings, f.message), at(strings, f.fix), f.doc_index,
+             at(paths, f.path), f.budget, f.edits) for f in findings]
+    return list(strings), list(objects), list(paths), rows
+
+
+def _decode(encoded: Encoded) -> list[Finding]:
+    strings, objects, paths, rows = encoded
+    severity = {int(s): s for s in Severity}
+    return [Finding(strings[rule], severity[level], objects[obj], strings[file], line,
+                    strings[message], strings[fix], doc_index, paths[path], budget, edits)
+            for rule, level, obj, file, line, message, fix, doc_index, path, budget, edits
+            in rows]

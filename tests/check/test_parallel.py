@@ -1,0 +1,222 @@
+"""A large input checked in worker processes (check.parallel) says exactly what the serial run
+says: the same findings in the same order, the same input errors naming file:line, the same
+counts; namespaces that straddle two workers' files, relations across files, the whole
+input's workload count, bad files among good ones."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from check_manifests import container, deployment, hpa, lws, pdb, service, to_yaml
+
+from drainsafe.check import parallel
+from drainsafe.check.context import Context
+from drainsafe.check.engine import Result
+from drainsafe.check.load import SourceText, expand_paths, read_input
+from drainsafe.check.parallel import run
+
+
+def _fleet(apps: int, *, namespaced: bool = True) -> list[dict[str, Any]]:
+    """Apps of every kind of relation the rules follow, three apps per namespace, so that a
+    namespace's objects fall in two files (and two workers' shares)."""
+    objects: list[dict[str, Any]] = []
+    for i in range(apps):
+        ns = f"team-{i // 3}" if namespaced else "default"
+        name = f"app-{i}"
+        if i % 7 == 3:
+            objects.append(lws(name, namespace=ns))
+            continue
+        if i % 7 == 5:
+            objects.append({"apiVersion": "batch/v1", "kind": "CronJob",
+                            "metadata": {"name": name, "namespace": ns},
+                            "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {
+                                "template": {"spec": {"containers": [container()]}}}}}})
+            continue
+        objects.append(deployment(
+            name, namespace=ns, replicas=1 + i % 3, grace=None if i % 2 else 5,
+            annotations=None if i % 2 else {"drainsafe.io/shutdown-seconds": "60"},
+            containers=[container(gpus=i % 2, pre_stop=None if i % 4 == 0 else
+                                  {"sleep": {"seconds": 10}})],
+            strategy={"type": "RollingUpdate",
+                      "rollingUpdate": {"maxSurge": i % 2, "maxUnavailable": 1}}))
+        objects.append(service(name, namespace=ns, type="NodePort" if i % 5 == 0 else "ClusterIP",
+                               etp="Local" if i % 5 == 0 else None))
+        if i % 3 == 0:
+            objects.append(pdb(name, namespace=ns, min_available=1 + i % 3))
+        elif i % 3 == 1:  # a typo: selects nothing (its message counts every workload)
+            objects.append(pdb(name, namespace=ns, selector={"app": f"{name}x"}))
+        if i % 4 == 1:
+            scaler = hpa(name, namespace=ns, min_replicas=1)
+            if i % 8 == 1:  # its finding is about it, found while checking the Deployment
+                scaler["metadata"]["annotations"] = {"drainsafe.io/ignore": "single-replica"}
+            objects.append(scaler)
+    return objects
+
+
+def _write(directory: Path, objects: list[dict[str, Any]], per_file: int = 10) -> list[Path]:
+    directory.mkdir(exist_ok=True)
+    files = []
+    for n in range(0, len(objects), per_file):
+        path = directory / f"part-{n // per_file:03d}.yaml"
+        path.write_text(to_yaml(*objects[n:n + per_file]))
+        files.append(path)
+    return files
+
+
+def _all_of(result: Result) -> tuple[Any, ...]:
+    return ([dataclasses.astuple(f) for f in result.findings], result.errors, result.notes,
+            result.documents, result.inputs, result.checked)
+
+
+@pytest.fixture
+def small_is_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers for any input: the tests' inputs are small."""
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)
+
+
+def _blind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files cut by size alone, as if their namespaces could not be guessed from the
+    text: namespaces then straddle the shares, and what the workers hold decides."""
+    monkeypatch.setattr(parallel, "_namespaces", lambda source: set())
+
+
+def _shares(args: list[str], jobs: int) -> list[int] | None:
+    return parallel.shares([read_input(n) for n in expand_paths(args)[0]], jobs)
+
+
+@pytest.mark.usefixtures("small_is_large")
+@pytest.mark.parametrize("namespaced", [True, False])
+@pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
+                                                           "workers-read-everything"])
+def test_workers_say_what_the_serial_run_says(tmp_path: Path, namespaced: bool,
+                                              parent_share: float,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
+    _write(tmp_path / "fleet", _fleet(60, namespaced=namespaced))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    assert len(serial.findings) > 100
+    assert {"pdb-selects-nothing", "pdb-missing", "grace-budget", "lws-pdb-missing"} <= {
+        f.rule for f in serial.findings}
+    # Cut where no namespace straddles (none such without namespaces: one process)...
+    assert (_shares(args, 2) is not None) == namespaced
+    for jobs in (2, 3, 8):
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+    # ...and where the guess was wrong: by size alone.
+    _blind(monkeypatch)
+    for jobs in (2, 3, 8):
+        assert _shares(args, jobs) is not None
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+
+
+@pytest.mark.usefixtures("small_is_large")
+@pytest.mark.parametrize("parent_share", [1e9, 0.0])
+def test_bad_files_among_good_ones_are_named_and_the_rest_checked(
+        tmp_path: Path, parent_share: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
+    files = _write(tmp_path / "fleet", _fleet(40))
+    # A YAML error after a good document, a bad grace (a workload's field) late, a bad HPA
+    # field early: errors come by file, then field errors by kind, as in the serial run.
+    files[2].write_text(files[2].read_text() + "---\nkind: Deployment\nmetadata: {name: [\n")
+    bad_hpa = hpa("app-1", namespace="team-0")
+    bad_hpa["spec"]["minReplicas"] = "two"
+    files[1].write_text(files[1].read_text() + "---\n" + to_yaml(bad_hpa))
+    bad_grace = deployment("late", namespace="team-12", grace="abc")  # type: ignore[arg-type]
+    files[-1].write_text(files[-1].read_text() + "---\n" + to_yaml(bad_grace))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    messages = [str(e) for e in serial.errors]
+    assert len(messages) == 3
+    assert messages[0].startswith(f"{files[2]}:") and "invalid YAML" in messages[0]
+    assert "terminationGracePeriodSeconds" in messages[1] and "minReplicas" in messages[2]
+    assert {f.file for f in serial.findings} >= {str(f) for f in files[3:]}
+    for jobs in (2, 4):
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+    _blind(monkeypatch)
+    for jobs in (2, 4):
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+
+
+@pytest.mark.usefixtures("small_is_large")
+def test_a_failed_worker_leaves_it_to_the_serial_run(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path / "fleet", _fleet(20))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("a worker's bug")
+
+    monkeypatch.setattr(parallel, "build_index", broken)  # only the workers build with it
+    assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
+
+
+def test_small_inputs_and_stdin_stay_in_one_process(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    files = [str(p) for p in _write(tmp_path / "fleet", _fleet(20))]
+    started: list[object] = []
+    monkeypatch.setattr(parallel._Worker, "start", lambda *a: started.append(a))
+    assert parallel._in_workers(files, Context(), 2) is None  # under MIN_BYTES
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    assert parallel._in_workers([*files, "-"], Context(), 2) is None
+    assert parallel._in_workers(files[:1], Context(), 2) is None
+    assert parallel._in_workers(files, Context(), 1) is None
+    assert not started
+
+
+def test_shares_hold_namespaces_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_WORKER", 1)
+    texts = ["metadata: {name: a, namespace: one}\nkind: Service\n",
+             "kind: Service\nmetadata:\n  namespace: one\n",
+             '{"kind": "Service", "metadata": {"namespace": "two"}}',
+             "kind: Service\nmetadata:\n  namespace: 'three'\n",
+             "kind: Service\nmetadata:\n  name: x\n"]  # the default namespace
+    sources = [SourceText(f"{n}.yaml", t) for n, t in enumerate(texts)]
+    for jobs in (2, 4, 8):
+        cuts = parallel.shares(sources, jobs)
+        assert cuts is not None and 1 <= len(cuts) < jobs and cuts == sorted(set(cuts))
+        assert set(cuts) <= {2, 3, 4}  # never between the two files of `one`
+    assert parallel.shares(sources, 8) == [2, 3, 4]
+    # Two files of the default namespace are not cut apart either.
+    assert parallel.shares([*sources, SourceText("d.yaml", texts[4])], 8) == [2, 3, 4]
+    assert parallel.shares(sources[:2], 2) is None
+
+
+def test_the_command_with_workers_writes_the_serial_bytes(tmp_path: Path) -> None:
+    # A real process at the real threshold: enough input for two workers.
+    objects = _fleet(1200)
+    files = _write(tmp_path / "fleet", objects, per_file=100)
+    assert sum(f.stat().st_size for f in files) >= parallel.MIN_BYTES
+    outputs = {}
+    for jobs in ("1", "2"):
+        for output in ("json", "sarif", "text"):
+            proc = subprocess.run(
+                [sys.executable, "-m", "drainsafe", "check", "--no-config", "--jobs", jobs,
+                 "-o", output, str(tmp_path / "fleet")],
+                capture_output=True, text=True, check=False, cwd=tmp_path)
+            assert proc.returncode == 1, proc.stderr
+            outputs[(jobs, output)] = proc.stdout, proc.stderr
+    for output in ("json", "sarif", "text"):
+        assert outputs[("2", output)] == outputs[("1", output)]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x"])
+def test_jobs_must_be_one_or_more(value: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "drainsafe", "check", "--jobs", value, "-"],
+                          capture_output=True, text=True, input="", check=False)
+    assert proc.returncode == 2
+    assert "--jobs" in proc.stderr and "1 or more" in proc.stderr
+
+
+@pytest.mark.parametrize(("load", "jobs"), [(0.0, 4), (0.4, 4), (1.6, 2), (3.6, 1), (9.0, 1)])
+def test_default_jobs_are_the_idle_cpus(monkeypatch: pytest.MonkeyPatch, load: float,
+                                        jobs: int) -> None:
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert parallel.default_jobs() == jobs
