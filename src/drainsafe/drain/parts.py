@@ -37,9 +37,7 @@ def with_part(record: SurgeRecord, node: str, part: SurgePart) -> SurgeRecord:
     """The record (a version 1 record becomes one part) with `node`'s part set to `part`."""
     # A part that names no pod holds nothing (a version 1 record taken back is one).
     parts = {n: p for n, p in {**record.holders, node: part}.items() if p.pods}
-    return SurgeRecord(node=record.node, replicas=record.replicas, by=record.by,
-                       at=record.at, autoscaler=record.autoscaler, guard=record.guard,
-                       parts=parts)
+    return _with_parts(record, parts)
 
 
 def without_pods(record: SurgeRecord, node: str, pods: Collection[str]) -> SurgeRecord | None:
@@ -55,8 +53,14 @@ def without_pods(record: SurgeRecord, node: str, pods: Collection[str]) -> Surge
             del parts[node]
     if not parts:
         return None
+    return _with_parts(record, parts)
+
+
+def _with_parts(record: SurgeRecord, parts: dict[str, SurgePart]) -> SurgeRecord:
+    # `pods`: every part's, as a version 1 reader (the eviction guard's view) reads them.
     return SurgeRecord(node=record.node, replicas=record.replicas, by=record.by,
                        at=record.at, autoscaler=record.autoscaler, guard=record.guard,
+                       pods={k: v for p in parts.values() for k, v in p.pods.items()},
                        parts=parts)
 
 

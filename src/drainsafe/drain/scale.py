@@ -180,8 +180,17 @@ async def _write_shared(client: KubeClient, ref: WorkloadRef, obj: Obj,
                         record: SurgeRecord | None) -> None:
     """One resourceVersion-guarded patch of a Deployment: the record (None: removed) and
     spec.replicas at its target (drain.parts.target; `base` once removed). With an
-    HPA, its bounds first, as set_scale."""
+    HPA, its bounds first, as set_scale, and when they go up the record before them."""
     target = base if record is None else shared_target(record)
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    annotation = None if record is None else record.to_json()
+    now = int((obj.get("spec") or {}).get("replicas", 1))
+    if bounds is not None and target > now:
+        # The HPA's bounds are raised before the scale, so the record that restores them
+        # goes on first (a kill between the two leaves it to say what to restore).
+        written = await client.patch(workload_path(ref), {
+            "metadata": {"resourceVersion": rv, "annotations": {SURGE: annotation}}})
+        rv = (written.get("metadata") or {}).get("resourceVersion")
     if bounds is not None:
         spec: dict[str, int | None]
         if target > base:
@@ -190,10 +199,8 @@ async def _write_shared(client: KubeClient, ref: WorkloadRef, obj: Obj,
         else:
             spec = {"minReplicas": bounds.min_replicas, "maxReplicas": bounds.max_replicas}
         await client.patch(hpa_path(ref.namespace, bounds.name), {"spec": spec})
-    rv = (obj.get("metadata") or {}).get("resourceVersion")
     await client.patch(workload_path(ref), {
-        "metadata": {"resourceVersion": rv,
-                     "annotations": {SURGE: None if record is None else record.to_json()}},
+        "metadata": {"resourceVersion": rv, "annotations": {SURGE: annotation}},
         "spec": {"replicas": target}})
 
 
