@@ -3,9 +3,11 @@
 load through its Service. Measured from the Deployment's own watch: the scale reached
 base + both parts while both parts were recorded (so the surge was shared, not taken in
 turn), Ready never below desired at any 0.1 s sample or change, no request failed or was
-cut, and the scale is back at base with no record afterwards, audit clean. A node whose
-new pods do not fit beside another's part waits and joins once that part leaves. A drain
-killed (SIGKILL) mid-shared-surge leaves a two-part record; a rerun restores base.
+cut, and the scale is back at base with no record afterwards, audit clean. The lab has
+room for exactly both parts' new pods. A node whose new pods do not fit beside another's
+part waits and joins once that part leaves. A drain killed (SIGKILL) mid-shared-surge
+leaves a two-part record, which audit lists for both nodes; a rerun, with no room beyond
+the stand-ins already running (counted, not asked for again), restores base.
 
 Real processes: the lab's API server, scheduler, controllers and kubelets, the streaming
 workload under `drainsafe serve` (drainsafe.demo.fleetload's scenario, the NodeMaintenance
@@ -66,7 +68,7 @@ async def chat_nodes(client: KubeClient) -> list[str]:
 
 
 async def test_two_nodes_share_one_deployments_surge_under_load(tmp_path: Path) -> None:
-    async with gpu_lab(tmp_path, nodes=5, gpus=1, propagation=SETTINGS.propagation) as lab, \
+    async with gpu_lab(tmp_path, nodes=4, gpus=1, propagation=SETTINGS.propagation) as lab, \
             KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         await deploy(lab, [SETTINGS])
         nodes = await chat_nodes(client)
@@ -106,7 +108,6 @@ async def test_a_node_without_room_waits_and_joins_when_a_part_leaves(
             KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         await deploy(lab, [settings])
         a, b = await chat_nodes(client)
-        free = sorted({f"node-{i}" for i in range(4)} - {a, b})
         # A filler takes one of the two free GPUs: room for one new pod.
         await lab.apply(virtual_deployment("filler", replicas=1, gpus=1, startup_seconds=0.2))
         await lab.wait_available(NAMESPACE, "filler", timeout=60)
@@ -130,14 +131,12 @@ async def test_a_node_without_room_waits_and_joins_when_a_part_leaves(
             async with asyncio.timeout(60):
                 await waiting.wait()
             # The waiter joins only once a part left; then there must be room for it.
-            filler = [p for p in await pods_of(client, "filler")]
             await client.patch(api_path("apps/v1", "deployments", namespace=NAMESPACE,
                                         name="filler"), {"spec": {"replicas": 0}})
             reports = await asyncio.gather(*runs)
         assert all(r.ok for r in reports), [r.failure for r in reports]
         assert seen.most_parts == 1, seen.rows
         assert [r for r, _ in seen.rows if r > settings.replicas + 1] == [], seen.rows
-        assert filler and free
         dep = await client.get(api_path("apps/v1", "deployments", namespace=NAMESPACE,
                                         name=settings.app))
         assert dep["spec"]["replicas"] == settings.replicas
@@ -152,7 +151,7 @@ async def _ds(*args: str) -> asyncio.subprocess.Process:
 
 async def test_a_drain_killed_mid_shared_surge_is_restored_by_a_rerun(tmp_path: Path) -> None:
     settings = replace(SETTINGS, model_load=6)
-    async with gpu_lab(tmp_path, nodes=5, gpus=1, propagation=settings.propagation) as lab, \
+    async with gpu_lab(tmp_path, nodes=4, gpus=1, propagation=settings.propagation) as lab, \
             KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         await deploy(lab, [settings])
         nodes = await chat_nodes(client)

@@ -11,8 +11,8 @@ decision and its eviction and the part's lowering, never across a node's whole s
 
 - Join on room (drain.parts.may_join): a node joins while other parts are held only if
   its new pods, with the holders' still unplaced ones, fit now (drain.room.new_pods_fit,
-  the drain's own placement); else it waits for a part to leave (a Condition on the
-  lock: no polling) and decides again.
+  the drain's own placement); else it waits for a part to leave (an event: no polling)
+  and decides again. Only parts held by a drain running here are waited for.
 - The gate (drain.parts.may_evict): the Available pods of the workload, less those this
   process evicted that the watch has not yet seen go, minus the pod stay at or above the
   recorded replicas.
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from drainsafe.drain import scale
@@ -59,7 +59,23 @@ class SharedSurge:
     most_parts: int = 0
 
     def __post_init__(self) -> None:
-        self.left = asyncio.Condition(self.lock)  # notified when a part leaves
+        self._left = asyncio.Event()  # set (and replaced) when a part leaves
+
+    def waiter(self) -> asyncio.Event:
+        """Set once a part leaves (a new one for each part that leaves)."""
+        return self._left
+
+    def part_left(self) -> None:
+        """Wake the nodes waiting to join."""
+        self._left.set()
+        self._left = asyncio.Event()
+
+    def release(self, node: str) -> None:
+        """`node`'s drain ended (done or stopped): it no longer holds a part here, so
+        nobody waits on it; a part it left behind stays recorded, for its rerun."""
+        if node in self.held:
+            self.held.discard(node)
+            self.part_left()
 
     def available(self, ctx: DrainContext, selector: WorkloadSelector) -> list[str]:
         """The uids of its Available pods, less those evicted here (the watch may not
@@ -86,9 +102,10 @@ class Surges:
 async def join(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge,
                pods: Sequence[PodPlan], *, allowed: Collection[str]) -> SurgeRecord:
     """Hold `pods`' part of the workload's surge (a rerun's part replaced): a new record
-    when there is none, joining the parts held here (or by the drains `allowed`) when its
-    new pods fit now, else after a part leaves. A record of the eviction guard's is waited
-    for, as a lone surge does."""
+    when there is none, joining the parts held here when its new pods fit now, else after
+    a part leaves. A part an earlier run left for a node of this run (`allowed`) that no
+    drain here holds is not waited for (it would never leave by itself), only counted. A
+    record of the eviction guard's is waited for, as a lone surge does."""
     ref = WorkloadRef.parse(w.workload)
     part = SurgePart(by=ctx.client.identity.actor(), at=rfc3339(ctx.clock()),
                      pods={p.key: p.uid for p in pods})
@@ -96,15 +113,18 @@ async def join(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge,
         async with shared.lock:
             obj = await ctx.client.get(scale.workload_path(ref))
             seen = SurgeRecord.of(obj)
+            left = shared.waiter()
             if seen is None or not seen.guard:
-                holders = () if seen is None else seen.nodes
+                holders = {} if seen is None else seen.holders
                 foreign = [n for n in holders if n != ctx.node and n not in shared.held
                            and n not in allowed]
                 if foreign:
                     raise DrainFailed(f"{w.workload} is surged for a drain of "
-                                      f"{', '.join(foreign)}")
-                others = [n for n in holders if n != ctx.node]
-                if may_join(len(others), bool(others) and await _fits(ctx, w, obj, pods)):
+                                      f"{', '.join(sorted(foreign))}")
+                active = sorted(n for n in shared.held if n != ctx.node)
+                mine = holders.get(ctx.node, SurgePart()).pods
+                more = max(0, len(pods) - len(mine))  # a rerun's part is counted already
+                if may_join(len(active), bool(active) and await _fits(ctx, w, obj, more)):
                     try:
                         record = await scale.join_shared(
                             ctx.client, w.workload, seen=seen, node=ctx.node, part=part,
@@ -115,38 +135,34 @@ async def join(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge,
                     shared.held.add(ctx.node)
                     shared.most_parts = max(shared.most_parts, len(record.holders))
                     return record
-                ctx.say(f"{w.workload}: no room now for {len(pods)} more pod(s) beside the "
-                        f"surge held for {', '.join(others)}: waiting for a part to leave")
-                await _part_left(ctx, shared)
-                continue
-        ctx.say(f"{w.workload}: surged by the eviction guard for a drain of "
-                f"{seen.node}; waiting for its restore")
-        await ctx.watch.wait_no_guard_surge(ref, timeout=ctx.remaining(), stop=ctx.stop)
+        if seen is not None and seen.guard:
+            ctx.say(f"{w.workload}: surged by the eviction guard for a drain of "
+                    f"{seen.node}; waiting for its restore")
+            await ctx.watch.wait_no_guard_surge(ref, timeout=ctx.remaining(), stop=ctx.stop)
+            continue
+        ctx.say(f"{w.workload}: no room now for {len(pods)} more pod(s) beside the surge "
+                f"held for {', '.join(active)}: waiting for a part to leave")
+        await _part_left(ctx, left)
 
 
-async def _part_left(ctx: DrainContext, shared: SharedSurge) -> None:
-    """Wait (the lock held, released meanwhile) until a part leaves, the drain stops, or
-    its deadline."""
-    async def on_stop() -> None:
-        await ctx.stop.wait()
-        async with shared.lock:
-            shared.left.notify_all()
-
-    watcher = asyncio.create_task(on_stop())
+async def _part_left(ctx: DrainContext, left: asyncio.Event) -> None:
+    """Until a part leaves (an event, not a poll), the drain stops, or its deadline."""
+    waits = [asyncio.ensure_future(left.wait()), asyncio.ensure_future(ctx.stop.wait())]
     try:
-        async with asyncio.timeout(ctx.remaining()):
-            await shared.left.wait()
-    except TimeoutError as exc:
-        raise DrainFailed("no room to join the surge before --timeout") from exc
+        done, _ = await asyncio.wait(waits, timeout=ctx.remaining(),
+                                     return_when=asyncio.FIRST_COMPLETED)
     finally:
-        watcher.cancel()
+        for t in waits:
+            t.cancel()
     if ctx.stop.is_set():
         raise Stopped("stopped while waiting for a part of the surge to leave")
+    if not done:
+        raise DrainFailed("no room to join the surge before --timeout")
 
 
 async def _fits(ctx: DrainContext, w: WorkloadPlan, obj: dict[str, object],
-                pods: Sequence[PodPlan]) -> bool:
-    """The joiner's new pods and the holders' not yet placed ones fit now."""
+                more: int) -> bool:
+    """The joiner's `more` new pods and the holders' not yet placed ones fit now."""
     selector = ctx.selectors.get(w.workload)
     if selector is None:
         return False
@@ -158,7 +174,7 @@ async def _fits(ctx: DrainContext, w: WorkloadPlan, obj: dict[str, object],
     scale_now = int(spec.get("replicas", 1)) if isinstance(spec, dict) else 1
     unplaced = max(0, scale_now - len(ours)) + sum(1 for p in ours if not node_of(p))
     template = pod_template(obj).get("spec") or {}
-    return new_pods_fit(template, unplaced + len(pods), nodes, everything,
+    return new_pods_fit(template, unplaced + more, nodes, everything,
                         excluded=(ctx.node,))
 
 
@@ -170,8 +186,7 @@ async def lower(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge,
     record = await scale.lower_shared(ctx.client, w.workload, shared.record, ctx.node, keys)
     shared.record = record
     if record is None or ctx.node not in record.holders:
-        shared.held.discard(ctx.node)
-        shared.left.notify_all()
+        shared.release(ctx.node)
 
 
 async def leave(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge) -> SurgeRecord | None:
@@ -188,7 +203,7 @@ async def leave(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge) -> Surg
         record = shared.record
         if record is not None and ctx.node in record.holders:
             await lower(ctx, w, shared, record.holders[ctx.node].pods)
-        shared.held.discard(ctx.node)
+        shared.release(ctx.node)
         return shared.record
 
 
@@ -229,9 +244,6 @@ async def evict_gated(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge,
                                   what=f"{w.workload} to keep {base} Available without "
                                   f"{p.key}")
         gone_waits.append(asyncio.create_task(ctx.after_eviction(p)))
-
-
-GiveBack = Callable[[], Awaitable[None]]
 
 
 async def give_back(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge) -> None:

@@ -111,6 +111,7 @@ async def _shared(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan,
         if gone_waits:
             await asyncio.gather(*gone_waits)
     finally:
+        shared.release(ctx.node)  # stopped: nobody waits on a part that will not leave
         for t in gone_waits:
             t.cancel()
 
