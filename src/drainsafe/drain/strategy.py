@@ -24,8 +24,9 @@ meanwhile. The restore lowers the scale and lws removes the highest group indice
 stand-ins. Mid-update (kube.objects.lws_rollout_in_progress) it stands down, as a
 StatefulSet does. Bare ReplicaSets and other controllers evict first.
 Each plan carries its Ready floor and expected time. A surge record of an earlier run on
-these nodes is continued (its recorded replicas are the scale to restore); one of another
-node's drain refuses ("surge-owned"); the eviction guard's own surge is a bounded hold the
+these nodes is continued (its recorded replicas are the scale to restore); a Deployment's
+record whose parts are held for nodes of this run is joined (drain.sharedsurge); one of
+another node's drain refuses ("surge-owned"); the eviction guard's own surge is a bounded hold the
 drain waits out. Pure.
 """
 
