@@ -102,10 +102,9 @@ async def _shared(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan,
             await _wait_surge(ctx, w, remaining, base, give_back=take_back)
             await sharedsurge.evict_gated(ctx, w, shared, remaining, base, gone_waits)
         left = await sharedsurge.leave(ctx, w, shared)
-        if left is None:
-            base = shared.base if shared.base is not None else 0
-            ctx.say(f"{w.workload}: scale restored to {base}")
-        else:
+        if left is None and shared.base is not None:
+            ctx.say(f"{w.workload}: scale restored to {shared.base}")
+        elif left is not None:
             ctx.say(f"{w.workload}: this node's part left; the surge stays for "
                     f"{', '.join(left.nodes)}")
         if gone_waits:
