@@ -7,7 +7,8 @@ cut, and the scale is back at base with no record afterwards, audit clean. The l
 room for exactly both parts' new pods. A node whose new pods do not fit beside another's
 part waits and joins once that part leaves. A drain killed (SIGKILL) mid-shared-surge
 leaves a two-part record, which audit lists for both nodes; a rerun, with no room beyond
-the stand-ins already running (counted, not asked for again), restores base.
+the stand-ins already running (counted, not asked for again), restores base; so does
+`drainsafe uncordon` of each node, one part at a time.
 
 Real processes: the lab's API server, scheduler, controllers and kubelets, the streaming
 workload under `drainsafe serve` (drainsafe.demo.fleetload's scenario, the NodeMaintenance
@@ -197,6 +198,51 @@ async def test_a_drain_killed_mid_shared_surge_is_restored_by_a_rerun(tmp_path: 
             proc = await _ds("uncordon", n, cfg)
             await proc.communicate()
             assert proc.returncode == 0
+        proc = await _ds("audit", cfg, "-o", "json")
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0 and json.loads(out) == {"nodes": [], "scaled_up": []}
+
+
+async def test_uncordon_gives_back_one_part_at_a_time_after_a_kill(tmp_path: Path) -> None:
+    """SIGKILL with both parts held, then `drainsafe uncordon` of each node: the first
+    takes its part out (the scale base + the other part, the record naming the other),
+    the second restores base and removes the record; audit is clean."""
+    settings = replace(SETTINGS, model_load=6)
+    async with gpu_lab(tmp_path, nodes=4, gpus=1, propagation=settings.propagation) as lab, \
+            KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        await deploy(lab, [settings])
+        first, second = await chat_nodes(client)
+        cfg = f"--kubeconfig={lab.kubeconfig}"
+        shared = asyncio.Event()
+
+        def on_event(_kind: str, obj: dict[str, Any]) -> None:
+            record = ownership.SurgeRecord.of(obj)
+            if record is not None and len(record.nodes) == 2:
+                shared.set()
+
+        async with Informer(client, DEPLOYMENTS, on_event=on_event):
+            proc = await _ds("drain", first, second, "--max-parallel-nodes", "2", cfg,
+                             "--timeout", "120")
+            try:
+                async with asyncio.timeout(60):
+                    await shared.wait()
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                await proc.communicate()
+        path = api_path("apps/v1", "deployments", namespace=NAMESPACE, name=settings.app)
+        proc = await _ds("uncordon", first, cfg)
+        await proc.communicate()
+        assert proc.returncode == 0
+        dep = await client.get(path)
+        record = ownership.SurgeRecord.of(dep)
+        assert record is not None and record.nodes == (second,)
+        assert dep["spec"]["replicas"] == settings.replicas + 1
+        proc = await _ds("uncordon", second, cfg)
+        await proc.communicate()
+        assert proc.returncode == 0
+        dep = await client.get(path)
+        assert dep["spec"]["replicas"] == settings.replicas
+        assert ownership.SURGE not in (dep["metadata"].get("annotations") or {})
         proc = await _ds("audit", cfg, "-o", "json")
         out, _ = await proc.communicate()
         assert proc.returncode == 0 and json.loads(out) == {"nodes": [], "scaled_up": []}
