@@ -8,7 +8,7 @@ import os
 import pathlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,19 +94,28 @@ async def until(predicate: Any, *, timeout: float, what: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def install(lab: Lab, *extra_args: str) -> None:
-    """The guard by `kubectl apply -k deploy/controller` (its args extended by an overlay),
-    until it serves with its CA in its webhook configuration."""
+async def install(lab: Lab, *extra_args: str, env: Mapping[str, str] | None = None,
+                  node: str | None = None) -> None:
+    """The guard by `kubectl apply -k deploy/controller` (its args and env extended, its
+    pods kept to `node`, by an overlay), until it serves with its CA in its webhook
+    configuration."""
     source = str(DEPLOY)
-    if extra_args:
+    container = "/spec/template/spec/containers/0"
+    ops = [("add", f"{container}/args/-", a) for a in extra_args]
+    ops += [("add", f"{container}/env/-", json.dumps({"name": k, "value": v}))
+            for k, v in (env or {}).items()]
+    if node is not None:
+        ops.append(("add", "/spec/template/spec/nodeSelector",
+                    json.dumps({"kubernetes.io/hostname": node})))
+    if ops:
         overlay = lab.state_dir / "overlay"
         overlay.mkdir()
-        ops = "\n".join(f"      - op: add\n        path: /spec/template/spec/containers/0/args/-"
-                        f"\n        value: {a}" for a in extra_args)
+        patch = "\n".join(f"      - op: {op}\n        path: {path}\n        value: {value}"
+                          for op, path, value in ops)
         (overlay / "kustomization.yaml").write_text(
             f"resources: [{os.path.relpath(DEPLOY, overlay)}]\npatches:\n"
             f"  - target: {{kind: Deployment, name: drainsafe-controller}}\n"
-            f"    patch: |\n{ops}\n")
+            f"    patch: |\n{patch}\n")
         source = str(overlay)
     code, out = await kubectl(lab, "1.33", "apply", "-k", source)
     assert code == 0, out

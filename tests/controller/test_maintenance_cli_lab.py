@@ -210,7 +210,9 @@ async def test_create_watch_done_and_dry_run_match_kubectl_apply(
     assert any(ln.startswith(f"{NAME}: Succeeded done 1/1") for ln in lines), lines
     n = store.get(NODES, "", node)
     assert not n["spec"].get("unschedulable")
-    assert n["metadata"]["annotations"]["drainsafe.io/maintained"] == NAME
+    # the name and the time of the mark: a value no early mark could have left
+    assert n["metadata"]["annotations"]["drainsafe.io/maintained"].startswith(f"{NAME}/")
+    assert f"drainsafe.io/maintained={NAME}/" in out, out
     code, out, err = await cli(lab, "status", NAME)
     assert code == EXIT_OK and node in out and "Uncordoned" in out, (out, err)
     # the replica moved make before break, and the operation saw it: 1/1 Ready throughout

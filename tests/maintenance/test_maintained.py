@@ -8,14 +8,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drainsafe.maintenance.cli import CreateFlags, FlagError, done_refusal, manifest_from_flags
+from drainsafe.maintenance.cli import (
+    CreateFlags,
+    FlagError,
+    done_refusal,
+    done_value,
+    manifest_from_flags,
+)
 from drainsafe.maintenance.maintained import (
     MAINTAINED,
     NodeSeen,
     Recorded,
+    done_mark,
     maintained,
+    names,
     node_seen,
     record_of,
+    stale_mark,
 )
 from drainsafe.maintenance.progress import NodeProgress, read_nodes, status_of
 from drainsafe.maintenance.spec import (
@@ -112,6 +121,63 @@ def test_each_mark(node: dict[str, Any] | None, when: MaintainedWhen,
     assert maintained(seen, BEFORE, when, NAME) == expected
 
 
+EARLY = record_of(node_seen(_node(annotations={MAINTAINED: NAME})))  # marked before the drain
+
+
+@pytest.mark.parametrize(("value", "recorded", "expected"), [
+    # set before the drain ended (kubectl annotate early, a leftover): recorded, not counted
+    (NAME, EARLY, False),
+    # set again since, with another value: `done`'s, or kubectl's with a note
+    (f"{NAME}/2026-12-07T01:00:00Z", EARLY, True),
+    (f"{NAME}/CHG-1234", EARLY, True),
+    # nothing there at the drain's end: the plain name counts, as documented
+    (NAME, BEFORE, True),
+    (f"{NAME}/CHG-1234", BEFORE, True),
+    # another operation's name, or one that only begins with this one's, never counts
+    ("other", BEFORE, False),
+    (f"{NAME}x", BEFORE, False),
+    (f"other/{NAME}", BEFORE, False),
+    # a recorded mark of another operation does not hide this one's
+    (NAME, record_of(node_seen(_node(annotations={MAINTAINED: "other"}))), True),
+])
+def test_the_annotation_counts_only_if_set_after_the_drain(
+        value: str, recorded: Recorded, expected: bool) -> None:
+    node = node_seen(_node(annotations={MAINTAINED: value}))
+    assert maintained(node, recorded, MaintainedWhen(), NAME) == (
+        (True, "Annotated") if expected else (False, "AwaitingMaintenance"))
+
+
+def test_an_early_mark_is_recorded_and_said_and_a_replacement_carries_none_of_it() -> None:
+    assert EARLY.maintained == NAME
+    assert EARLY.as_status()["maintained"] == NAME
+    assert Recorded.of_status(EARLY.as_status()) == EARLY
+    assert "maintained" not in BEFORE.as_status()
+    note = stale_mark(EARLY, MaintainedWhen(), NAME)
+    assert note is not None and f"{MAINTAINED}={NAME}" in note and "done" in note
+    assert stale_mark(BEFORE, MaintainedWhen(), NAME) is None
+    assert stale_mark(EARLY, MaintainedWhen(annotation=False, boot_id_changed=True),
+                      NAME) is None
+    # a new Node object under the name was annotated after the drain, whatever its value
+    replacement = node_seen(_node(uid="u2", annotations={MAINTAINED: NAME}))
+    assert maintained(replacement, EARLY, MaintainedWhen(), NAME) == (True, "Annotated")
+
+
+def test_done_writes_a_mark_that_counts_whatever_was_recorded() -> None:
+    now = 1_796_000_000.25
+    plain = done_mark(NAME, now)
+    assert plain.startswith(f"{NAME}/") and names(plain, NAME)
+    for recorded in ("", NAME, plain, "other"):
+        value = done_mark(NAME, now, recorded)
+        assert value != recorded and names(value, NAME)
+        node = node_seen(_node(annotations={MAINTAINED: value}))
+        before = record_of(node_seen(_node(annotations={MAINTAINED: recorded})))
+        assert maintained(node, before, MaintainedWhen(), NAME) == (True, "Annotated")
+    # `done` reads the recorded value from the node's status row
+    obj = {"metadata": {"name": NAME}, "status": {"nodes": [
+        {"name": "a", "state": "AwaitingMaintenance", "recorded": {"maintained": plain}}]}}
+    assert done_value(obj, "a", now) not in (plain, NAME)
+
+
 def test_without_a_record_no_change_can_be_told() -> None:
     when = MaintainedWhen(boot_id_changed=True, kubelet_version="changed")
     assert maintained(node_seen(_node(boot="b2", uid="u2")), None, when, NAME) == (
@@ -130,12 +196,14 @@ def test_the_record_survives_the_status_a_new_leader_reads() -> None:
 
 
 texts = st.sampled_from(["", "a", "b"])
+marks = st.sampled_from(["", NAME, f"{NAME}/t1", f"{NAME}/t2", "x"])
 seen_nodes = st.builds(NodeSeen, uid=texts, boot_id=texts, kubelet_version=st.sampled_from(
-    ["", "v1.31.0", "v1.32.1", "v2.0.0"]), maintained_for=st.sampled_from(["", NAME, "x"]),
+    ["", "v1.31.0", "v1.32.1", "v2.0.0"]), maintained_for=marks,
     conditions=st.dictionaries(st.sampled_from(["C", "D"]),
                                st.sampled_from(["True", "False", "Unknown"])))
 records = st.none() | st.builds(Recorded, uid=texts, boot_id=texts,
-                                kubelet_version=st.sampled_from(["", "v1.31.0", "v1.32.1"]))
+                                kubelet_version=st.sampled_from(["", "v1.31.0", "v1.32.1"]),
+                                maintained=marks)
 whens = st.builds(MaintainedWhen, annotation=st.booleans(),
                   node_condition=st.none() | st.builds(NodeConditionMark, st.just("C")),
                   boot_id_changed=st.booleans(),
@@ -159,6 +227,10 @@ def test_properties(node: NodeSeen, recorded: Recorded | None, when: MaintainedW
                            kubelet_version=when.kubelet_version or "changed")
     if ok:
         assert maintained(node, recorded, wider, NAME)[0]
+    # the annotation the node already carried when its drain ended never counts
+    if recorded is not None and node.uid == recorded.uid \
+            and node.maintained_for == recorded.maintained:
+        assert why != "Annotated"
     # a mark that is off is never the reason
     assert why != "Annotated" or when.annotation
     assert why != "Condition" or when.node_condition is not None
@@ -219,8 +291,8 @@ def test_the_crd_schema_defaults_prunes_and_validates_maintained_when() -> None:
                                     "maintainedWhen": {"bootIDChanged": True,
                                                        "nodeCondition": {"type": "X"}}},
                            "status": {"nodes": [{"name": "a", "state": "AwaitingMaintenance",
-                                                 "recorded": BEFORE.as_status()}]}}
-    assert crdschema.prune(obj, schema) == []
+                                                 "recorded": EARLY.as_status()}]}}
+    assert crdschema.prune(obj, schema) == []  # the record kept whole, its mark too
     crdschema.default(obj, schema)
     assert obj["spec"]["maintainedWhen"] == {"annotation": True, "bootIDChanged": True,
                                              "nodeCondition": {"type": "X", "status": "True"}}

@@ -2,7 +2,12 @@
 and on a NodeMaintenance, so `kubectl describe nodemaintenance` tells what it did.
 
 Written as client-go's record.EventRecorder writes them (tools/record/event.go): in the
-background, best effort, never in the way of the answer the API server is waiting for. An
+background, best effort, never in the way of the answer the API server is waiting for. A
+stop waits a bounded while (FLUSH_SECONDS) for those still being written. client-go's
+Broadcaster.Shutdown blocks only until its queued events are handed to the watchers
+(apimachinery pkg/watch/mux.go: "blocks until all events have been distributed through the
+outbound channels"), not until the sink has written them; here the writes themselves are
+awaited, since the Events of a NodeMaintenance's last steps are what a person reads. An
 Event about a cluster-scoped object (a NodeMaintenance) lives in the namespace "default"
 and its involvedObject has no namespace (makeEvent: `if namespace == "" { namespace =
 metav1.NamespaceDefault }`), which is what `kubectl describe` looks for: it lists Events
@@ -23,6 +28,11 @@ from drainsafe.kube.objects import rfc3339
 
 log = logging.getLogger(__name__)
 COMPONENT = "drainsafe-controller"
+FLUSH_SECONDS = 2.0
+"""How long a graceful stop (SIGTERM, the Lease lost) waits for the Events still being
+written: a few POSTs, milliseconds each on an API server that answers; one that does not
+must not hold the stop past the pod's grace period (the client's own timeout is 30 s).
+A SIGKILL loses them, and the next leader writes Events only for its own status writes."""
 EventType = Literal["Normal", "Warning"]
 EventKind = Literal["Pod", "Deployment", "StatefulSet", "LeaderWorkerSet", "NodeMaintenance"]
 KIND_VERSIONS: dict[EventKind, str] = {"Pod": "v1", "Deployment": "apps/v1",
@@ -85,7 +95,17 @@ class EventRecorder:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def stop(self) -> None:
+    async def flush(self, bound: float = FLUSH_SECONDS) -> None:
+        """Wait up to `bound` seconds for the Events emitted so far to be written (those
+        still on their way afterwards go on in the background)."""
+        pending = list(self._tasks)
+        if pending:
+            await asyncio.wait(pending, timeout=bound)
+
+    async def stop(self, bound: float = FLUSH_SECONDS) -> None:
+        """Write what was emitted (up to `bound` seconds), then cancel the rest. Without
+        the wait, a stop right after a status write cancelled its Events before they left."""
+        await self.flush(bound)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -26,9 +26,12 @@ The node set is fixed when the status is first written: a node labelled later do
 a running operation.
 
 Leadership lost: its node tasks are cancelled (each drain records "interrupted" and the next
-leader continues it). Deleted: a finalizer holds the object until the leader has cancelled
-its node tasks and given back the cordons and surges it holds
-(controller.maintenance_release).
+leader continues it). Stopped (SIGTERM) or no longer leading, it waits a bounded while
+(controller.events FLUSH_SECONDS) for the Events of its last status writes, which are
+written in the background, so a graceful stop does not drop them; a SIGKILL may, and the
+next leader writes Events only for the changes it writes itself. Deleted: a finalizer
+holds the object until the leader has cancelled its node tasks and given back the cordons
+and surges it holds (controller.maintenance_release).
 
 What a person reads (status.nodeTable, status.conditions, status.lowestCapacity from the
 drains' own capacity readings, and the Events of each status change) is
@@ -58,6 +61,7 @@ from drainsafe.controller.maintenance_taints import set_pending
 from drainsafe.drain.preflight import read_cluster
 from drainsafe.drain.sharedsurge import Surges
 from drainsafe.drain.workloads import ClusterState
+from drainsafe.failpoint import failpoint
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
 from drainsafe.kube.objects import is_node_ready, meta, rfc3339
 from drainsafe.kube.retry import KeptChanging
@@ -124,12 +128,19 @@ class MaintenanceReconciler:
                         await self.reconcile_all()
                     except Exception:  # the loop outlives one bad pass; the next retries
                         log.exception("NodeMaintenance reconcile failed; retrying")
-                else:
+                elif self._tasks:
+                    # Leadership lost: the node tasks stop, and so does this leader once
+                    # the Events of its last status writes are written (bounded)
                     await self._cancel(set(self._tasks))
+                    await self.readout.events.flush()
                 await asyncio.sleep(period)
         finally:
             await self._cancel(set(self._tasks))
             await self.readout.stop()
+            # A graceful stop (SIGTERM: app.run cancels this task) writes the Events of the
+            # last status writes before it returns; the recorder may be shared (the guard's),
+            # so it is flushed, not stopped, here
+            await self.readout.events.flush()
             await self.informer.stop()
 
     async def _cancel(self, keys: set[tuple[str, str]]) -> None:
@@ -177,6 +188,7 @@ class MaintenanceReconciler:
                 await self.status.failed(name, "NoNodes", "no node matches the selection")
             else:
                 await self.status.update(name, spec, {n: _unchanged for n in selected})
+                failpoint("maintenance.operation.selected")
             return
         await self._pending(name, progress, running=True)
         for node, p in progress.items():
@@ -230,6 +242,8 @@ class MaintenanceReconciler:
                                        int(meta(obj).get("generation") or 0))}
 
         if await self.status.put(name, plan):
+            if started:
+                failpoint("maintenance.wave.started")
             for n in started:
                 self._start(name, uid, n, spec, "Cordoned")
 

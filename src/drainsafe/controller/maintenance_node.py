@@ -12,6 +12,9 @@ so a new leader reads where the node is and continues:
 - Draining: drain again with the same engine `drainsafe drain` runs (drain.execute
   NodeDrainer): its record on the node names the pods it already evicted (by UID) and the
   surge on each workload, so no pod is evicted twice and a surge is finished or restored.
+  A node whose record already says `drained` under this operation's cordon (the leader was
+  lost between the drain's end and the Drained write) is not drained again: Drained is
+  written, as that leader would have done next.
   Each capacity reading of the drain goes to controller.maintenance_readout.
 - Refused before any eviction only for what the other nodes in progress hold
   (drain.preflight.only_waiting_on: no room for the surge, held by their cordons, their
@@ -21,10 +24,11 @@ so a new leader reads where the node is and continues:
   refusal fails the node.
 - Drained: uncordon per spec.uncordon (drain.cordon.uncordon, which refuses a cordon that
   was not drainsafe's); AwaitingMaintenance: the node's boot ID, kubelet version and UID
-  are recorded in its status row with that state, then the task waits (on the node
-  informer) until spec.maintainedWhen says it is maintained (maintenance.maintained: the
-  annotation drainsafe.io/maintained = the NodeMaintenance's name, a node condition, a new
-  boot ID or kubelet version, or a replaced node), then uncordons. With
+  are recorded in its status row with that state (read from the API after the drain, with
+  the drainsafe.io/maintained annotation already there, which therefore does not count),
+  then the task waits (on the node informer) until spec.maintainedWhen says it is
+  maintained (maintenance.maintained: the annotation naming the NodeMaintenance, set since,
+  a node condition, a new boot ID or kubelet version, or a replaced node), then uncordons. With
   maintainedWhen.timeoutSeconds the wait ends at a deadline counted from the row's
   `finished` time (maintenance.maintained.wait_bound, so a new leader keeps the same
   one): the node informer's wait is bounded by it, and past it the node is Failed,
@@ -40,8 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from drainsafe.controller.maintenance_readout import MaintenanceReadout
@@ -49,10 +55,17 @@ from drainsafe.controller.maintenance_status import StatusWriter
 from drainsafe.drain.capacity import CapacityReading
 from drainsafe.drain.cordon import NotOwned, cordon, uncordon
 from drainsafe.drain.execute import NodeDrainer
-from drainsafe.drain.ownership import maintenance_ref
+from drainsafe.drain.ownership import (
+    PROGRESS,
+    Progress,
+    cordoned_for,
+    maintenance_ref,
+    node_annotations,
+)
 from drainsafe.drain.preflight import only_waiting_on
 from drainsafe.drain.sharedsurge import Surges
-from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout
+from drainsafe.failpoint import failpoint
+from drainsafe.kube import Informer, KubeClient, KubeError, NotFound, WaitTimeout, api_path
 from drainsafe.kube.objects import parse_time
 from drainsafe.maintenance.maintained import (
     Recorded,
@@ -61,12 +74,14 @@ from drainsafe.maintenance.maintained import (
     maintained,
     node_seen,
     record_of,
+    stale_mark,
     wait_bound,
 )
 from drainsafe.maintenance.progress import NodeState, in_progress, read_nodes
 from drainsafe.maintenance.reasons import NodeReason
 from drainsafe.maintenance.spec import MaintenanceSpec
 
+log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 DEFERRED: NodeReason = "Deferred"  # the reason of a Pending node refused for what others hold
 # (NodeMaintenance name, node) deferred -> (when last, by time.monotonic; how many times)
@@ -102,10 +117,16 @@ class NodeTask:
         step = functools.partial(self.status.step, name, spec, node)
         settings = spec.drain_settings(f"NodeMaintenance {name}")
         drained_at: str | None = None  # the row's finished time, as this task wrote it
+        if state == "Draining" and await self._drained_before(name, node):
+            # A leader lost after this drain ended, before its Drained write: the node is
+            # drained, and is drained once; what that leader would have done next follows.
+            state, drained_at = await self._drained(name, node, spec)
         if state == "Cordoned":
             await cordon(self.client, node, reason=settings.reason, state="queued",
                          clock=self.clock, operation=maintenance_ref(name))
+            failpoint("maintenance.node.cordoned")
             await step("Draining", "Draining")
+            failpoint("maintenance.node.draining")
             state = "Draining"
         if state == "Draining":
             obj = self.informer.get(name) or {}
@@ -136,11 +157,11 @@ class NodeTask:
                 await step("Failed", "Refused" if report.refused else "DrainFailed", why,
                            finished=True)
                 return
-            state = "AwaitingMaintenance" if spec.uncordon == "WhenMaintained" else "Drained"
-            drained_at = await step(state, "Drained", finished=True,
-                                    recorded=self._record(node))
+            failpoint("maintenance.node.drained")
+            state, drained_at = await self._drained(name, node, spec)
         marked: Why | None = None
         if state == "AwaitingMaintenance":
+            failpoint("maintenance.node.awaiting")
             bound = self._wait_bound(name, node, spec, drained_at)
             marked = await self._await_maintained(name, node, spec, bound)
             if marked is None:
@@ -150,17 +171,66 @@ class NodeTask:
                 return
             state = "Drained"
         if state == "Drained" and spec.uncordon != "Never":
+            failpoint("maintenance.node.uncordoning")
             try:
                 await uncordon(self.client, node)
             except NotOwned as exc:
                 await step("Failed", "NotOurCordon", str(exc))
                 return
+            failpoint("maintenance.node.uncordoned")
             await step("Uncordoned", "Uncordoned",
                        f"maintained: {marked}" if marked else "")
+
+    async def _drained_before(self, name: str, node: str) -> bool:
+        """Whether this operation's drain of `node` already ended drained: its record says
+        so under this operation's cordon (read from the API, not the informer, which may
+        lag it). Our Cordoned step set the record `queued`, so only our own drain can have
+        made it `drained`; the status still says Draining when the leader that drained it
+        was lost before writing Drained."""
+        try:
+            obj = await self.client.get(api_path("v1", "nodes", name=node))
+        except NotFound:
+            return False
+        return (cordoned_for(obj) == name and PROGRESS in node_annotations(obj)
+                and Progress.of(obj).state == "drained")
+
+    async def _drained(self, name: str, node: str, spec: MaintenanceSpec
+                       ) -> tuple[NodeState, str | None]:
+        """The Drained write (AwaitingMaintenance under WhenMaintained); the state and the
+        row's finished time written."""
+        state: NodeState = ("AwaitingMaintenance" if spec.uncordon == "WhenMaintained"
+                            else "Drained")
+        # Read after the drain, not from the informer's copy: a maintained mark put on
+        # before the drain ended is recorded, so it does not count (maintenance.maintained)
+        recorded = await self._read_record(node)
+        drained_at = await self.status.step(name, spec, node, state, "Drained",
+                                            self._stale(recorded, spec, name),
+                                            finished=True, recorded=recorded)
+        return state, drained_at
 
     def _record(self, node: str) -> Recorded | None:
         obj = self.nodes.get(node)
         return None if obj is None else record_of(node_seen(obj))
+
+    async def _read_record(self, node: str) -> Recorded | None:
+        """The node read after its drain. An API error falls back to the informer's copy
+        (behind by a watch event at most): failing a drained node for one read would leave
+        it cordoned for a person, where the copy misses only a mark set in that instant."""
+        try:
+            return record_of(node_seen(await self.client.get(api_path("v1", "nodes",
+                                                                      name=node))))
+        except NotFound:
+            return None
+        except KubeError as exc:
+            log.warning("%s: node not read after its drain (%s); recorded from the cache",
+                        node, exc)
+            return self._record(node)
+
+    @staticmethod
+    def _stale(recorded: Recorded | None, spec: MaintenanceSpec, name: str) -> str:
+        if spec.uncordon != "WhenMaintained":
+            return ""
+        return stale_mark(recorded, spec.maintained_when, name) or ""
 
     def _wait_bound(self, name: str, node: str, spec: MaintenanceSpec,
                     drained_at: str | None) -> WaitBound:
@@ -186,7 +256,9 @@ class NodeTask:
         row = read_nodes(obj.get("status") or {}).get(node)
         recorded = row.recorded if row is not None else None
         if recorded is None and (recorded := self._record(node)) is not None:
-            # a status written before the record existed: from now on, as a new leader sees it
+            # a status written before the record existed: from now on, as a new leader sees
+            # it. Not its maintained mark: that may have been set since (as before the record)
+            recorded = replace(recorded, maintained="")
             await self.status.step(name, spec, node, "AwaitingMaintenance", "Drained",
                                    recorded=recorded)
         shown: Why = "AwaitingMaintenance"
@@ -217,4 +289,5 @@ class NodeTask:
                 await self.status.step(name, spec, node, "AwaitingMaintenance",
                                        "NodeGone" if why == "NodeGone" else "Drained",
                                        "no node of this name; waiting for one to register"
-                                       if why == "NodeGone" else "")
+                                       if why == "NodeGone" else
+                                       self._stale(recorded, spec, name))

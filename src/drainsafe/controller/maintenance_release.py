@@ -41,6 +41,7 @@ from typing import Any
 from drainsafe.drain.cordon import NotOwned, uncordon
 from drainsafe.drain.ownership import cordoned_for
 from drainsafe.drain.scale import restore_all_for_node
+from drainsafe.failpoint import failpoint
 from drainsafe.kube import KubeClient, NotFound, api_path
 from drainsafe.kube.objects import meta
 from drainsafe.kube.retry import retry_on_conflict
@@ -112,4 +113,5 @@ async def release(client: KubeClient, name: str) -> None:
     for node, progress in read_nodes(obj.get("status") or {}).items():
         if to_give_back(progress.state, mode):
             log.info("NodeMaintenance %s deleted: %s", name, await give_back(client, name, node))
+    failpoint("maintenance.release.given-back")
     await _set_finalizers(client, name, held=False)

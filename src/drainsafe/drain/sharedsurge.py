@@ -41,6 +41,7 @@ from drainsafe.drain.pods import PodPlan
 from drainsafe.drain.room import new_pods_fit
 from drainsafe.drain.strategy import WorkloadPlan
 from drainsafe.drain.workloads import WorkloadSelector, pod_template
+from drainsafe.failpoint import failpoint
 from drainsafe.kube import api_path
 from drainsafe.kube.objects import WorkloadRef, is_active, node_of, rfc3339, uid_of
 
@@ -228,6 +229,7 @@ async def evict_gated(ctx: DrainContext, w: WorkloadPlan, shared: SharedSurge,
                 if gate(p):
                     async def accepted(p: PodPlan = p) -> None:
                         shared.evicted.add(p.uid)
+                        failpoint("drain.evicted")
                         await lower(ctx, w, shared, [p.key])
 
                     await ctx.evict(p, after_accept=accepted)

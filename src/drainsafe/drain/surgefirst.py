@@ -44,6 +44,7 @@ from drainsafe.drain.plan import DrainPlan
 from drainsafe.drain.pods import PodPlan
 from drainsafe.drain.sharedsurge import Surges
 from drainsafe.drain.strategy import WorkloadPlan
+from drainsafe.failpoint import failpoint
 from drainsafe.kube import KubeError
 from drainsafe.kube.objects import WorkloadRef, key_of, uid_of
 
@@ -85,6 +86,7 @@ async def _shared(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan,
     try:
         if remaining:
             record = await sharedsurge.join(ctx, w, shared, remaining, allowed=ctx.draining)
+            failpoint("drain.surged")
             base = record.replicas
             how = (f"HPA {record.autoscaler.name} minReplicas and " if record.autoscaler
                    else "")
@@ -160,6 +162,7 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
                 else max(len(record.pods), len(remaining))
             target = base + surge
             await scale.set_scale(ctx.client, w.workload, record, target)
+            failpoint("drain.surged")
             how = (f"HPA {record.autoscaler.name} minReplicas and " if record.autoscaler
                    else "")
             ctx.scaled[w.workload] = f"{how}replicas {base} -> {target}"
@@ -248,6 +251,7 @@ async def _evict_paced(ctx: DrainContext, workload: str, namespace: str,
         # record included): the ReplicaSet then has no replica to make up for, or only
         # the one it has just started, which is not Ready and so removed first.
         nonlocal surged
+        failpoint("drain.evicted")
         async with lock:
             surged -= 1
             await scale.set_scale(ctx.client, workload, record, base + surged)

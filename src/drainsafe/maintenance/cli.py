@@ -3,7 +3,7 @@
 `delete` asks the leader to give the nodes back (maintenance.delete says what is left).
 
 A thin shell over the API; each decision is a pure function below (`manifest_from_flags`,
-`done_refusal`, `node_rows`, `changed_lines`, `watch_exit`), tested without a cluster.
+`done_refusal`, `done_value`, `node_rows`, `changed_lines`, `watch_exit`), tested without a cluster.
 
 - The object `create` posts is the manifest `--dry-run` prints, so `kubectl apply -f` of
   that output makes the same object; it is checked by `spec.parse_spec`, the reconciler's
@@ -12,9 +12,10 @@ A thin shell over the API; each decision is a pure function below (`manifest_fro
   Parse: `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`), written back as
   a metav1.LabelSelector (matchLabels for equality, matchExpressions for the rest), the
   inverse of LabelSelectorAsSelector that `spec.selector_string` follows.
-- `done` refuses to mark a node early: the reconciler never clears drainsafe.io/maintained,
-  so a node marked before it reaches AwaitingMaintenance would be uncordoned the moment it
-  got there, without the maintenance having happened.
+- `done` refuses to mark a node before it is AwaitingMaintenance: a mark already there when
+  the drain ends is recorded and does not count (maintenance.maintained), so writing one
+  early would do nothing. It writes `<name>/<time>` (`done_value`), a value other than the
+  one recorded, so its mark always counts.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import functools
 import re
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -235,9 +237,20 @@ def done_refusal(maintenance: Mapping[str, Any], node: str) -> str | None:
                 "NodeMaintenance to give it back")
     if state != "AwaitingMaintenance":
         return (f"node {node} is {state} in NodeMaintenance {name}, not AwaitingMaintenance; "
-                "the mark is never cleared, so marking it now would uncordon it as soon as it "
-                "is drained, before the maintenance is done")
+                "a mark set before its drain ends does not count (the maintenance is not "
+                "done before the node is drained): mark it once it is AwaitingMaintenance")
     return None
+
+
+def done_value(maintenance: Mapping[str, Any], node: str, now: float) -> str:
+    """The drainsafe.io/maintained value `done NODE` writes: one that counts, whatever the
+    node carried when its drain ended (its status row's recorded.maintained)."""
+    from drainsafe.maintenance.maintained import done_mark
+
+    name = str(maintenance.get("metadata", {}).get("name", ""))
+    rows = (maintenance.get("status") or {}).get("nodes") or []
+    row: Mapping[str, Any] = next((r for r in rows if r.get("name") == node), {})
+    return done_mark(name, now, str((row.get("recorded") or {}).get("maintained") or ""))
 
 
 ROW_COLUMNS = ("NODE", "STATE", "WAVE", "REASON", "STARTED", "FINISHED")
@@ -507,9 +520,11 @@ def run_done(args: argparse.Namespace) -> int:
         if (why := done_refusal(obj, args.node)) is not None:
             _err("done", f"refused: {why}")
             return EXIT_USAGE
+        value = done_value(obj, args.node, time.time())
         await client.patch(api_path("v1", "nodes", name=args.node),
-                           {"metadata": {"annotations": {MAINTAINED: args.maintenance}}})
-        print(f"node/{args.node} marked maintained for NodeMaintenance {args.maintenance}")
+                           {"metadata": {"annotations": {MAINTAINED: value}}})
+        print(f"node/{args.node} marked maintained for NodeMaintenance {args.maintenance} "
+              f"({MAINTAINED}={value})")
         return EXIT_OK
 
     return _run(args, body)

@@ -10,13 +10,22 @@ What the API shows of a node after its maintenance, and what drainsafe reads her
 - an upgrade: status.nodeInfo.kubeletVersion changes (setters.go VersionInfo:
   version.Get().String(), e.g. "v1.32.1");
 - an external tool's verdict: a node condition (node-problem-detector, the GPU operator),
-  or drainsafe's annotation drainsafe.io/maintained=<NodeMaintenance> (drainsafe
+  or drainsafe's annotation drainsafe.io/maintained=<NodeMaintenance>[/<note>] (drainsafe
   maintenance done, or kubectl annotate);
 - a replaced machine: the Node object deleted and registered again under the same name,
   with a new metadata.uid.
 
 The boot ID, kubelet version and UID are recorded in the NodeMaintenance's status row of
 the node when its drain ends (`Recorded`), so a new leader compares against the same values.
+
+The annotation is a mark only when set after the drain ended: its value then is recorded
+too (`Recorded.maintained`, the node read after the drain), and the annotation counts when
+it names this NodeMaintenance (`<name>`, or `<name>/<anything>`) and differs from that
+value. An annotation cannot say when it was set, and one put on early (kubectl annotate
+before the drain finished, or left over from an earlier operation of the same name) would
+otherwise uncordon the node the moment its drain ends, unmaintained. `drainsafe maintenance
+done` writes `<name>/<now>` (`done_mark`), which always differs. A replaced node (a new
+UID) is a new object: whatever it carries was set after the drain.
 
 Replaced (a new UID): under bootIDChanged it counts as maintained (a new machine has booted
 since), and under kubeletVersion: changed too (whatever was to change, the machine is a
@@ -47,7 +56,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from drainsafe.kube.objects import condition, meta, parse_time, uid_of
+from drainsafe.kube.objects import (
+    condition,
+    meta,
+    parse_time,
+    rfc3339,
+    rfc3339_micro,
+    uid_of,
+)
 from drainsafe.maintenance.spec import KUBELET_VERSION_CHANGED, MaintainedWhen, version_triple
 
 MAINTAINED = "drainsafe.io/maintained"  # on a node: the NodeMaintenance its maintenance ended
@@ -74,17 +90,20 @@ class Recorded:
     uid: str = ""
     boot_id: str = ""
     kubelet_version: str = ""
+    maintained: str = ""  # the drainsafe.io/maintained annotation already there, if any
 
     def as_status(self) -> dict[str, str]:
         return {k: v for k, v in (("uid", self.uid), ("bootID", self.boot_id),
-                                  ("kubeletVersion", self.kubelet_version)) if v}
+                                  ("kubeletVersion", self.kubelet_version),
+                                  ("maintained", self.maintained)) if v}
 
     @staticmethod
     def of_status(row: Mapping[str, Any] | None) -> Recorded | None:
         if not row:
             return None
         return Recorded(str(row.get("uid") or ""), str(row.get("bootID") or ""),
-                        str(row.get("kubeletVersion") or ""))
+                        str(row.get("kubeletVersion") or ""),
+                        str(row.get("maintained") or ""))
 
 
 def node_seen(node: Mapping[str, Any]) -> NodeSeen:
@@ -102,7 +121,30 @@ def node_seen(node: Mapping[str, Any]) -> NodeSeen:
 
 
 def record_of(seen: NodeSeen) -> Recorded:
-    return Recorded(seen.uid, seen.boot_id, seen.kubelet_version)
+    return Recorded(seen.uid, seen.boot_id, seen.kubelet_version, seen.maintained_for)
+
+
+def names(value: str, maintenance: str) -> bool:
+    """Whether a drainsafe.io/maintained value is for this NodeMaintenance: its name, alone
+    or followed by `/` and a note (a time, a ticket). A name has no `/` (a DNS subdomain)."""
+    return value == maintenance or value.startswith(maintenance + "/")
+
+
+def stale_mark(recorded: Recorded | None, when: MaintainedWhen, maintenance: str
+               ) -> str | None:
+    """The row's message when the node already carried this operation's mark as its drain
+    ended: that mark does not count, and a person waiting for the node should know why."""
+    if not when.annotation or recorded is None or not names(recorded.maintained, maintenance):
+        return None
+    return (f"{MAINTAINED}={recorded.maintained} was set before the drain ended and does not "
+            f"count; mark again (drainsafe maintenance done)")
+
+
+def done_mark(maintenance: str, now: float, recorded: str = "") -> str:
+    """What `drainsafe maintenance done` writes: the name and the time of the mark, never
+    the value recorded at the drain's end (`recorded`), so it always counts."""
+    mark = f"{maintenance}/{rfc3339(now)}"
+    return mark if mark != recorded else f"{maintenance}/{rfc3339_micro(now)}"
 
 
 def _version_ok(want: str, now: str, recorded: Recorded | None, replaced: bool) -> bool:
@@ -121,11 +163,13 @@ def maintained(node: NodeSeen | None, recorded: Recorded | None, when: Maintaine
 
     `recorded` is None when nothing was recorded (a status from before this field, or
     the node was gone when its drain ended): then no change can be told, and only the
-    marks that need no record (annotation, condition, a minimum version) count."""
+    marks that need no record (annotation, condition, a minimum version) count. The
+    annotation counts only if it differs from the value recorded (set after the drain)."""
     if node is None:
         return False, "NodeGone"
     replaced = recorded is not None and bool(recorded.uid) and node.uid != recorded.uid
-    if when.annotation and node.maintained_for == maintenance:
+    if when.annotation and names(node.maintained_for, maintenance) and (
+            recorded is None or replaced or node.maintained_for != recorded.maintained):
         return True, "Annotated"
     mark = when.node_condition
     if mark is not None and (node.conditions or {}).get(mark.type) == mark.status:

@@ -153,8 +153,9 @@ class NodeConditionMark:
 @dataclass(frozen=True)
 class MaintainedWhen:
     """Any one of these marks a node maintained. The annotation drainsafe.io/maintained=<the
-    NodeMaintenance's name> counts unless `annotation` is false, so a person can always
-    finish a node by hand (drainsafe maintenance done)."""
+    NodeMaintenance's name>[/<note>], set after the node's drain ended, counts unless
+    `annotation` is false, so a person can always finish a node by hand (drainsafe
+    maintenance done; maintenance.maintained)."""
 
     annotation: bool = True
     node_condition: NodeConditionMark | None = None
