@@ -145,13 +145,18 @@ def test_a_budget_is_not_taken_by_two_nodes_of_a_wave() -> None:
         assert f"PodDisruptionBudget ml/web allows {allowed} pod(s)" in hold.message, hold
 
 
-def test_a_workload_the_wave_surges_waits_for_that_surge() -> None:
+def test_a_deployment_the_wave_surges_is_shared_and_only_room_holds_a_node_back() -> None:
+    """A Deployment's surge is shared by the leader's drains (drain.sharedsurge): a node
+    whose Deployment the wave surges starts beside it when both parts' stand-ins fit, and
+    waits for room (not for the surge) when they do not."""
     pods, controllers = serving("web", ["n1", "n2"], replicas=2)
     room = WaveRoom(_state([node("n1"), node("n2"), node("spare", gpus=4)], pods,
                            controllers), OPTIONS, ("n1",))
+    assert room.admit((), "n2") is None
+    room = WaveRoom(_state([node("n1"), node("n2"), node("spare", gpus=1)], pods,
+                           controllers), OPTIONS, ("n1",))
     hold = room.admit((), "n2")
-    assert hold is not None and hold.code == "surging", hold
-    assert hold.message.startswith("Deployment ml/web is surged for n1"), hold
+    assert hold is not None and hold.code == "no-room", hold
 
 
 # -- properties -------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from drainsafe.controller.maintenance_readout import MaintenanceReadout
 from drainsafe.controller.maintenance_status import StatusWriter
 from drainsafe.controller.maintenance_taints import set_pending
 from drainsafe.drain.preflight import read_cluster
+from drainsafe.drain.sharedsurge import Surges
 from drainsafe.drain.workloads import ClusterState
 from drainsafe.failpoint import failpoint
 from drainsafe.kube import Informer, KubeClient, KubeError, WaitTimeout, api_path
@@ -105,7 +106,7 @@ class MaintenanceReconciler:
         self.informer = Informer(client, "/apis/drainsafe.io/v1alpha1/nodemaintenances")
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}  # (uid, node)
         self.status = StatusWriter(client, self.readout, clock)
-        self._surges: dict[str, asyncio.Lock] = {}  # one surge of a workload at a time
+        self._surges = Surges()  # shared by every drain of this leader (drain.sharedsurge)
         # (name, node) deferred -> (when last, how many times): the node tasks write it
         self._deferred: Deferrals = {}
         self.node_task = NodeTask(client, nodes, self.informer, clock=clock,

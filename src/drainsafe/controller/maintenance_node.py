@@ -42,7 +42,6 @@ drainsafe drain does, and the next leader continues it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -64,6 +63,7 @@ from drainsafe.drain.ownership import (
     node_annotations,
 )
 from drainsafe.drain.preflight import only_waiting_on
+from drainsafe.drain.sharedsurge import Surges
 from drainsafe.failpoint import failpoint
 from drainsafe.kube import Informer, KubeClient, KubeError, NotFound, WaitTimeout, api_path
 from drainsafe.kube.objects import parse_time
@@ -92,12 +92,12 @@ UNBOUNDED_WAIT = 3600.0  # a wait with no deadline wakes this often (re-checked,
 
 class NodeTask:
     """What a node task needs of the reconciler: the API, both informers, the status
-    writer, the readout, the surge locks shared by every drain of this process, and the
+    writer, the readout, the surges shared by every drain of this process, and the
     deferrals the planner reads back."""
 
     def __init__(self, client: KubeClient, nodes: Informer, maintenances: Informer, *,
                  clock: Callable[[], float], readout: MaintenanceReadout,
-                 status: StatusWriter, surges: dict[str, asyncio.Lock],
+                 status: StatusWriter, surges: Surges,
                  deferred: Deferrals) -> None:
         self.client, self.nodes, self.informer, self.clock = client, nodes, maintenances, clock
         self.readout, self.status = readout, status
@@ -137,7 +137,7 @@ class NodeTask:
                 self.readout.reading(self.informer.get(name), name, node, r, self.status.put)
 
             report = await NodeDrainer(self.client, node, settings, draining=others,
-                                       clock=self.clock, locks=self.surges,
+                                       clock=self.clock, surges=self.surges,
                                        on_capacity=read).run()
             if not report.ok:
                 why = report.failure or "the drain did not finish"

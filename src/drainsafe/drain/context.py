@@ -74,6 +74,7 @@ class DrainContext:
     say: Callable[[str], None]
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     failure: str = ""
+    draining: tuple[str, ...] = ()  # the other nodes of this run (drain.sharedsurge)
 
     @classmethod
     async def start(cls, client: KubeClient, node: str, settings: DrainSettings, *,

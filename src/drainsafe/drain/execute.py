@@ -42,6 +42,7 @@ from drainsafe.drain.progress import NodeProgress
 from drainsafe.drain.report import NodeReport, pod_reports
 from drainsafe.drain.scale import NotOurSurge
 from drainsafe.drain.settings import DrainSettings as DrainSettings  # imported from here
+from drainsafe.drain.sharedsurge import Surges
 from drainsafe.kube import KubeClient, KubeError, WaitTimeout
 from drainsafe.kube.retry import KeptChanging
 
@@ -61,8 +62,10 @@ STOPS = (DrainFailed, KubeError, WaitTimeout, Stopped, EvictionStopped, TimeoutE
 class NodeDrainer:
     """Drains one node. Create, then `await run()`; the report is filled as it goes.
 
-    `locks` (shared by the drainers of one fleet run) serialises surges of one workload:
-    two nodes never surge the same Deployment at once. `on_capacity` gets each affected
+    `surges` (shared by the drainers of one fleet run, or of one controller leader):
+    their Deployments' surges are shared, each node holding its part, and every eviction
+    of one decided in turn (drain.sharedsurge); a StatefulSet's or LeaderWorkerSet's is
+    one node's at a time. `on_capacity` gets each affected
     workload's Ready reading on every change the drain's watch sees (drain.capacity).
     `clock` stamps the report (wall time); `monotonic` bounds the waits.
     """
@@ -78,7 +81,7 @@ class NodeDrainer:
         monotonic: Clock = time.monotonic,
         rng: random.Random | None = None,
         on_progress: Callable[[str], None] | None = None,
-        locks: dict[str, asyncio.Lock] | None = None,
+        surges: Surges | None = None,
         on_capacity: CapacityHook | None = None,
     ) -> None:
         self.client = client
@@ -90,7 +93,7 @@ class NodeDrainer:
         self.rng = rng or random.Random()
         self.report = NodeReport(node=node, started_at=clock())
         self._say = on_progress or (lambda _msg: None)
-        self._locks = locks if locks is not None else {}
+        self._surges = surges if surges is not None else Surges()
         self._on_capacity = on_capacity
         self.progress = NodeProgress(client, node, backoff=settings.backoff, rng=self.rng,
                                      retries=settings.request_retries, clock=clock)
@@ -127,6 +130,7 @@ class NodeDrainer:
                     deadline=deadline, clock=self.clock, monotonic=self.monotonic,
                     rng=self.rng, say=self._say, started=self._started,
                     on_capacity=self._on_capacity)
+                ctx.draining = self.draining
                 await self._execute(ctx, plan)
                 if ctx.failure:
                     raise DrainFailed(ctx.failure)
@@ -172,7 +176,7 @@ class NodeDrainer:
         surged = {w.workload for w in plan.workload_plans if w.strategy == "surge"}
         tasks = [asyncio.create_task(_guarded(ctx, (
                      groupsurge.drain_groups if w.identity == "group"
-                     else surgefirst.drain_workload)(ctx, plan, w, self._locks), w.workload))
+                     else surgefirst.drain_workload)(ctx, plan, w, self._surges), w.workload))
                  for w in plan.workload_plans if w.strategy == "surge"]
         tasks += [asyncio.create_task(evictfirst.run_queue(ctx, plan, q.pods))
                   for q in plan.queues

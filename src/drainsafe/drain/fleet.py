@@ -23,6 +23,7 @@ from drainsafe.drain.plan import DrainPlan
 from drainsafe.drain.preflight import plan_nodes
 from drainsafe.drain.report import NodeReport
 from drainsafe.drain.settings import DrainSettings
+from drainsafe.drain.sharedsurge import Surges
 from drainsafe.kube import KubeClient, api_path
 
 
@@ -84,7 +85,7 @@ async def drain_fleet(
     gate = asyncio.Semaphore(max(1, max_parallel))
     failed = asyncio.Event()
     started: set[str] = set()
-    locks: dict[str, asyncio.Lock] = {}  # one surge of a workload at a time
+    surges = Surges()  # a Deployment's surge shared, one decider per workload
 
     async def one(name: str) -> None:
         async with gate:
@@ -94,7 +95,7 @@ async def drain_fleet(
             # The rest of the fleet offers no room for this node's replacements.
             others = [n for n in nodes if n != name]
             drainer = NodeDrainer(client, name, settings, draining=others, clock=clock,
-                                  on_progress=on_progress, locks=locks)
+                                  on_progress=on_progress, surges=surges)
             reports.append(drainer.report)
             report = await drainer.run(dry_run=dry_run)
             if not report.ok:

@@ -50,6 +50,7 @@ from drainsafe.drain.context import DrainContext, DrainFailed
 from drainsafe.drain.nodewatch import Unschedulable
 from drainsafe.drain.plan import DrainPlan
 from drainsafe.drain.pods import PodPlan
+from drainsafe.drain.sharedsurge import Surges
 from drainsafe.drain.strategy import WorkloadPlan
 from drainsafe.drain.surgefirst import record_surge
 from drainsafe.drain.workloads import WorkloadSelector
@@ -69,8 +70,8 @@ Obj = dict[str, object]
 
 
 async def drain_groups(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan,
-                       locks: dict[str, asyncio.Lock]) -> None:
-    async with locks.setdefault(w.workload, asyncio.Lock()):
+                       surges: Surges) -> None:
+    async with surges.lock(w.workload):
         await _surge_groups(ctx, plan, w)
 
 

@@ -244,6 +244,18 @@ class AutoscalerBounds:
 
 
 @dataclass(frozen=True)
+class SurgePart:
+    """One node's part of a shared surge (a Deployment's, drain.sharedsurge): who joined,
+    when, and the old pods on that node it still stands in for ("ns/name" -> uid). The
+    part is as many replicas as it names pods: each accepted eviction takes its pod out
+    of the part, in the same write that lowers the scale."""
+
+    by: str = ""
+    at: str = ""
+    pods: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class SurgeRecord:
     """What drainsafe changed on a workload to surge it, written on the workload before
     the change: who, when, for which node, the scale before (or the HPA's bounds before),
@@ -252,7 +264,14 @@ class SurgeRecord:
 
     `guard` says which tool owns the surge, in the same guarded write as the rest, so
     the two never take each other's: the eviction guard (drainsafe controller) restores
-    only its own, a `drainsafe drain` waits for the guard's to be restored."""
+    only its own, a `drainsafe drain` waits for the guard's to be restored.
+
+    Version 2 (a Deployment's shared surge, drain.sharedsurge) adds `parts`: several
+    nodes of one fleet run (or one controller leader) hold parts of one surge, the scale
+    being `replicas` plus every part's pods. `node`, `by` and `at` then name who started
+    the record (its identity, kept while parts come and go) and `pods` every part's pods,
+    so a reader of version 1 still finds a record for a node it knows. A version 1 record
+    reads as one part (`holders`)."""
 
     node: str
     replicas: int
@@ -261,6 +280,19 @@ class SurgeRecord:
     autoscaler: AutoscalerBounds | None = None
     pods: Mapping[str, str] = field(default_factory=dict)  # "ns/name" -> uid
     guard: bool = False
+    parts: Mapping[str, SurgePart] = field(default_factory=dict)  # node -> part (version 2)
+
+    @property
+    def holders(self) -> Mapping[str, SurgePart]:
+        """The parts by node; a version 1 record is one part, its own node's."""
+        if self.parts:
+            return self.parts
+        return {self.node: SurgePart(self.by, self.at, self.pods)}
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node the surge is held for, sorted."""
+        return tuple(sorted(self.holders))
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> SurgeRecord | None:
@@ -270,6 +302,9 @@ class SurgeRecord:
         try:
             doc = json.loads(raw)
             hpa = doc.get("autoscaler")
+            parts = {str(n): SurgePart(by=str(p.get("by") or ""), at=str(p.get("at") or ""),
+                                       pods=_pods(p.get("pods")))
+                     for n, p in (doc.get("parts") or {}).items()}
             return cls(
                 node=str(doc["node"]), replicas=int(doc["replicas"]), by=str(doc.get("by") or ""),
                 at=str(doc.get("at") or ""),
@@ -278,21 +313,33 @@ class SurgeRecord:
                     min_replicas=None if hpa.get("minReplicas") is None
                     else int(hpa["minReplicas"]),
                     max_replicas=int(hpa["maxReplicas"])),
-                pods={str(k): str(v) for k, v in (doc.get("pods") or {}).items()},
+                pods=_pods(doc.get("pods")),
                 guard=doc.get("guard") is True,
+                parts=parts,
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"unreadable {SURGE} annotation: {exc}") from exc
 
     def to_json(self) -> str:
         hpa = None if self.autoscaler is None else {
             "name": self.autoscaler.name, "minReplicas": self.autoscaler.min_replicas,
             "maxReplicas": self.autoscaler.max_replicas}
-        doc = {"node": self.node, "replicas": self.replicas, "by": self.by,
-               "at": self.at or rfc3339(), "autoscaler": hpa, "pods": dict(self.pods)}
+        pods = dict(self.pods)
+        if self.parts:  # what a version 1 reader counts: every part's pods
+            pods = {k: v for p in self.parts.values() for k, v in p.pods.items()}
+        doc: dict[str, Any] = {"node": self.node, "replicas": self.replicas, "by": self.by,
+                               "at": self.at or rfc3339(), "autoscaler": hpa, "pods": pods}
         if self.guard:
             doc["guard"] = True
+        if self.parts:
+            doc["version"] = 2
+            doc["parts"] = {n: {"by": p.by, "at": p.at, "pods": dict(p.pods)}
+                            for n, p in self.parts.items()}
         return json.dumps(doc, sort_keys=True)
+
+
+def _pods(raw: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (raw or {}).items()}
 
 
 def guard_surged(obj: Mapping[str, Any] | None) -> bool:

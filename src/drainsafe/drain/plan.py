@@ -140,6 +140,7 @@ def plan_drain(
     """
     options = options or DrainOptions()
     targets = tuple(dict.fromkeys(nodes))
+    draining = tuple(draining)
     target_set = set(targets)
     known_nodes = {str(meta(n).get("name")) for n in state.nodes}
     blockers: list[Blocker] = []
@@ -170,7 +171,7 @@ def plan_drain(
 
     notes: list[str] = []
     workload_plans = plan_workloads(state, targets, pods, workloads, options, blockers,
-                                    evict_first)
+                                    evict_first, sharing=tuple(draining))
     budgets = plan_budgets(state, pods, pdbs_of, blockers, warnings, workload_plans, notes)
     placements = _plan_room(state, (*targets, *draining), pods, on_nodes, blockers,
                             workload_plans, notes)

@@ -113,3 +113,14 @@ def place_replacements(
         else:
             result.append(Placement(pod=key, node=None, reasons=reasons))
     return result
+
+
+def new_pods_fit(template: Obj, count: int, nodes: Sequence[Obj], pods: Sequence[Obj],
+                 *, excluded: Iterable[str] = ()) -> bool:
+    """Whether `count` new pods of `template` (a pod template spec) fit now, first fit
+    beside the pods bound already (place_replacements: one after another, each occupying
+    its node). A shared surge's joiner asks this for its new pods plus those the holders'
+    surge has not placed yet (drain.sharedsurge)."""
+    wanted = [(f"new-{i}", template) for i in range(count)]
+    return all(p.node is not None
+               for p in place_replacements(wanted, nodes, pods, excluded=excluded))

@@ -44,17 +44,21 @@ at the recorded scale then too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from drainsafe.drain.ownership import (
+    SURGE,
     SURGE_KINDS,
     AutoscalerBounds,
     SurgedWorkload,
+    SurgePart,
     SurgeRecord,
     surge_clear_patch,
     surge_record_patch,
 )
+from drainsafe.drain.parts import target as shared_target
+from drainsafe.drain.parts import with_part, without_pods
 from drainsafe.kube import KubeClient, NotFound, api_path
 from drainsafe.kube.objects import WorkloadRef, rfc3339
 from drainsafe.kube.retry import retry_on_conflict
@@ -171,6 +175,86 @@ async def finish(client: KubeClient, workload: str, record: SurgeRecord) -> None
     await retry_on_conflict(client, path, decide)
 
 
+async def _write_shared(client: KubeClient, ref: WorkloadRef, obj: Obj,
+                        bounds: AutoscalerBounds | None, base: int,
+                        record: SurgeRecord | None) -> None:
+    """One resourceVersion-guarded patch of a Deployment: the record (None: removed) and
+    spec.replicas at its target (drain.parts.target; `base` once removed). With an
+    HPA, its bounds first, as set_scale, and when they go up the record before them."""
+    target = base if record is None else shared_target(record)
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    annotation = None if record is None else record.to_json()
+    now = int((obj.get("spec") or {}).get("replicas", 1))
+    if bounds is not None and target > now:
+        # The HPA's bounds are raised before the scale, so the record that restores them
+        # goes on first (a kill between the two leaves it to say what to restore).
+        written = await client.patch(workload_path(ref), {
+            "metadata": {"resourceVersion": rv, "annotations": {SURGE: annotation}}})
+        rv = (written.get("metadata") or {}).get("resourceVersion")
+    if bounds is not None:
+        spec: dict[str, int | None]
+        if target > base:
+            spec = {"minReplicas": max(bounds.min_replicas or 1, target),
+                    "maxReplicas": max(bounds.max_replicas, target)}
+        else:
+            spec = {"minReplicas": bounds.min_replicas, "maxReplicas": bounds.max_replicas}
+        await client.patch(hpa_path(ref.namespace, bounds.name), {"spec": spec})
+    await client.patch(workload_path(ref), {
+        "metadata": {"resourceVersion": rv, "annotations": {SURGE: annotation}},
+        "spec": {"replicas": target}})
+
+
+async def join_shared(client: KubeClient, workload: str, *, seen: SurgeRecord | None,
+                      node: str, part: SurgePart, autoscaler: str | None) -> SurgeRecord:
+    """Add (or replace) `node`'s part of a Deployment's shared surge, the record and the
+    scale in one guarded patch: a new record when `seen` is None and the workload has
+    none, else only while it carries `seen` (NotOurSurge otherwise: decide again)."""
+    ref = WorkloadRef.parse(workload)
+    assert not SURGE_KINDS[ref.kind].scale_subresource, "a shared surge is a Deployment's"
+
+    async def decide(obj: Obj) -> SurgeRecord:
+        current = SurgeRecord.of(obj)
+        if seen is None and current is None:
+            bounds = None
+            if autoscaler is not None:
+                hpa = await client.get(hpa_path(ref.namespace, autoscaler.split("/", 1)[1]))
+                spec = hpa.get("spec") or {}
+                bounds = AutoscalerBounds(
+                    name=str((hpa.get("metadata") or {}).get("name")),
+                    min_replicas=spec.get("minReplicas"), max_replicas=int(spec["maxReplicas"]))
+            started = SurgeRecord(node=node, replicas=int((obj.get("spec") or {}).get(
+                "replicas", 1)), by=part.by, at=part.at, autoscaler=bounds)
+            record = with_part(started, node, part)
+        elif seen is not None and current is not None and same_surge(current, seen):
+            record = with_part(current, node, part)
+        else:
+            raise NotOurSurge(f"{workload}: its surge record changed while {node} joined")
+        await _write_shared(client, ref, obj, record.autoscaler, record.replicas, record)
+        return record
+
+    return await retry_on_conflict(client, workload_path(ref), decide)
+
+
+async def lower_shared(client: KubeClient, workload: str, record: SurgeRecord, node: str,
+                       pods: Collection[str]) -> SurgeRecord | None:
+    """Take `pods` ("ns/name") out of `node`'s part, its part out once it names none,
+    and the record off (the recorded scale and HPA bounds back) once no part is left:
+    the record and the scale in one guarded patch, only while the workload carries
+    `record` (NotOurSurge otherwise). Returns the record as written (None: removed)."""
+    ref = WorkloadRef.parse(workload)
+
+    async def decide(obj: Obj) -> SurgeRecord | None:
+        current = SurgeRecord.of(obj)
+        if current is None or not same_surge(current, record):
+            raise NotOurSurge(f"{workload}: its surge record is not the one {node} holds a "
+                              "part of")
+        after = without_pods(current, node, pods)
+        await _write_shared(client, ref, obj, current.autoscaler, current.replicas, after)
+        return after
+
+    return await retry_on_conflict(client, workload_path(ref), decide)
+
+
 async def list_workloads(client: KubeClient) -> dict[str, list[Obj]]:
     """Every workload of the scalable kinds, by kind."""
     out: dict[str, list[Obj]] = {}
@@ -200,10 +284,15 @@ async def restore_all_for_node(client: KubeClient, node: str) -> list[str]:
     """Give up every surge recorded for `node`: restore and un-record. Returns the keys."""
     done = []
     for ref, _obj, record in await surged(client):
-        if record.node != node or record.guard:  # the guard restores its own
+        if node not in record.holders or record.guard:  # the guard restores its own
             continue
         workload = str(ref)
-        await finish(client, workload, record)
+        if record.parts:
+            # A shared surge: this node's part goes; the last part out restores the
+            # recorded scale (and HPA bounds) and removes the record.
+            await lower_shared(client, workload, record, node, record.parts[node].pods)
+        else:
+            await finish(client, workload, record)
         done.append(workload)
     return done
 

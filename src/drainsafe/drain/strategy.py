@@ -24,8 +24,9 @@ meanwhile. The restore lowers the scale and lws removes the highest group indice
 stand-ins. Mid-update (kube.objects.lws_rollout_in_progress) it stands down, as a
 StatefulSet does. Bare ReplicaSets and other controllers evict first.
 Each plan carries its Ready floor and expected time. A surge record of an earlier run on
-these nodes is continued (its recorded replicas are the scale to restore); one of another
-node's drain refuses ("surge-owned"); the eviction guard's own surge is a bounded hold the
+these nodes is continued (its recorded replicas are the scale to restore); a Deployment's
+record whose parts are held for nodes of this run is joined (drain.sharedsurge); one of
+another node's drain refuses ("surge-owned"); the eviction guard's own surge is a bounded hold the
 drain waits out. Pure.
 """
 
@@ -109,10 +110,12 @@ def plan_workloads(
     options: DrainOptions,
     blockers: list[Blocker],
     evict_first: Collection[str] = (),
+    sharing: Collection[str] = (),
 ) -> list[WorkloadPlan]:
     """Choose surge or evict for each workload with pods to replace on the nodes. Pure.
     `evict_first`: workloads whose surge has no room and whose capacity floor allows
-    evict-first (drain.plan, drain.floors)."""
+    evict-first (drain.plan, drain.floors). `sharing`: the other nodes of this run, whose
+    parts of a Deployment's surge this node's joins (drain.sharedsurge)."""
     out = []
     for key, w in sorted(workloads.items()):
         mine = [p for p in pods if p.workload == key and p.needs_replacement]
@@ -131,14 +134,18 @@ def plan_workloads(
         autoscaler = None
         strategy: Strategy = "evict"
         why = ""
-        if record is not None and record.node not in targets:
+        # A Deployment's surge is shared by the nodes of one run; another's is not.
+        joinable = set(targets) | (set(sharing) if IDENTITY.get(w.kind) == "interchangeable"
+                                   else set())
+        foreign = [] if record is None else [n for n in record.nodes if n not in joinable]
+        if record is not None and foreign:
             blockers.append(Blocker(
                 "surge-owned", f"{w.kind} {w.namespace}/{w.name}",
-                f"is surged for an unfinished drain of node {record.node} (recorded "
+                f"is surged for an unfinished drain of node {foreign[0]} (recorded "
                 f"{record.at} by {record.by})",
-                f"finish that drain first (drainsafe drain {record.node}), or give it up "
-                f"(drainsafe uncordon {record.node}) which restores the scale",
-                node=record.node))
+                f"finish that drain first (drainsafe drain {foreign[0]}), or give it up "
+                f"(drainsafe uncordon {foreign[0]}) which restores the scale",
+                node=foreign[0]))
         if options.strategy == "evict" and record is None:
             why = "--strategy evict"
         elif key in evict_first and record is None:
@@ -204,7 +211,8 @@ def plan_workloads(
             workload=key, strategy=strategy, pods=tuple(p.key for p in mine),
             replicas=replicas, surge=k if strategy == "surge" else 0, floor=floor,
             startup_seconds=startup, expected_seconds=expected, why=why,
-            autoscaler=autoscaler, resumed=record is not None,
+            autoscaler=autoscaler,
+            resumed=record is not None and any(n in targets for n in record.nodes),
             identity=IDENTITY.get(w.kind, "interchangeable"), group_size=w.group_size,
             groups=groups, recreates_group=w.recreates_group))
     # A rerun after the old pods were all evicted but before the scale was restored: nothing
@@ -212,7 +220,8 @@ def plan_workloads(
     planned = {w.workload for w in out}
     for key, obj in sorted(state.controllers.items()):
         record = surge_record(obj)
-        if key in planned or record is None or record.guard or record.node not in targets:
+        if (key in planned or record is None or record.guard
+                or not any(n in targets for n in record.nodes)):
             continue
         bounds = record.autoscaler
         out.append(WorkloadPlan(

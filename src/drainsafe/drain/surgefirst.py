@@ -24,21 +24,25 @@ restore never takes a stand-in while the pod it stands in for is still starting.
 
 When the eviction guard (drainsafe controller) has surged the workload for another
 drainer, the drain waits for the guard's restore and then records its own: never a surge
-on top of a surge. Two nodes of one fleet run never surge one workload at once (`locks`).
+on top of a surge. Two nodes of one fleet run (or one NodeMaintenance leader) share one
+Deployment's surge, each holding its part, joined on room and with every eviction gated so
+that the workload stays at desired (drain.sharedsurge); a StatefulSet is surged for one
+node at a time (`Surges.lock`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from drainsafe.drain import ownership, scale
+from drainsafe.drain import ownership, parts, scale, sharedsurge
 from drainsafe.drain.context import DrainContext, DrainFailed
 from drainsafe.drain.evict import guard
 from drainsafe.drain.nodewatch import Unschedulable
 from drainsafe.drain.plan import DrainPlan
 from drainsafe.drain.pods import PodPlan
+from drainsafe.drain.sharedsurge import Surges
 from drainsafe.drain.strategy import WorkloadPlan
 from drainsafe.failpoint import failpoint
 from drainsafe.kube import KubeError
@@ -46,9 +50,71 @@ from drainsafe.kube.objects import WorkloadRef, key_of, uid_of
 
 
 async def drain_workload(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan,
-                         locks: dict[str, asyncio.Lock]) -> None:
-    async with locks.setdefault(w.workload, asyncio.Lock()):
+                         surges: Surges) -> None:
+    if w.identity == "interchangeable":
+        await _shared(ctx, plan, w, surges.deployment(w.workload))
+        return
+    async with surges.lock(w.workload):
         await _surge(ctx, plan, w)
+
+
+def _still_here(ctx: DrainContext, ref: WorkloadRef, pods: Sequence[PodPlan]) -> list[PodPlan]:
+    """The pods still to evict: those an earlier run evicted, or found terminating, are
+    reported and left out."""
+    remaining = []
+    for p in pods:
+        rep = ctx.report(p.key)
+        found = guard(p.uid, recorded=ctx.progress.evicted_uid(p.key),
+                      seen=ctx.watch.pod(ref.namespace, p.key))
+        if found == "evicted-before":
+            rep.outcome = "evicted"  # a previous run evicted it; never again
+        elif found == "terminating":
+            rep.outcome = "waited"
+            rep.detail = "already terminating: waited for, not evicted"
+        else:  # one gone meanwhile is the evictor's to report when its turn comes
+            remaining.append(p)
+    return remaining
+
+
+async def _shared(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan,
+                  shared: sharedsurge.SharedSurge) -> None:
+    """A Deployment: this node's part of a surge shared with the other nodes of this
+    process (drain.sharedsurge), joined on room, its evictions gated."""
+    pods = [plan.pod(k) for k in w.pods if plan.pod(k).needs_replacement]
+    remaining = _still_here(ctx, WorkloadRef.parse(w.workload), pods)
+    gone_waits: list[asyncio.Task[None]] = []
+    try:
+        if remaining:
+            record = await sharedsurge.join(ctx, w, shared, remaining, allowed=ctx.draining)
+            failpoint("drain.surged")
+            base = record.replicas
+            how = (f"HPA {record.autoscaler.name} minReplicas and " if record.autoscaler
+                   else "")
+            others = [n for n in record.nodes if n != ctx.node]
+            ctx.scaled[w.workload] = (f"{how}replicas {base} -> {parts.target(record)}"
+                                      + (f" (shared with {', '.join(others)})" if others
+                                         else ""))
+            ctx.say(f"{w.workload}: surged {base} -> {parts.target(record)} (this node's "
+                    f"part {len(remaining)}); waiting for {len(remaining)} new pod(s) "
+                    "Available elsewhere")
+
+            async def take_back() -> None:
+                await sharedsurge.give_back(ctx, w, shared)
+
+            await _wait_surge(ctx, w, remaining, base, give_back=take_back)
+            await sharedsurge.evict_gated(ctx, w, shared, remaining, base, gone_waits)
+        left = await sharedsurge.leave(ctx, w, shared)
+        if left is None and shared.base is not None:
+            ctx.say(f"{w.workload}: scale restored to {shared.base}")
+        elif left is not None:
+            ctx.say(f"{w.workload}: this node's part left; the surge stays for "
+                    f"{', '.join(left.nodes)}")
+        if gone_waits:
+            await asyncio.gather(*gone_waits)
+    finally:
+        shared.release(ctx.node)  # stopped: nobody waits on a part that will not leave
+        for t in gone_waits:
+            t.cancel()
 
 
 async def record_surge(ctx: DrainContext, w: WorkloadPlan, pods: Sequence[PodPlan],
@@ -60,18 +126,7 @@ async def record_surge(ctx: DrainContext, w: WorkloadPlan, pods: Sequence[PodPla
     those an earlier run evicted, or found terminating, are reported and left out."""
     ref = WorkloadRef.parse(w.workload)
     while True:
-        remaining = []
-        for p in pods:
-            rep = ctx.report(p.key)
-            found = guard(p.uid, recorded=ctx.progress.evicted_uid(p.key),
-                          seen=ctx.watch.pod(ref.namespace, p.key))
-            if found == "evicted-before":
-                rep.outcome = "evicted"  # a previous run evicted it; never again
-            elif found == "terminating":
-                rep.outcome = "waited"
-                rep.detail = "already terminating: waited for, not evicted"
-            else:  # one gone meanwhile is the evictor's to report when its turn comes
-                remaining.append(p)
+        remaining = _still_here(ctx, ref, pods)
         record = await scale.begin(ctx.client, w.workload, node=ctx.node,
                                    autoscaler=w.autoscaler,
                                    pods=dict(recorded) if recorded is not None
@@ -115,9 +170,16 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
                     f"{len(remaining)} new pod(s) Available elsewhere")
             # A StatefulSet pod an earlier run evicted may still be starting under its
             # name: its stand-in must stay, whatever else fails.
+            async def take_back() -> None:
+                # Nothing of this workload was evicted yet: take the surge back.
+                taken = await scale.begin(ctx.client, w.workload, node=ctx.node,
+                                          autoscaler=w.autoscaler, pods={}, clock=ctx.clock)
+                with contextlib.suppress(KubeError):
+                    await scale.finish(ctx.client, w.workload, taken)
+
             await _wait_surge(ctx, w, remaining, base,
-                              take_back=w.identity == "interchangeable"
-                              or len(remaining) >= len(record.pods))
+                              give_back=take_back if w.identity == "interchangeable"
+                              or len(remaining) >= len(record.pods) else None)
             if w.identity == "stable":
                 await _evict_for_recreation(ctx, ref.namespace, remaining, gone_waits)
             else:
@@ -136,7 +198,10 @@ async def _surge(ctx: DrainContext, plan: DrainPlan, w: WorkloadPlan) -> None:
 
 
 async def _wait_surge(ctx: DrainContext, w: WorkloadPlan, remaining: Sequence[PodPlan],
-                      base: int, *, take_back: bool) -> None:
+                      base: int, *, give_back: Callable[[], Awaitable[None]] | None) -> None:
+    """Until `base` pods are Available off the node (the new ones ready endpoints, behind
+    a Service). A new pod Unschedulable: `give_back` takes the surge back and the drain
+    stops; None when the surge must stay (stand-ins for pods evicted before)."""
     selector = ctx.selectors.get(w.workload)
     if selector is None:
         raise DrainFailed(f"{w.workload}: no selector; cannot tell its pods")
@@ -146,15 +211,11 @@ async def _wait_surge(ctx: DrainContext, w: WorkloadPlan, remaining: Sequence[Po
             selector, base, excluding=(ctx.node,), timeout=ctx.remaining(),
             unschedulable_after=ctx.settings.unschedulable_after, stop=ctx.stop)
     except Unschedulable as exc:
-        if not take_back:
+        if give_back is None:
             raise DrainFailed(f"{exc}; the surge stays (its stand-ins serve in the place "
                               "of the pods evicted before): rerun once there is room"
                               ) from exc
-        # Nothing of this workload was evicted yet: take the surge back, then stop.
-        record = await scale.begin(ctx.client, w.workload, node=ctx.node,
-                                   autoscaler=w.autoscaler, pods={}, clock=ctx.clock)
-        with contextlib.suppress(KubeError):
-            await scale.finish(ctx.client, w.workload, record)
+        await give_back()
         raise DrainFailed(f"{exc}; the surge was taken back, no pod was evicted (the "
                           "node stays cordoned)") from exc
     fresh = sorted((p for p in serving if uid_of(p) not in old),

@@ -130,7 +130,7 @@ def surge_fact(kind: str, obj: Obj, by_node: Mapping[str, NodeFact]) -> SurgeFac
     m = meta(obj)
     ref = WorkloadRef(kind, str(m.get("namespace") or ""), str(m.get("name")))
     row = SurgedWorkload(
-        workload=str(ref), node=record.node,
+        workload=str(ref), node=",".join(record.nodes),  # a shared surge: every holder
         replicas_now=int((obj.get("spec") or {}).get("replicas", 1)),
         replicas_before=record.replicas,
         autoscaler=record.autoscaler.name if record.autoscaler else "",
@@ -138,7 +138,7 @@ def surge_fact(kind: str, obj: Obj, by_node: Mapping[str, NodeFact]) -> SurgeFac
     since = parse_time(record.at)
     if record.guard:
         return SurgeFact(ref, row, "guard", "", since)
-    held = by_node.get(record.node)
+    held = next((by_node[n] for n in record.nodes if n in by_node), None)
     if held is not None and held.by == "nodemaintenance":
         return SurgeFact(ref, row, "nodemaintenance", held.maintenance, since)
     return SurgeFact(ref, row, "drain", "", since)

@@ -202,11 +202,12 @@ class WaveRoom:
             # workload can surge later (a rollout ends) or the floor is lowered
             return Hold("cannot-surge", f"cannot surge: {floor.object} {floor.message}")
         if base:
-            # One surge of a workload at a time (drain.execute's locks, drain.strategy's
-            # "surge-owned"): a node whose workload the wave surges would wait or be
-            # refused; after that surge it may have less to move (a group recreated).
+            # One surge of a StatefulSet or LeaderWorkerSet at a time (drain.sharedsurge's
+            # Surges.lock): a node whose such workload the wave surges would wait; after
+            # that surge it may have less to move (a group recreated). A Deployment's
+            # surge is shared (its part joined on room), so only room holds it back.
             surged = {w.workload for w in self._plan(base).workload_plans
-                      if w.strategy == "surge"}
+                      if w.strategy == "surge" and w.identity != "interchangeable"}
             mine = {p.workload for p in self._plan((node,)).pods if p.needs_replacement}
             shared = sorted(w for w in mine & surged if w is not None)
             if shared:

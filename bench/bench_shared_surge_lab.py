@@ -1,0 +1,83 @@
+"""A parallel drain of the nodes a Deployment runs on, on the lab under streaming load: the
+shared surge's effect measured (issue 30; the simulator's prediction is
+bench/bench_shared_surge.py).
+
+Scenario: drainsafe.demo.fleetload's streaming Deployment behind a Service with a PDB,
+`--replicas` pods of 1 GPU on as many one-GPU nodes of a lab of `--nodes`; `drainsafe drain
+NODE... --max-parallel-nodes N` (N the number of those nodes) run as a user runs it, a
+fresh lab per run. Under the per-workload lock the nodes' surges of the Deployment take
+turns; shared, they overlap. Run it from a checkout of each version (PYTHONPATH=its src)
+to compare; it prints one row per run: total time (the command), time to full capacity,
+the lowest Ready/desired at every 0.1 s sample and change, failed and truncated requests,
+and the most parts of the surge recorded at once (0 for a version-1 record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from drainsafe.demo.fleetload import deploy, under_load
+from drainsafe.demo.scenario import NAMESPACE, ScenarioSettings
+from drainsafe.kube import Informer, KubeClient, api_path
+from drainsafe.lab.cluster import Lab
+
+
+async def one(nodes: int, replicas: int, model_load: float) -> dict[str, Any]:
+    s = ScenarioSettings(kind="Deployment", app="chat", replicas=replicas, gpus=1,
+                         propagation=0.3, drain_delay=0.5, stream_seconds=0.5,
+                         model_load=model_load, concurrency=2, warmup=1.0, wait_timeout=120)
+    with tempfile.TemporaryDirectory() as tmp:
+        async with Lab(Path(tmp) / "lab", nodes=nodes, gpus_per_node=1,
+                       propagation_seconds=s.propagation, restart_backoff=0.5) as lab, \
+                KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            await deploy(lab, [s])
+            pods, _ = await client.list(api_path("v1", "pods", namespace=NAMESPACE),
+                                        {"labelSelector": "app=chat"})
+            targets = sorted({p["spec"]["nodeName"] for p in pods})
+            most = [0]
+
+            def seen(_kind: str, obj: dict[str, Any]) -> None:
+                raw = (obj["metadata"].get("annotations") or {}).get("drainsafe.io/surge")
+                if raw:
+                    most[0] = max(most[0], len(json.loads(raw).get("parts") or {}))
+
+            code = [0]
+
+            async def drain() -> None:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "drainsafe", "drain", *targets,
+                    "--max-parallel-nodes", str(len(targets)),
+                    f"--kubeconfig={lab.kubeconfig}", "--timeout", "300",
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+                code[0] = await proc.wait()
+
+            async with Informer(client, api_path("apps/v1", "deployments",
+                                                 namespace=NAMESPACE), on_event=seen):
+                run = await under_load(lab, [s], drain)
+    [w] = run.workloads
+    return {"exit": code[0], "seconds": round(run.seconds, 1),
+            "capacity_seconds": round(run.capacity_seconds, 1),
+            "lowest": f"{w.lowest_ready}/{w.desired}", "failed": w.total_failed,
+            "truncated": w.truncated, "most_parts": most[0]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=6)
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--model-load", type=float, default=4.0)
+    ap.add_argument("--runs", type=int, default=1)
+    args = ap.parse_args()
+    for _ in range(args.runs):
+        print(json.dumps(asyncio.run(one(args.nodes, args.replicas, args.model_load))),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
