@@ -11,7 +11,7 @@ import yaml
 
 from drainsafe.kube.client import KubeClient
 from drainsafe.kube.retry import Backoff
-from drainsafe.kube.watch import Informer, WaitTimeout, relist_events
+from drainsafe.kube.watch import DeletedFinalStateUnknown, Informer, WaitTimeout, relist_events
 
 from .apiserver import FakeApi, kubeconfig, serve
 
@@ -98,13 +98,25 @@ def _obj(name: str, rv: str, uid: str = "u") -> dict[str, object]:
     return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "uid": uid}}
 
 
-def test_relist_reports_changed_objects_as_modified() -> None:
-    old = {"ns/a": _obj("a", "1"), "ns/b": _obj("b", "2"), "ns/c": _obj("c", "3")}
-    fresh = {"ns/a": _obj("a", "1"), "ns/b": _obj("b", "7"), "ns/c": _obj("c", "3", uid="v"),
+def test_relist_reports_changes_and_marks_the_deletions_it_missed() -> None:
+    old = {"ns/a": _obj("a", "1"), "ns/b": _obj("b", "2"), "ns/c": _obj("c", "3"),
+           "ns/e": _obj("e", "4")}
+    fresh = {"ns/a": _obj("a", "1"), "ns/b": _obj("b", "7"), "ns/c": _obj("c", "9", uid="v"),
              "ns/d": _obj("d", "8")}
-    events = {(kind, obj["metadata"]["name"]) for kind, obj in relist_events(old, fresh)}
-    # a is unchanged; b changed during the gap; c is a new pod with the old name.
-    assert events == {("MODIFIED", "b"), ("MODIFIED", "c"), ("ADDED", "d")}
+    events = relist_events(old, fresh)
+    # a is unchanged; b changed during the gap; c was deleted and re-created under its name
+    # (a new UID): the old one's deletion, then the new one's addition; e was deleted.
+    assert [(kind, o["metadata"]["name"], o["metadata"]["uid"]) for kind, o in events] == [
+        ("MODIFIED", "b", "u"), ("DELETED", "c", "u"), ("ADDED", "c", "v"), ("ADDED", "d", "u"),
+        ("DELETED", "e", "u")]
+    # Each deletion carries the last state seen, marked as possibly stale, with its key.
+    deleted = [o for kind, o in events if kind == "DELETED"]
+    assert all(isinstance(o, DeletedFinalStateUnknown) for o in deleted)
+    assert [(o.key, o) for o in deleted if isinstance(o, DeletedFinalStateUnknown)] == [
+        ("ns/c", old["ns/c"]), ("ns/e", old["ns/e"])]
+    # What the watch or the list delivered is never marked.
+    assert not any(isinstance(o, DeletedFinalStateUnknown) for kind, o in events
+                   if kind != "DELETED")
     assert relist_events(fresh, {}) == [("DELETED", o) for o in fresh.values()]
 
 

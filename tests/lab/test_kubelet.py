@@ -9,7 +9,7 @@ from typing import Any
 
 from lightkube.resources.core_v1 import Node, Pod
 
-from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.lab.cluster import Lab, pids_alive, virtual_deployment
 
 SLEEPER = [sys.executable, "-c", "import signal, time\n"
            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -160,3 +160,34 @@ async def test_virtual_pods_terminate_after_their_configured_time(lab: Lab) -> N
     assert record.exited_at is not None and record.sigterm_at is not None
     assert record.exited_at - record.sigterm_at >= 0.49
     await lab.wait_available("default", "v", timeout=30)  # the replacement came up
+
+
+async def test_a_pod_recreated_while_the_watch_was_down_replaces_the_old_process(
+        lab: Lab) -> None:
+    """Force-deleted and created again under its name while the kubelets' watch was down:
+    the relist delivers the old pod's deletion (marked DeletedFinalStateUnknown) and the new
+    pod's addition, so the old process is stopped, not left running beside the new one."""
+    assert lab.client is not None and lab.nodes is not None
+    manifest = pod("same", {"command": [sys.executable, "-c",
+                                        "import time\nwhile True: time.sleep(0.1)"]})
+    await lab.apply(manifest)
+    await until(lab, "same", lambda s: "running" in container(s).get("state", {}))
+    old = lab.nodes.worker("default", "same")
+    assert old is not None
+    old_pid = old.containers[0].process.pid if old.containers[0].process else None
+    assert old_pid is not None
+    informer = lab.nodes.informer
+    await informer.stop()
+    await lab.client.delete(Pod, "same", namespace="default", grace_period=0)
+    await lab.apply(manifest)
+    new_uid = (await lab.client.get(Pod, "same", namespace="default")).to_dict()[
+        "metadata"]["uid"]
+    assert new_uid != old.uid
+    await informer.start()
+    async with asyncio.timeout(30):
+        await old.finished.wait()
+    assert pids_alive([old_pid]) == []
+    await until(lab, "same", lambda s: "running" in container(s).get("state", {}))
+    new = lab.nodes.worker("default", "same")
+    assert new is not None and new.uid == new_uid
+    assert informer.stats.missed_deletions == 1

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         TransportError,
     )
     from drainsafe.kube.retry import Backoff
-    from drainsafe.kube.watch import Informer, WaitTimeout
+    from drainsafe.kube.watch import DeletedFinalStateUnknown, Informer, WaitTimeout
 
 _HOMES = {
     **dict.fromkeys(("ClusterIdentity", "KubeClient", "KubeconfigError", "Obj", "api_path"),
@@ -48,7 +48,8 @@ _HOMES = {
                      "KubeError", "MultiplePdbs", "NotFound", "RateLimited", "ServerError",
                      "TooManyRequests", "TransportError"), "drainsafe.kube.errors"),
     "Backoff": "drainsafe.kube.retry",
-    **dict.fromkeys(("Informer", "WaitTimeout"), "drainsafe.kube.watch"),
+    **dict.fromkeys(("DeletedFinalStateUnknown", "Informer", "WaitTimeout"),
+                    "drainsafe.kube.watch"),
 }
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "BudgetBlocked",
     "ClusterIdentity",
     "Conflict",
+    "DeletedFinalStateUnknown",
     "Expired",
     "Forbidden",
     "GuardHeld",

@@ -9,7 +9,9 @@ The protocol followed here
   allowWatchBookmarks, so no change between list and watch is lost;
 - each event carries the object's resourceVersion; BOOKMARK events only advance it;
 - "too old resource version" arrives as HTTP 200 plus one ERROR event with code 410
-  (apiserver pkg/storage/cacher/cacher.go newErrWatcher), or as an HTTP 410: relist;
+  (apiserver pkg/storage/cacher/cacher.go newErrWatcher), or as an HTTP 410: relist, and
+  report the difference as events (relist_events: the deletions missed in the gap marked
+  DeletedFinalStateUnknown, as client-go's DeltaFIFO.Replace marks them);
 - the server ends a watch after timeoutSeconds: reconnect from the last resourceVersion;
 - a connection that goes quiet for longer than `idle_timeout` is treated as dead (a
   network partition never closes the socket) and reopened;
@@ -41,24 +43,51 @@ from drainsafe.kube.retry import Backoff
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-K = TypeVar("K")
 Cache = Mapping[str, Obj]
 EventHook = Callable[[str, Obj], None]
 
 
-def relist_events(old: Mapping[K, Obj], fresh: Mapping[K, Obj]) -> list[tuple[str, Obj]]:
-    """What changed across a relist, as watch events: ADDED for new keys, MODIFIED for
-    objects whose resourceVersion changed (a pod that turned terminating or unready during
-    the gap), DELETED for keys gone. client-go's reflector does the same through its
-    DeltaFIFO Replace (tools/cache/delta_fifo.go: Replaced deltas become updates)."""
+class DeletedFinalStateUnknown(dict[str, Any]):
+    """A deletion this informer missed (its watch was down or expired) and found on a
+    relist: the last state it saw of the object, which may be stale.
+
+    client-go's marker of the same name (tools/cache/delta_fifo.go at v0.33.0,
+    DeletedFinalStateUnknown{Key, Obj}, queued by DeltaFIFO.Replace for keys the new list
+    lacks) reaches a handler's OnDelete in place of the object. Here it is the object
+    itself (a dict), so every hook reads it as any deleted object; a hook that cares tells
+    it apart with isinstance.
+    """
+
+    def __init__(self, key: str, obj: Mapping[str, Any]) -> None:
+        super().__init__(obj)
+        self.key = key
+
+
+def relist_events(old: Mapping[str, Obj], fresh: Mapping[str, Obj]) -> list[tuple[str, Obj]]:
+    """What changed across a relist, as watch events, the way client-go's DeltaFIFO.Replace
+    (tools/cache/delta_fifo.go at v0.33.0) reports it:
+
+    - ADDED for new keys; MODIFIED for objects whose resourceVersion changed (a pod that
+      turned terminating or unready during the gap);
+    - DELETED for keys gone, the last state seen wrapped as DeletedFinalStateUnknown;
+    - an object re-created under the same name (a new UID) as DELETED of the old one
+      (marked, just before) and ADDED of the new. Here we differ from client-go, which
+      passes a new UID under a known key to OnUpdate: they are two objects, and a consumer
+      keyed by UID, as the kubelet's pod config is (pkg/kubelet/config/config.go merge), must
+      stop the old one, whose deletion it never saw, as well as start the new.
+    """
     events: list[tuple[str, Obj]] = []
     for key, obj in fresh.items():
         before = old.get(key)
         if before is None:
             events.append(("ADDED", obj))
-        elif _rv(before) != _rv(obj) or _uid(before) != _uid(obj):
+        elif _uid(before) != _uid(obj):
+            events.append(("DELETED", DeletedFinalStateUnknown(key, before)))
+            events.append(("ADDED", obj))
+        elif _rv(before) != _rv(obj):
             events.append(("MODIFIED", obj))
-    events.extend(("DELETED", obj) for key, obj in old.items() if key not in fresh)
+    events.extend(("DELETED", DeletedFinalStateUnknown(key, obj))
+                  for key, obj in old.items() if key not in fresh)
     return events
 
 
@@ -82,6 +111,7 @@ class WatchStats:
     expired: int = 0
     errors: int = 0
     idle_timeouts: int = 0
+    missed_deletions: int = 0  # found on a relist (DeletedFinalStateUnknown)
     last_error: str = ""
     history: list[str] = field(default_factory=list)
 
@@ -203,8 +233,11 @@ class Informer:
         # The cache first, then the hooks, as client-go updates an informer's store before
         # it calls the handler (tools/cache/controller.go processDeltas): a hook that
         # reads the cache sees what the event says.
+        events = relist_events(old, fresh)
+        self.stats.missed_deletions += sum(
+            isinstance(obj, DeletedFinalStateUnknown) for _, obj in events)
         if self._on_event is not None:
-            for kind, obj in relist_events(old, fresh):
+            for kind, obj in events:
                 self._on_event(kind, obj)
         self._rv = rv
         self._synced.set()
