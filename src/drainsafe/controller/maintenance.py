@@ -227,15 +227,25 @@ class MaintenanceReconciler:
             pending = {n: p for n, p in nodes.items() if p.state == "Pending"}
             later = {n for n, p in pending.items() if p.reason == DEFERRED}
             busy = [n for n, p in nodes.items() if in_progress(p.state, spec.uncordon)]
+            judge = None if room is None else WaveRoom(room, options, busy)
+            said = {n for n, p in pending.items() if p.reason == CANNOT_SURGE}
+            # Re-decided on this snapshot (a node joined, stand-ins left): one that fits
+            # alone now goes back in line. Without a snapshot no node starts by room, and
+            # the last word stands.
+            still = {} if judge is None else judge.still_cannot_surge(said)
+            last = said if judge is None else set(still)
             wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
                              max_parallel=spec.max_parallel_nodes,
                              unavailable_budget=spec.unavailable_budget(len(facts)),
                              uncordon=spec.uncordon, later=later,
                              not_now=self._not_now(name, later),
-                             last={n for n, p in pending.items() if p.reason == CANNOT_SURGE},
-                             room=None if room is None else WaveRoom(room, options, busy).admit)
-            for n, hold in wave.waiting.items():  # said on the node, why it waits
+                             last=last, room=None if judge is None else judge.admit)
+            # said on the node, why it waits (a node still last and not tried this pass:
+            # the current snapshot's words; the same reason, so no Event)
+            for n, hold in {**still, **wave.waiting}.items():
                 nodes[n] = nodes[n].to("Pending", WAITING[hold.code], hold.message[:500])
+            for n in said - last - set(wave.waiting) - set(wave.start):
+                nodes[n] = nodes[n].to("Pending", "")  # back in line, not tried this pass
             current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
             for n in wave.start:
                 # Written before the cordon: a new leader counts these against the budgets.
