@@ -77,7 +77,7 @@ from drainsafe.maintenance.progress import (
 from drainsafe.maintenance.reasons import NodeReason
 from drainsafe.maintenance.roomwaves import HoldCode, WaveRoom
 from drainsafe.maintenance.spec import MaintenanceSpec, SpecError, parse_spec
-from drainsafe.maintenance.waves import NodeFacts, next_wave
+from drainsafe.maintenance.waves import NodeFacts, Wave, next_wave
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -227,24 +227,29 @@ class MaintenanceReconciler:
             pending = {n: p for n, p in nodes.items() if p.state == "Pending"}
             later = {n for n, p in pending.items() if p.reason == DEFERRED}
             busy = [n for n, p in nodes.items() if in_progress(p.state, spec.uncordon)]
-            judge = None if room is None else WaveRoom(room, options, busy)
             said = {n for n, p in pending.items() if p.reason == CANNOT_SURGE}
-            # Re-decided on this snapshot (a node joined, stand-ins left): one that fits
-            # alone now goes back in line. Without a snapshot no node starts by room, and
-            # the last word stands.
-            still = {} if judge is None else judge.still_cannot_surge(said)
-            last = said if judge is None else set(still)
-            wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
-                             max_parallel=spec.max_parallel_nodes,
-                             unavailable_budget=spec.unavailable_budget(len(facts)),
-                             uncordon=spec.uncordon, later=later,
-                             not_now=self._not_now(name, later),
-                             last=last, room=None if judge is None else judge.admit)
-            # said on the node, why it waits (a node still last and not tried this pass:
-            # the current snapshot's words; the same reason, so no Event)
+            if room is None:
+                # No snapshot read (the informer's copy, older than this status, had no
+                # slot free): no node starts unchecked by room, nor by a CannotSurge this
+                # snapshot would have changed; the next pass reads the cluster.
+                wave, still, back = Wave(start=(), held=None), {}, set()
+            else:
+                judge = WaveRoom(room, options, busy)
+                # Re-decided on this snapshot (a node joined, stand-ins left), not
+                # remembered: one that fits alone now goes back in line.
+                still = judge.still_cannot_surge(said)
+                wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
+                                 max_parallel=spec.max_parallel_nodes,
+                                 unavailable_budget=spec.unavailable_budget(len(facts)),
+                                 uncordon=spec.uncordon, later=later,
+                                 not_now=self._not_now(name, later),
+                                 last=set(still), room=judge.admit)
+                back = said - set(still) - set(wave.waiting) - set(wave.start)
+            # said on the node, why it waits (one still last and not tried this pass: in
+            # this snapshot's words, the same reason, so no Event)
             for n, hold in {**still, **wave.waiting}.items():
                 nodes[n] = nodes[n].to("Pending", WAITING[hold.code], hold.message[:500])
-            for n in said - last - set(wave.waiting) - set(wave.start):
+            for n in back:
                 nodes[n] = nodes[n].to("Pending", "")  # back in line, not tried this pass
             current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
             for n in wave.start:
