@@ -693,49 +693,39 @@ async def test_a_node_whose_stand_ins_do_not_fit_beside_the_wave_waits_uncordone
     await audit_clean(lab)
 
 
+BUSY_TAINT = {"key": "example.com/busy", "value": "true", "effect": "NoSchedule"}
+
+
 def _cannot_surge_roles(used: collections.Counter[str], names: list[str]
-                        ) -> tuple[str, str, str, str] | None:
-    """(a, c, b, d): a takes the pinned workload's pod beside what it has (a free GPU);
-    c, its only other home, is filled up to make a CannotSurge, and has a filler to give
-    back; b's GPU pods fit on a and d while c is full, and b is named before c: the room
-    check places replacements first fit in node order (drain.room), so once b is back a
-    stand-in of b's that landed on a is placed on b, not on the GPU of c that a's pinned
-    pod needs. None: no such roles here."""
-    for a, c, b, d in itertools.permutations(sorted(names, key=lambda n: (used[n], n))):
-        if used[a] <= 1 and used[c] <= 1 and used[b] <= (1 - used[a]) + (2 - used[d]) \
-                and b < c:
+                        ) -> tuple[str, str, str, str]:
+    """(a, c, b, d): c, the pinned workload's other home, is tainted (it offers no room to
+    anything); b's GPU pods fit on a and d meanwhile. The most loaded node is c."""
+    for c, a, b, d in itertools.permutations(sorted(names, key=lambda n: (-used[n], n))):
+        if used[b] <= (2 - used[a]) + (2 - used[d]):
             return a, c, b, d
-    return None
+    raise AssertionError(f"no roles for the GPU pods as placed: {dict(used)}")
 
 
 async def test_a_node_that_cannot_surge_joins_an_ordinary_wave_once_room_comes_back(
         lab: Lab) -> None:
     """Nodes [a, b, d], maxParallelNodes 1, uncordon WhenMaintained. A workload pinned to a
-    or c (required node affinity) runs on a, and pinned fillers take c's free GPUs: a
-    cannot surge, said CannotSurge, and b starts. While b awaits its maintenance, the
-    filler on c goes (another operation's stand-ins leaving, say): room is back. Once b is
-    maintained, a is judged again on the new snapshot and starts in wave 2, in its given
-    order; before, the status row's CannotSurge kept it last (d in wave 2, a alone in 3)."""
+    or c (required node affinity) runs on a, and c carries a NoSchedule taint (out of
+    service for another reason): a cannot surge, said CannotSurge, and b starts. While b
+    awaits its maintenance the taint goes (c back, as a spare node joining): room is back.
+    Once b is maintained, a is judged again on the new snapshot and starts in wave 2, in
+    its given order; before, the status row's CannotSurge kept it last (d in wave 2, a
+    alone in 3)."""
     name = "cannot-surge"
     store = lab_store(lab)
-    used = _gpu_pods(lab)
-    roles = _cannot_surge_roles(used, sorted(n["metadata"]["name"]
-                                             for n in store.items(NODES, "")))
-    if roles is None:
-        pytest.skip(f"no node roles fit the GPU pods as placed now: {dict(used)}")
-    a, c, b, d = roles
-    filler = virtual_deployment(f"filler-{c}", replicas=2 - used[c], gpus=1)
-    filler["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": c}
+    a, c, b, d = _cannot_surge_roles(_gpu_pods(lab), sorted(
+        n["metadata"]["name"] for n in store.items(NODES, "")))
+    taints = list(store.get(NODES, "", c)["spec"].get("taints") or [])
     pinned = virtual_deployment("pinned", replicas=1, startup_seconds=0.5,
-                                exit_after_sigterm_seconds=0.2, gpus=1)
+                                exit_after_sigterm_seconds=0.2)
     pinned["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
                                    "values": [a, c]}]}]}}}
-    await lab.apply(filler)
-    await lab.wait_available("default", filler["metadata"]["name"], timeout=60)
-    await lab.apply(pinned)  # c is full: on a
-    await lab.wait_available("default", "pinned", timeout=60)
     nodes = [a, b, d]
     said: list[tuple[str, str, str]] = []  # (state, reason, message) of a, each change
 
@@ -747,21 +737,22 @@ async def test_a_node_that_cannot_surge_joins_an_ordinary_wave_once_room_comes_b
         return row
 
     marker: asyncio.Task[None] | None = None
-    made = ["pinned", filler["metadata"]["name"]]
     try:
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            await client.patch(api_path("v1", "nodes", name=c),
+                               {"spec": {"taints": [*taints, BUSY_TAINT]}})
+        await lab.apply(pinned)  # c is tainted: on a
+        await lab.wait_available("default", "pinned", timeout=60)
         async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, \
                 sampling(lab, name, nodes, "WhenMaintained") as seen, leader(lab, name):
-            spec = _spec(nodes, "WhenMaintained")
-            await _create(client, name, spec, held=False)
+            await _create(client, name, _spec(nodes, "WhenMaintained"), held=False)
             await eventually("a CannotSurge, b AwaitingMaintenance", lambda: (
                 (row := row_of_a()) is not None and row.reason == "CannotSurge"
                 and nm_states(lab, name).get(b) == "AwaitingMaintenance"))
             # room comes back while b is in progress
-            await client.request("DELETE", api_path(
-                "apps/v1", "deployments", namespace="default", name=made.pop()))
-            await eventually("filler gone", lambda: not any(
-                p["metadata"]["name"].startswith("filler-")
-                for p in store.items(PODS, "default")))
+            await client.patch(api_path("v1", "nodes", name=c), {"spec": {"taints": taints}})
+            await eventually("c untainted", lambda: BUSY_TAINT not in (
+                store.get(NODES, "", c)["spec"].get("taints") or []))
             marker = asyncio.create_task(mark_awaiting(lab, name))
             await eventually(f"{name} finished", lambda: (
                 row_of_a() is not None
@@ -771,15 +762,14 @@ async def test_a_node_that_cannot_surge_joins_an_ordinary_wave_once_room_comes_b
             marker.cancel()
             await asyncio.gather(marker, return_exceptions=True)
         async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
-            for dep in made:
-                await client.request("DELETE", api_path(
-                    "apps/v1", "deployments", namespace="default", name=dep))
+            await client.patch(api_path("v1", "nodes", name=c), {"spec": {"taints": taints}})
+            await client.request("DELETE", api_path("apps/v1", "deployments",
+                                                    namespace="default", name="pinned"))
             for n in nodes:
                 await client.patch(api_path("v1", "nodes", name=n),
                                    {"metadata": {"annotations": {MAINTAINED: None}}})
-        await eventually("pinned and filler gone", lambda: not any(
-            p["metadata"]["name"].startswith(("filler-", "pinned"))
-            for p in store.items(PODS, "default")))
+        await eventually("pinned gone", lambda: not any(
+            p["metadata"]["name"].startswith("pinned") for p in store.items(PODS, "default")))
     status = nm_status(lab, name)
     assert status["phase"] == "Succeeded", status
     # a started in wave 2, in its given order, not last and alone after d
