@@ -15,7 +15,9 @@ and alone (maintenance.waves: later), and not before a backoff from its last ref
 (not_now: RETRY_MIN_SECONDS, doubled at each refusal up to RETRY_MAX_SECONDS, so a lasting
 shortage does not flap the cordon). A pass that may start a node reads the cluster once and
 admits nodes by the room their stand-ins need (maintenance.roomwaves WaveRoom); a node held
-back is written Pending with the reason of its hold (WAITING).
+back is written Pending with the reason of its hold (WAITING). CannotSurge is judged again
+on each such read (WaveRoom.still_cannot_surge), not carried over from the status row; a
+pass that read no cluster starts no node.
 
 Pending nodes carry a soft taint (maintenance.pending: PreferNoSchedule, the operation's
 name as value; controller.maintenance_taints) so that stand-ins and replacements prefer
