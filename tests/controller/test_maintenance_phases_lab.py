@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import pathlib
 import sys
 import time
@@ -65,6 +66,7 @@ from .maintlab import (
     lab_store,
     left_as_before,
     maintenance_rt,
+    mark_awaiting,
     nm_states,
     nm_status,
     sampling,
@@ -688,4 +690,95 @@ async def test_a_node_whose_stand_ins_do_not_fit_beside_the_wave_waits_uncordone
     # room outside A and B was enough for them): nothing new landed on B before its wave
     assert True in tainted and not landed, (tainted, landed)
     left_as_before(lab, [a, b])
+    await audit_clean(lab)
+
+
+BUSY_TAINT = {"key": "example.com/busy", "value": "true", "effect": "NoSchedule"}
+
+
+def _cannot_surge_roles(used: collections.Counter[str], names: list[str]
+                        ) -> tuple[str, str, str, str]:
+    """(a, c, b, d): c, the pinned workload's other home, is tainted (it offers no room to
+    anything); b's GPU pods fit on a and d meanwhile. The most loaded node is c."""
+    for c, a, b, d in itertools.permutations(sorted(names, key=lambda n: (-used[n], n))):
+        if used[b] <= (2 - used[a]) + (2 - used[d]):
+            return a, c, b, d
+    raise AssertionError(f"no roles for the GPU pods as placed: {dict(used)}")
+
+
+async def test_a_node_that_cannot_surge_joins_an_ordinary_wave_once_room_comes_back(
+        lab: Lab) -> None:
+    """Nodes [a, b, d], maxParallelNodes 1, uncordon WhenMaintained. A workload pinned to a
+    or c (required node affinity) runs on a, and c carries a NoSchedule taint (out of
+    service for another reason): a cannot surge, said CannotSurge, and b starts. While b
+    awaits its maintenance the taint goes (c back, as a spare node joining): room is back.
+    Once b is maintained, a is judged again on the new snapshot and starts in wave 2, in
+    its given order; before, the status row's CannotSurge kept it last (d in wave 2, a
+    alone in 3)."""
+    name = "cannot-surge"
+    store = lab_store(lab)
+    a, c, b, d = _cannot_surge_roles(_gpu_pods(lab), sorted(
+        n["metadata"]["name"] for n in store.items(NODES, "")))
+    taints = list(store.get(NODES, "", c)["spec"].get("taints") or [])
+    pinned = virtual_deployment("pinned", replicas=1, startup_seconds=0.5,
+                                exit_after_sigterm_seconds=0.2)
+    pinned["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                   "values": [a, c]}]}]}}}
+    nodes = [a, b, d]
+    said: list[tuple[str, str, str]] = []  # (state, reason, message) of a, each change
+
+    def row_of_a() -> NodeProgress | None:
+        row = read_nodes(nm_status(lab, name)).get(a)
+        if row is not None and (not said or said[-1] != (row.state, row.reason,
+                                                         row.message)):
+            said.append((row.state, row.reason, row.message))
+        return row
+
+    marker: asyncio.Task[None] | None = None
+    try:
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            await client.patch(api_path("v1", "nodes", name=c),
+                               {"spec": {"taints": [*taints, BUSY_TAINT]}})
+        await lab.apply(pinned)  # c is tainted: on a
+        await lab.wait_available("default", "pinned", timeout=60)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, \
+                sampling(lab, name, nodes, "WhenMaintained") as seen, leader(lab, name):
+            await _create(client, name, _spec(nodes, "WhenMaintained"), held=False)
+            await eventually("a CannotSurge, b AwaitingMaintenance", lambda: (
+                (row := row_of_a()) is not None and row.reason == "CannotSurge"
+                and nm_states(lab, name).get(b) == "AwaitingMaintenance"))
+            # room comes back while b is in progress
+            await client.patch(api_path("v1", "nodes", name=c), {"spec": {"taints": taints}})
+            await eventually("c untainted", lambda: BUSY_TAINT not in (
+                store.get(NODES, "", c)["spec"].get("taints") or []))
+            marker = asyncio.create_task(mark_awaiting(lab, name))
+            await eventually(f"{name} finished", lambda: (
+                row_of_a() is not None
+                and nm_status(lab, name).get("phase") in ("Succeeded", "Failed")))
+    finally:
+        if marker is not None:
+            marker.cancel()
+            await asyncio.gather(marker, return_exceptions=True)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            await client.patch(api_path("v1", "nodes", name=c), {"spec": {"taints": taints}})
+            await client.request("DELETE", api_path("apps/v1", "deployments",
+                                                    namespace="default", name="pinned"))
+            for n in nodes:
+                await client.patch(api_path("v1", "nodes", name=n),
+                                   {"metadata": {"annotations": {MAINTAINED: None}}})
+        await eventually("pinned gone", lambda: not any(
+            p["metadata"]["name"].startswith("pinned") for p in store.items(PODS, "default")))
+    status = nm_status(lab, name)
+    assert status["phase"] == "Succeeded", status
+    # a started in wave 2, in its given order, not last and alone after d
+    assert [(n["name"], n["wave"]) for n in status["nodes"]] == [(a, 2), (b, 1), (d, 3)], (
+        status, said)
+    assert any(r == "CannotSurge" and m.startswith("cannot surge: no room for Deployment "
+                                                   "default/pinned") for _, r, m in said), said
+    assert seen.most_in_progress == 1 and seen.lowest_ready >= REPLICAS, seen
+    assert all(n == 1 for n in seen.cordons.values()), seen.cordons
+    assert all(n == 1 for n in evictions(lab, seen).values())
+    left_as_before(lab, nodes)
     await audit_clean(lab)

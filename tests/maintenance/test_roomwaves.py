@@ -102,6 +102,64 @@ def test_a_node_that_cannot_surge_is_said_so_and_goes_last() -> None:
     assert wave.start == () and wave.waiting["n1"].code == "cannot-surge"
 
 
+def test_a_node_that_cannot_surge_is_judged_again_and_joins_an_ordinary_wave() -> None:
+    """CannotSurge is re-decided on each snapshot, not remembered: a node said so during a
+    shortage that fits alone once a spare GPU node joins starts beside the node in
+    progress, in an ordinary wave; before, the reconciler passed every node its status
+    said CannotSurge as `last`, so it waited for every other node to be done."""
+    pods, controllers = serving("big", ["n1"], gpus=2)
+    small, more = serving("small", ["n2"])
+    nodes = [node("n1", gpus=2), node("n2"), node("n3")]
+    state = _state(nodes, pods + small, controllers | more)
+    facts = _facts(["n1", "n2"])
+    wave = next_wave(facts, {}, max_parallel=2, unavailable_budget=None,
+                     uncordon="Immediately", room=WaveRoom(state, OPTIONS, ()).admit)
+    assert wave.start == ("n2",) and wave.waiting["n1"].code == "cannot-surge", wave
+    # n2 draining, its stand-in Ready on n3
+    stand_in = pod("small-new", "n3", owner=("ReplicaSet", "small-rs"),
+                   labels={"app": "small"}, gpus=1)
+    draining: dict[str, NodeState] = {"n2": "Draining"}
+    short = _state(nodes, [*state.pods, stand_in], dict(state.controllers))
+    room = WaveRoom(short, OPTIONS, ("n2",))
+    still = room.still_cannot_surge({"n1"})
+    assert set(still) == {"n1"} and still["n1"].message.startswith(
+        "cannot surge: no room for Deployment ml/big"), still
+    wave = next_wave(facts, draining, max_parallel=2, unavailable_budget=None,
+                     uncordon="Immediately", last=set(still), room=room.admit)
+    assert wave.start == () and not wave.waiting  # last and alone: n2 in progress
+    # a spare node of 2 GPUs joins: n1 fits alone, so it is no longer held last, and its
+    # stand-in fits beside what n2 still needs (nothing): it starts now, beside n2
+    joined = _state([*nodes, node("spare", gpus=2)], list(short.pods),
+                    dict(short.controllers))
+    room = WaveRoom(joined, OPTIONS, ("n2",))
+    still = room.still_cannot_surge({"n1"})
+    assert still == {}, still
+    wave = next_wave(facts, draining, max_parallel=2, unavailable_budget=None,
+                     uncordon="Immediately", last=set(still), room=room.admit)
+    assert wave.start == ("n1",), wave
+    # as it was remembered before: held last while n2 is in progress
+    before = next_wave(facts, draining, max_parallel=2, unavailable_budget=None,
+                       uncordon="Immediately", last={"n1"}, room=room.admit)
+    assert before.start == ()
+
+
+def test_a_node_back_in_line_waits_for_room_like_any_other() -> None:
+    """Said CannotSurge, it fits alone now but not beside the node in progress: it waits
+    WaitingForRoom (no-room, naming what it waits beside), not last."""
+    pods, controllers = serving("big", ["n1"], gpus=2)
+    small, more = serving("small", ["n2"])
+    nodes = [node("n1", gpus=2), node("n2"), node("spare", gpus=2)]
+    state = _state(nodes, pods + small, controllers | more)
+    # n2 in progress, its stand-in not yet made: it will take one of the spare's GPUs
+    room = WaveRoom(state, OPTIONS, ("n2",))
+    assert room.still_cannot_surge({"n1"}) == {}
+    wave = next_wave(_facts(["n1", "n2"]), {"n2": "Draining"}, max_parallel=2,
+                     unavailable_budget=None, uncordon="Immediately", last=set(),
+                     room=room.admit)
+    hold = wave.waiting["n1"]
+    assert wave.start == () and hold.code == "no-room" and "beside n2" in hold.message, wave
+
+
 def test_mig_slices_are_room_too() -> None:
     mig = "nvidia.com/mig-1g.10gb"
 

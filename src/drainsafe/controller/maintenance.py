@@ -15,7 +15,9 @@ and alone (maintenance.waves: later), and not before a backoff from its last ref
 (not_now: RETRY_MIN_SECONDS, doubled at each refusal up to RETRY_MAX_SECONDS, so a lasting
 shortage does not flap the cordon). A pass that may start a node reads the cluster once and
 admits nodes by the room their stand-ins need (maintenance.roomwaves WaveRoom); a node held
-back is written Pending with the reason of its hold (WAITING).
+back is written Pending with the reason of its hold (WAITING). CannotSurge is judged again
+on each such read (WaveRoom.still_cannot_surge), not carried over from the status row; a
+pass that read no cluster starts no node.
 
 Pending nodes carry a soft taint (maintenance.pending: PreferNoSchedule, the operation's
 name as value; controller.maintenance_taints) so that stand-ins and replacements prefer
@@ -77,7 +79,7 @@ from drainsafe.maintenance.progress import (
 from drainsafe.maintenance.reasons import NodeReason
 from drainsafe.maintenance.roomwaves import HoldCode, WaveRoom
 from drainsafe.maintenance.spec import MaintenanceSpec, SpecError, parse_spec
-from drainsafe.maintenance.waves import NodeFacts, next_wave
+from drainsafe.maintenance.waves import NodeFacts, Wave, next_wave
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -227,15 +229,30 @@ class MaintenanceReconciler:
             pending = {n: p for n, p in nodes.items() if p.state == "Pending"}
             later = {n for n, p in pending.items() if p.reason == DEFERRED}
             busy = [n for n, p in nodes.items() if in_progress(p.state, spec.uncordon)]
-            wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
-                             max_parallel=spec.max_parallel_nodes,
-                             unavailable_budget=spec.unavailable_budget(len(facts)),
-                             uncordon=spec.uncordon, later=later,
-                             not_now=self._not_now(name, later),
-                             last={n for n, p in pending.items() if p.reason == CANNOT_SURGE},
-                             room=None if room is None else WaveRoom(room, options, busy).admit)
-            for n, hold in wave.waiting.items():  # said on the node, why it waits
+            said = {n for n, p in pending.items() if p.reason == CANNOT_SURGE}
+            if room is None:
+                # No snapshot read (the informer's copy, older than this status, had no
+                # slot free): no node starts unchecked by room, nor by a CannotSurge this
+                # snapshot would have changed; the next pass reads the cluster.
+                wave, still, back = Wave(start=(), held=None), {}, set()
+            else:
+                judge = WaveRoom(room, options, busy)
+                # Re-decided on this snapshot (a node joined, stand-ins left), not
+                # remembered: one that fits alone now goes back in line.
+                still = judge.still_cannot_surge(said)
+                wave = next_wave(facts, {n: p.state for n, p in nodes.items()},
+                                 max_parallel=spec.max_parallel_nodes,
+                                 unavailable_budget=spec.unavailable_budget(len(facts)),
+                                 uncordon=spec.uncordon, later=later,
+                                 not_now=self._not_now(name, later),
+                                 last=set(still), room=judge.admit)
+                back = said - set(still) - set(wave.waiting) - set(wave.start)
+            # said on the node, why it waits (one still last and not tried this pass: in
+            # this snapshot's words, the same reason, so no Event)
+            for n, hold in {**still, **wave.waiting}.items():
                 nodes[n] = nodes[n].to("Pending", WAITING[hold.code], hold.message[:500])
+            for n in back:
+                nodes[n] = nodes[n].to("Pending", "")  # back in line, not tried this pass
             current = int(old.get("currentWave") or 0) + (1 if wave.start else 0)
             for n in wave.start:
                 # Written before the cordon: a new leader counts these against the budgets.

@@ -32,14 +32,18 @@ A node that does not fit while nothing of the operation is in progress *cannot s
 surge and whose capacity floor forbids evict-first (drain.floors, "below-floor": a rollout
 in progress, a bare ReplicaSet): the reconciler says so on the node and starts it last
 (maintenance.waves, `last`), and only once it fits (the rollout ended, the floor lowered);
-a capacity floor that allows evict-first makes a plan fit that needs less room.
+a capacity floor that allows evict-first makes a plan fit that needs less room. That hold
+is re-decided on every snapshot, not remembered (`still_cannot_surge`): a node said
+CannotSurge that fits alone now (a node joined, another operation's stand-ins left, the
+rollout ended) goes back in line among the others and may start in an ordinary wave;
+while it still does not fit alone it stays last, its message that of the current snapshot.
 
 Pure; no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -194,7 +198,27 @@ class WaveRoom:
 
     def admit(self, wave: Sequence[str], node: str) -> Hold | None:
         """None: `node` may start beside the nodes in progress and `wave`; else why not."""
-        base = (*self.in_progress, *wave)
+        return self._hold((*self.in_progress, *wave), node)
+
+    def still_cannot_surge(self, said: Collection[str]) -> dict[str, Hold]:
+        """Of the nodes said CannotSurge (the reconciler's status row), those that
+        still would not fit with nothing of the operation in progress or starting, on
+        this snapshot, with why. The others fit alone now and are no longer held last.
+
+        Judged alone whatever is in progress: a node that fits alone beside the
+        operation's own cordons fits with nothing of it in progress. One that does not
+        stays said (its room may be what the nodes in progress hold, which this snapshot
+        cannot tell from a lasting shortage), so its reason does not swing between
+        CannotSurge and WaitingForRoom while others drain. Its plan alone is the one
+        `admit` makes of it anyway (shared), so this costs no other plan."""
+        out = {}
+        for node in sorted(said):
+            hold = self._hold((), node)
+            if hold is not None:
+                out[node] = hold
+        return out
+
+    def _hold(self, base: tuple[str, ...], node: str) -> Hold | None:
         floor = next((b for b in self._plan((node,)).blockers if b.kind == "below-floor"),
                      None)
         if floor is not None:

@@ -27,7 +27,8 @@
   once, and no budget is taken by more nodes of the wave than it allows; else it waits,
   holding no slot and no budget, and the next Pending node is tried. Why each waits is
   `Wave.waiting`. Nodes that could not surge even with nothing of the operation in progress
-  (`last`: the reconciler's CannotSurge) start after every other Pending node, alone, as
+  (`last`: the reconciler's CannotSurge, judged again on each snapshot by
+  roomwaves.WaveRoom.still_cannot_surge) start after every other Pending node, alone, as
   deferred ones do, and only once they fit.
 
 Pure; no I/O.
