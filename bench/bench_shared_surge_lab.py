@@ -10,6 +10,11 @@ turns; shared, they overlap. Run it from a checkout of each version (PYTHONPATH=
 to compare; it prints one row per run: total time (the command), time to full capacity,
 the lowest Ready/desired at every 0.1 s sample and change, failed and truncated requests,
 and the most parts of the surge recorded at once (0 for a version-1 record).
+
+`--predict` runs no lab: it prints what `drainsafe simulate` predicts for the same drain
+(the same settings; start-up = the model load, a lower bound of the lab's), under today's
+engine (a Deployment's surge shared) and under the lock per workload (the engine before,
+`upgrade.surge_sharing: lock`).
 """
 
 from __future__ import annotations
@@ -29,9 +34,7 @@ from drainsafe.lab.cluster import Lab
 
 
 async def one(nodes: int, replicas: int, model_load: float) -> dict[str, Any]:
-    s = ScenarioSettings(kind="Deployment", app="chat", replicas=replicas, gpus=1,
-                         propagation=0.3, drain_delay=0.5, stream_seconds=0.5,
-                         model_load=model_load, concurrency=2, warmup=1.0, wait_timeout=120)
+    s = settings(replicas, model_load)
     with tempfile.TemporaryDirectory() as tmp:
         async with Lab(Path(tmp) / "lab", nodes=nodes, gpus_per_node=1,
                        propagation_seconds=s.propagation, restart_backoff=0.5) as lab, \
@@ -67,13 +70,53 @@ async def one(nodes: int, replicas: int, model_load: float) -> dict[str, Any]:
             "truncated": w.truncated, "most_parts": most[0]}
 
 
+def settings(replicas: int, model_load: float) -> ScenarioSettings:
+    return ScenarioSettings(kind="Deployment", app="chat", replicas=replicas, gpus=1,
+                            propagation=0.3, drain_delay=0.5, stream_seconds=0.5,
+                            model_load=model_load, concurrency=2, warmup=1.0,
+                            wait_timeout=120)
+
+
+def predict(nodes: int, replicas: int, model_load: float) -> dict[str, Any]:
+    """The simulator's figures for this drain: total seconds (first cordon to the last
+    node drained: node_upgrade 0), the lowest capacity, failed requests, lock and shared."""
+    from drainsafe.simulate.scenario import parse_scenario
+    from drainsafe.simulate.simulation import simulate
+
+    s = settings(replicas, model_load)
+    out: dict[str, Any] = {}
+    for sharing in ("lock", "shared"):
+        r = simulate(parse_scenario({
+            "name": "shared-surge-lab", "seed": 0,
+            "fleet": {"nodes": nodes, "gpus_per_node": 1},
+            "traffic": {"duration": 60},
+            "consumers": [{"name": "clusterip", "share": 1.0, "propagation": s.propagation}],
+            "workloads": [{
+                "name": s.app, "replicas": replicas, "gpus": 1,
+                "rate": s.concurrency / s.stream_seconds, "durations": s.stream_seconds,
+                "startup": model_load, "pdb": {"maxUnavailable": 1},
+                "termination": {"grace": s.grace, "drain_delay": s.drain_delay,
+                                "shutdown_deadline": max(s.grace - s.drain_delay - 5, 1)}}],
+            "upgrade": {"strategy": "drainsafe", "surge_sharing": sharing,
+                        "nodes": list(range(replicas)), "parallelism": replicas,
+                        "node_upgrade": 0}}))
+        out[sharing] = {"seconds": round(r.upgrade_time, 2) if r.finished else None,
+                        "lowest": f"{r.min_capacity:.0%}", "failed": r.failed}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=6)
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--model-load", type=float, default=4.0)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--predict", action="store_true",
+                    help="print the simulator's prediction (lock and shared), no lab")
     args = ap.parse_args()
+    if args.predict:
+        print(json.dumps(predict(args.nodes, args.replicas, args.model_load)))
+        return
     for _ in range(args.runs):
         print(json.dumps(asyncio.run(one(args.nodes, args.replicas, args.model_load))),
               flush=True)
