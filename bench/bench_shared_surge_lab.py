@@ -10,6 +10,11 @@ turns; shared, they overlap. Run it from a checkout of each version (PYTHONPATH=
 to compare; it prints one row per run: total time (the command), time to full capacity,
 the lowest Ready/desired at every 0.1 s sample and change, failed and truncated requests,
 and the most parts of the surge recorded at once (0 for a version-1 record).
+
+`--predict` runs no lab: it prints what `drainsafe simulate` predicts for the same drain
+(the same settings; start-up = the model load, a lower bound of the lab's), under today's
+engine (a Deployment's surge shared) and under the lock per workload (the engine before,
+`upgrade.surge_sharing: lock`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +32,11 @@ from drainsafe.demo.fleetload import deploy, under_load
 from drainsafe.demo.scenario import NAMESPACE, ScenarioSettings
 from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.lab.cluster import Lab
+from drainsafe.lab.node.probes import LoopStalls
 
 
 async def one(nodes: int, replicas: int, model_load: float) -> dict[str, Any]:
-    s = ScenarioSettings(kind="Deployment", app="chat", replicas=replicas, gpus=1,
-                         propagation=0.3, drain_delay=0.5, stream_seconds=0.5,
-                         model_load=model_load, concurrency=2, warmup=1.0, wait_timeout=120)
+    s = settings(replicas, model_load)
     with tempfile.TemporaryDirectory() as tmp:
         async with Lab(Path(tmp) / "lab", nodes=nodes, gpus_per_node=1,
                        propagation_seconds=s.propagation, restart_backoff=0.5) as lab, \
@@ -48,23 +53,86 @@ async def one(nodes: int, replicas: int, model_load: float) -> dict[str, Any]:
                     most[0] = max(most[0], len(json.loads(raw).get("parts") or {}))
 
             code = [0]
+            out: list[bytes] = [b""]
+            # What starting the command costs on this machine now (a no-op of it), and
+            # how long the lab's loop stalls during the drain: the lab-vs-model slack.
+            began = time.monotonic()
+            noop = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "drainsafe", "--help",
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            await noop.wait()
+            noop_seconds = time.monotonic() - began
+            stalls = LoopStalls.for_loop()
+            stalls.acquire()
 
             async def drain() -> None:
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "drainsafe", "drain", *targets,
                     "--max-parallel-nodes", str(len(targets)),
-                    f"--kubeconfig={lab.kubeconfig}", "--timeout", "300",
-                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-                code[0] = await proc.wait()
+                    f"--kubeconfig={lab.kubeconfig}", "--timeout", "300", "-o", "json",
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+                out[0], _ = await proc.communicate()
+                code[0] = proc.returncode or 0
 
             async with Informer(client, api_path("apps/v1", "deployments",
                                                  namespace=NAMESPACE), on_event=seen):
-                run = await under_load(lab, [s], drain)
+                began = time.monotonic()
+                try:
+                    run = await under_load(lab, [s], drain)
+                finally:
+                    stalled = stalls.stalled(began, time.monotonic())
+                    stalls.release()
     [w] = run.workloads
-    return {"exit": code[0], "seconds": round(run.seconds, 1),
+    # The span the simulator models: the first cordon to the last old pod gone.
+    nodes_done = json.loads(out[0] or b"{}").get("nodes") or []
+    cordoned = [n["cordoned_at"] for n in nodes_done if n.get("cordoned_at")]
+    gone = [p["terminated_at"] for n in nodes_done for p in n.get("pods") or []
+            if p.get("terminated_at")]
+    span = round(max(gone) - min(cordoned), 2) if cordoned and gone else None
+    return {"exit": code[0], "seconds": round(run.seconds, 1), "cordon_to_gone": span,
             "capacity_seconds": round(run.capacity_seconds, 1),
             "lowest": f"{w.lowest_ready}/{w.desired}", "failed": w.total_failed,
-            "truncated": w.truncated, "most_parts": most[0]}
+            "truncated": w.truncated, "most_parts": most[0],
+            "startup": None if w.startup_seconds is None else round(w.startup_seconds, 2),
+            "noop_seconds": round(noop_seconds, 2), "stalled": round(stalled, 2)}
+
+
+def settings(replicas: int, model_load: float) -> ScenarioSettings:
+    return ScenarioSettings(kind="Deployment", app="chat", replicas=replicas, gpus=1,
+                            propagation=0.3, drain_delay=0.5, stream_seconds=0.5,
+                            model_load=model_load, concurrency=2, warmup=1.0,
+                            wait_timeout=120)
+
+
+def predict(nodes: int, replicas: int, model_load: float,
+            startup: float | None = None) -> dict[str, Any]:
+    """The simulator's figures for this drain: total seconds (first cordon to the last
+    node drained: node_upgrade 0), the lowest capacity, failed requests, lock and shared;
+    `startup`: a measured start-up instead of the model load."""
+    from drainsafe.simulate.scenario import parse_scenario
+    from drainsafe.simulate.simulation import simulate
+
+    s = settings(replicas, model_load)
+    out: dict[str, Any] = {}
+    for sharing in ("lock", "shared"):
+        r = simulate(parse_scenario({
+            "name": "shared-surge-lab", "seed": 0,
+            "fleet": {"nodes": nodes, "gpus_per_node": 1},
+            "traffic": {"duration": 60},
+            "consumers": [{"name": "clusterip", "share": 1.0, "propagation": s.propagation}],
+            "workloads": [{
+                "name": s.app, "replicas": replicas, "gpus": 1,
+                "rate": s.concurrency / s.stream_seconds, "durations": s.stream_seconds,
+                "startup": model_load if startup is None else startup,
+                "pdb": {"maxUnavailable": 1},
+                "termination": {"grace": s.grace, "drain_delay": s.drain_delay,
+                                "shutdown_deadline": max(s.grace - s.drain_delay - 5, 1)}}],
+            "upgrade": {"strategy": "drainsafe", "surge_sharing": sharing,
+                        "nodes": list(range(replicas)), "parallelism": replicas,
+                        "node_upgrade": 0}}))
+        out[sharing] = {"seconds": round(r.upgrade_time, 2) if r.finished else None,
+                        "lowest": f"{r.min_capacity:.0%}", "failed": r.failed}
+    return out
 
 
 def main() -> None:
@@ -73,7 +141,12 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--model-load", type=float, default=4.0)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--predict", action="store_true",
+                    help="print the simulator's prediction (lock and shared), no lab")
     args = ap.parse_args()
+    if args.predict:
+        print(json.dumps(predict(args.nodes, args.replicas, args.model_load)))
+        return
     for _ in range(args.runs):
         print(json.dumps(asyncio.run(one(args.nodes, args.replicas, args.model_load))),
               flush=True)

@@ -152,8 +152,10 @@ def _mirror(startup: float) -> dict[str, Any]:
             "termination": {"grace": s.grace, "drain_delay": s.drain_delay,
                             "shutdown_deadline": deadline},
         } for w in POOL_WORKLOADS],
-        "upgrade": {"strategy": "drainsafe", "surge_nodes": 3, "node_upgrade": 0,
-                    "maintenance": {"max_parallel_nodes": 2}},
+        # The controller's engine as the lab runs it: a Deployment's surge shared (the
+        # simulator's default, named so a change of default cannot slip by).
+        "upgrade": {"strategy": "drainsafe", "surge_sharing": "shared", "surge_nodes": 3,
+                    "node_upgrade": 0, "maintenance": {"max_parallel_nodes": 2}},
     }
 
 

@@ -65,10 +65,11 @@ def test_drainsafe_holds_a_node_whose_workload_is_surged_and_starts_a_free_one()
     would leave node 0's surge none). Node 1 starts once room is back (node 4), each later
     one once the surge before it is over (its old pods gone), not its node back; none is
     deferred; the plain fleet drain cordons 0-2 at once and queues them on the
-    workload's lock, which takes longer."""
-    plain = simulate(parse_scenario(small(**{"upgrade.parallelism": 3,
-                                             "upgrade.strategy": "drainsafe"})))
-    waves = simulate(parse_scenario(_maintained(3, **{"upgrade.strategy": "drainsafe"})))
+    workload's lock, which takes longer. The engine before issue 30, with the lock for
+    a Deployment too (upgrade.surge_sharing: lock); today's: the next test."""
+    lock = {"upgrade.strategy": "drainsafe", "upgrade.surge_sharing": "lock"}
+    plain = simulate(parse_scenario(small(**{"upgrade.parallelism": 3, **lock})))
+    waves = simulate(parse_scenario(_maintained(3, **lock)))
     lc = waves.lifecycle
     assert lc.deferrals == 0
     started, empty = lc.node_drain_started, lc.node_empty
@@ -80,6 +81,21 @@ def test_drainsafe_holds_a_node_whose_workload_is_surged_and_starts_a_free_one()
     assert _most_in_progress(waves) == 2
     assert list(plain.lifecycle.node_drain_started[:3]) == [5.0] * 3
     assert waves.upgrade_time < plain.upgrade_time
+
+
+def test_a_shared_deployment_holds_a_node_for_room_only() -> None:
+    """The same pool under today's engine (a Deployment's surge shared): node 1 starts
+    beside node 0 although node 0 surges the same Deployment (no WaitingForSurge); room
+    for two nodes' new pods (4 GPUs on nodes 4 and 5) and no more, so empty node 4, whose
+    cordon would take 2 of them, waits for room; none deferred, never below desired."""
+    waves = simulate(parse_scenario(_maintained(3, **{"upgrade.strategy": "drainsafe"})))
+    lc = waves.lifecycle
+    assert waves.finished and lc.deferrals == 0
+    started = lc.node_drain_started
+    assert [started[0], started[1]] == [5.0, 5.0]
+    assert min(started[[2, 3, 4, 5]]) > 5.0
+    assert _most_in_progress(waves) == 2
+    assert waves.min_ready()["llm"] == 8
 
 
 def test_max_unavailable_bounds_the_nodes_in_progress() -> None:

@@ -1,7 +1,9 @@
-"""The shared surge (upgrade.shared_surge, a what-if of issue 30's engine change:
-drainsafe.simulate.surgelock SharedSurges): its bookkeeping alone, a property that the gate
-keeps every workload at desired whatever the interleaving, the wedge of plain sharing
-reported by name and avoided by joining on room, and default off leaving runs as they were."""
+"""A Deployment's shared surge as today's drain engine runs it (drain.sharedsurge, rules
+drain.parts; the simulator's drainsafe.simulate.surgelock SharedSurges), the simulator's
+default: its bookkeeping alone, a property that the counting gate keeps a workload at
+desired whatever the interleaving, both nodes surging at once where the lock makes one wait,
+a node short of room waiting to join, random small fleets never below desired, the lock as
+a what-if (upgrade.surge_sharing: lock), and the what-ifs of no engine refused by name."""
 
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ from .test_sim_surgelock import STARTUP, fleet
 
 def test_parts_add_to_the_scale_and_leave_one_by_one() -> None:
     shared = SharedSurges()
-    assert shared.join(0, node=3, part=8, fits=False)  # first holder: joins, room or not
-    assert shared.join(0, node=5, part=2, fits=False)  # plain sharing: joins too
+    assert shared.join(0, node=3, part=8, fits=False)  # alone: joins, room or not
+    assert shared.join(0, node=5, part=2, fits=True)
     assert shared.join(0, node=5, part=2, fits=False)  # already holds
     assert shared.scale(0, base=100) == 110
     assert shared.holders(0) == [3, 5]
@@ -41,8 +43,8 @@ def test_parts_add_to_the_scale_and_leave_one_by_one() -> None:
 
 
 def test_joining_on_room_waits_in_order_until_a_part_leaves() -> None:
-    shared = SharedSurges(join_room=True)
-    assert shared.join(0, node=1, part=8, fits=False)  # the first holder is the lock's
+    shared = SharedSurges()
+    assert shared.join(0, node=1, part=8, fits=False)  # alone: the lock's surge
     assert not shared.join(0, node=2, part=8, fits=False)
     assert not shared.join(0, node=4, part=1, fits=False)
     assert not shared.join(0, node=2, part=8, fits=False)  # queued once
@@ -55,9 +57,11 @@ def test_joining_on_room_waits_in_order_until_a_part_leaves() -> None:
     assert shared.leave(0, node=4) == []  # node 2 did not try again: no longer queued
 
 
-def test_the_gate_counts_only_pods_serving_off_the_holders() -> None:
-    assert SharedSurges.may_evict(serving_off_holders=10, base=10)
-    assert not SharedSurges.may_evict(serving_off_holders=9, base=10)
+def test_the_gate_counts_the_available_pods_less_the_one_to_evict() -> None:
+    assert SharedSurges.may_evict(11, base=10, serving=True)
+    assert not SharedSurges.may_evict(10, base=10, serving=True)
+    assert SharedSurges.may_evict(10, base=10, serving=False)  # a pod not serving
+    assert not SharedSurges.may_evict(9, base=10, serving=False)
 
 
 def test_first_fit_takes_room_only_when_every_pod_fits() -> None:
@@ -71,44 +75,47 @@ def test_first_fit_takes_room_only_when_every_pod_fits() -> None:
 @st.composite
 def interleavings(draw: st.DrawFn) -> tuple[list[int], list[tuple[str, int, bool]]]:
     pods = draw(st.lists(st.integers(0, 4), min_size=2, max_size=6))
-    steps = draw(st.lists(st.tuples(st.sampled_from(["drain", "ready", "evict", "gone"]),
+    steps = draw(st.lists(st.tuples(st.sampled_from(["drain", "ready", "evict"]),
                                     st.integers(0, len(pods) - 1), st.booleans()),
                           max_size=60))
     return pods, steps
 
 
 @settings(max_examples=300, deadline=None)
-@given(interleavings(), st.booleans())
+@given(interleavings())
 def test_no_interleaving_of_joins_readies_and_evictions_drops_below_base(
-        world: tuple[list[int], list[tuple[str, int, bool]]], join_room: bool) -> None:
-    """A workload's base pods spread over nodes; nodes join its shared surge (each part a
-    new pod per old pod there), new pods turn Ready one by one, holders evict old pods
-    whenever the gate lets them, a holder whose old pods are gone leaves. Ready pods never
-    fall below base, whatever the order."""
+        world: tuple[list[int], list[tuple[str, int, bool]]]) -> None:
+    """A workload's base pods spread over nodes; nodes join its shared surge on room (each
+    part a new pod per old pod there), new pods turn Ready one by one, holders evict old
+    pods one decision at a time through the counting gate once base pods are Ready off
+    their node, and a part leaves with its last eviction. Ready pods never fall below
+    base, whatever the order."""
     old_ready, steps = world
     old_ready = list(old_ready)
     base = sum(old_ready)
-    shared = SharedSurges(join_room=join_room)
+    shared = SharedSurges()
+    armed: set[int] = set()
     starting = ready_new = 0
     for action, node, fits in steps:
-        if action == "drain" and not shared.holds(0, node):
+        if action == "drain" and not shared.holds(0, node) and old_ready[node]:
             others = shared.holders(0)
             if shared.join(0, node, old_ready[node], fits):
                 starting += old_ready[node]
-                # On room, a node joins beside others only when its new pods fit.
-                assert not (join_room and others and not fits)
+                assert not (others and not fits)  # beside others only with room
         elif action == "ready" and starting:
             starting -= 1
             ready_new += 1
         elif action == "evict" and shared.holds(0, node) and old_ready[node]:
-            off = ready_new + sum(n for i, n in enumerate(old_ready)
-                                  if not shared.holds(0, i))
-            if shared.may_evict(off, base):
-                old_ready[node] -= 1
-        elif action == "gone" and shared.holds(0, node) and not old_ready[node]:
-            for again in shared.leave(0, node):
-                if shared.join(0, again, old_ready[again], fits):
-                    starting += old_ready[again]
+            ready = ready_new + sum(old_ready)
+            if node in armed or ready - old_ready[node] >= base:
+                armed.add(node)
+                if shared.may_evict(ready, base, serving=True):
+                    old_ready[node] -= 1
+                    if not old_ready[node]:
+                        armed.discard(node)
+                        for again in shared.leave(0, node):
+                            if shared.join(0, again, old_ready[again], fits):
+                                starting += old_ready[again]
         assert sum(old_ready) + ready_new >= base
 
 
@@ -121,83 +128,63 @@ def run(data: dict[str, Any]) -> Result:
     return r
 
 
-def two_nodes(shared: bool, maintenance: bool = False) -> Result:
+def two_nodes(sharing: str | None, maintenance: bool = False) -> Result:
     """One Deployment, two pods on each of nodes 0 and 1, both drained at once; room for
     all four new pods on nodes 2 and 3 (test_sim_surgelock's layout)."""
-    data = fleet("drainsafe", nodes=4, gpus=2, drain=[0, 1], maintenance=maintenance,
-                 workloads=[{"name": "llm", "replicas": 4, "gpus": 1}])
-    data["upgrade"]["shared_surge"] = shared
-    return run(data)
+    return run(fleet("drainsafe", nodes=4, gpus=2, drain=[0, 1], maintenance=maintenance,
+                     workloads=[{"name": "llm", "replicas": 4, "gpus": 1}],
+                     sharing=sharing))
 
 
 @pytest.mark.parametrize("maintenance", [False, True], ids=["fleet", "maintenance"])
 def test_a_shared_surge_lets_both_nodes_surge_at_once(maintenance: bool) -> None:
-    lc = two_nodes(True, maintenance).lifecycle
-    locked = two_nodes(False, maintenance).lifecycle
-    # With the lock node 1 surges only once node 0's old pods are gone; shared, both surge
-    # at once, their old pods go after one start-up, and they empty together.
+    lc = two_nodes(None, maintenance).lifecycle
+    locked = two_nodes("lock", maintenance).lifecycle
+    # With the lock node 1 surges only once node 0's old pods are gone; shared (the
+    # default), both surge at once, their old pods go after one start-up, and they empty
+    # together.
     assert locked.node_empty[1] >= locked.node_empty[0] + STARTUP
     assert abs(lc.node_empty[1] - lc.node_empty[0]) < STARTUP
     assert np.sort(lc.deleted_at)[-1] < 5.0 + 2 * STARTUP
-    assert lc.deferrals == 0  # a workload another node surges is no reason to defer
+    assert lc.deferrals == 0  # a Deployment another node surges is no reason to defer
 
 
-def short_of_room(join_room: bool | None) -> Result:
+def test_a_node_short_of_room_waits_to_join_and_never_wedges() -> None:
     """One-GPU nodes: a Deployment's pods on nodes 0 and 1, node 2 free, both drained at
-    once: room for one new pod, not two."""
-    data = fleet("drainsafe", nodes=3, gpus=1, drain=[0, 1],
-                 workloads=[{"name": "llm", "replicas": 2, "gpus": 1}])
-    if join_room is not None:
-        data["upgrade"]["shared_surge"] = True
-        data["upgrade"]["shared_join_room"] = join_room
-    return simulate(parse_scenario(data))
-
-
-def test_plain_sharing_wedges_short_of_room_and_says_so() -> None:
-    wedged = short_of_room(join_room=False)
-    assert not wedged.finished
-    reason = wedged.lifecycle.wedged or ""
-    assert reason.startswith("workload llm: its surge is shared by 2 nodes")
-    assert "1 of which have no room" in reason and "upgrade.shared_join_room" in reason
-    # Both old pods still serve: the gate held them.
-    assert wedged.min_ready()["llm"] == 2
-    assert len(wedged.lifecycle.deleted_at) == 0
-
-
-def test_joining_on_room_finishes_where_plain_sharing_wedges() -> None:
-    joined = short_of_room(join_room=True)
-    assert joined.finished and joined.min_ready()["llm"] == 2
+    once: room for one new pod, not two. Node 1 does not join beside node 0 (joining would
+    wedge: each holder's evictions waiting on the other's unplaced pod); it joins once node
+    0's part left, and the run is the lock's."""
+    def short(sharing: str | None) -> Result:
+        return run(fleet("drainsafe", nodes=3, gpus=1, drain=[0, 1], sharing=sharing,
+                         workloads=[{"name": "llm", "replicas": 2, "gpus": 1}]))
+    joined, locked = short(None), short("lock")
+    assert joined.min_ready()["llm"] == 2
     lc = joined.lifecycle
-    # Node 1 waited to join until node 0's part left; then it was the first holder.
     assert lc.node_empty[1] >= lc.node_empty[0] + STARTUP
-    locked = short_of_room(join_room=None)
-    assert locked.finished
     assert joined.upgrade_time == pytest.approx(locked.upgrade_time)
 
 
-def shared_or_not(maintenance: bool, join_room: bool, **changes: Any) -> dict[str, Any]:
+def maintained_or_fleet(maintenance: bool, **changes: Any) -> dict[str, Any]:
     data = small(**{"upgrade.strategy": "drainsafe", "upgrade.parallelism": 3,
                     "upgrade.surge_nodes": 1, **changes})
     if maintenance:
         data["upgrade"]["maintenance"] = {"max_parallel_nodes": data["upgrade"].pop(
             "parallelism")}
-    data["upgrade"]["shared_surge"] = True
-    data["upgrade"]["shared_join_room"] = join_room
     return data
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=st.integers(3, 8), replicas=st.integers(1, 12), parallel=st.integers(1, 6),
-       surge=st.integers(0, 2), maintenance=st.booleans(), join_room=st.booleans(),
+       surge=st.integers(0, 2), maintenance=st.booleans(),
        startup=st.sampled_from([10, {"p50": 10, "p99": 40}]), seed=st.integers(0, 50),
        budget=st.sampled_from([{"maxUnavailable": 1}, {"maxUnavailable": "50%"}, None]))
 def test_a_shared_surge_never_takes_a_workload_below_desired(
         nodes: int, replicas: int, parallel: int, surge: int, maintenance: bool,
-        join_room: bool, startup: Any, seed: int, budget: dict[str, Any] | None) -> None:
-    """Random small fleets (two Deployments; start-ups that differ, so holders' new pods
-    turn Ready out of order), fleet drain or NodeMaintenance: Ready never below desired for
-    either, and the run ends, finished or with a wedge named."""
-    data = shared_or_not(maintenance, join_room, **{
+        startup: Any, seed: int, budget: dict[str, Any] | None) -> None:
+    """Random small fleets under the default (two Deployments; start-ups that differ, so
+    holders' new pods turn Ready out of order), fleet drain or NodeMaintenance: Ready
+    never below desired for either, and the run ends, finished or with a wedge named."""
+    data = maintained_or_fleet(maintenance, **{
         "fleet.nodes": nodes, "workloads.0.replicas": min(replicas, nodes),
         "workloads.0.startup": startup, "upgrade.parallelism": min(parallel, nodes),
         "upgrade.surge_nodes": surge, "seed": seed})
@@ -213,8 +200,8 @@ def test_a_shared_surge_never_takes_a_workload_below_desired(
     assert r.finished or r.lifecycle.wedged
 
 
-def test_default_off_is_the_run_as_before() -> None:
-    """shared_surge: false (and no join rule) is the lock's run, figure for figure."""
+def test_shared_is_the_default_and_the_lock_a_what_if() -> None:
+    """No field is surge_sharing: shared, figure for figure; lock is another run."""
     import importlib.util
     from pathlib import Path
 
@@ -225,52 +212,54 @@ def test_default_off_is_the_run_as_before() -> None:
     spec.loader.exec_module(golden)
     data = small(**{"upgrade.strategy": "drainsafe", "upgrade.parallelism": 3})
     plain = golden.digest(simulate(parse_scenario(data)))
-    data["upgrade"]["shared_surge"] = False
-    data["upgrade"]["shared_join_room"] = False
-    off = golden.digest(simulate(parse_scenario(data)))
-    assert json.dumps(off, sort_keys=True) == json.dumps(plain, sort_keys=True)
-    data["upgrade"]["shared_surge"] = True
-    on = golden.digest(simulate(parse_scenario(data)))
-    assert on["lifecycle_sha256"] != plain["lifecycle_sha256"]
+    data["upgrade"]["surge_sharing"] = "shared"
+    shared = golden.digest(simulate(parse_scenario(data)))
+    assert json.dumps(shared, sort_keys=True) == json.dumps(plain, sort_keys=True)
+    data["upgrade"]["surge_sharing"] = "lock"
+    lock = golden.digest(simulate(parse_scenario(data)))
+    assert lock["lifecycle_sha256"] != plain["lifecycle_sha256"]
 
 
 @pytest.mark.parametrize(("changes", "path", "words"), [
-    ({"upgrade.shared_surge": "yes"}, "upgrade.shared_surge", "expected true or false"),
-    ({"upgrade.shared_join_room": 1}, "upgrade.shared_join_room", "expected true or false"),
-    ({"upgrade.shared_join_room": True}, "upgrade.shared_join_room",
-     "set upgrade.shared_surge: true too"),
-    ({"upgrade.shared_surge": True, "upgrade.strategy": "kubectl"}, "upgrade.shared_surge",
-     "only the drainsafe strategy"),
+    ({"upgrade.shared_surge": True}, "upgrade.shared_surge", "removed"),
+    ({"upgrade.shared_join_room": False}, "upgrade.shared_join_room", "removed"),
+    ({"upgrade.surge_sharing": "plain"}, "upgrade.surge_sharing", "shared"),
+    ({"upgrade.surge_sharing": "lock", "upgrade.strategy": "kubectl"},
+     "upgrade.surge_sharing", "only the drainsafe strategy"),
 ])
-def test_bad_shared_surge_fields_are_named(changes: dict[str, Any], path: str,
-                                           words: str) -> None:
+def test_bad_surge_sharing_fields_are_named(changes: dict[str, Any], path: str,
+                                            words: str) -> None:
     with pytest.raises(ScenarioError) as caught:
-        parse_scenario(small(**changes))
+        parse_scenario(small(**{"upgrade.strategy": "drainsafe", **changes}))
     assert caught.value.path == path
     assert words in str(caught.value)
 
 
-def test_the_cli_names_the_wedge_and_exits_1(
+def test_the_cli_refuses_a_removed_field_and_runs_the_lock(
         tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    """Through the real entry point, a scenario file: plain sharing short of room stops,
-    says why in the text report, and exits 1; joining on room finishes."""
+    """Through the real entry point, a scenario file: the removed what-if is refused with
+    its path (exit 2); surge_sharing: lock runs, slower than the default here."""
     import yaml
 
     from drainsafe.cli import main
 
-    data = fleet("drainsafe", nodes=3, gpus=1, drain=[0, 1],
-                 workloads=[{"name": "llm", "replicas": 2, "gpus": 1}])
-    data["upgrade"]["shared_surge"] = True
+    data = fleet("drainsafe", nodes=4, gpus=2, drain=[0, 1],
+                 workloads=[{"name": "llm", "replicas": 4, "gpus": 1}])
     path = tmp_path / "shared.yaml"
+    data["upgrade"]["shared_surge"] = True
     path.write_text(yaml.safe_dump(data))
-    assert main(["simulate", str(path)]) == 1
-    text = " ".join(capsys.readouterr().out.split())
-    assert "never finishes" in text and "its surge is shared by 2 nodes" in text
-    data["upgrade"]["shared_join_room"] = True
-    path.write_text(yaml.safe_dump(data))
-    main(["simulate", str(path), "-o", "json"])
-    out = json.loads(capsys.readouterr().out)
-    assert out["finished"] and out["min_ready"]["llm"] == 2
+    assert main(["simulate", str(path)]) == 2
+    assert "upgrade.shared_surge: removed" in capsys.readouterr().err
+    took = {}
+    for sharing in ("lock", "shared"):
+        data["upgrade"].pop("shared_surge", None)
+        data["upgrade"]["surge_sharing"] = sharing
+        path.write_text(yaml.safe_dump(data))
+        main(["simulate", str(path), "-o", "json"])  # 1 when any request failed
+        out = json.loads(capsys.readouterr().out)
+        assert out["finished"] and out["min_ready"]["llm"] == 4
+        took[sharing] = out["upgrade_seconds"]
+    assert took["shared"] < took["lock"]
 
 
 # ------------------------------------------------------------------ the planner's holds

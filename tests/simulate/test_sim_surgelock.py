@@ -1,7 +1,9 @@
 """The drain engine's lock per workload (one surge of a workload at a time:
-drainsafe.simulate.surgelock), a NodeMaintenance's planner holding a node for a surge or
-room, and the backoff of a node deferred by drainsafe's preflight (drainsafe.simulate.
-maintenance Waves.defer), on small scenarios with constant times."""
+drainsafe.simulate.surgelock; a Deployment's under `upgrade.surge_sharing: lock`, the engine
+before issue 30, a StatefulSet's or LeaderWorkerSet's always), a NodeMaintenance's planner
+holding a node for a surge or room, and the backoff of a node deferred by drainsafe's
+preflight (drainsafe.simulate.maintenance Waves.defer), on small scenarios with constant
+times."""
 
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ UPGRADE = 20.0
 
 
 def fleet(strategy: str, *, nodes: int, gpus: int, workloads: list[dict[str, Any]],
-          drain: list[int], parallel: int = 2, maintenance: bool = False) -> dict[str, Any]:
+          drain: list[int], parallel: int = 2, maintenance: bool = False,
+          sharing: str | None = None) -> dict[str, Any]:
     upgrade: dict[str, Any] = {"strategy": strategy, "node_upgrade": UPGRADE, "start": 5,
                                "nodes": drain}
+    if sharing is not None:
+        upgrade["surge_sharing"] = sharing
     if maintenance:
         upgrade["maintenance"] = {"max_parallel_nodes": parallel}
     else:
@@ -48,9 +53,10 @@ def run(data: dict[str, Any]) -> Result:
 
 def shared(strategy: str, maintenance: bool = False) -> Result:
     """One Deployment, two pods on each of nodes 0 and 1 (first fit), both drained at once;
-    nodes 2 and 3 free."""
+    nodes 2 and 3 free. drainsafe with the lock (its shared surge: test_sim_shared_surge)."""
     return run(fleet(strategy, nodes=4, gpus=2, drain=[0, 1], maintenance=maintenance,
-                     workloads=[{"name": "llm", "replicas": 4, "gpus": 1}]))
+                     workloads=[{"name": "llm", "replicas": 4, "gpus": 1}],
+                     sharing="lock" if strategy == "drainsafe" else None))
 
 
 def test_the_second_node_waits_for_the_first_nodes_surge_of_the_workload() -> None:

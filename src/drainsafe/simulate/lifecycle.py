@@ -46,14 +46,15 @@ Kubernetes behaviour modelled (and where it comes from):
   node in one step, and once all of those new pods are Ready evict the old ones as fast as
   the PDB allows (the drain watches the budget's status, so a refused eviction is retried as
   soon as a pod turns Ready, not on a 5 s timer); each accepted eviction lowers the scale by
-  one, so the ReplicaSet does not replace the evicted pod. Still through the PDB. One surge
-  of a workload at a time (drainsafe.simulate.surgelock: the drainers' lock per workload);
-  a node's drain is done when its steps are. Under a NodeMaintenance the planner holds a
-  node whose workload a node in progress surges, or whose surge has no room beside theirs,
-  as the controller's waves by room do (Engine.room_check), and the preflight defers a
-  node that still meets either (Engine.deferred). `upgrade.shared_surge` shares a
-  Deployment's surge among its nodes instead of the lock (a what-if of an engine change:
-  simulate.surgelock SharedSurges, simulate.strategies).
+  one, so the ReplicaSet does not replace the evicted pod. Still through the PDB. A
+  Deployment's surge is shared by the nodes draining it (drain.sharedsurge: join on room,
+  the counting gate; simulate.surgelock SharedSurges, simulate.strategies); a StatefulSet's
+  or LeaderWorkerSet's is one node's at a time (the drainers' lock per workload), and so is
+  a Deployment's under `upgrade.surge_sharing: lock` (the engine before issue 30). A node's
+  drain is done when its steps are. Under a NodeMaintenance the planner holds a node whose
+  StatefulSet or LeaderWorkerSet a node in progress surges, or whose surge has no room
+  beside theirs, as the controller's waves by room do (Engine.room_check), and the
+  preflight defers a node that still meets either (Engine.deferred).
 - surge (make before break, per pod): cordon, start a replacement for each pod first, evict
   the old pod only when its own replacement is Ready (still through the PDB).
 - A node is upgraded once its last pod is gone, comes back after `node_upgrade`, and then
@@ -341,7 +342,7 @@ class _Engine(Strategies):
         """The planner's check of one call, as the controller's WaveRoom.admit decides
         (None: not checked, off the drainsafe engine). In its order: a workload of the node
         surged for a node in progress or of the wave so far (the engine's lock; not a
-        shared Deployment's, upgrade.shared_surge) holds it WaitingForSurge; then its
+        shared Deployment's) holds it WaitingForSurge; then its
         surge must fit beside what theirs still need (WaitingForRoom), or alone, with
         nothing in progress or starting (else CannotSurge). Nothing changes within a call,
         so the plans of the nodes in progress and the wave are made once per wave size."""

@@ -32,6 +32,14 @@ from drainsafe.simulate.distributions import (
 from drainsafe.simulate.maintenance import Maintenance
 
 Strategy = Literal["kubectl", "drainsafe", "surge"]
+SurgeSharing = Literal["shared", "lock"]
+SURGE_SHARINGS: tuple[SurgeSharing, ...] = ("shared", "lock")
+"""upgrade.surge_sharing: how the drainsafe engine surges a Deployment for nodes drained
+at once. shared: today's engine (drain.sharedsurge, issue 30); lock: the engine before it,
+one node's surge of a workload at a time, kept as a what-if for comparison."""
+REMOVED_UPGRADE_FIELDS = ("shared_surge", "shared_join_room")
+"""What-ifs of a design no engine runs (a shared surge with the gate over pods off the
+holders, joining with or without room): a scenario that sets one is refused by name."""
 STRATEGIES: tuple[Strategy, ...] = ("kubectl", "drainsafe", "surge")
 # A LeaderWorkerSet's restartPolicy values (kubernetes-sigs/lws v0.10.0
 # api/leaderworkerset/v1/leaderworkerset_types.go; Default is the deprecated None).
@@ -146,12 +154,11 @@ class Upgrade:
     """The nodes to drain, by index, in this order; None: every node, in node order."""
     maintenance: Maintenance | None = None
     """Run as a NodeMaintenance: nodes chosen by its wave planner (simulate.maintenance)."""
-    shared_surge: bool = False
-    """drainsafe: several nodes hold parts of one workload's surge at once, instead of the
-    engine's lock (simulate.surgelock SharedSurges); a what-if, off by default."""
-    shared_join_room: bool = False
-    """With shared_surge: a node joins a workload's shared surge only if its new pods fit
-    on the free room now; otherwise it waits until a part leaves."""
+    surge_sharing: SurgeSharing = "shared"
+    """drainsafe: shared, the nodes drained at once hold parts of a Deployment's surge, as
+    the engine does (simulate.surgelock SharedSurges); lock, one node's surge at a time,
+    as the engine did before issue 30. StatefulSets and LeaderWorkerSets keep the lock
+    either way."""
 
 
 @dataclass(frozen=True)
@@ -272,7 +279,7 @@ def parse_scenario(data: object, *, base_dir: Path | None = None) -> Scenario:
         eviction_retry=up.duration("eviction_retry", default=KUBECTL_EVICTION_RETRY_SECONDS,
                                    minimum=0.1),
         nodes=_drain_order(up, nodes),
-        **_shared_surge(up, strategy),
+        surge_sharing=_surge_sharing(up, strategy),
     )
     up.done()
     seed = root.integer("seed", default=1, minimum=0)
@@ -308,18 +315,19 @@ def _maintenance(up: _Fields) -> tuple[int, Maintenance | None]:
     return parallel, Maintenance(max_unavailable=raw)
 
 
-def _shared_surge(up: _Fields, strategy: Strategy) -> dict[str, bool]:
-    """upgrade.shared_surge and upgrade.shared_join_room: only the drainsafe strategy
-    surges per workload, and joining by room is a rule of the shared surge."""
-    shared = up.boolean("shared_surge", default=False)
-    join_room = up.boolean("shared_join_room", default=False)
-    if shared and strategy != "drainsafe":
-        raise ScenarioError(up.at("shared_surge"), "only the drainsafe strategy surges per "
-                            f"workload (upgrade.strategy is {strategy})")
-    if join_room and not shared:
-        raise ScenarioError(up.at("shared_join_room"), "a rule of the shared surge: set "
-                            "upgrade.shared_surge: true too")
-    return {"shared_surge": shared, "shared_join_room": join_room}
+def _surge_sharing(up: _Fields, strategy: Strategy) -> SurgeSharing:
+    """upgrade.surge_sharing: only the drainsafe strategy surges per workload. The
+    what-ifs it replaced are refused by name (they model no engine)."""
+    for key in REMOVED_UPGRADE_FIELDS:
+        if up.has(key):
+            raise ScenarioError(up.at(key), "removed: the drainsafe engine shares a "
+                                "Deployment's surge, joining on room, by default (the "
+                                "simulator models it); upgrade.surge_sharing: lock is the "
+                                "engine before")
+    if up.has("surge_sharing") and strategy != "drainsafe":
+        raise ScenarioError(up.at("surge_sharing"), "only the drainsafe strategy surges "
+                            f"per workload (upgrade.strategy is {strategy})")
+    return up.choice("surge_sharing", SURGE_SHARINGS, default="shared")
 
 
 def _consumer(f: _Fields) -> Consumer:

@@ -7,13 +7,14 @@ whole model and its sources: drainsafe.simulate.lifecycle's docstring).
 - drainsafe (src/drainsafe/drain/execute.py, surgefirst.py): one step per (node, workload):
   a new pod for each of its pods on the node, then, once all of them are Ready, evict the
   old ones as fast as the budget allows (watching the budget's status, not a timer); a
-  step holds its workload's lock (simulate.surgelock) until its old pods are gone (groups:
-  restored), as surgefirst.drain_workload and groupsurge.drain_groups hold theirs.
-  With `upgrade.shared_surge` (a what-if of an engine change, simulate.surgelock
-  SharedSurges) a Deployment's surge is shared instead: every node holding a part surges
-  at once, and a holder's old pods are evicted once the workload's serving pods off all
-  holders are at least desired (the gate), not once its own new pods are Ready. LWS groups
-  keep the lock.
+  step of a StatefulSet or LeaderWorkerSet holds its workload's lock (simulate.surgelock)
+  until its old pods are gone (groups: restored), as surgefirst.drain_workload and
+  groupsurge.drain_groups hold theirs. A Deployment's surge is shared by the nodes
+  draining it (drain.sharedsurge, simulate.surgelock SharedSurges): a node joins on room,
+  waits until base pods are Ready off its node, then evicts each old pod while the
+  workload's Ready pods minus that pod stay at or above base (the counting gate); its part
+  leaves with its last eviction. `upgrade.surge_sharing: lock` gives Deployments the lock
+  too (the engine before issue 30), for comparison.
 - surge: make before break per pod: evict a pod once its own replacement is Ready.
 
 Every eviction goes through the PodDisruptionBudget (drainsafe.pdb, the disruption
@@ -75,12 +76,15 @@ class Strategies(Groups):
         # empty: NodeDrainer.run returns once every workload's surge has.
         self.node_steps: dict[int, int] = {}  # steps holding a lock, per node
         self.awaiting_steps: set[int] = set()  # empty nodes whose steps are not done
-        # upgrade.shared_surge: Deployments' surges shared by their nodes, and the old pods
-        # whose eviction the shared gate holds (simulate.surgelock SharedSurges).
+        # Deployments' surges shared by their nodes (simulate.surgelock SharedSurges;
+        # None under upgrade.surge_sharing: lock, and off the drainsafe engine).
         up = s.upgrade
-        self.shared = (SharedSurges(join_room=up.shared_join_room) if up.shared_surge
-                       else None)
-        self.gated: list[list[int]] = [[] for _ in s.workloads]
+        self.shared = (SharedSurges() if up.strategy == "drainsafe"
+                       and up.surge_sharing == "shared" else None)
+        self.gated: list[list[int]] = [[] for _ in s.workloads]  # old pods the gate holds
+        self.armed: set[tuple[int, int]] = set()  # holders that saw base Ready off the node
+        self.part_left: dict[tuple[int, int], int] = {}  # a part's old pods not evicted
+        self.shared_steps: set[tuple[int, int]] = set()  # shared steps not yet done
 
     def drain_pods(self, node: int, pods: list[int]) -> None:
         """The drain of a cordoned node begins: what the strategy does with its pods."""
@@ -93,7 +97,7 @@ class Strategies(Groups):
             # one too: the drain counts it in the surge), once the node holds the
             # workload's lock; a workload another node surges waits for it.
             held: dict[int, None] = {}
-            # Free GPUs as this node's joins take them (shared_join_room).
+            # Free GPUs as this node's joins take them (join on room).
             room = list(self.free) if self.shared is not None else []
             for p in pods:
                 if self.pod_state[p] in (TERMINATING, DELETED):
@@ -104,6 +108,8 @@ class Strategies(Groups):
                         continue
                     held[w] = None
                     self.node_steps[node] = self.node_steps.get(node, 0) + 1
+                    if self.sharing(w):
+                        self.shared_steps.add((node, w))
                 self.surge_pod(node, p)
             self.schedule_pending()
             for w in held:
@@ -124,7 +130,8 @@ class Strategies(Groups):
             self.schedule_pending()
 
     def sharing(self, w: int) -> bool:
-        """Workload w's surge is shared (a Deployment's, under upgrade.shared_surge)."""
+        """Workload w's surge is shared (a Deployment's, unless upgrade.surge_sharing is
+        lock)."""
         return self.shared is not None and self.size[w] == 1
 
     def take_surge(self, w: int, node: int, room: list[int]) -> bool:
@@ -135,47 +142,82 @@ class Strategies(Groups):
         if self.shared.holds(w, node):
             return True
         part = self.part_of(node, w)
-        fits = self.shared.join_room and first_fit(room, self.open_nodes,
-                                                   self.s.workloads[w].gpus, part)
-        return self.shared.join(w, node, part, fits)
+        return self.shared.join(w, node, part, self.join_fits(room, w, part))
+
+    def join_fits(self, room: list[int], w: int, part: int) -> bool:
+        """Its `part` new pods and w's still unplaced ones fit on `room` now, first fit
+        (sharedsurge._fits); takes that room when they do."""
+        return first_fit(room, self.open_nodes, self.s.workloads[w].gpus,
+                         part + self.pending_of[w])
 
     def part_of(self, node: int, w: int) -> int:
         """New pods w's surge for `node` needs: one per pod of w there not going."""
         return sum(1 for p in self.node_pods[node]
                    if self.pod_w[p] == w and self.pod_state[p] not in (TERMINATING, DELETED))
 
-    def shared_gate_open(self, w: int) -> bool:
-        """The shared surge's gate: w's Ready pods on nodes holding no part are enough."""
-        assert self.shared is not None
-        on_holders = sum(1 for n in self.shared.holders(w) for p in self.node_pods[n]
-                         if self.pod_w[p] == w and self.pod_state[p] == READY_STATE)
-        return self.shared.may_evict(self.ready_pods[w] - on_holders,
-                                     self.s.workloads[w].replicas)
+    def gate_open(self, p: int) -> bool:
+        """The counting gate (drain.parts.may_evict): w's Ready pods minus p stay at or
+        above base."""
+        w = self.pod_w[p]
+        return SharedSurges.may_evict(self.ready_pods[w], self.s.workloads[w].replicas,
+                                      serving=self.pod_state[p] == READY_STATE)
+
+    def armed_now(self, key: tuple[int, int]) -> bool:
+        """The holder `key` has seen base pods Ready off its node (surgefirst._wait_surge,
+        once): its evictions may begin, each through the gate."""
+        if key in self.armed:
+            return True
+        node, w = key
+        here = sum(1 for p in self.node_pods[node]
+                   if self.pod_w[p] == w and self.pod_state[p] == READY_STATE)
+        if self.ready_pods[w] - here < self.s.workloads[w].replicas:
+            return False
+        self.armed.add(key)
+        return True
 
     def release_gated(self, w: int) -> None:
-        """Shared surge: when the gate is open, every holder's old pods not yet asked to
-        go are evicted (through the budget), and those the gate held before."""
-        if not self.shared_gate_open(w):
-            return
+        """Shared surge: the holders that may begin evicting hand their old pods to the
+        gate, and every old pod the gate holds is tried again, in order (one decision and
+        eviction at a time, as under the engine's lock per workload)."""
         assert self.shared is not None
         for node in self.shared.holders(w):
-            for old in self.step_old.pop((node, w), ()):
-                self.try_evict(old)
+            key = (node, w)
+            if key in self.step_old and self.armed_now(key):
+                self.gated[w].extend(self.step_old.pop(key))
         gated = self.gated[w]
         if gated:
             self.gated[w] = []
             for old in gated:
                 self.try_evict(old)
 
+    def evicted_from_part(self, p: int) -> None:
+        """An old pod of a shared step was evicted: its part comes down by one, and leaves
+        with the last one; the nodes waiting to join try again."""
+        key = self.old_step.get(p)
+        if key is None or key not in self.part_left:
+            return
+        left = self.part_left[key] - 1
+        if left:
+            self.part_left[key] = left
+            return
+        self.part_done(key)
+
+    def part_done(self, key: tuple[int, int]) -> None:
+        assert self.shared is not None
+        node, w = key
+        self.part_left.pop(key, None)
+        self.armed.discard(key)
+        rejoin = self.shared.leave(w, node)
+        if rejoin:
+            self.retry_joins(w, rejoin)
+
     def retry_joins(self, w: int, nodes: list[int]) -> None:
         """A part of w's shared surge left: the nodes waiting to join try again, in order
         (one whose new pods do not fit waits on; a later one that fits joins)."""
         assert self.shared is not None
         for node in nodes:
-            room = list(self.free)
             part = self.part_of(node, w)
-            fits = first_fit(room, self.open_nodes, self.s.workloads[w].gpus, part)
-            if self.shared.join(w, node, part, fits):
+            if self.shared.join(w, node, part, self.join_fits(list(self.free), w, part)):
                 self.start_step(node, w)
 
     def shared_wedge(self) -> str | None:
@@ -184,7 +226,8 @@ class Strategies(Groups):
         if self.shared is None:
             return None
         for w, parts in self.shared.parts.items():
-            held = sum(len(self.step_old.get((n, w), ())) for n in parts) + len(self.gated[w])
+            held = (sum(len(self.step_old.get((n, w), ())) for n in parts)
+                    + len(self.gated[w]))
             pending = sum(1 for p in self.pending
                           if self.pod_w[p] == w and self.pod_state[p] == PENDING)
             # One holder short of room is the lock's wedge too (no room at all): said below.
@@ -194,9 +237,7 @@ class Strategies(Groups):
                 return (f"workload {wl.name}: its surge is shared by {len(parts)} nodes and "
                         f"their evictions wait for each other's new pods, {pending} of which "
                         f"have no room (Pending), so {held} old pods never go"
-                        + (f" and {waiting} nodes wait to join" if waiting else "")
-                        + "; upgrade.shared_join_room lets a node join only when its new "
-                        "pods fit")
+                        + (f" and {waiting} nodes wait to join" if waiting else ""))
         return None
 
     def surge_pod(self, node: int, p: int) -> None:
@@ -213,17 +254,25 @@ class Strategies(Groups):
         self.step_of[r] = key
         self.step_left[key] = self.step_left.get(key, 0) + 1
         self.old_step[p] = key
+        if self.shared is not None and self.sharing(key[1]):
+            self.part_left[key] = self.part_left.get(key, 0) + 1
         self.pending.append(r)
 
     def start_step(self, node: int, w: int) -> None:
-        """`node` holds workload w's lock now, after waiting: surge its pods there."""
+        """`node` holds workload w's lock (or a part of its shared surge) now, after
+        waiting: surge its pods there."""
         self.node_steps[node] = self.node_steps.get(node, 0) + 1
+        shared = self.shared is not None and self.sharing(w)
+        if shared:
+            self.shared_steps.add((node, w))
         for p in sorted(self.node_pods[node]):
             if self.pod_w[p] == w and self.pod_state[p] not in (TERMINATING, DELETED):
                 self.surge_pod(node, p)
+        if shared and (node, w) not in self.part_left:
+            self.part_done((node, w))  # nothing left to surge: the part holds nothing
         self.schedule_pending()
         self.maybe_step_done((node, w))
-        if self.sharing(w):
+        if shared:
             self.release_gated(w)
 
     def maybe_step_done(self, key: tuple[int, int]) -> None:
@@ -234,15 +283,14 @@ class Strategies(Groups):
 
     def step_finished(self, key: tuple[int, int]) -> None:
         """The surge of step `key` is over (its old pods gone, its groups restored): the
-        next node waiting for the workload surges it (shared: the nodes waiting to join try
-        again)."""
+        next node waiting for the workload surges it (shared: its part left already, with
+        its last eviction)."""
         node, w = key
-        rejoin: list[int] = []
         nxt = None
         if self.shared is not None and self.sharing(w):
-            if not self.shared.holds(w, node):
+            if key not in self.shared_steps:
                 return
-            rejoin = self.shared.leave(w, node)
+            self.shared_steps.discard(key)
             self.step_new.pop(key, None)
         else:
             if self.locks.holder.get(w) != node:
@@ -256,8 +304,6 @@ class Strategies(Groups):
                 self.node_drained(node)
         if nxt is not None:
             self.start_step(nxt, w)
-        if rejoin:
-            self.retry_joins(w, rejoin)
 
     def node_drained(self, node: int) -> None:
         """The node's drain is done: its maintenance begins (simulate.lifecycle)."""
@@ -344,16 +390,12 @@ class Strategies(Groups):
 
     def step_ready(self, r: int) -> None:
         """drainsafe: a new pod is Ready; when its whole step is, evict the step's old pods
-        (the budget decides how many go now; the rest wait for it). Shared: the gate
-        decides, over every holder."""
-        if self.sharing(self.pod_w[r]):
+        (the budget decides how many go now; the rest wait for it). Shared: any pod of the
+        workload Ready may let a holder begin, and the gate decide again."""
+        if self.shared is not None and self.sharing(self.pod_w[r]):
             key = self.step_of.pop(r, None)
             if key is not None:
                 self.step_new.get(key, set()).discard(r)
-            else:
-                old = self.pod_replaces[r]
-                if old >= 0:
-                    self.try_evict(old)
             self.release_gated(self.pod_w[r])
             return
         key = self.step_of.get(r)
@@ -398,12 +440,15 @@ class Strategies(Groups):
         if state == PENDING:
             # A pod that never got a node is not on the drained node; nothing to evict.
             return
-        if self.shared is not None and p in self.old_step and self.sharing(self.pod_w[p]) \
-                and not self.shared_gate_open(self.pod_w[p]):
+        shared = self.shared is not None and p in self.old_step \
+            and self.sharing(self.pod_w[p])
+        if shared and not self.gate_open(p):
             self.gated[self.pod_w[p]].append(p)
             return
         if self.evictable(p):
             self.delete(p)
+            if shared:
+                self.evicted_from_part(p)
             return
         if math.isnan(self.pod_first_refusal[p]):
             self.pod_first_refusal[p] = self.now

@@ -1,6 +1,8 @@
 """Who may surge a workload, as plain data: the drain engine's lock per workload (one
-surge of a workload at a time, SurgeLocks), and the shared surge the simulator predicts
-before the engine has it (several nodes' parts of one surge at once, SharedSurges).
+surge of a workload at a time, SurgeLocks: StatefulSets and LeaderWorkerSets, and every
+workload under `upgrade.surge_sharing: lock`, the engine before issue 30), and a
+Deployment's shared surge (several nodes' parts of one surge at once, SharedSurges: the
+engine's drain.sharedsurge, its rules drain.parts).
 
 drainsafe's drainers of one fleet run (src/drainsafe/drain/fleet.py) and of the
 NodeMaintenance controller (controller/maintenance.py, its `_surges`) share a dict of
@@ -21,6 +23,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from drainsafe.drain.parts import may_evict, may_join
 
 
 @dataclass
@@ -85,34 +89,32 @@ def first_fit(free: list[int], open_nodes: Iterable[int], gpus: int, pods: int) 
 
 @dataclass
 class SharedSurges:
-    """One surge of a workload shared by the nodes that need it: a what-if of the engine
-    change issue 30 asks for (nothing of it is in the drain engine yet; the simulator
-    predicts it first). Each node holding a part of workload w's surge has
-    scaled w by its part: scale = base + the sum of the parts. A node's evictions of w may
-    proceed only while w's serving pods off every node holding a part are at least base
-    (`may_evict`): the holders' old pods all go sooner or later, so counting them as gone
-    already is what keeps concurrent evictions by several holders from dropping w below
-    desired. A holder's part leaves once its old pods are gone.
+    """A Deployment's surge shared by the nodes that drain it, as drain.sharedsurge runs
+    it (one decider per workload, the fleet run or the NodeMaintenance leader): each node
+    holding a part has scaled the workload by its part (scale = base + parts).
 
-    Plain sharing lets every node join at once; when the parts' new pods outgrow the free
-    room, some stay Pending, the gate never opens, and every holder waits for the others
-    (a wedge). With `join_room` a node joins an existing shared surge only if its new pods
-    fit on the free room now; otherwise it waits, first come first served, until a part
-    leaves. The first holder always joins (with no part in place it is the lock's surge).
+    - Join on room (drain.parts.may_join): a node joins while others hold parts only if
+      its new pods, with the holders' still unplaced ones, fit now; else it waits, first
+      come first served, until a part leaves, and decides again. A node alone joins.
+    - A holder waits until base pods are Available off its node (drain.surgefirst
+      _wait_surge), then evicts its old pods one at a time through the counting gate
+      (drain.parts.may_evict): the workload's Available pods minus that pod stay at or
+      above base, whichever holder evicts.
+    - A part comes down by one with each accepted eviction, so it leaves with its last
+      old pod's eviction (not when that pod is gone).
     """
 
-    join_room: bool = False
     parts: dict[int, dict[int, int]] = field(default_factory=dict)
     """Per workload index: node -> pods its part added to the scale, in join order."""
     waiting: dict[int, deque[int]] = field(default_factory=dict)
-    """Per workload index: nodes waiting to join (join_room only), in order."""
+    """Per workload index: nodes waiting to join, in order."""
 
     def join(self, w: int, node: int, part: int, fits: bool) -> bool:
         """True: `node` holds a part of w's surge now (or already); False: it waits."""
         holders = self.parts.setdefault(w, {})
         if node in holders:
             return True
-        if holders and self.join_room and not fits:
+        if not may_join(len(holders), fits):
             queue = self.waiting.setdefault(w, deque())
             if node not in queue:
                 queue.append(node)
@@ -121,8 +123,9 @@ class SharedSurges:
         return True
 
     def leave(self, w: int, node: int) -> list[int]:
-        """`node`'s part is done (its old pods gone): the nodes that may try to join again
-        now, in order (each then calls `join`; one that still does not fit waits on)."""
+        """`node`'s part is down to nothing (its old pods evicted): the nodes that may
+        try to join again now, in order (each then calls `join`; one that still does not
+        fit waits on)."""
         holders = self.parts.get(w, {})
         holders.pop(node, None)
         if not holders:
@@ -141,7 +144,7 @@ class SharedSurges:
         return base + sum(self.parts.get(w, {}).values())
 
     @staticmethod
-    def may_evict(serving_off_holders: int, base: int) -> bool:
-        """The gate on every eviction of a holder's old pod: the pods serving on nodes
-        that hold no part are enough on their own."""
-        return serving_off_holders >= base
+    def may_evict(available: int, base: int, *, serving: bool) -> bool:
+        """The counting gate (drain.parts.may_evict): evicting this old pod (`serving`:
+        one of the `available`) leaves the workload at or above base."""
+        return may_evict(available, base, serving=serving)
