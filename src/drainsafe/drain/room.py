@@ -5,11 +5,33 @@ scheduler uses (NodeResourcesFit incl. nvidia.com/gpu and nvidia.com/mig-* exten
 resources, NodeUnschedulable, TaintToleration, NodeAffinity/nodeSelector; see that module
 for sources). This module adds what a drain preflight needs on top:
 
-- replacements are placed one after another, first fit, largest GPU request first, and
-  each placed one occupies its node, so two replacements never count the same free GPU;
+- replacements are placed one after another, first fit in node order, and each placed one
+  occupies its node, so two replacements never count the same free GPU;
+- the order: largest GPU request first (by key on ties), as before; when that leaves one
+  without room, once more with the most constrained first (fewest nodes it fits on now,
+  then largest GPU request, then key; Python's sort is stable, so equal keys keep their
+  order), so a pod that fits anywhere does not take the one GPU a pod with node affinity,
+  a nodeSelector or a toleration needs (a false "no room" held nodes CannotSurge). A
+  result where the first order found room for all is kept as it was;
 - nodes being drained offer no room;
 - a node whose Ready condition is not True offers no room;
 - each refusal says, per node, why, with free and needed amounts for resources.
+
+What "room" promises: an estimate of feasibility, not the scheduler's placement. If either
+order places every replacement, room is reported, and only then: each placement is checked
+against what the earlier ones took, so room is never reported where none exists for the
+filters modelled here. It can miss room that another assignment has: placement is
+bin packing, and no order is exact in general. It misses none when every pod asks the
+same requests and the sets of nodes the pods fit on form a laminar family (any two are
+disjoint or one contains the other: e.g. selectors on a zone > rack > host tree, or a
+toleration of one taint against none): most constrained first then fills each set only
+with pods that need no more than it (tests/drain/test_room_order.py checks this by brute
+force). The real kube-scheduler schedules one pod at a time in its queue's order
+(PrioritySort.Less: higher .spec.priority first, then earlier queue timestamp;
+kubernetes/kubernetes pkg/scheduler/framework/plugins/queuesort/priority_sort.go, read at
+commit 008b3652959c) onto its best-scored node, not in this order, so replacements created
+in an unlucky order can still meet a node taken by another: a fit here says an assignment
+exists, not that the scheduler will find it.
 
 Not modelled (a fit here can still be Pending there): inter-pod (anti-)affinity, topology
 spread constraints, host ports, volume zones, DRA ResourceClaims.
@@ -75,7 +97,10 @@ def place_replacements(
     *,
     excluded: Iterable[str] = (),
 ) -> list[Placement]:
-    """First-fit placement of (key, pod spec) replacements on nodes not in `excluded`.
+    """Placement of (key, pod spec) replacements on nodes not in `excluded`, each first
+    fit in node order: largest GPU request first; if that leaves one without room, most
+    constrained first (module docstring: what a fit promises). Of two orders that both
+    leave some without room, the one that places more; on a tie the first.
 
     `pods` are all pods; bound ones occupy their node unless finished.
     """
@@ -85,30 +110,61 @@ def place_replacements(
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name:
             bound.setdefault(str(node_name), []).append(pod)
-    order = sorted(replacements, key=lambda kv: (-sum(gpu_requests(kv[1]).values()), kv[0]))
+    # The replacement is the same template, not yet bound to any node.
+    specs = [(key, {"metadata": {}, "spec": {k: v for k, v in spec.items() if k != "nodeName"}})
+             for key, spec in replacements]
+    largest = sorted(specs, key=lambda kv: (-sum(gpu_requests(kv[1]["spec"]).values()), kv[0]))
+    first = _first_fit(largest, nodes, bound, skip)
+    if all(p.node is not None for p in first):
+        return first
+    feasible = {id(r): _feasible(r, nodes, bound, skip) for _, r in specs}
+    constrained = sorted(specs, key=lambda kv: (feasible[id(kv[1])],
+                                                -sum(gpu_requests(kv[1]["spec"]).values()),
+                                                kv[0]))
+    second = _first_fit(constrained, nodes, bound, skip)
+    if sum(p.node is None for p in second) < sum(p.node is None for p in first):
+        return second
+    return first
+
+
+def _usable(node: Obj, skip: set[str]) -> str | None:
+    """Why `node` offers no room at all, or None."""
+    if str((node.get("metadata") or {}).get("name")) in skip:
+        return "being drained"
+    if not is_node_ready(node):
+        return "not Ready"
+    return None
+
+
+def _feasible(replacement: Obj, nodes: Sequence[Obj], bound: Mapping[str, Sequence[Obj]],
+              skip: set[str]) -> int:
+    """On how many nodes `replacement` fits now, beside the pods bound there."""
+    return sum(1 for node in nodes if _usable(node, skip) is None and placement.check(
+        node, replacement, bound.get(str((node.get("metadata") or {}).get("name")), ())).fits)
+
+
+def _first_fit(order: Sequence[tuple[str, Obj]], nodes: Sequence[Obj],
+               bound: Mapping[str, Sequence[Obj]], skip: set[str]) -> list[Placement]:
+    """Each replacement in `order` on the first node it fits, occupying it for the next."""
+    taken: dict[str, list[Obj]] = {name: list(here) for name, here in bound.items()}
     result: list[Placement] = []
-    for key, spec in order:
-        # The replacement is the same template, not yet bound to any node.
-        replacement = {"metadata": {}, "spec": {k: v for k, v in spec.items()
-                                                if k != "nodeName"}}
+    for key, replacement in order:
         reasons: dict[str, str] = {}
         chosen: str | None = None
         for node in nodes:
             name = str((node.get("metadata") or {}).get("name"))
-            if name in skip:
-                reasons[name] = "being drained"
+            unusable = _usable(node, skip)
+            if unusable is not None:
+                reasons[name] = unusable
                 continue
-            if not is_node_ready(node):
-                reasons[name] = "not Ready"
-                continue
-            here = bound.get(name, [])
+            here = taken.get(name, [])
             fit = placement.check(node, replacement, here)
             if fit.fits:
                 chosen = name
                 break
             reasons[name] = _explain(node, replacement["spec"], here, fit)
         if chosen is not None:
-            bound.setdefault(chosen, []).append({**replacement, "status": {"phase": "Pending"}})
+            taken.setdefault(chosen, []).append({**replacement, "status": {"phase": "Pending"}})
             result.append(Placement(pod=key, node=chosen))
         else:
             result.append(Placement(pod=key, node=None, reasons=reasons))
