@@ -64,8 +64,7 @@ def _fmt(value: Decimal) -> str:
     return f"{value.normalize():f}"
 
 
-def _explain(node: Obj, spec: Obj, bound: Sequence[Obj], fit: placement.Fit) -> str:
-    used, _ = placement.usage(bound)
+def _explain(node: Obj, spec: Obj, used: placement.Resources, fit: placement.Fit) -> str:
     allocatable = placement.node_allocatable(node)
     wanted = placement.pod_requests(spec)
     parts = []
@@ -110,64 +109,92 @@ def place_replacements(
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name:
             bound.setdefault(str(node_name), []).append(pod)
+    # What each usable node holds, summed once (placement.NodeLoad); None: no room at all.
+    loads: dict[str, placement.NodeLoad | None] = {}
+    for node in nodes:
+        name = _name(node)
+        if _unusable(node, skip) is None:
+            load = placement.NodeLoad.of(bound.get(name, ()))
+            load.allocatable = placement.node_allocatable(node)
+            loads[name] = load
+        else:
+            loads[name] = None
     # The replacement is the same template, not yet bound to any node.
-    specs = [(key, {"metadata": {}, "spec": {k: v for k, v in spec.items() if k != "nodeName"}})
+    specs = [_Wanted(key, {"metadata": {}, "spec": {k: v for k, v in spec.items()
+                                                    if k != "nodeName"}})
              for key, spec in replacements]
-    largest = sorted(specs, key=lambda kv: (-sum(gpu_requests(kv[1]["spec"]).values()), kv[0]))
-    first = _first_fit(largest, nodes, bound, skip)
-    if all(p.node is not None for p in first):
-        return first
-    feasible = {id(r): _feasible(r, nodes, bound, skip) for _, r in specs}
-    constrained = sorted(specs, key=lambda kv: (feasible[id(kv[1])],
-                                                -sum(gpu_requests(kv[1]["spec"]).values()),
-                                                kv[0]))
-    second = _first_fit(constrained, nodes, bound, skip)
+    largest = sorted(specs, key=lambda w: (-w.gpus, w.key))
+    first = _first_fit(largest, nodes, loads, skip)
+    if all(p.node is not None for p in first) or all(
+            w.replacement == specs[0].replacement for w in specs):
+        return first  # had room, or another order of the same pods places them the same
+    feasible = [sum(1 for node in nodes if (held := loads[_name(node)]) is not None
+                    and placement.check(node, w.replacement, load=held,
+                                        requests=w.requests).fits)
+                for w in specs]
+    constrained = [w for _, w in sorted(zip(feasible, specs, strict=True),
+                                        key=lambda fw: (fw[0], -fw[1].gpus, fw[1].key))]
+    second = _first_fit(constrained, nodes, loads, skip)
     if sum(p.node is None for p in second) < sum(p.node is None for p in first):
         return second
     return first
 
 
-def _usable(node: Obj, skip: set[str]) -> str | None:
+@dataclass(frozen=True)
+class _Wanted:
+    key: str
+    replacement: Obj
+
+    @property
+    def requests(self) -> placement.Resources:
+        return placement.pod_requests(self.replacement["spec"])
+
+    @property
+    def gpus(self) -> Decimal:
+        return sum(gpu_requests(self.replacement["spec"]).values(), Decimal(0))
+
+
+def _name(node: Obj) -> str:
+    return str((node.get("metadata") or {}).get("name"))
+
+
+def _unusable(node: Obj, skip: set[str]) -> str | None:
     """Why `node` offers no room at all, or None."""
-    if str((node.get("metadata") or {}).get("name")) in skip:
+    if _name(node) in skip:
         return "being drained"
     if not is_node_ready(node):
         return "not Ready"
     return None
 
 
-def _feasible(replacement: Obj, nodes: Sequence[Obj], bound: Mapping[str, Sequence[Obj]],
-              skip: set[str]) -> int:
-    """On how many nodes `replacement` fits now, beside the pods bound there."""
-    return sum(1 for node in nodes if _usable(node, skip) is None and placement.check(
-        node, replacement, bound.get(str((node.get("metadata") or {}).get("name")), ())).fits)
-
-
-def _first_fit(order: Sequence[tuple[str, Obj]], nodes: Sequence[Obj],
-               bound: Mapping[str, Sequence[Obj]], skip: set[str]) -> list[Placement]:
+def _first_fit(order: Sequence[_Wanted], nodes: Sequence[Obj],
+               loads: Mapping[str, placement.NodeLoad | None],
+               skip: set[str]) -> list[Placement]:
     """Each replacement in `order` on the first node it fits, occupying it for the next."""
-    taken: dict[str, list[Obj]] = {name: list(here) for name, here in bound.items()}
+    taken = {name: placement.NodeLoad(dict(load.used), load.count, dict(load.owners),
+                                      load.allocatable)
+             for name, load in loads.items() if load is not None}
     result: list[Placement] = []
-    for key, replacement in order:
+    for wanted in order:
+        replacement, requests = wanted.replacement, wanted.requests
         reasons: dict[str, str] = {}
         chosen: str | None = None
         for node in nodes:
-            name = str((node.get("metadata") or {}).get("name"))
-            unusable = _usable(node, skip)
-            if unusable is not None:
-                reasons[name] = unusable
+            name = _name(node)
+            load = taken.get(name)
+            if load is None:
+                reasons[name] = str(_unusable(node, skip))
                 continue
-            here = taken.get(name, [])
-            fit = placement.check(node, replacement, here)
+            fit = placement.check(node, replacement, load=load, requests=requests)
             if fit.fits:
                 chosen = name
                 break
-            reasons[name] = _explain(node, replacement["spec"], here, fit)
+            reasons[name] = _explain(node, replacement["spec"], load.used, fit)
         if chosen is not None:
-            taken.setdefault(chosen, []).append({**replacement, "status": {"phase": "Pending"}})
-            result.append(Placement(pod=key, node=chosen))
+            taken[chosen].add({**replacement, "status": {"phase": "Pending"}})
+            result.append(Placement(pod=wanted.key, node=chosen))
         else:
-            result.append(Placement(pod=key, node=None, reasons=reasons))
+            result.append(Placement(pod=wanted.key, node=None, reasons=reasons))
     return result
 
 
