@@ -102,6 +102,21 @@ def test_a_node_that_cannot_surge_is_said_so_and_goes_last() -> None:
     assert wave.start == () and wave.waiting["n1"].code == "cannot-surge"
 
 
+def test_a_stand_in_that_fits_anywhere_does_not_make_an_affinity_one_cannot_surge() -> None:
+    """Two free GPUs, the H100 one first by name: aaa's stand-in (no affinity) placed
+    first took it and bbb's (H100 only) had no room, so n1 was held CannotSurge."""
+    aaa = pod("aaa-0", "n1", owner=("ReplicaSet", "aaa-rs"), labels={"app": "aaa"}, gpus=1)
+    bbb = pod("bbb-0", "n1", owner=("ReplicaSet", "bbb-rs"), labels={"app": "bbb"}, gpus=1)
+    bbb["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "accel", "operator": "In", "values": ["h100"]}]}]}}}
+    nodes = [node("n1", gpus=2), node("n2", labels={"accel": "h100"}), node("n3")]
+    state = _state(nodes, [aaa, bbb], deployment("aaa", 1) | deployment("bbb", 1))
+    room = WaveRoom(state, OPTIONS, ())
+    assert room.admit((), "n1") is None
+    assert room.still_cannot_surge({"n1"}) == {}
+
+
 def test_a_node_that_cannot_surge_is_judged_again_and_joins_an_ordinary_wave() -> None:
     """CannotSurge is re-decided on each snapshot, not remembered: a node said so during a
     shortage that fits alone once a spare GPU node joins starts beside the node in

@@ -6,9 +6,9 @@ whose workloads cannot surge are scheduled last and said so").
 The room is the drain engine's own, not re-derived: drain.plan.plan_drain of the nodes in
 progress, the wave so far and the candidate *together*, as drainsafe drain's fleet mode
 plans its nodes, so the stand-ins, recreations and replacements of all of them are placed
-at once (drain.room: first fit, largest GPU request first, nvidia.com/gpu and
-nvidia.com/mig-* counted; a placed one occupies its node; drain.plan: a StatefulSet pod
-needs room twice, a LeaderWorkerSet a stand-in group plus its recreated pods, an
+at once (drain.room: first fit, largest GPU request first, else most constrained first,
+nvidia.com/gpu and nvidia.com/mig-* counted; a placed one occupies its node; drain.plan: a
+StatefulSet pod needs room twice, a LeaderWorkerSet a stand-in group plus its recreated pods, an
 exclusive-topology one whole free domains). A candidate fits when that plan has no "no-room"
 blocker the plan without it lacks. Nodes in progress are planned with what they still
 need: a surge already Ready elsewhere asks for no room again (drain.plan._lacking). Pods
