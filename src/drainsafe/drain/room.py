@@ -27,11 +27,11 @@ disjoint or one contains the other: e.g. selectors on a zone > rack > host tree,
 toleration of one taint against none): most constrained first then fills each set only
 with pods that need no more than it (tests/drain/test_room_order.py checks this by brute
 force). The real kube-scheduler schedules one pod at a time in its queue's order
-(PrioritySort.Less: higher .spec.priority first, then earlier queue timestamp;
-kubernetes/kubernetes pkg/scheduler/framework/plugins/queuesort/priority_sort.go, read at
-commit 008b3652959c) onto its best-scored node, not in this order, so replacements created
-in an unlucky order can still meet a node taken by another: a fit here says an assignment
-exists, not that the scheduler will find it.
+(PrioritySort.Less: higher .spec.priority first, then the earlier queue timestamp;
+kubernetes/kubernetes pkg/scheduler/framework/plugins/queuesort/priority_sort.go, checked
+against its documentation at v1.33.3) onto its best-scored node, not in this order, so
+replacements created in an unlucky order can still meet a node taken by another: a fit
+here says an assignment exists, not that the scheduler will find it.
 
 Not modelled (a fit here can still be Pending there): inter-pod (anti-)affinity, topology
 spread constraints, host ports, volume zones, DRA ResourceClaims.
