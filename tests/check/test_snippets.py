@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drainsafe.check.snippets import WIDTH, dump, emit
+from drainsafe.check.snippets import WIDTH, dump, dump_named, emit
 
 WORDS = st.one_of(
     st.sampled_from(["name", "vllm", "--port", "--shutdown-timeout=90", "8000", "1", "true",
@@ -102,3 +102,19 @@ def test_a_collection_met_twice_gets_pyyaml_anchors(shared: Any) -> None:
     node = {"shared-x": empty, "shared-y": empty}  # keys no other test dumps (dump caches)
     assert emit(node) is None  # PyYAML's `&id001 {}`: left to it
     assert dump(node) == _pyyaml(node)
+
+
+def _budget(name: str, namespace: str, labels: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(WORDS | st.just("x7f3a-object-name"), WORDS | st.just("x7f3a-object-ns"),
+       st.dictionaries(WORDS, WORDS | st.just("x7f3a-object-name"), max_size=3))
+def test_names_filled_in_are_the_whole_dump(name: str, namespace: str,
+                                            labels: dict[str, Any]) -> None:
+    # Stand-ins written once, names put in after: the very text dump() writes of the whole,
+    # for names it writes plain, quoted or leaves to PyYAML, and labels holding a stand-in.
+    assert dump_named(_budget, name, namespace, labels) == dump(_budget(name, namespace, labels))

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from drainsafe.budget import Budget
+
+if TYPE_CHECKING:
+    from drainsafe.check.load import Document
 
 Path = tuple[str | int, ...]
 """Keys from a document's root to a field, e.g. ("spec", "template", "spec", "containers", 0)."""
@@ -72,6 +75,9 @@ class Finding:
     """The grace-budget arithmetic behind the finding, when there is one."""
     edits: tuple[Edit, ...] = field(default=())
     """Present only when the fix is safe to apply automatically."""
+    doc: Document | None = field(default=None, repr=False, compare=False)
+    """The document whose `line` is still to be found (engine.place_lines finds it once all
+    rules have run, then clears this); None once placed."""
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 from drainsafe.check.context import STARTUP_ANNOTATION, Context
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import SCALED_KINDS, Index, Pdb, Workload, mapping, number
 from drainsafe.check.rules.registry import rule
 from drainsafe.check.rules.termination import serves_traffic
-from drainsafe.check.snippets import dump
+from drainsafe.check.snippets import dump, dump_named
 from drainsafe.pdb import is_percent
 
 FEW_REPLICAS = 5
@@ -272,11 +273,16 @@ def _pdb_missing(index: Index, context: Context) -> Iterator[Finding]:
             w,
             f"{scale_text} and no PodDisruptionBudget: a drain may evict every replica on "
             "the node at once",
-            dump({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                  "metadata": {"name": w.ref.name, "namespace": w.ref.namespace},
-                  "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}),
+            dump_named(_budget_for, w.ref.name, w.ref.namespace, labels),
             path=("metadata", "name"),
         )
+
+
+def _budget_for(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The PodDisruptionBudget pdb-missing suggests."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}
 
 
 def _owned(w: Workload) -> bool:

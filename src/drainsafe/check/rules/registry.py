@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from drainsafe.budget import Budget
 from drainsafe.check.findings import Edit, Finding, Path, Severity
-from drainsafe.check.locate import locate
 
 if TYPE_CHECKING:
     from drainsafe.check.context import Context
@@ -43,13 +42,14 @@ class Rule:
             severity=severity or self.severity,
             object=subject.ref,
             file=doc.source.name,
-            line=locate(doc, path),
+            line=0,  # placed by engine.place_lines, document by document
             message=message,
             fix=fix,
             doc_index=doc.doc_index,
             path=path,
             budget=budget,
             edits=tuple(Edit((*doc.prefix, *e.path), e.value) for e in edits) if edits else (),
+            doc=doc,
         )
 
     def run(self, index: Index, context: Context) -> Iterable[Finding]:
