@@ -32,23 +32,28 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   controller spreads a scale over them (pkg/controller/deployment/sync.go scale(),
   proportional scaling). But a change of spec.replicas alone is a scale, not a rollout,
   whoever made it (a surge record's scale-up or its restore, the guard's or a drain's, an
-  HPA): the controller tells the two apart the same way (sync.go syncDeployment hands a
-  scaling event, isScalingEvent: an active ReplicaSet's desired-replicas annotation differs
-  from spec.replicas, to sync()/scale() before any rollout step), and with one active
-  ReplicaSet scale() gives it the whole count. So while the one active ReplicaSet is the
-  Deployment's new one, its template the Deployment's but for the pod-template-hash label
-  (util/deployment_util.go FindNewReplicaSet and EqualIgnoreHash, `same_pod_template`;
-  kubectl's copy in pkg/util/deployment/deployment.go, read at v1.33.1), a generation
-  the controller has not yet observed, or updatedReplicas (the new ReplicaSet's
-  status.replicas, sync.go calculateStatus) trailing a scale-up until it has created the
-  pods, is not a rollout: pods started now are of the current template. Progressing is
+  HPA), and the deployment controller tells the two apart: syncDeployment hands a scaling
+  event (isScalingEvent: an active ReplicaSet's deployment.kubernetes.io/desired-replicas
+  annotation differs from spec.replicas) to sync()/scale() before any rollout step, and
+  scale() gives a lone active ReplicaSet the whole count (sync.go, as the lab's
+  controllers follow it at v1.31.0: drainsafe.lab.controllers.proportion). So while the
+  one active ReplicaSet is the Deployment's new one (its template the Deployment's but for
+  the pod-template-hash label: util/deployment_util.go FindNewReplicaSet and
+  EqualIgnoreHash, read in kubectl's copy, pkg/util/deployment/deployment.go at v1.33.1),
+  a generation the controller has not yet observed, or updatedReplicas ("non-terminating
+  pods ... that have the desired template spec", k8s.io/api apps/v1 DeploymentStatus at
+  v1.33.1: the new ReplicaSet's status.replicas) trailing a scale-up until the pods are
+  created, is not a rollout: pods started now are of the current template. Progressing is
   left at NewReplicaSetAvailable while every replica is updated (progress.go
   syncRolloutStatus, isCompleteDeployment), so a scale never turns it. A Deployment or
-  ReplicaSet read without a template is never taken for the new one. Drain and the guard
-  both ask this one rule.
-- the pod-template-hash label (apps/v1 DefaultDeploymentUniqueLabelKey) is the deployment
-  controller's, added to a ReplicaSet's template (and selector) only, never the
-  Deployment's: two templates are the same when equal without it (`same_pod_template`).
+  ReplicaSet read without a template is never taken for the new one (what cannot be told
+  apart is a rollout, as before). Drain and the guard both ask this one rule.
+- the pod-template-hash label (k8s.io/api apps/v1 DefaultDeploymentUniqueLabelKey) is the
+  deployment controller's, on a ReplicaSet's template and selector, never on the
+  Deployment's: two pod templates are the same when equal without it
+  (`same_pod_template`), compared as the API server serves them (quantities in canonical
+  form, so Semantic.DeepEqual's Quantity rule adds nothing); an empty label map is none,
+  as apimachinery's forked DeepEqual has it (third_party/forked/golang/reflect at v1.33.1).
 - a StatefulSet mid-rolling-update (`statefulset_rollout_in_progress`), as `kubectl rollout
   status sts` reads it (same file, StatefulSetStatusViewer): observedGeneration behind
   generation, or, for a partitioned update, fewer updatedReplicas than replicas minus the
