@@ -221,15 +221,14 @@ async def test_drainsafe_drain_and_kubectl_drain_at_once_never_surge_twice(
         stop.set()
         await sampler
         unlisten()
-        # Never a surge on top of another drainer's: a scale above one stand-in only under
-        # the guard's own record, when drainsafe drain's eviction was held by the guard too
-        # (drainsafe drain evicted rather than surged; the guard stands in for both held
-        # evictions, one record, restored exactly).
-        over = [(n, guard) for n, guard in owners if n > 3]
-        assert all(guard for _, guard in over), owners
-        if over:
-            assert "held by the eviction guard" in ours_out, (owners, ours_out)
-        assert max(scales) <= 4, scales  # base 2 + one stand-in per held eviction
+        # Never a surge on top of another drainer's, and drainsafe drain never stands down
+        # to evict through the guard: the guard's scale (or its restore) not yet synced by
+        # the deployment controller is no rollout (kube.objects.rollout_in_progress), so
+        # drainsafe drain surged under its own record once the guard had restored. One
+        # stand-in at a time, whoever's, in every change of the Deployment.
+        assert max(n for n, _ in owners) <= 3, owners
+        assert max(scales) <= 3, scales
+        assert "held by the eviction guard" not in ours_out, (owners, ours_out)
         assert min(ready) >= 2, ready
 
 

@@ -222,6 +222,25 @@ def _rs(name: str, spec: int, status: int) -> dict[str, Any]:
             "spec": {"replicas": spec}, "status": {"replicas": status}}
 
 
+TEMPLATE = {"metadata": {"labels": {"app": "llm"}},
+            "spec": {"containers": [{"name": "c", "image": "llm:1"}]}}
+OLD = {**TEMPLATE, "spec": {"containers": [{"name": "c", "image": "llm:0"}]}}
+
+
+def _templated(replicas: int, *, generation: int, observed: int) -> dict[str, Any]:
+    return {"metadata": {**DEPLOYMENT["metadata"], "generation": generation},
+            "spec": {"replicas": replicas, "template": TEMPLATE},
+            "status": {"observedGeneration": observed, "updatedReplicas": 3}}
+
+
+def _templated_rs(name: str, replicas: int, template: dict[str, Any]) -> dict[str, Any]:
+    rs = _rs(name, replicas, replicas)
+    rs["spec"]["template"] = {"metadata": {"labels": {"app": "llm",
+                                                      "pod-template-hash": "7c9d"}},
+                              "spec": template["spec"]}
+    return rs
+
+
 @pytest.mark.parametrize("deployment, replicasets, mid", [
     # The old ReplicaSet is scaled to 0 and its last pod is still terminating: the
     # guard's old rule (spec or status replicas on two sets) held the eviction for a
@@ -236,6 +255,11 @@ def _rs(name: str, spec: int, status: int) -> dict[str, Any]:
      [_rs("llm-1", 2, 2)], True),
     # Not every replica runs the new template yet.
     ({**DEPLOYMENT, "status": {"updatedReplicas": 1}}, [_rs("llm-1", 2, 2)], True),
+    # A drain's restore (3 -> 2) the controller has not synced yet, its one ReplicaSet
+    # carrying the template: a scale, not a rollout; a stand-in is of this template.
+    (_templated(2, generation=3, observed=2), [_templated_rs("llm-1", 3, TEMPLATE)], False),
+    # The same lag after a change of image: a rollout.
+    (_templated(2, generation=3, observed=2), [_templated_rs("llm-1", 2, OLD)], True),
 ])
 def test_the_guard_and_drain_agree_on_mid_rollout(
         deployment: dict[str, Any], replicasets: list[dict[str, Any]], mid: bool) -> None:

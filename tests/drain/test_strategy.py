@@ -221,3 +221,71 @@ def test_statefulset_min_available_equal_to_replicas_does_not_wedge_the_surge() 
     [b] = plan.budgets
     assert (b.best_case_disruptions, b.best_case_with_surge) == (0, 1)
     assert any("the budget is respected, not bypassed" in n for n in plan.notes)
+
+
+# -- a scale by a surge record is not a rollout ------------------------------------------
+
+TEMPLATE: dict[str, Any] = {"metadata": {"labels": {"app": "llm"}},
+                            "spec": {"containers": [{"name": "c", "image": "llm:1"}]}}
+
+
+def surged(replicas: int, rs_replicas: int, *, generation: int, observed: int,
+           updated: int, record: SurgeRecord | None,
+           template: dict[str, Any] = TEMPLATE) -> tuple[list[dict[str, Any]],
+                                                           dict[str, Any]]:
+    """llm on g1 and g2 (base 2), its Deployment at `replicas` with the controller's last
+    status at `observed`, and its one ReplicaSet (carrying `template`, as the controller
+    writes it: with a pod-template-hash) at `rs_replicas`."""
+    pods, ctrl = serving("llm", ["g1", "g2"])
+    dep = ctrl["Deployment/ml/llm"]
+    dep["metadata"].update(generation=generation, uid="uid-llm")
+    if record is not None:
+        dep["metadata"]["annotations"] = {"drainsafe.io/surge": record.to_json()}
+    dep["spec"] = {"replicas": replicas, "template": TEMPLATE}
+    dep["status"] = {"observedGeneration": observed, "replicas": rs_replicas,
+                     "updatedReplicas": updated, "conditions": [
+                         {"type": "Progressing", "status": "True",
+                          "reason": "NewReplicaSetAvailable"}]}
+    rs = ctrl["ReplicaSet/ml/llm-rs"]
+    rs["spec"] = {"replicas": rs_replicas, "template": {
+        "metadata": {"labels": {**template["metadata"]["labels"],
+                                "pod-template-hash": "5d8f7c9b6"}},
+        "spec": template["spec"]}}
+    return pods, ctrl
+
+
+def four_nodes() -> list[dict[str, Any]]:
+    return [node("g1"), node("g2"), node("g3"), node("g4")]
+
+
+def test_the_guards_scale_up_not_yet_seen_is_not_a_rollout() -> None:
+    # The guard recorded its surge for another drainer and scaled 2 -> 3; the deployment
+    # controller has not synced yet (generation ahead, 2 of 3 updated). The drain still
+    # plans a surge (execute waits for the guard's restore first), never evict-first.
+    guard = SurgeRecord(node="g2", replicas=2, pods={"ml/llm-1": "uid-llm-1"}, guard=True)
+    for observed, rs_replicas, updated in ((4, 2, 2), (5, 2, 2), (5, 3, 2)):
+        pods, ctrl = surged(3, rs_replicas, generation=5, observed=observed,
+                            updated=updated, record=guard)
+        plan = plan_drain(ClusterState(four_nodes(), pods, controllers=ctrl), ["g1"])
+        [w] = plan.workload_plans
+        assert (w.strategy, w.replicas, w.surge, w.resumed) == ("surge", 2, 1, False), w.why
+
+
+def test_the_guards_restore_not_yet_seen_is_not_a_rollout() -> None:
+    # The guard restored 3 -> 2 and removed its record; the controller has not scaled the
+    # ReplicaSet down yet.
+    pods, ctrl = surged(2, 3, generation=6, observed=5, updated=3, record=None)
+    plan = plan_drain(ClusterState(four_nodes(), pods, controllers=ctrl), ["g1"])
+    [w] = plan.workload_plans
+    assert (w.strategy, w.replicas, w.surge) == ("surge", 2, 1), w.why
+
+
+def test_a_template_change_not_yet_seen_is_still_a_rollout() -> None:
+    # The same lag with a new image: the one ReplicaSet carries the old template, so a
+    # scale now would start pods of a template the controller is about to replace.
+    old = {**TEMPLATE, "spec": {"containers": [{"name": "c", "image": "llm:0"}]}}
+    pods, ctrl = surged(2, 2, generation=6, observed=5, updated=2, record=None, template=old)
+    plan = plan_drain(ClusterState(four_nodes(), pods, controllers=ctrl), ["g1"])
+    [w] = plan.workload_plans
+    assert w.strategy == "evict"
+    assert "mid-rollout (observedGeneration 5 is behind generation 6)" in w.why

@@ -25,6 +25,7 @@ from drainsafe.kube.objects import (
     rfc3339,
     rfc3339_micro,
     rollout_in_progress,
+    same_pod_template,
 )
 
 T0 = 1_800_000_000.0  # a whole second, 2027-01-15
@@ -167,6 +168,90 @@ def test_generation_is_checked_first() -> None:
     dep = deployment(generation=5, observed=4, updated=0, reason="ReplicaSetUpdated")
     assert rollout_in_progress(dep, [rs(1), rs(1)]) == (
         "observedGeneration 4 is behind generation 5")
+
+
+# A scale is not a rollout (sync.go isScalingEvent/scale; FindNewReplicaSet, EqualIgnoreHash)
+
+def template(image: str = "llm:1", **labels: str) -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "llm", **labels}},
+            "spec": {"containers": [{"name": "c", "image": image}]}}
+
+
+def carrying(replicas: int, image: str = "llm:1", hash_: str = "5d8f7c9b6"
+             ) -> dict[str, Any]:
+    """A ReplicaSet as the deployment controller writes it: the template plus its hash."""
+    return {"kind": "ReplicaSet", "spec": {"replicas": replicas, "template": template(
+        image, **{"pod-template-hash": hash_})}}
+
+
+def scaled(dep: dict[str, Any]) -> dict[str, Any]:
+    return {**dep, "spec": {**dep["spec"], "template": template()}}
+
+
+labels = st.dictionaries(st.text("abc/.-", min_size=1, max_size=6),
+                         st.text("xyz", max_size=3), max_size=3)
+
+
+@given(labels, st.text("0123456789abcdef", min_size=1, max_size=10))
+def test_the_template_hash_label_alone_makes_no_other_template(extra: dict[str, str],
+                                                               hash_: str) -> None:
+    plain = {"metadata": {"labels": extra}, "spec": {"containers": [{"image": "a"}]}}
+    hashed = {"metadata": {"labels": {**extra, "pod-template-hash": hash_}},
+              "spec": plain["spec"]}
+    assert same_pod_template(hashed, plain) and same_pod_template(plain, hashed)
+    other = {**hashed, "spec": {"containers": [{"image": "b"}]}}
+    assert not same_pod_template(other, plain)
+    relabelled = {**plain, "metadata": {"labels": {**extra, "pod-template-hash": hash_,
+                                                   "tier": "x"}}}
+    assert not same_pod_template(relabelled, plain)
+
+
+@given(generation=st.integers(1, 50), behind=st.integers(0, 5), replicas=st.integers(1, 9),
+       rs_replicas=st.integers(1, 12), updated=st.integers(0, 12),
+       reason=st.sampled_from(["NewReplicaSetAvailable", None]))
+def test_a_scale_of_the_one_new_replicaset_is_never_a_rollout(
+        generation: int, behind: int, replicas: int, rs_replicas: int, updated: int,
+        reason: str | None) -> None:
+    # Any scale the controller has not caught up with yet (a surge, its restore, an HPA):
+    # generation ahead, the ReplicaSet not yet resized, its pods not yet all created.
+    dep = scaled(deployment(generation=generation, observed=max(generation - behind, 0),
+                            replicas=replicas, updated=updated, reason=reason))
+    assert rollout_in_progress(dep, [carrying(rs_replicas), carrying(0, "llm:0")]) is None
+
+
+@given(generation=st.integers(2, 50), behind=st.integers(1, 5), replicas=st.integers(1, 9))
+def test_a_template_not_yet_carried_is_a_rollout(generation: int, behind: int,
+                                                 replicas: int) -> None:
+    dep = scaled(deployment(generation=generation, observed=max(generation - behind, 0),
+                            replicas=replicas, updated=replicas))
+    observed = max(generation - behind, 0)
+    why = f"observedGeneration {observed} is behind generation {generation}"
+    assert rollout_in_progress(dep, [carrying(replicas, "llm:0")]) == why
+    # Its new ReplicaSet created beside the old one, or the old one gone and none live yet.
+    assert rollout_in_progress(dep, [carrying(replicas, "llm:0"), carrying(1)]) == why
+    assert rollout_in_progress(dep, [carrying(0, "llm:0")]) == why
+
+
+def test_a_scale_mid_rollout_is_still_a_rollout() -> None:
+    # Two live ReplicaSets: a scale now is spread over both (proportional scaling).
+    dep = scaled(deployment(replicas=3, updated=1, reason="ReplicaSetUpdated"))
+    assert rollout_in_progress(dep, [carrying(1), carrying(2, "llm:0")]) == (
+        "Progressing: ReplicaSetUpdated")
+    done = scaled(deployment(replicas=3, updated=3))
+    assert rollout_in_progress(done, [carrying(2), carrying(1, "llm:0")]) == (
+        "2 ReplicaSets have replicas")
+    # The new ReplicaSet alone but still becoming available: the rollout is not over.
+    assert rollout_in_progress(scaled(deployment(reason="ReplicaSetUpdated")),
+                               [carrying(2)]) == "Progressing: ReplicaSetUpdated"
+
+
+def test_without_a_template_to_compare_a_lag_is_a_rollout() -> None:
+    # What cannot be told apart is taken for a rollout, as before.
+    behind = deployment(generation=4, observed=3)
+    assert rollout_in_progress(behind, [carrying(2)]) == (
+        "observedGeneration 3 is behind generation 4")
+    assert rollout_in_progress(scaled(behind), [rs(2)]) == (
+        "observedGeneration 3 is behind generation 4")
 
 
 # -- autoscaler_for -----------------------------------------------------------------------

@@ -1,13 +1,14 @@
 """Each Kubernetes object concept is written once (issue 28).
 
 Pod Ready, node Ready, Available, active, terminal, the controller reference, object keys,
-the workload reference ("Kind/ns/name"), mid-rollout, the autoscaler lookup, the grace
-default and RFC 3339 times live in src/drainsafe/kube/objects.py; read-decide-write on a
-409 lives in src/drainsafe/kube/retry.py. This test reads every module of src/drainsafe
-(its syntax tree, not its imports) and fails when one of these is written anywhere else:
-a function with a home's name, a condition `type` compared with "Ready", a workload key
-built or split by hand, a literal 30 s grace, an RFC 3339 format or parse, a loop that
-catches Conflict.
+the workload reference ("Kind/ns/name"), mid-rollout and the pod-template equality it
+reads, the autoscaler lookup, the grace default and RFC 3339 times live in
+src/drainsafe/kube/objects.py; read-decide-write on a 409 lives in
+src/drainsafe/kube/retry.py. This test reads every module of src/drainsafe (its syntax
+tree, not its imports) and fails when one of these is written anywhere else: a function
+with a home's name, a condition `type` compared with "Ready", a workload key built or
+split by hand, a literal 30 s grace, an RFC 3339 format or parse, a loop that catches
+Conflict.
 
 src/drainsafe/check is left out: the static checker reads manifests as written (a pod
 template's grace as the author typed it, no live status), which is a different concept.
@@ -35,6 +36,7 @@ OBJECT_FUNCTIONS = frozenset({
     "is_terminal", "is_terminating", "controller_ref", "key_of", "cache_key", "pod_key",
     "object_key", "workload_key", "mid_rollout", "rollout_in_progress", "autoscaler_for",
     "autoscaler_of", "rfc3339", "rfc3339_micro", "now_rfc3339", "parse_time",
+    "same_pod_template", "equal_ignore_hash",
 })
 RETRY_FUNCTIONS = frozenset({"retry_on_conflict"})
 

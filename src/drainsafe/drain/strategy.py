@@ -7,10 +7,12 @@ outside its bounds back: kubernetes pkg/controller/podautoscaler/horizontal.go
 normalizeDesiredReplicas); a Deployment mid-rollout (kube.objects.rollout_in_progress, as
 kubectl pkg/polymorphichelpers/rollout_status.go reads it) stands down to evict-first,
 since a scale then is spread over its ReplicaSets (pkg/controller/deployment/sync.go,
-proportional scaling). A StatefulSet not mid-update (kube.objects.
-statefulset_rollout_in_progress) surges too, with stable identities: its k new ordinals
-stand in while each old pod is evicted and recreated under its own name
-(pkg/controller/statefulset/stateful_set_control.go processReplica), and the restore
+proportional scaling). A scale alone, a surge record's (the eviction guard's or a
+drain's) or its restore not yet synced by the deployment controller, is not a rollout
+(the same rule), so a drain planned in that window still surges. A StatefulSet not
+mid-update (kube.objects.statefulset_rollout_in_progress) surges too, with stable
+identities: its k new ordinals stand in while each old pod is evicted and recreated under
+its own name (pkg/controller/statefulset/stateful_set_control.go processReplica), and the restore
 removes the highest ordinals, the stand-ins (processCondemned); mid-update it stands
 down, since its stand-ins would start at the update revision. A LeaderWorkerSet
 (kubernetes-sigs/lws v0.10.0) surges by whole groups: g new groups stand in for the g
@@ -126,7 +128,9 @@ def plan_workloads(
         replicas = record.replicas if record is not None else w.replicas
         if record is not None and record.guard:
             # The eviction guard's surge for another drainer is a bounded hold, not a drain
-            # left unfinished: the drain waits for its restore before surging (execute).
+            # left unfinished: the drain waits for its restore before surging (execute),
+            # never on top of it. Its scale is no rollout (rollout_in_progress), so this
+            # plan surges rather than evicting first through the guard's hold.
             record = None
         template = pod_template(obj)
         startup = observed_startup(state, key, template)

@@ -25,11 +25,35 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   cache.MetaNamespaceKeyFunc (tools/cache/store.go).
 - a workload is named by `WorkloadRef` (kind, namespace, name), written "Kind/ns/name".
 - mid-rollout (`rollout_in_progress`): the Deployment's rollout is not complete as
-  `kubectl rollout status` reads it (kubectl pkg/polymorphichelpers/rollout_status.go:
-  observedGeneration, then updatedReplicas), or more than one of its ReplicaSets is active
-  (spec.replicas > 0), which is when the deployment controller spreads a scale over them
-  (pkg/controller/deployment/sync.go scale(), proportional scaling). Drain and the guard
-  both ask this one rule.
+  `kubectl rollout status` reads it (kubectl pkg/polymorphichelpers/rollout_status.go at
+  v1.33.1: observedGeneration behind generation, then fewer updatedReplicas than
+  spec.replicas), or its Progressing condition is not NewReplicaSetAvailable, or more than
+  one of its ReplicaSets is active (spec.replicas > 0), which is when the deployment
+  controller spreads a scale over them (pkg/controller/deployment/sync.go scale(),
+  proportional scaling). But a change of spec.replicas alone is a scale, not a rollout,
+  whoever made it (a surge record's scale-up or its restore, the guard's or a drain's, an
+  HPA), and the deployment controller tells the two apart: syncDeployment hands a scaling
+  event (isScalingEvent: an active ReplicaSet's deployment.kubernetes.io/desired-replicas
+  annotation differs from spec.replicas) to sync()/scale() before any rollout step, and
+  scale() gives a lone active ReplicaSet the whole count (sync.go, as the lab's
+  controllers follow it at v1.31.0: drainsafe.lab.controllers.proportion). So while the
+  one active ReplicaSet is the Deployment's new one (its template the Deployment's but for
+  the pod-template-hash label: util/deployment_util.go FindNewReplicaSet and
+  EqualIgnoreHash, read in kubectl's copy, pkg/util/deployment/deployment.go at v1.33.1),
+  a generation the controller has not yet observed, or updatedReplicas ("non-terminating
+  pods ... that have the desired template spec", k8s.io/api apps/v1 DeploymentStatus at
+  v1.33.1: the new ReplicaSet's status.replicas) trailing a scale-up until the pods are
+  created, is not a rollout: pods started now are of the current template. Progressing is
+  left at NewReplicaSetAvailable while every replica is updated (progress.go
+  syncRolloutStatus, isCompleteDeployment), so a scale never turns it. A Deployment or
+  ReplicaSet read without a template is never taken for the new one (what cannot be told
+  apart is a rollout, as before). Drain and the guard both ask this one rule.
+- the pod-template-hash label (k8s.io/api apps/v1 DefaultDeploymentUniqueLabelKey) is the
+  deployment controller's, on a ReplicaSet's template and selector, never on the
+  Deployment's: two pod templates are the same when equal without it
+  (`same_pod_template`), compared as the API server serves them (quantities in canonical
+  form, so Semantic.DeepEqual's Quantity rule adds nothing); an empty label map is none,
+  as apimachinery's forked DeepEqual has it (third_party/forked/golang/reflect at v1.33.1).
 - a StatefulSet mid-rolling-update (`statefulset_rollout_in_progress`), as `kubectl rollout
   status sts` reads it (same file, StatefulSetStatusViewer): observedGeneration behind
   generation, or, for a partitioned update, fewer updatedReplicas than replicas minus the
@@ -179,23 +203,56 @@ class WorkloadRef(NamedTuple):
                    str(m.get("name") or ""))
 
 
+POD_TEMPLATE_HASH = "pod-template-hash"
+
+
+def same_pod_template(a: Obj, b: Obj) -> bool:
+    """The two pod templates are equal but for the pod-template-hash label (EqualIgnoreHash,
+    as the module docstring says)."""
+    return _without_template_hash(a) == _without_template_hash(b)
+
+
+def _without_template_hash(template: Obj) -> dict[str, Any]:
+    out = dict(template)
+    m = dict(out.get("metadata") or {})
+    labels = {k: v for k, v in (m.get("labels") or {}).items() if k != POD_TEMPLATE_HASH}
+    if labels:
+        m["labels"] = labels
+    else:
+        m.pop("labels", None)  # an empty label map is no label map (omitempty)
+    if m:
+        out["metadata"] = m
+    else:
+        out.pop("metadata", None)
+    return out
+
+
 def rollout_in_progress(deployment: Obj, replicasets: Iterable[Obj]) -> str | None:
-    """Why the Deployment is mid-rollout, or None (the rule in the module docstring).
-    `replicasets` are the Deployment's own (the caller filters by controller ref)."""
+    """Why the Deployment is mid-rollout, or None (the rule in the module docstring): a
+    scale alone, anyone's, is not a rollout. `replicasets` are the Deployment's own (the
+    caller filters by controller ref)."""
     m = meta(deployment)
+    spec = deployment.get("spec") or {}
     status = deployment.get("status") or {}
+    live = [rs for rs in replicasets if int((rs.get("spec") or {}).get("replicas") or 0) > 0]
+    # The one active ReplicaSet is the new one: whatever the controller has not yet seen
+    # is a scale (or no change to the pods at all), and stand-ins are of this template.
+    template = spec.get("template") or {}
+    carried = (live[0].get("spec") or {}).get("template") or {} if len(live) == 1 else {}
+    scale_only = bool(template and carried) and same_pod_template(carried, template)
     generation, observed = m.get("generation"), status.get("observedGeneration")
-    if isinstance(generation, int) and isinstance(observed, int) and observed < generation:
+    if isinstance(generation, int) and isinstance(observed, int) and observed < generation \
+            and not scale_only:
         return f"observedGeneration {observed} is behind generation {generation}"
     progressing = _condition(deployment, "Progressing")
     if progressing and progressing.get("reason") not in (None, "NewReplicaSetAvailable"):
         return f"Progressing: {progressing.get('reason')}"
-    live = [rs for rs in replicasets if int((rs.get("spec") or {}).get("replicas") or 0) > 0]
     if len(live) > 1:
         return f"{len(live)} ReplicaSets have replicas"
-    replicas = (deployment.get("spec") or {}).get("replicas")
+    replicas = spec.get("replicas")
     updated = status.get("updatedReplicas")
-    if isinstance(replicas, int) and isinstance(updated, int) and updated < replicas:
+    if isinstance(replicas, int) and isinstance(updated, int) and updated < replicas \
+            and not scale_only:
         return f"{updated}/{replicas} replicas updated"
     return None
 

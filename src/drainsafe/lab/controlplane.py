@@ -20,6 +20,7 @@ import logging
 import pathlib
 import secrets
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -139,6 +140,17 @@ class ControlPlane:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+
+    @contextlib.contextmanager
+    def holding(self, name: str) -> Iterator[Controller]:
+        """Hold the controller called `name` (e.g. "deployment") for the block: as a
+        kube-controller-manager down or between leaders (drainsafe.lab.controllers)."""
+        [controller] = [c for c in self.controllers if c.name == name]
+        controller.hold()
+        try:
+            yield controller
+        finally:
+            controller.release()
 
     async def __aenter__(self) -> ControlPlane:
         await self.start()

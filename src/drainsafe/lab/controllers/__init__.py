@@ -5,6 +5,13 @@ reconcile pass brings everything it owns to the desired state. Passes must be
 idempotent (a pass with nothing to do writes nothing; the store drops no-op updates),
 so a controller's own writes wake it at most once more. Time-based work (minReadySeconds,
 disruptedPods expiry) asks for a timed wake-up instead of sleeping in a loop.
+
+A test can hold one controller (`hold`, `release`; ControlPlane.holding) as a
+kube-controller-manager that is down or between leaders: its resources keep changing
+through the API server, it makes no pass until released, then one pass catches up, as a
+new leader's first sync does. What a client sees meanwhile is what it would see in such a
+gap (a Deployment's generation ahead of its observedGeneration, say), reproducibly rather
+than in a window of milliseconds.
 """
 
 from __future__ import annotations
@@ -30,7 +37,16 @@ class Controller:
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._released = asyncio.Event()
+        self._released.set()
         self.passes = 0
+
+    def hold(self) -> None:
+        """No pass from now until `release` (a pass never runs half: reconcile is sync)."""
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
 
     def _on_event(self, ev: Event) -> None:
         if ev.resource in self.watches:
@@ -65,6 +81,7 @@ class Controller:
             while True:
                 await self._wake.wait()
                 await asyncio.sleep(self.batch_seconds)
+                await self._released.wait()
                 self._wake.clear()
                 self.passes += 1
                 try:

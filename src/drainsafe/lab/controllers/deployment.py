@@ -33,7 +33,7 @@ import json
 from typing import Any
 
 from drainsafe import pdb as pdbmath
-from drainsafe.kube.objects import parse_time, rfc3339
+from drainsafe.kube.objects import POD_TEMPLATE_HASH, parse_time, rfc3339, same_pod_template
 from drainsafe.lab.apiserver import status as st
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.store import Obj, Store, clone
@@ -43,7 +43,7 @@ from drainsafe.lab.controllers.replicaset import pods_of
 
 DEPLOYMENTS = BY_KEY["apps/deployments"]
 REPLICASETS = BY_KEY["apps/replicasets"]
-HASH_LABEL = "pod-template-hash"
+HASH_LABEL = POD_TEMPLATE_HASH
 REVISION = "deployment.kubernetes.io/revision"
 DESIRED = "deployment.kubernetes.io/desired-replicas"
 MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
@@ -162,9 +162,8 @@ class DeploymentController(Controller):
 
     def _new_rs(self, d: Obj, rses: list[Obj], create: bool) -> Obj | None:
         template = d["spec"].get("template") or {}
-        plain = _without_hash(template)
         new = next((rs for rs in rses
-                    if _without_hash(rs["spec"].get("template") or {}) == plain), None)
+                    if same_pod_template(rs["spec"].get("template") or {}, template)), None)
         max_old = max((revision(rs) for rs in rses if rs is not new), default=0)
         if new is not None:
             if revision(new) <= max_old:
