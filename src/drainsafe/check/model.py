@@ -60,8 +60,13 @@ class once(Generic[_T]):  # lower case: a decorator, like cached_property
 
     def __init__(self, compute: Callable[[Any], _T]) -> None:
         self.compute = compute
-        self.name = compute.__name__
+        self.name = ""
         self.__doc__ = compute.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        # The attribute's name, as cached_property takes it: a method compiled by mypyc
+        # has no __name__.
+        self.name = name
 
     @overload
     def __get__(self, obj: None, owner: type | None = None) -> once[_T]: ...

@@ -52,8 +52,8 @@ to 256)."""
 _ASCII_REFUSED = tuple(chr(c) for c in (*range(0x00, 0x20), 0x7f) if c != 0x0A)
 """Control characters, tab and carriage return: each looked for with memchr (a find of one
 character), quicker than one pass that maps every byte of the text."""
-_NON_ASCII_REFUSED = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+_NON_ASCII_REFUSED = re.compile(  # escapes for re, not literals: mypyc refuses surrogates
+    r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 _COMMENT = re.compile(r"^((?:[^'\"#\n]*[ ])?)#[^\n]*", re.M)
 """A comment on a line without quotes (where a `#` might be text): its words need no check."""
 

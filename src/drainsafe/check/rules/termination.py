@@ -248,9 +248,10 @@ def deadline_fix(w: Workload, s: Serving, context: Context, deadline: int) -> st
             note = (f"\n# {flag} needs {s.server.deadline_flag_since}; on older releases "
                     "run the server under drainsafe run")
     else:
-        delay = 0 if s.delay.present else math.ceil(context.propagation_seconds)
-        fields = wrapped(s.container, s.line, s.server, drain_delay=delay, deadline=deadline)
-        delay = max(delay, s.delay.known)
+        drain_delay = 0 if s.delay.present else math.ceil(context.propagation_seconds)
+        fields = wrapped(s.container, s.line, s.server, drain_delay=drain_delay,
+                         deadline=deadline)
+        delay = max(drain_delay, s.delay.known)
         note = "\n" + WRAPPER_NOTE
     need = math.ceil(delay + deadline + context.buffer_seconds)
     pod = {"terminationGracePeriodSeconds": need} if need > w.grace else None
