@@ -40,10 +40,10 @@ def pytest_configure(config: pytest.Config) -> None:
 # with 4 workers on the 2-core machine, for the order only. Other files that run real
 # processes (marked e2e) come next, then the rest in collection order.
 LONGEST_SECONDS = {
-    "tests/demo/test_demo.py": 145,
+    "tests/demo/test_demo.py": 110,
     "tests/controller/test_guard_acceptance.py": 105,
     "tests/controller/test_guard_statefulset.py": 95,
-    "tests/verify/test_lab_tune.py": 90,
+    "tests/verify/test_lab_tune.py": 70,
     "tests/drain/test_statefulset_drain.py": 75,
     "tests/drain/test_acceptance.py": 70,
     "tests/drain/test_group_drain.py": 60,
@@ -61,7 +61,7 @@ LONGEST_SECONDS = {
     "tests/lab/test_crd.py": 30,
     "tests/server/test_hardening.py": 30,
     "tests/drain/test_surge_faults.py": 30,
-    "tests/check/test_snippets.py": 25,
+    "tests/check/test_snippets.py": 10,
     "tests/simulate/test_sim_reference.py": 25,
 }
 E2E_SECONDS = 20  # a lab scenario not listed

@@ -121,6 +121,13 @@ def test_self_referencing_alias_is_refused(tmp_path: Path) -> None:
     f = _write(tmp_path / "loop.yaml", "kind: Service\nmetadata: &m {name: x, loop: *m}\n")
     result = run([f], Context())
     assert result.errors  # either refused as recursive or rejected by the parser
+    # A block mapping inside itself: PyYAML builds the cycle; refused, the next one checked.
+    f = _write(tmp_path / "loop2.yaml", "kind: Service\nmetadata: &m\n  name: x\n  loop: *m\n"
+               "---\n" + to_yaml(deployment()))
+    result = run([f], Context())
+    assert [e.line for e in result.errors] == [1], result.errors  # the document's first line
+    assert "self-reference" in str(result.errors[0])
+    assert result.documents == 1
 
 
 def test_huge_file_refused_without_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

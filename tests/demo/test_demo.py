@@ -1,7 +1,7 @@
 """`drainsafe demo`, the README's main command, end to end: real labs, real processes, the
 real kubectl, and the report opened in Debian's headless chromium.
 
-The suite's only full demo run (about 2 minutes): one module-scoped run, read by each test.
+The suite's only full demo run (about 90 s): one module-scoped run, read by each test.
 Its terminal is a pseudo-terminal, as a user's is, so the live view is what a user sees.
 """
 
@@ -28,8 +28,9 @@ from drainsafe.demo.measure import RACE, SIGKILL
 from drainsafe.demo.names import CONTROLLER, DRAINSAFE, NAIVE, SEEDS
 from drainsafe.demo.scenario import kubectl_binary
 
-# The run is about 2 minutes on an idle 2-core machine; the suite's 120 s default would cut
-# it on a busy one. The demo's own budget is asserted apart (under 3 minutes).
+# The run is about 90 s on a shared 2-core machine (112 s beside two busy processes); the
+# suite's 120 s default would cut it on a busier one. The demo's own budget is asserted
+# apart (under 3 minutes).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420),
               pytest.mark.skipif(kubectl_binary() is None, reason="kubectl not installed")]
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,9 +145,19 @@ def test_sigterm_stops_the_load_and_keeps_the_record(tmp_path: Path) -> None:
     in flight finish and writes its record, as for Ctrl-C."""
     target = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1",
                                "--directory", str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
     out = tmp_path / "out"
+    answered = threading.Event()
+
+    def read_log() -> None:
+        # http.server logs each request on stderr; read it all, or a full pipe stalls it.
+        assert target.stderr is not None
+        for line in target.stderr:
+            if '" 200 ' in line:
+                answered.set()
+
+    threading.Thread(target=read_log, daemon=True).start()
     try:
         assert target.stdout is not None
         port = int(target.stdout.readline().split(" port ")[1].split()[0])
@@ -155,7 +166,7 @@ def test_sigterm_stops_the_load_and_keeps_the_record(tmp_path: Path) -> None:
              "--duration", "300", "--no-progress", "--out", str(out), "-o", "json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            time.sleep(3)  # some requests sent and answered
+            assert answered.wait(60), "no request answered"  # some sent and answered
             proc.send_signal(signal.SIGTERM)
             stdout, err = proc.communicate(timeout=60)
         finally:

@@ -365,7 +365,11 @@ def _add(loaded: Loaded, source: SourceText, data: object, index: int,
 
 
 def _within_budget(data: object) -> bool:
-    """Walk the document as a consumer would (aliases expanded) until the budget runs out."""
+    """Walk the document as a consumer would (aliases expanded) until the budget runs out.
+    A collection inside itself expands without end: refused before the walk, which would
+    take seconds to run the budget out."""
+    if _holds_itself(data):
+        return False
     budget = MAX_EXPANDED_NODES
     stack: list[object] = [data]
     while stack:
@@ -378,6 +382,33 @@ def _within_budget(data: object) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return True
+
+
+def _holds_itself(data: object) -> bool:
+    """Whether a collection is inside itself (PyYAML builds that cycle for an alias within
+    its own anchored node). Each distinct collection is entered once, so this costs what the
+    text holds, not what its aliases expand to."""
+    entered: set[int] = set()  # collections on the path from the root
+    left: set[int] = set()  # collections whole walked, found free of cycles
+    stack: list[tuple[dict[Any, Any] | list[Any], bool]] = []
+    if isinstance(data, dict | list):
+        stack.append((data, False))
+    while stack:
+        item, leaving = stack.pop()
+        key = id(item)
+        if leaving:
+            entered.discard(key)
+            left.add(key)
+            continue
+        if key in left:
+            continue
+        if key in entered:
+            return True
+        entered.add(key)
+        stack.append((item, True))
+        stack.extend((child, False) for child in (item.values() if isinstance(item, dict)
+                                                  else item) if isinstance(child, dict | list))
+    return False
 
 
 def load(args: Iterable[str], stdin: BinaryIO | None = None) -> Loaded:

@@ -248,6 +248,8 @@ def _resolved(value: str) -> Any:
         return fastyaml._plain(value)
     except fastyaml.Unsupported:  # a timestamp or `=`: not a str read plain
         return None
+    except ValueError:  # resolved as a number PyYAML cannot build ("0b_"): not a str either
+        return None
 
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -409,13 +409,18 @@ async def run_drain_under_load(
     prepare: Callable[[Any], Awaitable[list[dict[str, Any]]]] | None = None,
     kubectl: str | None = None, kubectl_args: tuple[str, ...] = (),
     on_drain_progress: Callable[[str], None] | None = None,
+    turn: Callable[[], Awaitable[None]] | None = None,
+    on_load_stopped: Callable[[], None] | None = None,
 ) -> ScenarioResult:
     """Deploy (if needed), load, drain one node with `tool`, measure. `lab` is a started Lab.
     `prepare(lab)` runs first (e.g. installs a controller) and returns manifests to apply
     before the workload's. `kubectl`: the binary for tool "kubectl" (default: 1.33's, else
     the one on PATH), `kubectl_args` added to its drain command. `on_drain_progress`
     receives `drainsafe drain`'s progress lines (a benchmark's timeline of where the
-    drain's time goes)."""
+    drain's time goes). `turn()` is awaited once the workload serves, before anything is
+    measured, and `on_load_stopped()` called when the load stops (the streams in flight
+    still finishing): the demo's runs take turns there, each drained alone while the next
+    one deploys and the last one's streams end."""
     from drainsafe.demo import measure
     from drainsafe.drain.execute import DrainSettings, NodeDrainer
     from drainsafe.verify.watch import LifecycleWatch
@@ -430,6 +435,8 @@ async def run_drain_under_load(
     specs = [_load_spec(url, s.stream_seconds, s.concurrency, s)]
     if s.long_concurrency and s.long_seconds > 0:
         specs.append(_load_spec(url, s.long_seconds, s.long_concurrency, s))
+    if turn is not None:
+        await turn()
 
     def counted(r: RequestResult) -> None:
         if r.outcome.ok:
@@ -521,6 +528,8 @@ async def run_drain_under_load(
             await asyncio.sleep(s.propagation + 1)
         finally:
             stop.set()
+            if on_load_stopped is not None:
+                on_load_stopped()
             say("load stopped; letting the streams in flight finish")
             runs: list[LoadRun] = list(await asyncio.gather(*loaders))
             ended = time.time()

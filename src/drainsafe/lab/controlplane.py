@@ -127,6 +127,15 @@ class ControlPlane:
     async def stop(self) -> None:
         self.store.close_watches()
         if self._server is not None:
+            # A connection idle between requests is dropped, not closed: a TLS close sends
+            # close_notify and waits for the client's, which a client that has just closed
+            # its socket (not read here yet) or sits idle in a pool never sends, and every
+            # such stop waited out uvicorn's graceful shutdown (2 s).
+            for connection in list(self._server.server_state.connections):
+                if not hasattr(connection, "cycle"):  # a WebSocket: left to uvicorn
+                    continue
+                if connection.cycle is None or connection.cycle.response_complete:
+                    connection.transport.abort()
             self._server.should_exit = True
         for t in self._tasks:
             if t.get_name() != "lab-apiserver":
