@@ -1,4 +1,5 @@
-"""Failpoints: named places where a test stops the process dead, to SIGKILL it exactly there.
+"""Failpoints: named places where a test stops the process dead, to SIGKILL it exactly there
+(or makes it raise there, or only learns that it got there).
 
 The NodeMaintenance reconciler and the drain engine write their progress (the operation's
 status, the node's record, the workload's surge record) and act on the cluster in turns; a
@@ -16,6 +17,11 @@ done after the point (another task's write, a Lease renewal) reaches the cluster
 nothing does after a SIGKILL. As fail-rs's "pause" action (tikv/fail-rs: a failpoint
 configured by the FAILPOINTS environment variable), but armed per point by a file so that
 one process environment serves a sequence of cases.
+
+The armed file's text picks the action, as fail-rs's actions do: empty or `pause` stops as
+above; `panic` raises FailpointPanic there (fail-rs's "panic": check's worker processes fail
+so, and the parent must say so); `print` only records the hit and goes on (fail-rs's
+"print": a test learns which process got there, e.g. that check's workers ran).
 """
 
 from __future__ import annotations
@@ -43,12 +49,19 @@ Point = Literal[
     # the cordon not yet removed
     "maintenance.node.uncordoned",  # uncordoned, record removed; status not yet Uncordoned
     "maintenance.release.given-back",  # deleted: every node given back; the finalizer still on
+    "check.worker.checked",  # a check worker's share checked; its findings not yet sent
 ]
 POINTS: tuple[Point, ...] = get_args(Point)
+Action = Literal["pause", "panic", "print"]
+ACTIONS: tuple[Action, ...] = get_args(Action)
+
+
+class FailpointPanic(RuntimeError):
+    """Raised at a point armed with `panic`."""
 
 
 def failpoint(point: Point) -> None:
-    """Stop here for good if `point` is armed (see the module docstring); else nothing."""
+    """Act as `point` is armed to (see the module docstring); nothing if it is not."""
     where = os.environ.get(ENV)
     if not where:
         return
@@ -58,8 +71,17 @@ def failpoint(point: Point) -> None:
         armed.rename(taken)  # atomic: one process takes it
     except FileNotFoundError:
         return
+    action = taken.read_text().strip() or "pause"
     taken.write_text(str(os.getpid()))
     taken.rename(armed.with_name(f"{point}.hit"))  # complete before the test sees it
+    if action == "print":
+        log.info("failpoint %s reached (pid %d)", point, os.getpid())
+        return
+    if action == "panic":
+        raise FailpointPanic(f"failpoint {point}")
+    if action != "pause":  # a test's typo must not pass for a point never reached
+        raise FailpointPanic(f"failpoint {point}: unknown action {action!r}; known: "
+                             f"{', '.join(ACTIONS)}")
     log.warning("failpoint %s reached: stopping this process (pid %d) until it is killed",
                 point, os.getpid())
     while True:  # the event loop with it: no task of this process runs again

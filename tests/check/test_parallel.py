@@ -6,6 +6,8 @@ input's workload count, bad files among good ones."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from drainsafe.check.context import Context
 from drainsafe.check.engine import Result
 from drainsafe.check.load import SourceText, expand_paths, read_input
 from drainsafe.check.parallel import run
+from drainsafe.failpoint import ENV, Action
 
 
 def _fleet(apps: int, *, namespaced: bool = True) -> list[dict[str, Any]]:
@@ -154,7 +157,15 @@ def test_a_failed_worker_leaves_it_to_the_serial_run(tmp_path: Path,
         raise RuntimeError("a worker's bug")
 
     monkeypatch.setattr(parallel, "build_index", broken)  # only the workers build with it
-    assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
+    # Every file of this fleet shares a namespace with the next: no clean cut, and no worker
+    # would start (this test passed so without testing anything). Cut by size instead.
+    assert _shares(args, 2) is None
+    _blind(monkeypatch)
+    result = run(args, Context(), jobs=2)
+    assert _all_of(result) == _all_of(serial)
+    assert serial.worker_failure is None and result.worker_failure is not None
+    assert result.worker_failure.cause == "RuntimeError: a worker's bug"
+    assert result.worker_failure.failed == result.worker_failure.workers == 2
 
 
 def test_small_inputs_and_stdin_stay_in_one_process(tmp_path: Path,
@@ -188,22 +199,61 @@ def test_shares_hold_namespaces_whole(tmp_path: Path, monkeypatch: pytest.Monkey
     assert parallel.shares(sources[:2], 2) is None
 
 
-def test_the_command_with_workers_writes_the_serial_bytes(tmp_path: Path) -> None:
-    # A real process at the real threshold: enough input for two workers.
-    objects = _fleet(1200)
-    files = _write(tmp_path / "fleet", objects, per_file=100)
+@pytest.fixture(scope="module")
+def large(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fleet at the real threshold, in files that can be cut: enough for two workers."""
+    directory = tmp_path_factory.mktemp("large") / "fleet"
+    files = _write(directory, _fleet(1200), per_file=100)
     assert sum(f.stat().st_size for f in files) >= parallel.MIN_BYTES
-    outputs = {}
-    for jobs in ("1", "2"):
-        for output in ("json", "sarif", "text"):
-            proc = subprocess.run(
-                [sys.executable, "-m", "drainsafe", "check", "--no-config", "--jobs", jobs,
-                 "-o", output, str(tmp_path / "fleet")],
-                capture_output=True, text=True, check=False, cwd=tmp_path)
-            assert proc.returncode == 1, proc.stderr
-            outputs[(jobs, output)] = proc.stdout, proc.stderr
+    return directory
+
+
+def _command(fleet: Path, jobs: str, output: str, points: Path | None = None,
+             action: Action = "print") -> tuple[int, str, str, int | None]:
+    """The real command's exit code, stdout and stderr; with `points`, the pid of the
+    process that reached check.worker.checked armed with `action` (None: none did)."""
+    env = dict(os.environ)
+    env.pop(ENV, None)
+    hit = None
+    if points is not None:
+        points.mkdir(exist_ok=True)
+        (points / "check.worker.checked").write_text(action)
+        hit = points / "check.worker.checked.hit"
+        hit.unlink(missing_ok=True)
+        env[ENV] = str(points)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drainsafe", "check", "--no-config", "--jobs", jobs,
+         "-o", output, str(fleet)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=fleet.parent)
+    out, err = proc.communicate()
+    pid = int(hit.read_text()) if hit is not None and hit.exists() else None
+    assert pid != proc.pid, "the point is in the workers' code only"
+    return proc.returncode, out, err, pid
+
+
+def test_the_command_with_workers_writes_the_serial_bytes(large: Path, tmp_path: Path) -> None:
+    # The workers ran (one of them reached the point, armed only to record it) and nothing
+    # fell back to one process: their output is the serial run's, byte for byte.
     for output in ("json", "sarif", "text"):
-        assert outputs[("2", output)] == outputs[("1", output)]
+        code, _, err, _ = serial = _command(large, "1", output, tmp_path / "points")
+        assert code == 1 and serial[3] is None, err
+        workers = _command(large, "2", output, tmp_path / "points")
+        assert workers[3] is not None, "no worker ran"
+        assert workers[:3] == serial[:3]
+
+
+def test_a_failed_worker_is_said_and_its_share_still_checked(large: Path,
+                                                             tmp_path: Path) -> None:
+    serial = _command(large, "1", "json")
+    code, out, err, pid = _command(large, "2", "json", tmp_path / "points", "panic")
+    assert pid is not None
+    assert (code, out) == serial[:2]  # the findings complete: one process checked them all
+    said = err.removeprefix(serial[2]).splitlines()
+    assert err.startswith(serial[2]) and len(said) == 1, err
+    assert re.fullmatch(
+        rf"drainsafe check: worker [12] of 2 \(files {large}/part-\d+\.yaml to "
+        rf"{large}/part-\d+\.yaml\) failed: FailpointPanic: failpoint check\.worker\.checked; "
+        r"the input was checked in one process instead", said[0]), said[0]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "x"])

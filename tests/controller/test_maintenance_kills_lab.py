@@ -137,10 +137,11 @@ CASES = {
 
 
 RELEASE: Point = "maintenance.release.given-back"  # test_leader_killed_while_deleting_...
+CHECK_WORKER: Point = "check.worker.checked"  # not the controller's: tests/check/test_parallel.py
 
 
 async def test_every_point_has_a_case() -> None:
-    assert {c.point for c in CASES.values()} | {RELEASE} == set(POINTS)
+    assert {c.point for c in CASES.values()} | {RELEASE, CHECK_WORKER} == set(POINTS)
 
 
 def _placement(lab: Lab, controllers: str) -> dict[str, list[str]]:

@@ -75,6 +75,8 @@ def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], s
            out: IO[str], err: IO[str], *, end_process: bool) -> int:
     jobs = getattr(args, "jobs", None)
     result = run(args.paths, context, stdin, jobs=default_jobs() if jobs is None else jobs)
+    if result.worker_failure is not None:  # the findings are complete: the exit code stays
+        err.write(f"drainsafe check: {result.worker_failure}\n")
     for note in result.notes:
         err.write(f"note: {note}\n")
     for error in result.errors:

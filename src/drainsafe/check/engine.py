@@ -6,7 +6,7 @@ import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from drainsafe.check.context import IGNORE_ANNOTATION, Context
 from drainsafe.check.findings import Finding, ObjectRef
@@ -15,6 +15,9 @@ from drainsafe.check.locate import locate
 from drainsafe.check.model import Index, Subject, WholeInput, build_index
 from drainsafe.check.rules import all_rules
 from drainsafe.check.validate import field_errors
+
+if TYPE_CHECKING:
+    from drainsafe.check.parallel import WorkerFailure
 
 
 @dataclass
@@ -30,6 +33,9 @@ class Result:
     """Set when the input was checked in parts (no one index holds it); else index's."""
     kinds: Callable[[], set[str]] = field(default=set, repr=False)
     """The kinds of the documents read (asked only when none was of a checked kind)."""
+    worker_failure: WorkerFailure | None = None
+    """Why the input was checked in this process after workers were started for it
+    (check.parallel.run): a bug, said on stderr."""
 
     @property
     def checked(self) -> int:

@@ -20,7 +20,9 @@ keys each lookup by namespace). Two exchanges make the split exact:
 The findings are joined and sorted as the serial run sorts them; findings that sort equal
 are of one rule about one object, so they come from one process in the serial order. Input
 errors are joined in the serial order too (read errors by file, then field errors by kind).
-Anything unexpected in a worker falls back to the serial run.
+Anything unexpected in a worker falls back to the serial run, which the command says on
+stderr (WorkerFailure): the findings are complete either way, but the input was read and
+checked twice, and the failure is a bug to find.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import contextlib
 import os
 import pickle
 import re
-import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
@@ -56,6 +57,7 @@ from drainsafe.check.model import (
     namespace_of,
 )
 from drainsafe.check.validate import field_errors_by_kind
+from drainsafe.failpoint import failpoint
 
 MIN_BYTES = 1 << 20
 """Below this much input (~2,000 objects) the serial run is quicker: forking, the two
@@ -179,23 +181,51 @@ class _Part:
     kinds: set[str]
 
 
+@dataclass(frozen=True)
+class WorkerFailure:
+    """The first worker that gave the parent no answer it could use (then the input is
+    checked in one process: the same findings, at twice the cost)."""
+
+    worker: int
+    """Its number, from 1, in input order."""
+    workers: int
+    first: str
+    """The first and last file of its share."""
+    last: str
+    cause: str
+    """The exception's type and message, raised in the worker or in the parent reading its
+    answer (findings that do not unpickle), or that the worker ended without one."""
+    failed: int
+    """How many workers failed."""
+
+    def __str__(self) -> str:
+        share = self.first if self.first == self.last else f"{self.first} to {self.last}"
+        more = f" (and {self.failed - 1} more)" if self.failed > 1 else ""
+        return (f"worker {self.worker} of {self.workers} (files {share}) failed{more}: "
+                f"{self.cause}; the input was checked in one process instead")
+
+
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
         jobs: int = 1) -> Result:
     """engine.run's result; with `jobs` > 1 a large input is checked in that many worker
-    processes."""
+    processes (if one fails, here after all: the result's worker_failure says why)."""
     args = list(args)
+    failure = None
     if jobs > 1:
         with gc_paused():
-            result = _in_workers(args, context, jobs)
-        if result is not None:
-            return finish(result, args)
-    return engine_run(args, context, stdin)
+            outcome = _in_workers(args, context, jobs)
+        if isinstance(outcome, Result):
+            return finish(outcome, args)
+        failure = outcome
+    result = engine_run(args, context, stdin)
+    result.worker_failure = failure
+    return result
 
 
-def _in_workers(args: list[str], context: Context, jobs: int) -> Result | None:
+def _in_workers(args: list[str], context: Context, jobs: int) -> Result | WorkerFailure | None:
     """The serial run's Result, made in worker processes (or here, when the files cannot be
-    cut without splitting a namespace); None when the input is small or a worker failed
-    (the caller then checks it serially)."""
+    cut without splitting a namespace); None when the input is small, the failure when a
+    worker failed (the caller then checks it serially)."""
     notes: list[str] = []
     names, expand_errors = expand_paths(args, notes)
     if jobs < 2 or len(names) < 2 or STDIN in names:
@@ -220,9 +250,11 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | None:
     workers = [_Worker.start(sources, edges[k], edges[k + 1], context)
                for k in range(len(edges) - 1)]
     try:
-        summaries = [s for s in (w.receive() for w in workers) if isinstance(s, _Summary)]
-        if len(summaries) < len(workers):
-            return None
+        answers = [w.receive() for w in workers]
+        failure = _failure(answers, _Summary, names, edges)
+        if failure is not None:
+            return failure
+        summaries = [s for s in answers if isinstance(s, _Summary)]
         held: dict[str, int] = {}
         for s in summaries:
             for namespace in s.files_of:
@@ -246,9 +278,11 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | None:
                     take(again, source)
             docs = [d for d in again.documents if namespace_of(d.obj) in straddling]
             findings, _ = check_documents(docs, context, whole=whole)
-        parts = [p for p in (w.receive() for w in workers) if isinstance(p, _Part)]
-        if len(parts) < len(workers):
-            return None
+        answers = [w.receive() for w in workers]
+        failure = _failure(answers, _Part, names, edges)
+        if failure is not None:
+            return failure
+        parts = [p for p in answers if isinstance(p, _Part)]
     finally:
         for w in workers:
             w.end()
@@ -263,6 +297,33 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | None:
                     objects_checked=sum(p.checked for p in parts))
     result.kinds = lambda: {k for p in parts for k in p.kinds}
     return result
+
+
+@dataclass
+class _Failed:
+    """A worker's answer when it failed, or the parent's reading of an answer it cannot use."""
+
+    cause: str
+
+
+def _cause(exc: BaseException) -> str:
+    """An exception's type and message, on one line."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _failure(answers: list[object], expected: type, names: list[str],
+             edges: list[int]) -> WorkerFailure | None:
+    """The first of the workers' answers that is not of the `expected` kind, if any."""
+    failed = [k for k, answer in enumerate(answers) if not isinstance(answer, expected)]
+    if not failed:
+        return None
+    k = failed[0]
+    answer = answers[k]
+    cause = answer.cause if isinstance(answer, _Failed) else \
+        f"an answer of type {type(answer).__name__}"
+    return WorkerFailure(k + 1, len(answers), names[edges[k]], names[edges[k + 1] - 1], cause,
+                         len(failed))
 
 
 class _Worker:
@@ -292,10 +353,13 @@ class _Worker:
         return cls(pid, os.fdopen(up_read, "rb"), os.fdopen(down_write, "wb"))
 
     def receive(self) -> object:
+        """The worker's next answer, or a _Failed saying why there is none to use."""
         try:
             return pickle.load(self.reading)
-        except (EOFError, pickle.UnpicklingError, OSError):
-            return None
+        except EOFError:
+            return _Failed("the worker ended without an answer")
+        except Exception as exc:  # findings that do not unpickle, a broken pipe: said
+            return _Failed(_cause(exc))
 
     def send(self, message: object) -> None:
         with contextlib.suppress(OSError):  # a worker gone: its receive() says so
@@ -351,8 +415,9 @@ def _work(sources: list[SourceText | InputError], start: int, end: int, context:
         part = _Part(_encode(findings), loaded.errors, field_errors_by_kind(index),
                      len(loaded.documents), loaded.inputs, index.checked,
                      {str(d.obj.get("kind")) for d in loaded.documents})
-    except BaseException:  # the parent checks serially; what happened goes with the answer
-        pickle.dump(traceback.format_exc(), up)
+        failpoint("check.worker.checked")
+    except BaseException as exc:  # the parent checks serially, and says why
+        pickle.dump(_Failed(_cause(exc)), up)
         up.flush()
         return 1
     pickle.dump(part, up, protocol=pickle.HIGHEST_PROTOCOL)
