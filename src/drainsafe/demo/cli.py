@@ -1,6 +1,6 @@
 """`drainsafe demo`: the seeds' failure modes side by side on a lab of 3 GPU nodes under
 streaming load: kubectl drain on naive settings, kubectl drain on the seeds' recommended
-settings, drainsafe drain; time-scaled to about two minutes."""
+settings, drainsafe drain; time-scaled to about a minute and a half."""
 
 from __future__ import annotations
 
