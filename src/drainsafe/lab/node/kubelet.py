@@ -70,6 +70,10 @@ HEARTBEAT_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 300.0
 STATUS_COALESCE_SECONDS = 0.05
 API_CONCURRENCY = 16  # the kubelet's CrashLoopBackOff cap
+# What the container runtime reports, after the machine restarted, for a container that was
+# running (containerd's CRI restart.go: unknownExitCode, unknownExitReason).
+UNKNOWN_EXIT_CODE = 255
+UNKNOWN_EXIT_REASON = "Unknown"
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,9 @@ class PodWorker:
         self._writer: asyncio.Task[None] | None = None
         self._termination: asyncio.Task[None] | None = None
         self.records: dict[str, TerminationRecord] = {}
+        self._launched = False  # past the wait for a running kubelet; containers starting
+        self._lost: dict[str, str] = {}  # containers running at a power loss: their startedAt
+        self._stop_args: tuple[int | None, bool] = (None, True)  # begin_termination's
 
     @property
     def key(self) -> str:
@@ -244,6 +251,7 @@ class PodWorker:
         if self.terminating:
             return
         self.terminating = True
+        self._stop_args = (grace, delete)
         self._termination = asyncio.ensure_future(self._terminate(grace, delete))
 
     # status ----------------------------------------------------------------------------
@@ -286,6 +294,7 @@ class PodWorker:
     async def _write_status(self) -> None:
         while True:
             await self._dirty.wait()
+            await self.kubelet.up.wait()  # a node that is down writes nothing
             # Coalesce a burst of changes (IP, started, ready...) into one patch, as the
             # kubelet's status manager batches its syncs.
             await asyncio.sleep(STATUS_COALESCE_SECONDS)
@@ -305,6 +314,7 @@ class PodWorker:
 
     async def flush_status(self) -> None:
         """Write the current status now (before deletion, so watchers see the final state)."""
+        await self.kubelet.up.wait()
         self._dirty.clear()
         with contextlib.suppress(ApiError, httpx.HTTPError):
             await self.kubelet.patch_pod_status(self.namespace, self.name, self.status())
@@ -312,6 +322,8 @@ class PodWorker:
     # running ---------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        await self.kubelet.up.wait()  # a pod bound while its node is down starts after the boot
+        self._launched = True
         self._set_condition("PodScheduled", True)
         self._set_condition("Initialized", True)
         try:
@@ -560,6 +572,86 @@ class PodWorker:
         c.probes = keep
         await asyncio.gather(*(w.stop() for w in stop), return_exceptions=True)
 
+    # the node's reboot -----------------------------------------------------------------
+
+    async def power_loss(self) -> None:
+        """The machine goes down (lab.node.reboot): every process of the pod dies at once,
+        preStop hooks included. Nothing is written to the API (the kubelet is down with
+        it); boot() starts the containers again, or finishes a termination under way."""
+        if self.finished.is_set():
+            return
+        if self._main is not None and self._launched and not self._main.done():
+            # Its containers are being started (nothing in between waits on the API).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._main)
+        if self._termination is not None and not self._termination.done():
+            self._termination.cancel()  # its hooks die with the machine
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._termination
+            self._termination = None
+        # The kubelet's own work on the pod ends too: watching for exits, a crash loop's
+        # back-off, a probe's kill. (A process being started when cancelled is killed.)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._lost = {c.name: str(c.state["running"].get("startedAt") or "")
+                      for c in self.containers
+                      if c.process is not None and c.process.returncode is None
+                      and "running" in c.state}
+        for c in self.containers:
+            await self._stop_probes(c)
+            c.ready = c.started = False
+            if c.process is not None:
+                c.process.send(signal.SIGKILL)
+        for c in self.containers:
+            if c.process is not None:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(5):
+                        await c.process.wait()
+
+    async def boot(self) -> None:
+        """After the boot, the kubelet syncs the pod again. Its sandbox is gone, so every
+        container is started anew per restartPolicy (kuberuntime computePodActions):
+        Always all of them, OnFailure all but those that succeeded, Never none (the pod
+        then fails). A container that was running shows the runtime's record of it after a
+        restart: terminated, exit code 255, reason Unknown (containerd's CRI restart.go
+        loadContainer: unknownExitCode, unknownExitReason); each started one counts a
+        restart."""
+        lost, self._lost = self._lost, {}
+        if self.terminating:
+            # A pod deleted before or during the down time: its containers are gone, so
+            # the kubelet only finishes the deletion.
+            if self._termination is None:
+                self._termination = asyncio.ensure_future(self._terminate(*self._stop_args))
+            return
+        if not self._launched:
+            return  # bound while the node was down: its own start goes on now
+        now = rfc3339()
+        for c in self.containers:
+            if c.name in lost:
+                c.exit_code = UNKNOWN_EXIT_CODE
+                c.state = {"terminated": {
+                    "exitCode": UNKNOWN_EXIT_CODE, "reason": UNKNOWN_EXIT_REASON,
+                    "startedAt": lost[c.name], "finishedAt": now,
+                    "containerID": f"lab://{self.key}/{c.name}/{c.restart_count}"}}
+        policy = str(self.pod["spec"].get("restartPolicy") or "Always")
+        again = [c for c in self.containers if c.process is not None and (
+            policy == "Always" or (policy == "OnFailure" and c.exit_code != 0))]
+        if again:
+            self.kubelet.record_event(self.pod, "Normal", "SandboxChanged",
+                                      "Pod sandbox changed, it will be killed and re-created.")
+        for c in again:
+            if self.stopping():  # deleted meanwhile
+                return
+            if "terminated" in c.state:
+                c.last_state = c.state
+            c.restart_count += 1
+            await self._start_container(c)
+        if not again and all(c.exit_code is not None for c in self.containers):
+            self.phase = "Succeeded" if all(c.exit_code == 0 for c in self.containers) \
+                else "Failed"
+        self.mark_dirty()
+
     async def abandon(self) -> None:
         """Stop at once (lab shutdown): SIGKILL every container, no API calls."""
         for c in self.containers:
@@ -619,6 +711,10 @@ class Kubelet:
         self.ready = True
         self._ready_since = self._started
         self.rebooting = False
+        # Set while the kubelet runs; a rebooting node's is down: it writes nothing to the
+        # API and starts nothing until the boot.
+        self.up = asyncio.Event()
+        self.up.set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._events: set[asyncio.Task[None]] = set()
 
@@ -657,8 +753,9 @@ class Kubelet:
 
     async def reboot(self, request: RebootRequest) -> None:
         """A reboot (and an upgrade, with a kubelet version) as the API sees one
-        (lab.node.reboot): NotReady, down for a while without heartbeats, then a new boot
-        ID, the kubelet's version, Ready, and a NodeRebooted event."""
+        (lab.node.reboot): every container dies, NotReady, down for a while without
+        heartbeats or pod status, then a new boot ID, the kubelet's version, Ready, a
+        NodeRebooted event, and the pods' containers started again (PodWorker.boot)."""
         if self.rebooting:
             return
         self.rebooting = True
@@ -670,6 +767,11 @@ class Kubelet:
             if self._heartbeat is not None:
                 self._heartbeat.cancel()
                 await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self.up.clear()
+            workers = list(self.pods.values())
+            await asyncio.gather(*(w.power_loss() for w in workers), return_exceptions=True)
+            # Posted here for the node lifecycle controller, which on a cluster marks the
+            # silent node NotReady after its grace period.
             self.ready, self._ready_since = False, rfc3339()
             await self._post_status()
             await asyncio.sleep(request.down_seconds)
@@ -682,8 +784,11 @@ class Kubelet:
             await self._post_node_event(
                 "Warning", "NodeRebooted",
                 f"Node {self.name} has been rebooted, boot id: {self.boot_id}")
+            self.up.set()
+            await asyncio.gather(*(w.boot() for w in workers), return_exceptions=True)
             self._heartbeat = asyncio.ensure_future(self._beat())
         finally:
+            self.up.set()
             self.rebooting = False
 
     async def _post_node_event(self, kind: str, reason: str, message: str) -> None:
@@ -735,11 +840,13 @@ class Kubelet:
         task.add_done_callback(self._events.discard)
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        await self.up.wait()
         async with self.api_slots:
             await self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace,
                                     patch_type=PatchType.STRATEGIC)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
+        await self.up.wait()
         async with self.api_slots:
             with contextlib.suppress(ApiError):
                 await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
@@ -765,6 +872,7 @@ class Kubelet:
             "firstTimestamp": stamp, "lastTimestamp": stamp,
             "source": {"component": "kubelet", "host": self.name},
         }
+        await self.up.wait()
         async with self.api_slots:
             with contextlib.suppress(ApiError, httpx.HTTPError, OSError, Exception):
                 await self.client.create(Event.from_dict(event))  # type: ignore[call-overload]
