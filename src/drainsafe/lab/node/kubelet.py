@@ -35,7 +35,7 @@ from lightkube.types import PatchType
 
 from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import key_of, rfc3339
-from drainsafe.lab.node import handlers
+from drainsafe.lab.node import handlers, volumes
 from drainsafe.lab.node.handlers import Outcome, Target
 from drainsafe.lab.node.podip import PodIPs, declared_tcp_ports, host_ip
 from drainsafe.lab.node.probes import ProbeSpecError, ProbeType, ProbeWorker, container_probes
@@ -48,7 +48,6 @@ from drainsafe.lab.node.process import (
     VirtualSettings,
     container_argv,
     container_env,
-    pod_dir,
     process_environment,
     virtual_settings,
 )
@@ -181,7 +180,11 @@ class ContainerState:
         seen.update(state)
         return out
 
-    def status(self, pod_key: str) -> dict[str, Any]:
+    def container_id(self, pod_uid: str) -> str:
+        """Unique as a runtime's: by the pod's UID, never its name, and the attempt."""
+        return f"lab://{pod_uid}/{self.name}/{self.restart_count}"
+
+    def status(self, pod_uid: str) -> dict[str, Any]:
         status: dict[str, Any] = {
             "name": self.name,
             "image": str(self.spec.get("image") or "lab/process"),
@@ -193,7 +196,7 @@ class ContainerState:
             "lastState": self._reported("lastState", self.last_state),
         }
         if self.process is not None:
-            status["containerID"] = f"lab://{pod_key}/{self.name}/{self.restart_count}"
+            status["containerID"] = self.container_id(pod_uid)
         return status
 
 
@@ -233,7 +236,7 @@ class PodWorker:
 
     @property
     def dir(self) -> Path:
-        return pod_dir(self.kubelet.state_dir, self.namespace, self.name)
+        return volumes.pod_dir(self.kubelet.state_dir, self.namespace, self.name, self.uid)
 
     def start(self) -> None:
         self._writer = asyncio.ensure_future(self._write_status())
@@ -284,7 +287,7 @@ class PodWorker:
             "hostIPs": [{"ip": self.kubelet.config.host_ip}],
             "startTime": self.start_time,
             "qosClass": _qos_class(self.pod),
-            "containerStatuses": [c.status(self.key) for c in self.containers],
+            "containerStatuses": [c.status(self.uid) for c in self.containers],
         }
         if self.pod_ip:
             status["podIP"] = self.pod_ip
@@ -339,6 +342,14 @@ class PodWorker:
         # Logs and working directories of pods are the lab user's alone (0700).
         private_dir(self.dir.parent)
         private_dir(self.dir)
+        try:
+            self._prepare_volumes()
+        except OSError as exc:
+            for c in self.containers:
+                c.state = {"waiting": {"reason": "CreateContainerConfigError",
+                                       "message": f"volumes: {exc}"}}
+            self.mark_dirty()
+            return
         self.mark_dirty()
         for c in self.containers:
             if self.terminating:
@@ -347,6 +358,14 @@ class PodWorker:
         if any(c.process is not None for c in self.containers):
             self.phase = "Running"
         self.mark_dirty()
+
+    def _prepare_volumes(self) -> None:
+        """The pod's emptyDir and claim volumes, linked into each container's working
+        directory at its mountPaths (drainsafe.lab.node.volumes)."""
+        dirs = volumes.volume_dirs(self.pod, self.kubelet.state_dir, self.dir)
+        links = [m for c in self.containers
+                 for m in volumes.mounts(c.spec, dirs, self.dir / c.name)]
+        volumes.prepare(dirs, links)
 
     def _ctx(self) -> PodContext:
         return PodContext.from_pod(self.pod, pod_ip=self.pod_ip,
@@ -468,7 +487,7 @@ class PodWorker:
         reason = "Completed" if code == 0 else "Error"
         c.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started,
                                   "finishedAt": finished,
-                                  "containerID": f"lab://{self.key}/{c.name}/{c.restart_count}"}}
+                                  "containerID": c.container_id(self.uid)}}
         await self._stop_probes(c)
         self.mark_dirty()
         if self.terminating:
@@ -555,6 +574,8 @@ class PodWorker:
             await self.flush_status()
             await self.kubelet.delete_pod(self.namespace, self.name)
         self.kubelet.ips.release(self.pod_ip)
+        # Gone from the API and no process left: its directory goes (emptyDirs, logs).
+        volumes.remove(self.dir)
         self.kubelet.terminated.append(self)
         self.finished.set()
 
@@ -633,7 +654,7 @@ class PodWorker:
                 c.state = {"terminated": {
                     "exitCode": UNKNOWN_EXIT_CODE, "reason": UNKNOWN_EXIT_REASON,
                     "startedAt": lost[c.name], "finishedAt": now,
-                    "containerID": f"lab://{self.key}/{c.name}/{c.restart_count}"}}
+                    "containerID": c.container_id(self.uid)}}
         policy = str(self.pod["spec"].get("restartPolicy") or "Always")
         again = [c for c in self.containers if c.process is not None and (
             policy == "Always" or (policy == "OnFailure" and c.exit_code != 0))]
