@@ -13,6 +13,7 @@ import pytest
 
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.controlplane import ControlPlane
+from drainsafe.lab.node.volumes import pod_dir
 
 PODS = BY_KEY["pods"]
 
@@ -249,10 +250,11 @@ async def test_services_get_stable_cluster_ips(api: httpx.AsyncClient) -> None:
 
 async def test_pod_log_is_served_from_the_state_dir(api: httpx.AsyncClient,
                                                     control_plane: ControlPlane) -> None:
-    await api.post("/api/v1/namespaces/default/pods", json=pod("logger", node="n1"))
+    created = await api.post("/api/v1/namespaces/default/pods", json=pod("logger", node="n1"))
     r = await api.get("/api/v1/namespaces/default/pods/logger/log")
     assert r.status_code == 400 and "waiting to start" in r.json()["message"]
-    log_dir = control_plane.state_dir / "pods" / "default_logger"
+    log_dir = pod_dir(control_plane.state_dir, "default", "logger",
+                      created.json()["metadata"]["uid"])
     log_dir.mkdir(parents=True)
     (log_dir / "c.log").write_text("one\ntwo\nthree\n")
     r = await api.get("/api/v1/namespaces/default/pods/logger/log")

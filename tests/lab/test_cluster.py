@@ -15,6 +15,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab, gpu_device_plugin_daemonset, pids_alive, virtual_deployment
 from drainsafe.lab.node.probes import LoopStalls
+from drainsafe.lab.node.volumes import pod_dir
 
 SERVICES = BY_KEY["services"]
 
@@ -81,7 +82,8 @@ async def test_nodes_pods_and_both_traffic_paths(lab: Lab) -> None:
         cs = status["containerStatuses"][0]
         assert cs["ready"] and cs["started"] and cs["restartCount"] == 0
         assert "running" in cs["state"]
-        log = lab.state_dir / "pods" / f"default_{pod['metadata']['name']}" / "web.log"
+        log = pod_dir(lab.state_dir, "default", pod["metadata"]["name"],
+                      pod["metadata"]["uid"]) / "web.log"
         assert log.exists()
 
     wide = await _kubectl(lab, "get", "pods", "-o", "wide")

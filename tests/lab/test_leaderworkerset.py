@@ -394,7 +394,7 @@ async def test_a_real_lab_runs_a_group_with_the_lws_environment(tmp_path: Path) 
     import sys
 
     from drainsafe.lab.cluster import Lab
-    from drainsafe.lab.node.process import pod_dir
+    from drainsafe.lab.node.volumes import pod_dir
 
     program = ("import json, os, time; open('env.json.tmp', 'w').write(json.dumps("
                "{k: v for k, v in os.environ.items() if k.startswith('LWS_')})); "
@@ -408,7 +408,11 @@ async def test_a_real_lab_runs_a_group_with_the_lws_environment(tmp_path: Path) 
         cp = lab.control_plane
 
         def seen(name: str) -> dict[str, str] | None:
-            path = pod_dir(lab.state_dir, "default", name) / "vllm" / "env.json"
+            p = cp.store.peek(PODS, "default", name)
+            if p is None:
+                return None
+            path = pod_dir(lab.state_dir, "default", name, p["metadata"]["uid"]) / "vllm" \
+                / "env.json"
             return json.loads(path.read_text()) if path.exists() else None
 
         await wait_until(cp, lambda: up(cp, 1, 2) and seen("llm-0") is not None

@@ -11,7 +11,6 @@ from pathlib import Path
 from drainsafe.lab.apiserver.tls import make_tls
 from drainsafe.lab.cluster import Lab, virtual_deployment
 from drainsafe.lab.controlplane import ControlPlane
-from drainsafe.lab.node.process import pod_dir
 from drainsafe.lab.secretfile import write_secret
 
 
@@ -94,4 +93,4 @@ async def test_lab_up_over_old_files_and_links_keeps_secrets_private(tmp_path: P
         assert lab.nodes is not None
         [worker] = [w for k in lab.nodes.kubelets.values() for w in k.pods.values()]
         assert _mode(state / "pods") == 0o700
-        assert _mode(pod_dir(state, "default", worker.name)) == 0o700
+        assert _mode(worker.dir) == 0o700

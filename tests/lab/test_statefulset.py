@@ -6,9 +6,9 @@ scale subresource, PDB counting, and what the real kubectl (1.27, 1.33) and the 
 Python client see.
 
 Real parts: the lab's kubelets run a real HTTP server (`python -m http.server`) per pod,
-Ready through an httpGet readiness probe on /ready, a file the test creates in the pod's
-working directory (the pod's readiness gate). Waits are on store events; the "nothing
-more happens" checks wait for controller passes, not for time.
+Ready through an httpGet readiness probe on /ready, a file the test creates in the
+directory the server serves, one per pod name (the pod's readiness gate). Waits are on
+store events; the "nothing more happens" checks wait for controller passes, not for time.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from drainsafe.lab.controllers.statefulset import (
 )
 from drainsafe.lab.controlplane import ControlPlane
 from drainsafe.lab.features import FeatureGates
-from drainsafe.lab.node.process import pod_dir
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client  # noqa: E402
@@ -49,7 +48,10 @@ PODS = BY_KEY["pods"]
 STS = BY_KEY["apps/statefulsets"]
 PDBS = BY_KEY["policy/poddisruptionbudgets"]
 REVISIONS = BY_KEY["apps/controllerrevisions"]
-SERVER = [sys.executable, "-m", "http.server", "8000", "--bind", "$(POD_IP)"]
+# Serves <state>/gates/<pod name> (the working directory is <state>/pods/<pod>/server): the
+# gate of a pod name holds for every pod of that name, a recreated one too.
+SERVER = [sys.executable, "-m", "http.server", "8000", "--bind", "$(POD_IP)",
+          "--directory", "../../../gates/$(POD_NAME)"]
 
 
 def web(replicas: int, *, policy: str = "OrderedReady", version: str = "1",
@@ -63,7 +65,9 @@ def web(replicas: int, *, policy: str = "OrderedReady", version: str = "1",
             "containers": [{
                 "name": "server", "image": "python:3", "command": SERVER,
                 "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {
-                    "fieldPath": "status.podIP"}}}, {"name": "VERSION", "value": version}],
+                    "fieldPath": "status.podIP"}}}, {"name": "VERSION", "value": version},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {
+                            "fieldPath": "metadata.name"}}}],
                 "ports": [{"name": "http", "containerPort": 8000}],
                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8000},
                                    "periodSeconds": 1}}]}}}
@@ -76,7 +80,7 @@ def web(replicas: int, *, policy: str = "OrderedReady", version: str = "1",
 def gate(lab: Lab, *names: str) -> None:
     """Let these pods (present or future, under these names) turn Ready."""
     for name in names:
-        path = pod_dir(lab.state_dir, "default", name) / "server"
+        path = lab.state_dir / "gates" / name
         path.mkdir(parents=True, exist_ok=True)
         (path / "ready").touch()
 

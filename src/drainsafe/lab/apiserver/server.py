@@ -40,6 +40,7 @@ from drainsafe.lab.apiserver.discovery import ResourceType
 from drainsafe.lab.apiserver.eviction import check_request, evict
 from drainsafe.lab.apiserver.patch import APPLY_PATCH, apply_patch
 from drainsafe.lab.apiserver.store import Event, Obj, Store, clone, meta
+from drainsafe.lab.node.volumes import pod_dir
 from drainsafe.labels import SelectorError
 from drainsafe.labels import parse as parse_labels
 
@@ -593,7 +594,8 @@ class ApiServer:
             container = str(containers[0])
         elif container not in containers:
             raise st.bad_request(f"container {container} is not valid for pod {name}")
-        path = self.state_dir / "pods" / f"{namespace}_{name}" / f"{container}.log"
+        path = pod_dir(self.state_dir, namespace, name, str(pod["metadata"].get("uid"))) \
+            / f"{container}.log"
         try:
             data = path.read_bytes()
         except FileNotFoundError:

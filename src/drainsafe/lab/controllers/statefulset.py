@@ -50,10 +50,11 @@ cluster's, not their use); ControllerRevisions are served and hold the template 
 upstream's getPatch does ({"spec": {"template": {..., "$patch": "replace"}}}), so
 `kubectl rollout history/undo sts` work; collisionCount stays 0 (a hash collision takes
 another name instead). No PersistentVolumeClaims exist (the lab serves
-none): volumeClaimTemplates are accepted and give the pod its claim volumes as above, and
-the kubelet runs the pod without mounting them (volumes are not emulated), so the pod
-starts with an empty working directory each time; persistentVolumeClaimRetentionPolicy
-is defaulted and validated but has nothing to act on. Orphans are not adopted and a pod
+none): volumeClaimTemplates are accepted and give the pod its claim volumes as above; the
+kubelet gives each claim a directory that outlives the pod (drainsafe.lab.node.volumes),
+so a pod created again under its name finds its claim's data, and starts with a fresh
+working directory and emptyDirs; persistentVolumeClaimRetentionPolicy is defaulted and
+validated but has nothing to act on. Orphans are not adopted and a pod
 whose identity labels were changed by hand is not repaired (upstream UpdateStatefulPod).
 Events: SuccessfulCreate / SuccessfulDelete as upstream words them. Healthy means
 Running, Ready, not terminating and Available for minReadySeconds in every step, as the

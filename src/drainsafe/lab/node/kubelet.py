@@ -35,7 +35,7 @@ from lightkube.types import PatchType
 
 from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import key_of, rfc3339
-from drainsafe.lab.node import handlers
+from drainsafe.lab.node import handlers, volumes
 from drainsafe.lab.node.handlers import Outcome, Target
 from drainsafe.lab.node.podip import PodIPs, declared_tcp_ports, host_ip
 from drainsafe.lab.node.probes import ProbeSpecError, ProbeType, ProbeWorker, container_probes
@@ -48,7 +48,6 @@ from drainsafe.lab.node.process import (
     VirtualSettings,
     container_argv,
     container_env,
-    pod_dir,
     process_environment,
     virtual_settings,
 )
@@ -70,6 +69,10 @@ HEARTBEAT_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 300.0
 STATUS_COALESCE_SECONDS = 0.05
 API_CONCURRENCY = 16  # the kubelet's CrashLoopBackOff cap
+# What the container runtime reports, after the machine restarted, for a container that was
+# running (containerd's CRI restart.go: unknownExitCode, unknownExitReason).
+UNKNOWN_EXIT_CODE = 255
+UNKNOWN_EXIT_REASON = "Unknown"
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,11 @@ class ContainerState:
         seen.update(state)
         return out
 
-    def status(self, pod_key: str) -> dict[str, Any]:
+    def container_id(self, pod_uid: str) -> str:
+        """Unique as a runtime's: by the pod's UID, never its name, and the attempt."""
+        return f"lab://{pod_uid}/{self.name}/{self.restart_count}"
+
+    def status(self, pod_uid: str) -> dict[str, Any]:
         status: dict[str, Any] = {
             "name": self.name,
             "image": str(self.spec.get("image") or "lab/process"),
@@ -189,7 +196,7 @@ class ContainerState:
             "lastState": self._reported("lastState", self.last_state),
         }
         if self.process is not None:
-            status["containerID"] = f"lab://{pod_key}/{self.name}/{self.restart_count}"
+            status["containerID"] = self.container_id(pod_uid)
         return status
 
 
@@ -219,6 +226,9 @@ class PodWorker:
         self._writer: asyncio.Task[None] | None = None
         self._termination: asyncio.Task[None] | None = None
         self.records: dict[str, TerminationRecord] = {}
+        self._launched = False  # past the wait for a running kubelet; containers starting
+        self._lost: dict[str, str] = {}  # containers running at a power loss: their startedAt
+        self._stop_args: tuple[int | None, bool] = (None, True)  # begin_termination's
 
     @property
     def key(self) -> str:
@@ -226,7 +236,7 @@ class PodWorker:
 
     @property
     def dir(self) -> Path:
-        return pod_dir(self.kubelet.state_dir, self.namespace, self.name)
+        return volumes.pod_dir(self.kubelet.state_dir, self.namespace, self.name, self.uid)
 
     def start(self) -> None:
         self._writer = asyncio.ensure_future(self._write_status())
@@ -244,6 +254,7 @@ class PodWorker:
         if self.terminating:
             return
         self.terminating = True
+        self._stop_args = (grace, delete)
         self._termination = asyncio.ensure_future(self._terminate(grace, delete))
 
     # status ----------------------------------------------------------------------------
@@ -276,7 +287,7 @@ class PodWorker:
             "hostIPs": [{"ip": self.kubelet.config.host_ip}],
             "startTime": self.start_time,
             "qosClass": _qos_class(self.pod),
-            "containerStatuses": [c.status(self.key) for c in self.containers],
+            "containerStatuses": [c.status(self.uid) for c in self.containers],
         }
         if self.pod_ip:
             status["podIP"] = self.pod_ip
@@ -286,6 +297,7 @@ class PodWorker:
     async def _write_status(self) -> None:
         while True:
             await self._dirty.wait()
+            await self.kubelet.up.wait()  # a node that is down writes nothing
             # Coalesce a burst of changes (IP, started, ready...) into one patch, as the
             # kubelet's status manager batches its syncs.
             await asyncio.sleep(STATUS_COALESCE_SECONDS)
@@ -305,6 +317,7 @@ class PodWorker:
 
     async def flush_status(self) -> None:
         """Write the current status now (before deletion, so watchers see the final state)."""
+        await self.kubelet.up.wait()
         self._dirty.clear()
         with contextlib.suppress(ApiError, httpx.HTTPError):
             await self.kubelet.patch_pod_status(self.namespace, self.name, self.status())
@@ -312,6 +325,8 @@ class PodWorker:
     # running ---------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        await self.kubelet.up.wait()  # a pod bound while its node is down starts after the boot
+        self._launched = True
         self._set_condition("PodScheduled", True)
         self._set_condition("Initialized", True)
         try:
@@ -327,6 +342,14 @@ class PodWorker:
         # Logs and working directories of pods are the lab user's alone (0700).
         private_dir(self.dir.parent)
         private_dir(self.dir)
+        try:
+            self._prepare_volumes()
+        except OSError as exc:
+            for c in self.containers:
+                c.state = {"waiting": {"reason": "CreateContainerConfigError",
+                                       "message": f"volumes: {exc}"}}
+            self.mark_dirty()
+            return
         self.mark_dirty()
         for c in self.containers:
             if self.terminating:
@@ -335,6 +358,14 @@ class PodWorker:
         if any(c.process is not None for c in self.containers):
             self.phase = "Running"
         self.mark_dirty()
+
+    def _prepare_volumes(self) -> None:
+        """The pod's emptyDir and claim volumes, linked into each container's working
+        directory at its mountPaths (drainsafe.lab.node.volumes)."""
+        dirs = volumes.volume_dirs(self.pod, self.kubelet.state_dir, self.dir)
+        links = [m for c in self.containers
+                 for m in volumes.mounts(c.spec, dirs, self.dir / c.name)]
+        volumes.prepare(dirs, links)
 
     def _ctx(self) -> PodContext:
         return PodContext.from_pod(self.pod, pod_ip=self.pod_ip,
@@ -456,7 +487,7 @@ class PodWorker:
         reason = "Completed" if code == 0 else "Error"
         c.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started,
                                   "finishedAt": finished,
-                                  "containerID": f"lab://{self.key}/{c.name}/{c.restart_count}"}}
+                                  "containerID": c.container_id(self.uid)}}
         await self._stop_probes(c)
         self.mark_dirty()
         if self.terminating:
@@ -543,6 +574,8 @@ class PodWorker:
             await self.flush_status()
             await self.kubelet.delete_pod(self.namespace, self.name)
         self.kubelet.ips.release(self.pod_ip)
+        # Gone from the API and no process left: its directory goes (emptyDirs, logs).
+        volumes.remove(self.dir)
         self.kubelet.terminated.append(self)
         self.finished.set()
 
@@ -559,6 +592,86 @@ class PodWorker:
         stop = [w for w in c.probes if w.spec.kind is not ProbeType.READINESS]
         c.probes = keep
         await asyncio.gather(*(w.stop() for w in stop), return_exceptions=True)
+
+    # the node's reboot -----------------------------------------------------------------
+
+    async def power_loss(self) -> None:
+        """The machine goes down (lab.node.reboot): every process of the pod dies at once,
+        preStop hooks included. Nothing is written to the API (the kubelet is down with
+        it); boot() starts the containers again, or finishes a termination under way."""
+        if self.finished.is_set():
+            return
+        if self._main is not None and self._launched and not self._main.done():
+            # Its containers are being started (nothing in between waits on the API).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._main)
+        if self._termination is not None and not self._termination.done():
+            self._termination.cancel()  # its hooks die with the machine
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._termination
+            self._termination = None
+        # The kubelet's own work on the pod ends too: watching for exits, a crash loop's
+        # back-off, a probe's kill. (A process being started when cancelled is killed.)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._lost = {c.name: str(c.state["running"].get("startedAt") or "")
+                      for c in self.containers
+                      if c.process is not None and c.process.returncode is None
+                      and "running" in c.state}
+        for c in self.containers:
+            await self._stop_probes(c)
+            c.ready = c.started = False
+            if c.process is not None:
+                c.process.send(signal.SIGKILL)
+        for c in self.containers:
+            if c.process is not None:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(5):
+                        await c.process.wait()
+
+    async def boot(self) -> None:
+        """After the boot, the kubelet syncs the pod again. Its sandbox is gone, so every
+        container is started anew per restartPolicy (kuberuntime computePodActions):
+        Always all of them, OnFailure all but those that succeeded, Never none (the pod
+        then fails). A container that was running shows the runtime's record of it after a
+        restart: terminated, exit code 255, reason Unknown (containerd's CRI restart.go
+        loadContainer: unknownExitCode, unknownExitReason); each started one counts a
+        restart."""
+        lost, self._lost = self._lost, {}
+        if self.terminating:
+            # A pod deleted before or during the down time: its containers are gone, so
+            # the kubelet only finishes the deletion.
+            if self._termination is None:
+                self._termination = asyncio.ensure_future(self._terminate(*self._stop_args))
+            return
+        if not self._launched:
+            return  # bound while the node was down: its own start goes on now
+        now = rfc3339()
+        for c in self.containers:
+            if c.name in lost:
+                c.exit_code = UNKNOWN_EXIT_CODE
+                c.state = {"terminated": {
+                    "exitCode": UNKNOWN_EXIT_CODE, "reason": UNKNOWN_EXIT_REASON,
+                    "startedAt": lost[c.name], "finishedAt": now,
+                    "containerID": c.container_id(self.uid)}}
+        policy = str(self.pod["spec"].get("restartPolicy") or "Always")
+        again = [c for c in self.containers if c.process is not None and (
+            policy == "Always" or (policy == "OnFailure" and c.exit_code != 0))]
+        if again:
+            self.kubelet.record_event(self.pod, "Normal", "SandboxChanged",
+                                      "Pod sandbox changed, it will be killed and re-created.")
+        for c in again:
+            if self.stopping():  # deleted meanwhile
+                return
+            if "terminated" in c.state:
+                c.last_state = c.state
+            c.restart_count += 1
+            await self._start_container(c)
+        if not again and all(c.exit_code is not None for c in self.containers):
+            self.phase = "Succeeded" if all(c.exit_code == 0 for c in self.containers) \
+                else "Failed"
+        self.mark_dirty()
 
     async def abandon(self) -> None:
         """Stop at once (lab shutdown): SIGKILL every container, no API calls."""
@@ -619,6 +732,10 @@ class Kubelet:
         self.ready = True
         self._ready_since = self._started
         self.rebooting = False
+        # Set while the kubelet runs; a rebooting node's is down: it writes nothing to the
+        # API and starts nothing until the boot.
+        self.up = asyncio.Event()
+        self.up.set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._events: set[asyncio.Task[None]] = set()
 
@@ -657,8 +774,9 @@ class Kubelet:
 
     async def reboot(self, request: RebootRequest) -> None:
         """A reboot (and an upgrade, with a kubelet version) as the API sees one
-        (lab.node.reboot): NotReady, down for a while without heartbeats, then a new boot
-        ID, the kubelet's version, Ready, and a NodeRebooted event."""
+        (lab.node.reboot): every container dies, NotReady, down for a while without
+        heartbeats or pod status, then a new boot ID, the kubelet's version, Ready, a
+        NodeRebooted event, and the pods' containers started again (PodWorker.boot)."""
         if self.rebooting:
             return
         self.rebooting = True
@@ -670,6 +788,11 @@ class Kubelet:
             if self._heartbeat is not None:
                 self._heartbeat.cancel()
                 await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self.up.clear()
+            workers = list(self.pods.values())
+            await asyncio.gather(*(w.power_loss() for w in workers), return_exceptions=True)
+            # Posted here for the node lifecycle controller, which on a cluster marks the
+            # silent node NotReady after its grace period.
             self.ready, self._ready_since = False, rfc3339()
             await self._post_status()
             await asyncio.sleep(request.down_seconds)
@@ -682,8 +805,11 @@ class Kubelet:
             await self._post_node_event(
                 "Warning", "NodeRebooted",
                 f"Node {self.name} has been rebooted, boot id: {self.boot_id}")
+            self.up.set()
+            await asyncio.gather(*(w.boot() for w in workers), return_exceptions=True)
             self._heartbeat = asyncio.ensure_future(self._beat())
         finally:
+            self.up.set()
             self.rebooting = False
 
     async def _post_node_event(self, kind: str, reason: str, message: str) -> None:
@@ -735,11 +861,13 @@ class Kubelet:
         task.add_done_callback(self._events.discard)
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        await self.up.wait()
         async with self.api_slots:
             await self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace,
                                     patch_type=PatchType.STRATEGIC)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
+        await self.up.wait()
         async with self.api_slots:
             with contextlib.suppress(ApiError):
                 await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
@@ -765,6 +893,7 @@ class Kubelet:
             "firstTimestamp": stamp, "lastTimestamp": stamp,
             "source": {"component": "kubelet", "host": self.name},
         }
+        await self.up.wait()
         async with self.api_slots:
             with contextlib.suppress(ApiError, httpx.HTTPError, OSError, Exception):
                 await self.client.create(Event.from_dict(event))  # type: ignore[call-overload]

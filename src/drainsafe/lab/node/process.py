@@ -3,7 +3,8 @@
 The lab has no images and no container runtime. A container's `command` + `args` run as a
 local process in its own session (so its process group is the "container": SIGTERM and
 SIGKILL go to the whole group, and children die with it, as they would with the container's
-PID namespace). Output goes to <state_dir>/pods/<ns>_<name>/<container>.log.
+PID namespace). Its working directory and its output (<container>.log) are in the pod's
+directory (drainsafe.lab.node.volumes.pod_dir).
 
 Containers of pods annotated `lab.drainsafe.io/virtual: "true"` run no process: they are
 ready after `lab.drainsafe.io/startup-seconds` and exit `lab.drainsafe.io/exit-after-sigterm-
@@ -178,10 +179,6 @@ def process_environment(env: Mapping[str, str], ctx: PodContext, *,
         full["KUBECONFIG"] = str(kubeconfig)
     full.update(env)
     return full
-
-
-def pod_dir(state_dir: Path, namespace: str, name: str) -> Path:
-    return state_dir / "pods" / f"{namespace}_{name}"
 
 
 # --- running containers --------------------------------------------------------------------

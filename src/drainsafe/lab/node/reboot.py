@@ -9,17 +9,27 @@ machine/info.go) and records a NodeRebooted Warning event when it differs from t
 one; its status.nodeInfo.kubeletVersion is its own (VersionInfo: version.Get()), so an
 upgraded kubelet reports the new version; then Ready is True again.
 
+A reboot ends every container on the node; the pods stay bound to it. While the node is
+down the node lifecycle controller marks them not Ready (MarkPodsNotReady), and once it is
+back the kubelet syncs each pod again: its sandbox is gone, so kuberuntime's
+computePodActions (kuberuntime_manager.go; its rules the same in copies read before and
+after v1.33) starts every container anew per restartPolicy (Always all, OnFailure those
+that did not succeed, Never none, and the pod fails), each with restartCount + 1 and, as
+lastState, what containerd reports for a container whose task did not survive the restart
+(exit code 255, reason Unknown; its CRI restart.go).
+
 The lab's kubelets are in the lab's process, so the request travels through the API, as
 a person's would to a machine agent: `request` sets the annotation REBOOT on the Node
 (value: the new kubelet version or "", and the seconds to stay down), the lab's node pool
 watches Nodes and hands it to the node's kubelet (lab.node.kubelet.Kubelet.reboot), which
-removes the annotation, posts Ready=False (reason KubeletNotReady), stops heartbeating for
-the down time, then posts its status with a new boot ID (a uuid4) and version, Ready=True,
-and the NodeRebooted event. `drainsafe lab node reboot` is `request` then `wait_rebooted`.
-
-Not emulated: the pods' containers keep running through the lab's reboot (a real one
-kills them and the kubelet starts them again, restartCount + 1); a node under maintenance
-is drained first, so only DaemonSet pods would see it.
+removes the annotation, SIGKILLs every container's process group (as at power loss: no
+preStop, no grace; a graceful node shutdown is not emulated), posts Ready=False (reason
+KubeletNotReady; on a cluster the node lifecycle controller decides this after its grace
+period), stops heartbeating and writing pod status for the down time, then posts its
+status with a new boot ID (a uuid4) and version, Ready=True, the NodeRebooted event, and
+starts the containers again (PodWorker.power_loss, PodWorker.boot). A pod keeps its pod
+IP (a real new sandbox usually gets another). `drainsafe lab node reboot` is `request`
+then `wait_rebooted`.
 """
 
 from __future__ import annotations
