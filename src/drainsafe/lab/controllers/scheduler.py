@@ -11,7 +11,10 @@ them, not a rank above all. On success the pod gets spec.nodeName and PodSchedul
 Unschedulable and a FailedScheduling event carry the scheduler's message. Unschedulable
 pods are tried again whenever a pod or node changes. Inter-pod affinity and
 anti-affinity are filtered and scored as kube-scheduler's InterPodAffinity plugin does
-(drainsafe.podaffinity), counting every pod bound so far, this pass's included.
+(drainsafe.podaffinity), counting every pod bound so far, this pass's included. Each
+node's load (requests, pod count, pods per owner) is kept from the pod events
+(placement.LoadLedger), as kube-scheduler's cache keeps its NodeInfos from the pod
+informer, so a pass does not sum every pod's requests again.
 """
 
 from __future__ import annotations
