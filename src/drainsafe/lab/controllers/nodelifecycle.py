@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.kube.objects import is_node_ready, rfc3339
+from drainsafe.kube.objects import condition, is_node_ready, rfc3339
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.apiserver.status import StatusError
 from drainsafe.lab.apiserver.store import Obj, Store, clone
@@ -42,13 +42,13 @@ def desired_taints(node: Obj, now: str) -> list[dict[str, Any]]:
 
 def marked_not_ready(pod: Obj, now: str) -> Obj | None:
     """The pod with its Ready condition False (MarkPodsNotReady), or None if it is so."""
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    if not any(c.get("type") == "Ready" and c.get("status") != "False" for c in conditions):
+    ready = condition(pod, "Ready")
+    if ready is None or ready.get("status") == "False":
         return None
     updated: Obj = clone(pod)
     updated["status"]["conditions"] = [
-        {**c, "status": "False", "lastTransitionTime": now} if c.get("type") == "Ready" else c
-        for c in conditions]
+        {**c, "status": "False", "lastTransitionTime": now} if c == ready else c
+        for c in pod["status"]["conditions"]]
     return updated
 
 
