@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 from check_manifests import container, deployment, hpa, lws, pdb, service, to_yaml
 
-from drainsafe.check import parallel
+from drainsafe.check import parallel, report
 from drainsafe.check.context import Context
 from drainsafe.check.engine import Result
+from drainsafe.check.findings import Severity
 from drainsafe.check.load import SourceText, expand_paths, read_input
 from drainsafe.check.parallel import run
+from drainsafe.check.rules import all_rules
 from drainsafe.failpoint import ENV, Action
 
 
@@ -91,6 +93,38 @@ def _blind(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _shares(args: list[str], jobs: int) -> list[int] | None:
     return parallel.shares([read_input(n) for n in expand_paths(args)[0]], jobs)
+
+
+@pytest.mark.usefixtures("small_is_large")
+@pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
+                                                           "workers-read-everything"])
+def test_workers_write_the_serial_runs_lines(tmp_path: Path, parent_share: float,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """json and sarif lines written by the workers that made the findings, joined by the
+    parent with those it made itself (the straddling namespaces' files), are the serial
+    run's lines; the exit code's severities are all of theirs."""
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
+    _write(tmp_path / "fleet", _fleet(60))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    counts = {s: sum(1 for f in serial.findings if f.severity == s) for s in Severity}
+    assert all(counts.values())
+    for renderer in (report.json_lines, report.sarif_renderer(all_rules())):
+        expected = list(renderer(serial.findings))
+        for blind in (False, True):
+            if blind:  # namespaces straddle: the parent or every worker reads them
+                _blind(monkeypatch)
+            for jobs in (2, 3):
+                result = run(args, Context(), jobs=jobs, renderer=renderer)
+                assert result.rendered is not None and result.findings == []
+                assert result.rendered.lines == expected
+                assert result.rendered.severities == counts
+                for threshold in Severity:
+                    context = Context(fail_on=threshold)
+                    assert result.failed(context) == serial.failed(context)
+                with pytest.raises(ValueError, match="another output"):
+                    result.lines(report.json_lines if renderer is not report.json_lines
+                                 else report.sarif_renderer(all_rules()))
 
 
 @pytest.mark.usefixtures("small_is_large")
@@ -270,3 +304,20 @@ def test_default_jobs_are_the_idle_cpus(monkeypatch: pytest.MonkeyPatch, load: f
     monkeypatch.setattr(parallel, "usable_cpus", lambda: 4)
     monkeypatch.setattr(parallel.os, "getloadavg", lambda: (load, 0.0, 0.0))
     assert parallel.default_jobs() == jobs
+
+
+def test_lines_of_one_file_from_two_processes_are_refused() -> None:
+    """Lines cannot be sorted among other lines: a file's lines must be one process's (the
+    run then falls back to one process, said as a worker failure)."""
+    def part(*files: str) -> parallel._Part:
+        return parallel._Part(([], [], [], []), [(f, [f"{f}-line"]) for f in files], {2: 1},
+                              [], ([], [], []), 1, 1, 1, set())
+
+    assert not isinstance(parallel._joined([part("a"), part("b")], [], report.json_lines, {}),
+                          int)
+    assert parallel._joined([part("a"), part("b", "c"), part("c")], [], report.json_lines,
+                            {}) == 2
+    joined = parallel._joined([part("b"), part("a")], [], report.json_lines, {})
+    assert not isinstance(joined, int)
+    assert joined.lines == ["a-line", "b-line"]  # file by file, as the serial sort
+    assert joined.severities[Severity.WARNING] == 2

@@ -33,10 +33,20 @@ import pickle
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 from typing import IO, Any, BinaryIO
 
 from drainsafe.check.context import Context
-from drainsafe.check.engine import Result, check_documents, check_loaded, finish, gc_paused
+from drainsafe.check.engine import (
+    LineRenderer,
+    Rendered,
+    Result,
+    check_documents,
+    check_loaded,
+    finish,
+    gc_paused,
+)
 from drainsafe.check.engine import run as engine_run
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.load import (
@@ -172,7 +182,12 @@ class _Part:
     """A worker's result."""
 
     findings: Encoded
-    """See _encode."""
+    """See _encode: all of them, or (when the parent asked for lines) those in the files the
+    parent checks objects of too."""
+    lines: list[tuple[str, list[str]]]
+    """The other findings as output lines, file by file, in the serial order."""
+    severities: dict[int, int]
+    """How many findings of each severity, all of them."""
     read_errors: list[InputError]
     field_errors: tuple[list[InputError], ...]
     documents: int
@@ -206,14 +221,15 @@ class WorkerFailure:
 
 
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
-        jobs: int = 1) -> Result:
+        jobs: int = 1, renderer: LineRenderer | None = None) -> Result:
     """engine.run's result; with `jobs` > 1 a large input is checked in that many worker
-    processes (if one fails, here after all: the result's worker_failure says why)."""
+    processes (if one fails, here after all: the result's worker_failure says why). With a
+    `renderer`, the workers write their findings as its lines (the result's `rendered`)."""
     args = list(args)
     failure = None
     if jobs > 1:
         with gc_paused():
-            outcome = _in_workers(args, context, jobs)
+            outcome = _in_workers(args, context, jobs, renderer)
         if isinstance(outcome, Result):
             return finish(outcome, args)
         failure = outcome
@@ -222,7 +238,9 @@ def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
     return result
 
 
-def _in_workers(args: list[str], context: Context, jobs: int) -> Result | WorkerFailure | None:
+def _in_workers(args: list[str], context: Context, jobs: int,
+                renderer: LineRenderer | None = None
+                ) -> Result | WorkerFailure | None:
     """The serial run's Result, made in worker processes (or here, when the files cannot be
     cut without splitting a namespace); None when the input is small, the failure when a
     worker failed (the caller then checks it serially)."""
@@ -247,7 +265,7 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | Worker
             take(loaded, source)
         return check_loaded(loaded, context)
     edges = [0, *cuts, len(sources)]
-    workers = [_Worker.start(sources, edges[k], edges[k + 1], context)
+    workers = [_Worker.start(sources, edges[k], edges[k + 1], context, renderer)
                for k in range(len(edges) - 1)]
     try:
         answers = [w.receive() for w in workers]
@@ -266,12 +284,18 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | Worker
         straddle = sum(s.documents_of[n] for s in summaries for n in straddling
                        if n in s.documents_of)
         here = straddle <= PARENT_SHARE * documents / len(workers)
+        # The files of the straddling namespaces: the parent finds in them, or more than one
+        # worker may (each reports on its own share's objects, and a finding about one may
+        # name an object its namespace holds in another share). There the workers' findings
+        # come back as objects, to be sorted together; every other file's findings are one
+        # worker's, and come as lines.
+        files = {f for s in summaries for namespace in straddling
+                 for f in s.files_of.get(namespace, ())}
         for w in workers:
-            w.send((whole, straddling if here else None))
+            w.send((whole, straddling if here else None,
+                    None if renderer is None else frozenset(files)))
         findings: list[Finding] = []
         if straddling and here:
-            files = {f for s in summaries for namespace in straddling
-                     for f in s.files_of.get(namespace, ())}
             again = Loaded()
             for source in sources:
                 if isinstance(source, SourceText) and source.name in files:
@@ -286,9 +310,18 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | Worker
     finally:
         for w in workers:
             w.end()
+    own = _severities(findings)
     for part in parts:
         findings.extend(_decode(part.findings))
     findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
+    rendered = None
+    if renderer is not None:
+        joined = _joined(parts, findings, renderer, own)
+        if isinstance(joined, int):  # not expected: see where the files are told
+            k = joined
+            return WorkerFailure(k + 1, len(parts), names[edges[k]], names[edges[k + 1] - 1],
+                                 "lines for a file another process found in too", 1)
+        rendered, findings = joined, []
     errors = [*expand_errors, *(e for p in parts for e in p.read_errors)]
     for kind in range(3):
         errors.extend(e for p in parts for e in p.field_errors[kind])
@@ -296,7 +329,39 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | Worker
                     sum(p.inputs for p in parts), notes,
                     objects_checked=sum(p.checked for p in parts))
     result.kinds = lambda: {k for p in parts for k in p.kinds}
+    result.rendered = rendered
     return result
+
+
+def _severities(findings: list[Finding]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return counts
+
+
+def _joined(parts: list[_Part], findings: list[Finding], renderer: LineRenderer,
+            own: dict[int, int]) -> Rendered | int:
+    """The workers' lines and `findings` (sorted; in files no worker wrote lines for) as
+    one output in the serial order: file by file, as the serial sort puts files first.
+    `own`: the severities of the findings the parent made. If a worker wrote lines for a
+    file that other findings are in too (lines cannot be sorted among them), its number."""
+    by_file: dict[str, list[str]] = {}
+    for k, part in enumerate(parts):
+        for file, lines in part.lines:
+            if file in by_file:
+                return k
+            by_file[file] = lines
+    for file, group in groupby(findings, key=attrgetter("file")):
+        if file in by_file:
+            return next(k for k, part in enumerate(parts) if file in dict(part.lines))
+        by_file[file] = list(renderer(group))
+    severities = {s: 0 for s in Severity}
+    for counts in (own, *(part.severities for part in parts)):
+        for level, n in counts.items():
+            severities[Severity(level)] += n
+    return Rendered([line for file in sorted(by_file) for line in by_file[file]], renderer,
+                    severities)
 
 
 @dataclass
@@ -334,7 +399,7 @@ class _Worker:
 
     @classmethod
     def start(cls, sources: list[SourceText | InputError], start: int, end: int,
-              context: Context) -> _Worker:
+              context: Context, renderer: LineRenderer | None) -> _Worker:
         """A worker for the share sources[start:end]."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
@@ -345,7 +410,7 @@ class _Worker:
             code = 1
             try:
                 with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
-                    code = _work(sources, start, end, context, up, down)
+                    code = _work(sources, start, end, context, renderer, up, down)
             finally:
                 os._exit(code)  # no atexit handlers, no flush of the parent's buffers
         os.close(up_write)
@@ -374,7 +439,7 @@ class _Worker:
 
 
 def _work(sources: list[SourceText | InputError], start: int, end: int, context: Context,
-          up: IO[bytes], down: IO[bytes]) -> int:
+          renderer: LineRenderer | None, up: IO[bytes], down: IO[bytes]) -> int:
     try:
         loaded = Loaded()
         for source in sources[start:end]:
@@ -393,7 +458,7 @@ def _work(sources: list[SourceText | InputError], start: int, end: int, context:
         pickle.dump(_Summary(files_of, documents_of, len(index.workloads),
                              any(not w.embedded for w in index.workloads)), up)
         up.flush()
-        whole, straddling = pickle.load(down)
+        whole, straddling, shared = pickle.load(down)
         if straddling is None:  # every file read, this share's objects reported on
             everything = Loaded()  # the other files' errors are their workers' to tell
             for source in sources[:start]:
@@ -412,8 +477,20 @@ def _work(sources: list[SourceText | InputError], start: int, end: int, context:
             findings, _ = check_documents(mine, context, whole=whole)
         else:
             findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
-        part = _Part(_encode(findings), loaded.errors, field_errors_by_kind(index),
-                     len(loaded.documents), loaded.inputs, index.checked,
+        lines: list[tuple[str, list[str]]] = []
+        if renderer is not None and shared is not None:
+            kept: list[Finding] = []
+            for file, group in groupby(findings, key=attrgetter("file")):
+                if file in shared:
+                    kept.extend(group)
+                else:
+                    lines.append((file, list(renderer(group))))
+            severities, findings = _severities(findings), kept
+        else:
+            severities = _severities(findings)
+        part = _Part(_encode(findings), lines, severities, loaded.errors,
+                     field_errors_by_kind(index), len(loaded.documents), loaded.inputs,
+                     index.checked,
                      {str(d.obj.get("kind")) for d in loaded.documents})
         failpoint("check.worker.checked")
     except BaseException as exc:  # the parent checks serially, and says why
