@@ -26,6 +26,7 @@ instruction counts.
 
     python bench/bench_check.py                       # both corpora, with Checkov (minutes)
     python bench/bench_check.py --skip-checkov --corpus heavy --repeat 1
+    python bench/bench_check.py --jobs 1,2,default    # rows per --jobs (default: 1,2)
 """
 
 from __future__ import annotations
@@ -616,18 +617,15 @@ def compile_bytecode() -> None:
     compileall.compile_dir(Path(drainsafe.__file__).parent, quiet=1)
 
 
-JOBS: list[str] = []
-"""`--jobs N` for the command (none: its default, the usable CPUs)."""
-
-
-def run_cli(directory: Path, output: str) -> tuple[float, float, float]:
+def run_cli(directory: Path, output: str, jobs: int | None) -> tuple[float, float, float]:
     """The whole command as a user runs it (interpreter start, reading, rules, output to a
     pipe): wall seconds, CPU seconds (its worker processes' too) and peak resident memory
     (MiB) of that one process (the largest of it and its workers)."""
     exe = Path(sys.executable).with_name("drainsafe")
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "drainsafe"]
     started = time.perf_counter()
-    proc = subprocess.Popen([*command, "check", "--no-config", *JOBS, "-o", output,
+    proc = subprocess.Popen([*command, "check", "--no-config",
+                             *([] if jobs is None else ["--jobs", str(jobs)]), "-o", output,
                              str(directory)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
@@ -641,10 +639,16 @@ def run_cli(directory: Path, output: str) -> tuple[float, float, float]:
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def best_cli(directory: Path, output: str, repeat: int) -> tuple[float, float, float]:
-    """Best of `repeat` whole-command runs (a shared machine's minutes differ)."""
-    runs = [run_cli(directory, output) for _ in range(max(1, repeat))]
-    return min(runs)
+def best_cli(directory: Path, outputs: list[str], jobs: list[int | None], repeat: int
+             ) -> dict[tuple[str, int | None], tuple[float, float, float]]:
+    """Best of `repeat` whole-command runs of each output with each --jobs, interleaved
+    (a shared machine's minutes differ: each figure sees the same minutes)."""
+    runs: dict[tuple[str, int | None], list[tuple[float, float, float]]] = {}
+    for _ in range(max(1, repeat)):
+        for output in outputs:
+            for n in jobs:
+                runs.setdefault((output, n), []).append(run_cli(directory, output, n))
+    return {key: min(found) for key, found in runs.items()}
 
 
 def _interpreter(python: Path | str) -> str:
@@ -702,8 +706,7 @@ def measure(name: str, generator: Generator, directory: Path, args: argparse.Nam
     size = sum(p.stat().st_size for p in directory.iterdir()) / 1024 / 1024
     print(f"{name} corpus: {count:,} objects in {len(list(directory.iterdir()))} files "
           f"({size:.1f} MiB) at {directory.relative_to(ROOT)}", flush=True)
-    outputs = {output: best_cli(directory, output, args.repeat)
-               for output in ("json", "sarif", "text")}
+    outputs = best_cli(directory, ["json", "sarif", "text"], args.jobs, args.repeat)
     ours, ours_cpu, findings = time_in_process(directory, args.repeat)
     rs = time_reading(directory, args.repeat, _yaml_rs)
     pyyaml = None if args.skip_references else time_reading(directory, 1, _pyyaml)
@@ -711,7 +714,7 @@ def measure(name: str, generator: Generator, directory: Path, args: argparse.Nam
     big_dir = directory.with_name(directory.name + "-scale")
     big_count = generator(args.scale_objects, big_dir)
     big_size = sum(p.stat().st_size for p in big_dir.iterdir()) / 1024 / 1024
-    big = best_cli(big_dir, "json", 1)
+    bigs = best_cli(big_dir, ["json"], args.jobs, 1)
     shutil.rmtree(big_dir)
 
     table = Table(title=f"drainsafe check on the {name} corpus")
@@ -727,12 +730,15 @@ def measure(name: str, generator: Generator, directory: Path, args: argparse.Nam
                       f"{wall / objects * 1e6:.1f}", "-" if cpu is None else f"{cpu:.2f}",
                       "-" if peak is None else f"{peak:,.0f}", ratio)
 
-    jobs = f" --jobs {args.jobs}" if args.jobs is not None else ""
-    for output, (wall, cpu, peak) in outputs.items():
-        row(f"drainsafe check{jobs} -o {output} DIR (whole command, best of {args.repeat})",
+    def flag(n: int | None) -> str:
+        return "" if n is None else f" --jobs {n}"
+
+    for (output, n), (wall, cpu, peak) in outputs.items():
+        row(f"drainsafe check{flag(n)} -o {output} DIR (whole command, best of {args.repeat})",
             count, wall, cpu, peak)
-    row(f"drainsafe check{jobs} -o json DIR, {big_size:.0f} MiB (whole command, once)",
-        big_count, *big)
+    for (_, n), big in bigs.items():
+        row(f"drainsafe check{flag(n)} -o json DIR, {big_size:.0f} MiB (whole command, once)",
+            big_count, *big)
     row(f"drainsafe check in-process (best of {args.repeat})", count, ours, ours_cpu)
     if checkov is not None:
         row(f"checkov {CHECKOV_VERSION} --framework kubernetes (once)", count, *checkov)
@@ -740,14 +746,16 @@ def measure(name: str, generator: Generator, directory: Path, args: argparse.Nam
     if pyyaml is not None:
         row("reference: PyYAML CSafeLoader load_all alone (once)", count, *pyyaml)
     Console(width=150).print(table)
-    json_wall, json_cpu = outputs["json"][0], outputs["json"][1]
-    linear = (big[0] / big_count) / (json_wall / count)
-    linear_cpu = (big[1] / big_count) / (json_cpu / count)
-    print(f"findings: {findings:,} ({findings / count:.2f} per object); per object at "
-          f"{big_count:,} / at {count:,}: {linear:.2f}x wall, {linear_cpu:.2f}x CPU "
-          "(goal <= 1.2); text / json: "
-          f"{outputs['text'][0] / json_wall:.2f}x (goal <= 2); peak memory at {big_count:,} "
-          f"objects: {big[2]:,.0f} MiB", flush=True)
+    print(f"findings: {findings:,} ({findings / count:.2f} per object)")
+    for n in args.jobs:
+        json_wall, json_cpu = outputs[("json", n)][0], outputs[("json", n)][1]
+        big = bigs[("json", n)]
+        linear = (big[0] / big_count) / (json_wall / count)
+        linear_cpu = (big[1] / big_count) / (json_cpu / count)
+        print(f"{flag(n).strip() or 'default jobs'}: per object at {big_count:,} / at "
+              f"{count:,}: {linear:.2f}x wall, {linear_cpu:.2f}x CPU (goal <= 1.2); text / "
+              f"json: {outputs[('text', n)][0] / json_wall:.2f}x (goal <= 2); peak memory at "
+              f"{big_count:,} objects: {big[2]:,.0f} MiB", flush=True)
 
 
 CORPORA: dict[str, tuple[str, Generator, Path]] = {
@@ -758,6 +766,10 @@ CORPORA: dict[str, tuple[str, Generator, Path]] = {
     "generated": ("generated (block style, as PyYAML dumps it)",
                   lambda n, d: generate(n, d), CORPUS),
 }
+
+
+def _jobs(text: str) -> list[int | None]:
+    return [None if n.strip() == "default" else int(n) for n in text.split(",")]
 
 
 def main() -> int:
@@ -772,11 +784,10 @@ def main() -> int:
                         help="no PyYAML reference run (1-2 s per corpus)")
     parser.add_argument("--corpus", choices=["both", "all", *CORPORA], default="both",
                         help="both: mixed and heavy; all: the generated one too")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="the command's --jobs (default: its own, the usable CPUs)")
+    parser.add_argument("--jobs", type=_jobs, default=[1, 2],
+                        help="the command's --jobs, comma-separated, each a row; 'default': "
+                             "the command's own choice (the CPUs less the load) (default: 1,2)")
     args = parser.parse_args()
-    if args.jobs is not None:
-        JOBS[:] = ["--jobs", str(args.jobs)]
 
     print(f"Python {platform.python_version()} at {sys.base_prefix} ({platform.python_compiler()}; "
           "builds differ: Debian's and the official images' use PGO and LTO, pyenv's "

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 from check_manifests import container, deployment, hpa, lws, pdb, service, to_yaml
 
-from drainsafe.check import parallel
+from drainsafe.check import parallel, report
 from drainsafe.check.context import Context
 from drainsafe.check.engine import Result
+from drainsafe.check.findings import Severity
 from drainsafe.check.load import SourceText, expand_paths, read_input
 from drainsafe.check.parallel import run
+from drainsafe.check.rules import all_rules
 from drainsafe.failpoint import ENV, Action
 
 
@@ -94,6 +96,38 @@ def _shares(args: list[str], jobs: int) -> list[int] | None:
 
 
 @pytest.mark.usefixtures("small_is_large")
+@pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
+                                                           "workers-read-everything"])
+def test_workers_write_the_serial_runs_lines(tmp_path: Path, parent_share: float,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """json and sarif lines written by the workers that made the findings, joined by the
+    parent with those it made itself (the straddling namespaces' files), are the serial
+    run's lines; the exit code's severities are all of theirs."""
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
+    _write(tmp_path / "fleet", _fleet(60))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    counts = {s: sum(1 for f in serial.findings if f.severity == s) for s in Severity}
+    assert all(counts.values())
+    for renderer in (report.json_lines, report.sarif_renderer(all_rules())):
+        expected = list(renderer(serial.findings))
+        for blind in (False, True):
+            if blind:  # namespaces straddle: the parent or every worker reads them
+                _blind(monkeypatch)
+            for jobs in (2, 3):
+                result = run(args, Context(), jobs=jobs, renderer=renderer)
+                assert result.rendered is not None and result.findings == []
+                assert result.rendered.lines == expected
+                assert result.rendered.severities == counts
+                for threshold in Severity:
+                    context = Context(fail_on=threshold)
+                    assert result.failed(context) == serial.failed(context)
+                with pytest.raises(ValueError, match="another output"):
+                    result.lines(report.json_lines if renderer is not report.json_lines
+                                 else report.sarif_renderer(all_rules()))
+
+
+@pytest.mark.usefixtures("small_is_large")
 @pytest.mark.parametrize("namespaced", [True, False])
 @pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
                                                            "workers-read-everything"])
@@ -115,6 +149,74 @@ def test_workers_say_what_the_serial_run_says(tmp_path: Path, namespaced: bool,
     _blind(monkeypatch)
     for jobs in (2, 3, 8):
         assert _shares(args, jobs) is not None
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+
+
+def _spread(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects dealt out so that every file of _write holds many namespaces, as a
+    fleet's generated manifests often are (no cut of the files keeps a namespace whole)."""
+    return [o for r in range(7) for o in objects[r::7]]
+
+
+def _checked_by_namespace(args: list[str], jobs: int) -> bool:
+    """Whether check.parallel checks this input in workers that each read every file's
+    documents of their namespaces (else in one process)."""
+    names, errors = expand_paths(args)
+    sources = [read_input(n) for n in names]
+    return parallel._by_namespace(sources, names, errors, [], Context(), jobs,
+                                  None) is not None
+
+
+@pytest.mark.usefixtures("small_is_large")
+def test_workers_by_namespace_say_what_the_serial_run_says(tmp_path: Path) -> None:
+    _write(tmp_path / "fleet", _spread(_fleet(60)))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    assert _shares(args, 2) is None
+    expected = {renderer: list(renderer(serial.findings))
+                for renderer in (report.json_lines, report.sarif_renderer(all_rules()))}
+    for jobs in (2, 3, 8):
+        assert _checked_by_namespace(args, jobs)
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+        for renderer, lines in expected.items():
+            rendered = run(args, Context(), jobs=jobs, renderer=renderer).rendered
+            assert rendered is not None and rendered.lines == lines
+
+
+@pytest.mark.usefixtures("small_is_large")
+def test_an_object_not_where_its_text_says_leaves_it_to_one_process(tmp_path: Path) -> None:
+    """A namespace key before the object's own (its metadata written last) misleads the
+    split: the worker that reads it sees the object's real namespace is not one of its
+    own, and the input is checked in one process, with the same findings."""
+    files = _write(tmp_path / "fleet", _spread(_fleet(60)))
+    files[-1].write_text(files[-1].read_text() + (
+        "---\napiVersion: policy/v1\nkind: PodDisruptionBudget\n"
+        "spec:\n  minAvailable: 1\n  selector:\n    matchLabels:\n"
+        "      app: app-0\n      namespace: elsewhere\n"
+        "metadata:\n  name: app-0-decoy\n  namespace: team-0\n"))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    fell_back = 0
+    for jobs in (2, 3, 8):
+        fell_back += not _checked_by_namespace(args, jobs)
+        assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
+    assert fell_back  # "elsewhere" went to another worker than team-0 at least once
+
+
+@pytest.mark.usefixtures("small_is_large")
+def test_input_errors_spread_over_namespaces_leave_it_to_one_process(tmp_path: Path) -> None:
+    """Input errors are said in the serial reading's order, and a YAML error ends its
+    file's reading there: inputs with any are checked in one process."""
+    files = _write(tmp_path / "fleet", _spread(_fleet(60)))
+    args = [str(tmp_path / "fleet")]
+    assert _checked_by_namespace(args, 2)
+    bad_grace = deployment("late", namespace="team-12", grace="abc")  # type: ignore[arg-type]
+    files[-1].write_text(files[-1].read_text() + "---\n" + to_yaml(bad_grace))
+    files[3].write_text(files[3].read_text() + "---\nkind: Deployment\nmetadata: {name: [\n")
+    serial = run(args, Context())
+    assert len(serial.errors) == 2
+    assert not _checked_by_namespace(args, 2)
+    for jobs in (2, 3):
         assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
 
 
@@ -270,3 +372,20 @@ def test_default_jobs_are_the_idle_cpus(monkeypatch: pytest.MonkeyPatch, load: f
     monkeypatch.setattr(parallel, "usable_cpus", lambda: 4)
     monkeypatch.setattr(parallel.os, "getloadavg", lambda: (load, 0.0, 0.0))
     assert parallel.default_jobs() == jobs
+
+
+def test_lines_of_one_document_from_two_processes_are_refused() -> None:
+    """Lines cannot be sorted among other lines: a document's lines must be one process's
+    (the run then falls back to one process, said as a worker failure)."""
+    def part(*files: str) -> parallel._Part:
+        return parallel._Part(([], [], [], []), [(f, 0, [f"{f}-line"]) for f in files], {2: 1},
+                              [], ([], [], []), 1, 1, 1, set())
+
+    assert not isinstance(parallel._joined([part("a"), part("b")], [], report.json_lines, {}),
+                          int)
+    assert parallel._joined([part("a"), part("b", "c"), part("c")], [], report.json_lines,
+                            {}) == 2
+    joined = parallel._joined([part("b"), part("a")], [], report.json_lines, {})
+    assert not isinstance(joined, int)
+    assert joined.lines == ["a-line", "b-line"]  # file by file, as the serial sort
+    assert joined.severities[Severity.WARNING] == 2

@@ -10,7 +10,7 @@ from typing import IO, Any, BinaryIO
 from drainsafe import shell
 from drainsafe.check import report
 from drainsafe.check.context import ConfigError, Context, apply_config, find_config, load_config
-from drainsafe.check.engine import gc_paused
+from drainsafe.check.engine import LineRenderer, gc_paused
 from drainsafe.check.findings import Finding
 from drainsafe.check.parallel import default_jobs, run
 from drainsafe.check.rules import Rule, all_rules
@@ -74,7 +74,16 @@ def main(args: argparse.Namespace, stdin: BinaryIO, out: IO[str], err: IO[str]) 
 def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], stdin: BinaryIO,
            out: IO[str], err: IO[str], *, end_process: bool) -> int:
     jobs = getattr(args, "jobs", None)
-    result = run(args.paths, context, stdin, jobs=default_jobs() if jobs is None else jobs)
+    # json and sarif lines are written by the workers that made the findings (see
+    # check.parallel); text output groups and counts them, --diff needs them as objects.
+    renderer: LineRenderer | None = None
+    if not (args.diff or args.fix):
+        if args.output == "json":
+            renderer = report.json_lines
+        elif args.output == "sarif":
+            renderer = report.sarif_renderer(rules)
+    result = run(args.paths, context, stdin, jobs=default_jobs() if jobs is None else jobs,
+                 renderer=renderer)
     if result.worker_failure is not None:  # the findings are complete: the exit code stays
         err.write(f"drainsafe check: {result.worker_failure}\n")
     for note in result.notes:
@@ -87,7 +96,7 @@ def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], s
     if args.output == "json":
         report.write_json(result, out)
     elif args.output == "sarif":
-        report.write_sarif(result, rules, out)
+        report.write_sarif(result, rules, out, renderer=renderer)
     else:
         report.text(result, context, out)
     code = result.exit_code(context)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from drainsafe.check.context import IGNORE_ANNOTATION, Context
-from drainsafe.check.findings import Finding, ObjectRef
+from drainsafe.check.findings import Finding, ObjectRef, Severity
 from drainsafe.check.load import Document, InputError, Loaded, load
 from drainsafe.check.locate import locate
 from drainsafe.check.model import Index, Subject, WholeInput, build_index
@@ -18,6 +18,25 @@ from drainsafe.check.validate import field_errors
 
 if TYPE_CHECKING:
     from drainsafe.check.parallel import WorkerFailure
+
+
+LineRenderer = Callable[[Iterable[Finding]], Iterator[str]]
+"""Findings to output lines, one per finding, in the order given (report.json_lines, a
+report.sarif_lines closure): what each finding writes depends on it alone."""
+
+
+@dataclass
+class Rendered:
+    """The findings already written as output lines, in the serial run's order: check.parallel
+    has each worker write the lines of the findings it made, so that the parent only joins
+    them (turning them back into objects, sorting and writing them was the parent's serial
+    part, ~0.07 s of 24,000 findings)."""
+
+    lines: list[str]
+    by: LineRenderer
+    """The renderer that wrote them (the output asks for its own)."""
+    severities: dict[Severity, int]
+    """How many findings of each severity (the exit code's threshold)."""
 
 
 @dataclass
@@ -36,6 +55,9 @@ class Result:
     worker_failure: WorkerFailure | None = None
     """Why the input was checked in this process after workers were started for it
     (check.parallel.run): a bug, said on stderr."""
+    rendered: Rendered | None = None
+    """The findings as output lines instead of `findings` (check.parallel.run, when asked to
+    render them)."""
 
     @property
     def checked(self) -> int:
@@ -43,7 +65,20 @@ class Result:
 
     def failed(self, context: Context) -> bool:
         threshold = context.fail_on
-        return threshold is not None and any(f.severity >= threshold for f in self.findings)
+        if threshold is None:
+            return False
+        if self.rendered is not None:
+            return any(n for s, n in self.rendered.severities.items() if s >= threshold)
+        return any(f.severity >= threshold for f in self.findings)
+
+    def lines(self, renderer: LineRenderer) -> Iterable[str]:
+        """The findings as `renderer` writes them (already written, when check.parallel
+        rendered them with it)."""
+        if self.rendered is None:
+            return renderer(self.findings)
+        if self.rendered.by != renderer:
+            raise ValueError("findings rendered for another output")
+        return self.rendered.lines
 
     def exit_code(self, context: Context) -> int:
         if self.errors:

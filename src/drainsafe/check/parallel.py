@@ -17,6 +17,17 @@ keys each lookup by namespace). Two exchanges make the split exact:
      objects answers from the whole input, and reports only on its own share's objects
      (Index.narrow): the reading is done twice, the rules once.
 
+When no cut keeps each namespace in one share (every file holds every namespace, as a
+fleet's generated manifests often do), the namespaces are dealt out instead: each worker
+reads every file's documents of its own namespaces, the others blanked (check.namespaces),
+after the same two exchanges; the first tells whether each object is where its text said.
+If one is not, or the input has an error (whose order and effect on what follows are the
+serial reading's), the input is checked in one process.
+
+The findings of each document are one process's, but in the straddling namespaces' files:
+with json or sarif output each worker writes its findings' lines (engine.Rendered), joined
+by the parent document by document; the others come back as objects, sorted together.
+
 The findings are joined and sorted as the serial run sorts them; findings that sort equal
 are of one rule about one object, so they come from one process in the serial order. Input
 errors are joined in the serial order too (read errors by file, then field errors by kind).
@@ -31,12 +42,23 @@ import contextlib
 import os
 import pickle
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 from typing import IO, Any, BinaryIO
 
+from drainsafe.check import namespaces
 from drainsafe.check.context import Context
-from drainsafe.check.engine import Result, check_documents, check_loaded, finish, gc_paused
+from drainsafe.check.engine import (
+    LineRenderer,
+    Rendered,
+    Result,
+    check_documents,
+    check_loaded,
+    finish,
+    gc_paused,
+)
 from drainsafe.check.engine import run as engine_run
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.load import (
@@ -161,6 +183,8 @@ class _Summary:
     """How many documents of each namespace it holds."""
     workloads: int
     standalone: bool
+    misplaced: str | None = None
+    """Why the documents cannot be checked where check.namespaces put them (only then)."""
 
 
 Encoded = tuple[list[str], list[Any], list[Any], list[tuple[Any, ...]]]
@@ -172,7 +196,13 @@ class _Part:
     """A worker's result."""
 
     findings: Encoded
-    """See _encode."""
+    """See _encode: all of them, or (when the parent asked for lines) those in the files the
+    parent checks objects of too."""
+    lines: list[tuple[str, int, list[str]]]
+    """The other findings as output lines, by file and document index, in the serial
+    order."""
+    severities: dict[int, int]
+    """How many findings of each severity, all of them."""
     read_errors: list[InputError]
     field_errors: tuple[list[InputError], ...]
     documents: int
@@ -206,14 +236,15 @@ class WorkerFailure:
 
 
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
-        jobs: int = 1) -> Result:
+        jobs: int = 1, renderer: LineRenderer | None = None) -> Result:
     """engine.run's result; with `jobs` > 1 a large input is checked in that many worker
-    processes (if one fails, here after all: the result's worker_failure says why)."""
+    processes (if one fails, here after all: the result's worker_failure says why). With a
+    `renderer`, the workers write their findings as its lines (the result's `rendered`)."""
     args = list(args)
     failure = None
     if jobs > 1:
         with gc_paused():
-            outcome = _in_workers(args, context, jobs)
+            outcome = _in_workers(args, context, jobs, renderer)
         if isinstance(outcome, Result):
             return finish(outcome, args)
         failure = outcome
@@ -222,7 +253,9 @@ def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
     return result
 
 
-def _in_workers(args: list[str], context: Context, jobs: int) -> Result | WorkerFailure | None:
+def _in_workers(args: list[str], context: Context, jobs: int,
+                renderer: LineRenderer | None = None
+                ) -> Result | WorkerFailure | None:
     """The serial run's Result, made in worker processes (or here, when the files cannot be
     cut without splitting a namespace); None when the input is small, the failure when a
     worker failed (the caller then checks it serially)."""
@@ -241,17 +274,23 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | Worker
     # Read here: the workers (forked) have the texts without reading them again.
     sources = [read_input(name) for name in names]
     cuts = shares(sources, jobs)
-    if cuts is None:  # checked here, as load() would read them (the total is in its limit)
+    if cuts is None:
+        by_namespace = _by_namespace(sources, names, expand_errors, notes, context, jobs,
+                                     renderer)
+        if by_namespace is not None:
+            return by_namespace
+        # Checked here, as load() would read them (the total is in its limit).
         loaded = Loaded(errors=expand_errors, notes=notes)
         for source in sources:
             take(loaded, source)
         return check_loaded(loaded, context)
     edges = [0, *cuts, len(sources)]
-    workers = [_Worker.start(sources, edges[k], edges[k + 1], context)
+    spans = [(names[edges[k]], names[edges[k + 1] - 1]) for k in range(len(edges) - 1)]
+    workers = [_Worker.start(context, renderer, _work, sources, edges[k], edges[k + 1])
                for k in range(len(edges) - 1)]
     try:
         answers = [w.receive() for w in workers]
-        failure = _failure(answers, _Summary, names, edges)
+        failure = _failure(answers, _Summary, spans)
         if failure is not None:
             return failure
         summaries = [s for s in answers if isinstance(s, _Summary)]
@@ -260,18 +299,23 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | Worker
             for namespace in s.files_of:
                 held[namespace] = held.get(namespace, 0) + 1
         straddling = {namespace for namespace, n in held.items() if n > 1}
-        whole = WholeInput(sum(s.workloads for s in summaries),
-                           any(s.standalone for s in summaries))
+        whole = _whole(summaries)
         documents = sum(n for s in summaries for n in s.documents_of.values())
         straddle = sum(s.documents_of[n] for s in summaries for n in straddling
                        if n in s.documents_of)
         here = straddle <= PARENT_SHARE * documents / len(workers)
+        # The files of the straddling namespaces: the parent finds in them, or more than one
+        # worker may (each reports on its own share's objects, and a finding about one may
+        # name an object its namespace holds in another share). There the workers' findings
+        # come back as objects, to be sorted together; every other document's findings are
+        # one worker's, and come as lines.
+        files = {f for s in summaries for namespace in straddling
+                 for f in s.files_of.get(namespace, ())}
         for w in workers:
-            w.send((whole, straddling if here else None))
+            w.send((whole, straddling if here else None,
+                    None if renderer is None else frozenset(files)))
         findings: list[Finding] = []
         if straddling and here:
-            files = {f for s in summaries for namespace in straddling
-                     for f in s.files_of.get(namespace, ())}
             again = Loaded()
             for source in sources:
                 if isinstance(source, SourceText) and source.name in files:
@@ -279,24 +323,133 @@ def _in_workers(args: list[str], context: Context, jobs: int) -> Result | Worker
             docs = [d for d in again.documents if namespace_of(d.obj) in straddling]
             findings, _ = check_documents(docs, context, whole=whole)
         answers = [w.receive() for w in workers]
-        failure = _failure(answers, _Part, names, edges)
+        failure = _failure(answers, _Part, spans)
         if failure is not None:
             return failure
         parts = [p for p in answers if isinstance(p, _Part)]
     finally:
         for w in workers:
             w.end()
+    return _result(parts, findings, renderer, expand_errors, notes, spans,
+                   sum(p.inputs for p in parts))
+
+
+def _by_namespace(sources: list[SourceText | InputError], names: list[str],
+                  expand_errors: list[InputError], notes: list[str], context: Context,
+                  jobs: int, renderer: LineRenderer | None) -> Result | WorkerFailure | None:
+    """The serial run's Result, made by workers that each read every file's documents of
+    their namespaces (check.namespaces), when no cut of the files keeps each namespace in
+    one share (a fleet whose every file holds every namespace). None when the files cannot
+    be split so (JSON, an unreadable file, a marker the split cannot follow, one namespace),
+    or the workers found an object that is not where the split put it, or an input error
+    (whose order and effect on what follows are the serial reading's): then the caller
+    checks the input in one process."""
+    texts = [s for s in sources if isinstance(s, SourceText)]
+    if len(texts) < len(sources) or any(s.name.endswith(".json") for s in texts):
+        return None
+    found = [namespaces.segments(s.text) for s in texts]
+    sizes: dict[str, int] = {}
+    for segments in found:
+        if segments is None:
+            return None
+        for segment in segments:
+            if segment.namespace is not None:
+                sizes[segment.namespace] = (sizes.get(segment.namespace, 0)
+                                            + segment.end - segment.body)
+    jobs = min(jobs, len(sizes))
+    if jobs < 2:
+        return None
+    owner = namespaces.assign(sizes, jobs)
+    segmented = [(s, f) for s, f in zip(texts, found, strict=True) if f is not None]
+    spans = [(names[0], names[-1])] * jobs  # every worker reads from every file
+    workers = [_Worker.start(context, renderer, _work_namespaces, segmented, owner, k)
+               for k in range(jobs)]
+    try:
+        answers = [w.receive() for w in workers]
+        failure = _failure(answers, _Summary, spans)
+        if failure is not None:
+            return failure
+        summaries = [s for s in answers if isinstance(s, _Summary)]
+        if any(s.misplaced for s in summaries):
+            for w in workers:
+                w.send(None)
+            return None
+        for w in workers:
+            w.send((_whole(summaries), set(), None if renderer is None else frozenset()))
+        answers = [w.receive() for w in workers]
+        failure = _failure(answers, _Part, spans)
+        if failure is not None:
+            return failure
+        parts = [p for p in answers if isinstance(p, _Part)]
+    finally:
+        for w in workers:
+            w.end()
+    return _result(parts, [], renderer, expand_errors, notes, spans, len(sources))
+
+
+def _whole(summaries: list[_Summary]) -> WholeInput:
+    """The whole input's facts, from every worker's."""
+    return WholeInput(sum(s.workloads for s in summaries), any(s.standalone for s in summaries))
+
+
+def _result(parts: list[_Part], findings: list[Finding], renderer: LineRenderer | None,
+            expand_errors: list[InputError], notes: list[str], spans: list[tuple[str, str]],
+            inputs: int) -> Result | WorkerFailure:
+    """The workers' parts and the parent's own `findings` as the serial run's Result."""
+    own = _severities(findings)
     for part in parts:
         findings.extend(_decode(part.findings))
     findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
+    rendered = None
+    if renderer is not None:
+        joined = _joined(parts, findings, renderer, own)
+        if isinstance(joined, int):  # not expected: see where the files are told
+            first, last = spans[joined]
+            return WorkerFailure(joined + 1, len(parts), first, last,
+                                 "lines for a document another process found in too", 1)
+        rendered, findings = joined, []
     errors = [*expand_errors, *(e for p in parts for e in p.read_errors)]
     for kind in range(3):
         errors.extend(e for p in parts for e in p.field_errors[kind])
-    result = Result(findings, errors, Index(), sum(p.documents for p in parts),
-                    sum(p.inputs for p in parts), notes,
+    result = Result(findings, errors, Index(), sum(p.documents for p in parts), inputs, notes,
                     objects_checked=sum(p.checked for p in parts))
     result.kinds = lambda: {k for p in parts for k in p.kinds}
+    result.rendered = rendered
     return result
+
+
+def _severities(findings: list[Finding]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return counts
+
+
+def _joined(parts: list[_Part], findings: list[Finding], renderer: LineRenderer,
+            own: dict[int, int]) -> Rendered | int:
+    """The workers' lines and `findings` (sorted; about documents no worker wrote lines
+    for) as one output in the serial order: document by document, in file order, as the
+    serial sort puts them (by file, then line: a document's findings are on its own lines).
+    `own`: the severities of the findings the parent made. If a worker wrote lines about a
+    document that other findings are about too (lines cannot be sorted among them), its
+    number."""
+    by_document: dict[tuple[str, int], list[str]] = {}
+    for k, part in enumerate(parts):
+        for file, doc_index, lines in part.lines:
+            if (file, doc_index) in by_document:
+                return k
+            by_document[(file, doc_index)] = lines
+    for key, group in groupby(findings, key=attrgetter("file", "doc_index")):
+        if key in by_document:
+            return next(k for k, part in enumerate(parts)
+                        if key in {(file, doc_index) for file, doc_index, _ in part.lines})
+        by_document[key] = list(renderer(group))
+    severities = {s: 0 for s in Severity}
+    for counts in (own, *(part.severities for part in parts)):
+        for level, n in counts.items():
+            severities[Severity(level)] += n
+    return Rendered([line for key in sorted(by_document) for line in by_document[key]],
+                    renderer, severities)
 
 
 @dataclass
@@ -312,9 +465,10 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def _failure(answers: list[object], expected: type, names: list[str],
-             edges: list[int]) -> WorkerFailure | None:
-    """The first of the workers' answers that is not of the `expected` kind, if any."""
+def _failure(answers: list[object], expected: type, spans: list[tuple[str, str]]
+             ) -> WorkerFailure | None:
+    """The first of the workers' answers that is not of the `expected` kind, if any.
+    `spans`: each worker's first and last file."""
     failed = [k for k, answer in enumerate(answers) if not isinstance(answer, expected)]
     if not failed:
         return None
@@ -322,8 +476,8 @@ def _failure(answers: list[object], expected: type, names: list[str],
     answer = answers[k]
     cause = answer.cause if isinstance(answer, _Failed) else \
         f"an answer of type {type(answer).__name__}"
-    return WorkerFailure(k + 1, len(answers), names[edges[k]], names[edges[k + 1] - 1], cause,
-                         len(failed))
+    first, last = spans[k]
+    return WorkerFailure(k + 1, len(answers), first, last, cause, len(failed))
 
 
 class _Worker:
@@ -333,9 +487,10 @@ class _Worker:
         self.pid, self.reading, self.writing = pid, reading, writing
 
     @classmethod
-    def start(cls, sources: list[SourceText | InputError], start: int, end: int,
-              context: Context) -> _Worker:
-        """A worker for the share sources[start:end]."""
+    def start(cls, context: Context, renderer: LineRenderer | None,
+              work: Callable[..., _Part | None],
+              *share: Any) -> _Worker:
+        """A worker running work(*share, context, renderer, up, down)."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
         pid = os.fork()
@@ -345,7 +500,7 @@ class _Worker:
             code = 1
             try:
                 with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
-                    code = _work(sources, start, end, context, up, down)
+                    code = _answer(up, lambda: work(*share, context, renderer, up, down))
             finally:
                 os._exit(code)  # no atexit handlers, no flush of the parent's buffers
         os.close(up_write)
@@ -373,48 +528,12 @@ class _Worker:
         os.waitpid(self.pid, 0)
 
 
-def _work(sources: list[SourceText | InputError], start: int, end: int, context: Context,
-          up: IO[bytes], down: IO[bytes]) -> int:
+def _answer(up: IO[bytes], work: Callable[[], _Part | None]) -> int:
+    """Run a worker's work and send its part (or why it failed); the exit code."""
     try:
-        loaded = Loaded()
-        for source in sources[start:end]:
-            take(loaded, source)
-        index = build_index(loaded.documents)
-        files_of: dict[str, list[str]] = {}
-        documents_of: dict[str, int] = {}
-        namespaces = []
-        for doc in loaded.documents:
-            namespace = namespace_of(doc.obj)
-            namespaces.append(namespace)
-            files = files_of.setdefault(namespace, [])
-            if not files or files[-1] != doc.file:
-                files.append(doc.file)
-            documents_of[namespace] = documents_of.get(namespace, 0) + 1
-        pickle.dump(_Summary(files_of, documents_of, len(index.workloads),
-                             any(not w.embedded for w in index.workloads)), up)
-        up.flush()
-        whole, straddling = pickle.load(down)
-        if straddling is None:  # every file read, this share's objects reported on
-            everything = Loaded()  # the other files' errors are their workers' to tell
-            for source in sources[:start]:
-                take(everything, source)
-            everything.documents.extend(loaded.documents)
-            for source in sources[end:]:
-                take(everything, source)
-            whole_index = build_index(everything.documents)
-            whole_index.whole = whole
-            whole_index.narrow({id(d) for d in loaded.documents})
-            findings, _ = check_documents(everything.documents, context, index=whole_index,
-                                          whole=whole)
-        elif straddling & files_of.keys():
-            mine = [d for d, n in zip(loaded.documents, namespaces, strict=True)
-                    if n not in straddling]
-            findings, _ = check_documents(mine, context, whole=whole)
-        else:
-            findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
-        part = _Part(_encode(findings), loaded.errors, field_errors_by_kind(index),
-                     len(loaded.documents), loaded.inputs, index.checked,
-                     {str(d.obj.get("kind")) for d in loaded.documents})
+        part = work()
+        if part is None:  # told to stop: the input is checked in one process
+            return 0
         failpoint("check.worker.checked")
     except BaseException as exc:  # the parent checks serially, and says why
         pickle.dump(_Failed(_cause(exc)), up)
@@ -423,6 +542,102 @@ def _work(sources: list[SourceText | InputError], start: int, end: int, context:
     pickle.dump(part, up, protocol=pickle.HIGHEST_PROTOCOL)
     up.flush()
     return 0
+
+
+def _work(sources: list[SourceText | InputError], start: int, end: int, context: Context,
+          renderer: LineRenderer | None, up: IO[bytes], down: IO[bytes]) -> _Part:
+    """A worker for the share sources[start:end]: reads it, tells the parent what it holds,
+    checks what the parent's answer leaves it."""
+    loaded = Loaded()
+    for source in sources[start:end]:
+        take(loaded, source)
+    index = build_index(loaded.documents)
+    files_of: dict[str, list[str]] = {}
+    documents_of: dict[str, int] = {}
+    held_in: list[str] = []
+    for doc in loaded.documents:
+        namespace = namespace_of(doc.obj)
+        held_in.append(namespace)
+        files = files_of.setdefault(namespace, [])
+        if not files or files[-1] != doc.file:
+            files.append(doc.file)
+        documents_of[namespace] = documents_of.get(namespace, 0) + 1
+    pickle.dump(_Summary(files_of, documents_of, len(index.workloads),
+                         any(not w.embedded for w in index.workloads)), up)
+    up.flush()
+    whole, straddling, shared = pickle.load(down)
+    if straddling is None:  # every file read, this share's objects reported on
+        everything = Loaded()  # the other files' errors are their workers' to tell
+        for source in sources[:start]:
+            take(everything, source)
+        everything.documents.extend(loaded.documents)
+        for source in sources[end:]:
+            take(everything, source)
+        whole_index = build_index(everything.documents)
+        whole_index.whole = whole
+        whole_index.narrow({id(d) for d in loaded.documents})
+        findings, _ = check_documents(everything.documents, context, index=whole_index,
+                                      whole=whole)
+    elif straddling & files_of.keys():
+        mine = [d for d, n in zip(loaded.documents, held_in, strict=True)
+                if n not in straddling]
+        findings, _ = check_documents(mine, context, whole=whole)
+    else:
+        findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
+    return _part(findings, renderer, shared, loaded, index)
+
+
+def _work_namespaces(segmented: list[tuple[SourceText, list[namespaces.Segment]]],
+                     owner: dict[str, int], k: int, context: Context,
+                     renderer: LineRenderer | None, up: IO[bytes], down: IO[bytes]
+                     ) -> _Part | None:
+    """Worker k of _by_namespace: reads its namespaces' documents of every file, tells the
+    parent whether each object is where the split put it, then checks them."""
+    mine = {namespace for namespace, n in owner.items() if n == k}
+    loaded = Loaded()
+    for source, segments in segmented:
+        text = namespaces.view(source.text, segments, mine)
+        if text is not None:
+            take(loaded, source if text is source.text else SourceText(source.name, text))
+    index = build_index(loaded.documents)
+    misplaced = None
+    if loaded.errors or any(field_errors_by_kind(index)):
+        misplaced = "an input error"
+    else:
+        for doc in loaded.documents:
+            namespace = namespace_of(doc.obj)
+            if owner.get(namespace) != k:
+                misplaced = f"{doc.file}: an object in namespace {namespace} read as " \
+                            f"in {sorted(mine)}"
+                break
+    pickle.dump(_Summary({}, {}, len(index.workloads),
+                         any(not w.embedded for w in index.workloads), misplaced), up)
+    up.flush()
+    message = pickle.load(down)
+    if message is None:  # checked in one process instead
+        return None
+    whole, _, shared = message
+    findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
+    return _part(findings, renderer, shared, loaded, index)
+
+
+def _part(findings: list[Finding], renderer: LineRenderer | None,
+          shared: frozenset[str] | None, loaded: Loaded, index: Index) -> _Part:
+    """A worker's answer. With a renderer, the findings as lines, document by document, but
+    those in the `shared` files (the parent sorts them among others')."""
+    severities = _severities(findings)
+    lines: list[tuple[str, int, list[str]]] = []
+    if renderer is not None and shared is not None:
+        kept: list[Finding] = []
+        for (file, doc_index), group in groupby(findings, key=attrgetter("file", "doc_index")):
+            if file in shared:
+                kept.extend(group)
+            else:
+                lines.append((file, doc_index, list(renderer(group))))
+        findings = kept
+    return _Part(_encode(findings), lines, severities, loaded.errors,
+                 field_errors_by_kind(index), len(loaded.documents), loaded.inputs,
+                 index.checked, {str(d.obj.get("kind")) for d in loaded.documents})
 
 
 def _encode(findings: list[Finding]) -> Encoded:

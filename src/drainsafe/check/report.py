@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from functools import partial
 from itertools import groupby
 from json import encoder
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import IO, Any
 
 from drainsafe import __version__
 from drainsafe.check.context import Context
-from drainsafe.check.engine import Result
+from drainsafe.check.engine import LineRenderer, Result
 from drainsafe.check.findings import Finding, ObjectRef, Severity
 from drainsafe.check.rules import Rule
 
@@ -134,7 +135,7 @@ def _pieces(lines: Iterable[str], separator: str, size: int) -> Iterator[str]:
 def write_json(result: Result, out: IO[str], *, piece: int = PIECE_LINES) -> None:
     # One finding per line: it reads and diffs well, and json's C encoder only runs without
     # indent (indent=2 took a quarter of the CLI's time on 10,000 objects).
-    pieces = _pieces(json_lines(result.findings), ",\n  ", piece)
+    pieces = _pieces(result.lines(json_lines), ",\n  ", piece)
     first = next(pieces, None)
     if first is None:
         out.write('{"findings": []}\n')
@@ -283,8 +284,14 @@ def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> Iterator[
                f'{int.__repr__(max(f.line, 1))}{parts[2]}{fix}{parts[3]}{rule[1]}')
 
 
+def sarif_renderer(rules: dict[str, Rule]) -> LineRenderer:
+    """sarif_lines for these rules (their order gives each result's ruleIndex)."""
+    return partial(sarif_lines, index={rule_id: n for n, rule_id in enumerate(rules)})
+
+
 def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str], *,
-                piece: int = PIECE_LINES) -> None:
+                piece: int = PIECE_LINES, renderer: LineRenderer | None = None) -> None:
+    """`renderer`: the sarif_renderer the findings were rendered with, if they were."""
     # The run's envelope indented, its results one per line, as -o json writes findings:
     # json's C encoder runs only without indent (indent=2 over every result took over half
     # of the command's time on a findings-heavy input). The same JSON document.
@@ -293,8 +300,7 @@ def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str], *,
     at = text.rfind('"results": []')  # the run's last key; inside strings quotes are \"
     indent = " " * (at - text.rfind("\n", 0, at) - 1)
     separator = f",\n{indent}  "
-    pieces = _pieces(sarif_lines(result.findings, {rule_id: n for n, rule_id in enumerate(rules)}),
-                     separator, piece)
+    pieces = _pieces(result.lines(renderer or sarif_renderer(rules)), separator, piece)
     first = next(pieces, None)
     if first is None:
         out.write(text)
