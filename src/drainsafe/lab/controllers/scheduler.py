@@ -1,11 +1,16 @@
-"""Scheduler: binds Pending pods to nodes with drainsafe.placement's fit decision.
+"""Scheduler: binds Pending pods to nodes with drainsafe.placement's decision.
 
 Pods with no spec.nodeName, not terminating and schedulerName default-scheduler are
-placed in priority then creation order. On success the pod gets spec.nodeName and
-PodScheduled=True (the binding subresource's effect); when nothing fits, PodScheduled=False
-with reason Unschedulable and a FailedScheduling event carry the scheduler's message.
-Unschedulable pods are tried again whenever a pod or node changes. Required inter-pod
-affinity and anti-affinity are filtered as kube-scheduler's InterPodAffinity plugin does
+placed in priority then creation order. Each goes to placement.choose's node: the only
+feasible one unscored, else the best by the default profile's weighted score plugins
+(placement.score: TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1,
+PodTopologySpread 2, InterPodAffinity 2, NodeResourcesBalancedAllocation 1, as
+kube-scheduler's default_plugins.go), so a PreferNoSchedule taint is one preference among
+them, not a rank above all. On success the pod gets spec.nodeName and PodScheduled=True
+(the binding subresource's effect); when nothing fits, PodScheduled=False with reason
+Unschedulable and a FailedScheduling event carry the scheduler's message. Unschedulable
+pods are tried again whenever a pod or node changes. Inter-pod affinity and
+anti-affinity are filtered and scored as kube-scheduler's InterPodAffinity plugin does
 (drainsafe.podaffinity), counting every pod bound so far, this pass's included.
 """
 
@@ -88,8 +93,8 @@ class Scheduler(Controller):
             if node:
                 loads[node].add(p)
         # Pods on nodes with their nodes' labels, for inter-pod (anti-)affinity; only
-        # looked at when some pod has required terms.
-        with_terms = any(podaffinity.has_required_terms(p) for p in all_pods)
+        # looked at when some pod has terms.
+        with_terms = any(podaffinity.has_terms(p) for p in all_pods)
         bound = podaffinity.bound_pods(all_pods, nodes) if with_terms else []
         for n in nodes:
             loads[n["metadata"]["name"]].allocatable = placement.node_allocatable(n)
