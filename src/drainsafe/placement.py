@@ -234,19 +234,91 @@ class NodeLoad:
                         self.nonzero, self.requested)
 
     def add(self, pod: Mapping[str, Any]) -> None:
-        if not occupying(pod):
-            return
+        held = PodShare.of(pod)
+        if held is not None:
+            self.include(held)
+
+    def include(self, held: PodShare) -> None:
         self.count += 1
-        requests, (cpu, memory) = _requests(pod.get("spec") or {})
-        for k, v in requests.items():
+        for k, v in held.used.items():
             self.used[k] = self.used.get(k, Decimal(0)) + v
-        self.requested = (self.requested[0] + _milli(requests.get("cpu")),
-                          self.requested[1] + _whole(requests.get("memory")))
-        self.nonzero = (self.nonzero[0] + cpu, self.nonzero[1] + memory)
+        self.requested = (self.requested[0] + held.requested[0],
+                          self.requested[1] + held.requested[1])
+        self.nonzero = (self.nonzero[0] + held.nonzero[0], self.nonzero[1] + held.nonzero[1])
+        if held.owner:
+            self.owners[held.owner] = self.owners.get(held.owner, 0) + 1
+
+    def exclude(self, held: PodShare) -> None:
+        """Undo include(held) (the pod left the node, finished, or changed)."""
+        self.count -= 1
+        for k, v in held.used.items():
+            self.used[k] = self.used.get(k, Decimal(0)) - v
+        self.requested = (self.requested[0] - held.requested[0],
+                          self.requested[1] - held.requested[1])
+        self.nonzero = (self.nonzero[0] - held.nonzero[0], self.nonzero[1] - held.nonzero[1])
+        if held.owner:
+            left = self.owners.get(held.owner, 0) - 1
+            if left > 0:
+                self.owners[held.owner] = left
+            else:
+                self.owners.pop(held.owner, None)
+
+
+@dataclass(frozen=True)
+class PodShare:
+    """What one pod adds to its node's NodeLoad: its requests, as requested and with the
+    scorer's non-zero defaults, and the owner default spreading counts it under."""
+
+    used: Resources
+    requested: tuple[int, int]  # (millicpu, memory bytes) as requested
+    nonzero: tuple[int, int]  # (millicpu, memory bytes), non-zero defaults
+    owner: str | None
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodShare | None:
+        """None for a pod that holds nothing (finished)."""
+        if not occupying(pod):
+            return None
+        requests, nonzero = _requests(pod.get("spec") or {})
         owner = _spread_owner(pod)
         # a terminating pod is not counted (podtopologyspread countPodsMatchSelector)
-        if owner and not (pod.get("metadata") or {}).get("deletionTimestamp"):
-            self.owners[owner] = self.owners.get(owner, 0) + 1
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            owner = None
+        return cls(requests, (_milli(requests.get("cpu")), _whole(requests.get("memory"))),
+                   nonzero, owner or None)
+
+
+class LoadLedger:
+    """Each node's NodeLoad kept up to date pod change by pod change, as kube-scheduler's
+    cache keeps NodeInfo's Requested from the pod informer's events (AddPod, UpdatePod,
+    RemovePod) instead of summing every pod each cycle. `put` a pod's new state (None
+    when gone); `loads` then equals NodeLoad.of over each node's bound pods (allocatable
+    aside, which the caller sets)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[str, PodShare]] = {}  # pod uid -> (node, its share)
+        self.loads: dict[str, NodeLoad] = {}
+
+    @classmethod
+    def of(cls, pods: Iterable[Mapping[str, Any]]) -> LoadLedger:
+        ledger = cls()
+        for p in pods:
+            ledger.put(str((p.get("metadata") or {}).get("uid")), p)
+        return ledger
+
+    def put(self, uid: str, pod: Mapping[str, Any] | None) -> None:
+        before = self._held.pop(uid, None)
+        if before is not None:
+            self.loads[before[0]].exclude(before[1])
+        node = (pod.get("spec") or {}).get("nodeName") if pod is not None else None
+        held = PodShare.of(pod) if pod is not None and node else None
+        if node and held is not None:
+            self._held[uid] = (str(node), held)
+            self.loads.setdefault(str(node), NodeLoad({}, 0, {})).include(held)
+
+    def snapshot(self) -> dict[str, NodeLoad]:
+        """Copies a pass can add its own bindings to."""
+        return {name: load.copy() for name, load in self.loads.items()}
 
 
 def check(node: Mapping[str, Any], pod: Mapping[str, Any],
