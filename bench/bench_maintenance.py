@@ -7,9 +7,9 @@ run each, side by side (issue 30).
 Scenario: drainsafe.demo.fleetload (the acceptance test's): a Deployment (1 replica, 1 GPU),
 a CPU-only StatefulSet (1) and a LeaderWorkerSet (1 group of 2 pods, 1 GPU each), each
 behind a Service with a PDB, streaming load through every Service. A fresh lab per column,
-the controller installed in each (`kubectl apply -k deploy/controller`; the guard holds
-nothing: the namespace is not opted in), the same choice of nodes (the 4 that run no
-controller replica).
+the controller installed in each (`kubectl apply -k deploy/controller`, pinned to the
+lab's 2 system nodes; the guard holds nothing: the namespace is not opted in), the same
+choice of nodes (4 of the 6 workers, those holding the workloads' pods first).
 
 Printed: total time (start to every node drained and schedulable again), time to full
 capacity, the lowest Ready/desired of any workload (groups for the LeaderWorkerSet) at
@@ -90,13 +90,13 @@ async def once(column: str, settings: ScenarioSettings) -> Column:
     out = Column()
     workloads = fleet(settings)
     with tempfile.TemporaryDirectory(prefix="bench-maintenance-") as tmp:
-        async with Lab(Path(tmp) / "lab", nodes=6, gpus_per_node=1,
+        async with Lab(Path(tmp) / "lab", nodes=6, gpus_per_node=1, system_nodes=2,
                        propagation_seconds=settings.propagation, restart_backoff=0.5,
                        ingress=False) as lab:
             await lab.install_leaderworkerset()
             binary = kubectl_binary()
             assert binary is not None
-            await install(lab, binary, "drainsafe-system")
+            await install(lab, binary, "drainsafe-system", system_nodes=True)
             await lab.wait_established("nodemaintenances.drainsafe.io")
             await deploy(lab, workloads)
             out.nodes = await maintained_nodes(lab, 4)

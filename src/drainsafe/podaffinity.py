@@ -1,4 +1,4 @@
-"""Required inter-pod affinity and anti-affinity: the scheduler's InterPodAffinity filter.
+"""Inter-pod affinity and anti-affinity: the scheduler's InterPodAffinity filter and score.
 
 After kubernetes/kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering.go
 (read at the stored commit 53f1b9d and in a later copy that uses the `fwk` status package;
@@ -15,15 +15,20 @@ no existing pod's anti-affinity covers the node's pairs. A term's namespaces def
 the incoming (or existing) pod's own; its selector is a metav1.LabelSelector
 (drainsafe.labels). The failure texts are the plugin's ErrReason* strings.
 
+The same pass gathers the plugin's score per topology pair (scoring.go PreScore, at
+v1.33: preferred terms of the incoming pod and of the pods already bound, and their
+required affinity terms at hardPodAffinityWeight 1); drainsafe.placement.score sums it
+per node and normalises it.
+
 Not modelled: namespaceSelector other than {} (every namespace), matchLabelKeys and
-mismatchLabelKeys, preferred terms (scoring).
+mismatchLabelKeys.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from drainsafe.labels import Selector, SelectorError, from_label_selector
@@ -31,6 +36,7 @@ from drainsafe.labels import Selector, SelectorError, from_label_selector
 Obj = Mapping[str, Any]
 Pair = tuple[str, str]  # (topologyKey, the node's value)
 
+HARD_POD_AFFINITY_WEIGHT = 1  # InterPodAffinityArgs.hardPodAffinityWeight's default
 AFFINITY_RULES = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY_RULES = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
@@ -52,25 +58,44 @@ class Term:
         return self.selector is not None and self.selector.matches(m.get("labels") or {})
 
 
+def _term(t: Obj, own: str) -> Term | None:
+    """A PodAffinityTerm of a pod in namespace `own`, resolved (None: unreadable)."""
+    selector: Selector | None = None
+    if t.get("labelSelector") is not None:
+        try:
+            selector = from_label_selector(t.get("labelSelector"))
+        except SelectorError:
+            return None  # the API server rejects such a pod; nothing to match
+    namespaces: frozenset[str] | None = frozenset(t.get("namespaces") or ())
+    if t.get("namespaceSelector") == {}:
+        namespaces = None
+    elif not namespaces:
+        namespaces = frozenset({own})
+    return Term(selector, namespaces, str(t.get("topologyKey") or ""))
+
+
+def _block(pod: Obj, kind: str) -> tuple[Obj, str]:
+    spec = pod.get("spec") or {}
+    own = str((pod.get("metadata") or {}).get("namespace") or "default")
+    return ((spec.get("affinity") or {}).get(kind) or {}), own
+
+
 def required_terms(pod: Obj, kind: str) -> tuple[Term, ...]:
     """The pod's required terms of `kind` ("podAffinity" or "podAntiAffinity")."""
-    spec = pod.get("spec") or {}
-    block = ((spec.get("affinity") or {}).get(kind) or {})
-    own = str((pod.get("metadata") or {}).get("namespace") or "default")
+    block, own = _block(pod, kind)
+    terms = (_term(t, own) for t in block.get("requiredDuringSchedulingIgnoredDuringExecution")
+             or [])
+    return tuple(t for t in terms if t is not None)
+
+
+def preferred_terms(pod: Obj, kind: str) -> tuple[tuple[Term, int], ...]:
+    """The pod's preferred terms of `kind`, each with its weight."""
+    block, own = _block(pod, kind)
     out = []
-    for t in block.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-        selector: Selector | None = None
-        if t.get("labelSelector") is not None:
-            try:
-                selector = from_label_selector(t.get("labelSelector"))
-            except SelectorError:
-                continue  # the API server rejects such a pod; nothing to match
-        namespaces: frozenset[str] | None = frozenset(t.get("namespaces") or ())
-        if t.get("namespaceSelector") == {}:
-            namespaces = None
-        elif not namespaces:
-            namespaces = frozenset({own})
-        out.append(Term(selector, namespaces, str(t.get("topologyKey") or "")))
+    for w in block.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+        term = _term(w.get("podAffinityTerm") or {}, own)
+        if term is not None:
+            out.append((term, int(w.get("weight") or 0)))
     return tuple(out)
 
 
@@ -78,6 +103,13 @@ def has_required_terms(pod: Obj) -> bool:
     aff = (pod.get("spec") or {}).get("affinity") or {}
     return any((aff.get(k) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
                for k in ("podAffinity", "podAntiAffinity"))
+
+
+def has_terms(pod: Obj) -> bool:
+    """Any inter-pod (anti-)affinity term, required or preferred: what filter or score read."""
+    aff = (pod.get("spec") or {}).get("affinity") or {}
+    return any((aff.get(k) or {}).get(f"{when}DuringSchedulingIgnoredDuringExecution")
+               for k in ("podAffinity", "podAntiAffinity") for when in ("required", "preferred"))
 
 
 @dataclass(frozen=True)
@@ -90,6 +122,8 @@ class AffinityState:
     anti_affinity_counts: Counter[Pair]
     existing_anti_affinity: Counter[Pair]
     matches_own_terms: bool
+    # InterPodAffinity's score per topology pair (its PreScore topologyScore; see prefilter)
+    preferred: Counter[Pair] = field(default_factory=Counter)
 
     @property
     def trivial(self) -> bool:
@@ -97,13 +131,42 @@ class AffinityState:
 
 
 def prefilter(pod: Obj, bound: Iterable[tuple[Obj, Mapping[str, str]]]) -> AffinityState:
-    """Counts over `bound`: each pod already on a node with that node's labels."""
+    """Counts over `bound`: each pod already on a node with that node's labels. Also the
+    score's (`preferred`): for each pod already bound, in its node's topology pairs, the
+    weights of the incoming pod's preferred affinity terms that select it (anti-affinity
+    ones subtracted), and of the terms of its own that select the incoming pod: its
+    preferred ones likewise, its required affinity ones with hardPodAffinityWeight 1
+    (interpodaffinity/scoring.go processExistingPod)."""
     affinity = required_terms(pod, "podAffinity")
     anti = required_terms(pod, "podAntiAffinity")
+    liked = preferred_terms(pod, "podAffinity")
+    disliked = preferred_terms(pod, "podAntiAffinity")
     aff_counts: Counter[Pair] = Counter()
     anti_counts: Counter[Pair] = Counter()
     existing: Counter[Pair] = Counter()
+    preferred: Counter[Pair] = Counter()
+
+    def credit(term: Term, weight: int, labels: Mapping[str, str]) -> None:
+        if term.topology_key in labels:
+            preferred[(term.topology_key, labels[term.topology_key])] += weight
+
     for other, labels in bound:
+        for t, w in liked:
+            if t.selects(other):
+                credit(t, w, labels)
+        for t, w in disliked:
+            if t.selects(other):
+                credit(t, -w, labels)
+        if has_terms(other):
+            for t in required_terms(other, "podAffinity"):
+                if t.selects(pod):
+                    credit(t, HARD_POD_AFFINITY_WEIGHT, labels)
+            for t, w in preferred_terms(other, "podAffinity"):
+                if t.selects(pod):
+                    credit(t, w, labels)
+            for t, w in preferred_terms(other, "podAntiAffinity"):
+                if t.selects(pod):
+                    credit(t, -w, labels)
         if affinity and all(t.selects(other) for t in affinity):
             for t in affinity:
                 if t.topology_key in labels:
@@ -116,7 +179,8 @@ def prefilter(pod: Obj, bound: Iterable[tuple[Obj, Mapping[str, str]]]) -> Affin
                 if t.topology_key in labels and t.selects(pod):
                     existing[(t.topology_key, labels[t.topology_key])] += 1
     return AffinityState(affinity, anti, aff_counts, anti_counts, existing,
-                         bool(affinity) and all(t.selects(pod) for t in affinity))
+                         bool(affinity) and all(t.selects(pod) for t in affinity),
+                         Counter({k: v for k, v in preferred.items() if v}))
 
 
 def refusal(state: AffinityState, node_labels: Mapping[str, str]) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from drainsafe.demo.scenario import APP, NAMESPACE, ScenarioSettings
 from drainsafe.lab.apiserver.discovery import BY_KEY
-from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.lab.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATION, Lab, virtual_deployment
 from drainsafe.verify.load import LoadSpec
 from drainsafe.verify.loadproc import run_load_process
 
@@ -95,10 +95,11 @@ async def until(predicate: Any, *, timeout: float, what: str) -> None:
 
 
 async def install(lab: Lab, *extra_args: str, env: Mapping[str, str] | None = None,
-                  node: str | None = None) -> None:
+                  node: str | None = None, system_nodes: bool = False) -> None:
     """The guard by `kubectl apply -k deploy/controller` (its args and env extended, its
-    pods kept to `node`, by an overlay), until it serves with its CA in its webhook
-    configuration."""
+    pods kept to `node`, or to the lab's system nodes by nodeSelector and toleration as an
+    operator keeps it off the nodes it drains, by an overlay), until it serves with its CA
+    in its webhook configuration."""
     source = str(DEPLOY)
     container = "/spec/template/spec/containers/0"
     ops = [("add", f"{container}/args/-", a) for a in extra_args]
@@ -107,6 +108,9 @@ async def install(lab: Lab, *extra_args: str, env: Mapping[str, str] | None = No
     if node is not None:
         ops.append(("add", "/spec/template/spec/nodeSelector",
                     json.dumps({"kubernetes.io/hostname": node})))
+    if system_nodes:
+        ops.append(("add", "/spec/template/spec/nodeSelector", json.dumps(SYSTEM_NODE_SELECTOR)))
+        ops.append(("add", "/spec/template/spec/tolerations", json.dumps([SYSTEM_TOLERATION])))
     if ops:
         overlay = lab.state_dir / "overlay"
         overlay.mkdir()

@@ -1,12 +1,14 @@
 """NodeMaintenance acceptance (issue 30): a lab of 6 one-GPU nodes, streaming load through
 the Services of a Deployment, a StatefulSet and a LeaderWorkerSet; `kubectl apply -k
-deploy/controller`, then `kubectl apply -f` of a NodeMaintenance over 4 nodes (a label
-selector), maxParallelNodes 2, uncordon WhenMaintained. Every node is marked maintained as
-soon as it waits for it (the first with `drainsafe maintenance done`, the others with
-`kubectl annotate`, both the documented ways), and ends drained and uncordoned; no request
-fails or is cut; no workload is below its desired Ready count (whole groups for the
-LeaderWorkerSet) at any 0.1 s sample or change; `kubectl get nodemaintenance` shows the
-progress as it goes. The workloads' sizes and why: drainsafe.demo.fleetload.
+deploy/controller` (overlaid as an operator keeps it off the nodes it drains: on the
+lab's 2 system nodes, by nodeSelector and toleration), then `kubectl apply -f` of a
+NodeMaintenance over 4 nodes (a label selector), maxParallelNodes 2, uncordon
+WhenMaintained. Every node is marked maintained as soon as it waits for it (the first
+with `drainsafe maintenance done`, the others with `kubectl annotate`, both the
+documented ways), and ends drained and uncordoned; no request fails or is cut; no
+workload is below its desired Ready count (whole groups for the LeaderWorkerSet) at any
+0.1 s sample or change; `kubectl get nodemaintenance` shows the progress as it goes.
+The workloads' sizes and why, and where the controller runs: drainsafe.demo.fleetload.
 
 Then, on the same lab (one lab for both: the suite's time), the simulator against the lab
 for one small pool: the same NodeMaintenance settings run by `drainsafe simulate`'s model
@@ -69,10 +71,10 @@ async def lab(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lab]:
     os.environ["PATH"] = lab_path_env()  # the controller's pods run `drainsafe` from PATH
     try:
         async with Lab(tmp_path_factory.mktemp("maintenance") / "lab", nodes=6,
-                       gpus_per_node=1, propagation_seconds=SETTINGS.propagation,
+                       gpus_per_node=1, system_nodes=2, propagation_seconds=SETTINGS.propagation,
                        restart_backoff=0.5) as lab:
             await lab.install_leaderworkerset()
-            await install(lab)
+            await install(lab, system_nodes=True)
             await lab.wait_established("nodemaintenances.drainsafe.io")
             yield lab
     finally:

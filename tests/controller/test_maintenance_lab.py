@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from drainsafe.lab.apiserver.discovery import BY_KEY
-from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.lab.cluster import SYSTEM_ROLE, Lab, virtual_deployment
 
 from .guardlab import KUBECTL_DIR, audit_clean, install, kubectl, lab_path_env, ready_pods
 
@@ -32,9 +32,9 @@ async def maintenance_lab(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatc
     if not (KUBECTL_DIR / "kubectl.1.33").exists():
         pytest.skip("kubectl 1.33 is not installed")
     monkeypatch.setenv("PATH", lab_path_env())
-    async with Lab(tmp_path / "lab", nodes=4, gpus_per_node=2, propagation_seconds=0.2,
-                   restart_backoff=0.5) as lab:
-        await install(lab, "--lease-seconds=4")
+    async with Lab(tmp_path / "lab", nodes=4, gpus_per_node=2, system_nodes=2,
+                   propagation_seconds=0.2, restart_backoff=0.5) as lab:
+        await install(lab, "--lease-seconds=4", system_nodes=True)
         await lab.wait_established("nodemaintenances.drainsafe.io")
         yield lab
 
@@ -52,20 +52,19 @@ async def _status(lab: Lab) -> dict[str, Any]:
 
 
 async def _start(lab: Lab, startup: float) -> list[str]:
-    """The workload, then a NodeMaintenance over two nodes that run none of the controller's
-    replicas (a leader draining its own node is another test's subject) and some of it."""
+    """The workload, then two worker nodes for a NodeMaintenance, those with its pods first
+    (3 pods on 4 workers: the first holds some). The controller runs on the system nodes
+    (the fixture pins it), so none of its replicas is on them: a leader draining its own
+    node is another test's subject."""
     assert lab.control_plane is not None
     store = lab.control_plane.store
     await lab.apply(virtual_deployment("llm", replicas=REPLICAS, startup_seconds=startup,
                                        exit_after_sigterm_seconds=0.5, gpus=1))
     await lab.wait_available("default", "llm", timeout=60)
-    controllers = {p["spec"].get("nodeName") for p in store.items(PODS, "drainsafe-system")}
     workload = {p["spec"].get("nodeName") for p in ready_pods(lab, "llm")}
-    free = sorted((n["metadata"]["name"] for n in store.items(NODES, "")
-                   if n["metadata"]["name"] not in controllers),
-                  key=lambda n: n not in workload)
-    assert len(free) >= 2, (controllers, free)
-    return free[:2]
+    workers = sorted(n["metadata"]["name"] for n in store.items(NODES, "")
+                     if SYSTEM_ROLE not in n["metadata"].get("labels", {}))
+    return sorted(workers, key=lambda n: n not in workload)[:2]
 
 
 async def _apply(lab: Lab, tmp_path: pathlib.Path, chosen: list[str]) -> None:

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from drainsafe.lab.apiserver.discovery import BY_KEY
-from drainsafe.lab.cluster import Lab, virtual_deployment
+from drainsafe.lab.cluster import SYSTEM_ROLE, Lab, virtual_deployment
 
 from .guardlab import KUBECTL_DIR, install, kubectl, lab_path_env, ready_pods, until
 from .promrules import Expect, Sample, drainsafe_samples, run_promtool
@@ -92,23 +92,23 @@ async def test_alerts_fire_on_what_the_controller_exported(
     if not (KUBECTL_DIR / "kubectl.1.33").exists():
         pytest.skip("kubectl 1.33 is not installed")
     monkeypatch.setenv("PATH", lab_path_env())
-    async with Lab(tmp_path / "lab", nodes=4, gpus_per_node=0, propagation_seconds=0.2,
-                   restart_backoff=0.5) as lab:
-        await install(lab)
+    async with Lab(tmp_path / "lab", nodes=4, gpus_per_node=0, system_nodes=2,
+                   propagation_seconds=0.2, restart_backoff=0.5) as lab:
+        await install(lab, system_nodes=True)
         await lab.wait_established("nodemaintenances.drainsafe.io")
         assert lab.control_plane is not None
         store = lab.control_plane.store
         await lab.apply(virtual_deployment("llm", replicas=3, startup_seconds=8.0,
                                            exit_after_sigterm_seconds=0.5))
         await lab.wait_available("default", "llm", timeout=60)
-        controllers = {p["spec"].get("nodeName") for p in store.items(PODS, "drainsafe-system")}
+        # The controller on the system nodes (pinned), the workload on the 4 workers: 3 pods,
+        # so a worker with one to drain and one without, whatever the scheduler's scores.
         workload = {p["spec"].get("nodeName") for p in ready_pods(lab, "llm")}
-        names = sorted(n["metadata"]["name"] for n in store.items(NODES, ""))
-        free = [n for n in names if n not in controllers]
-        drained = next(n for n in free if n in workload)
-        kept = next((n for n in free if n not in workload), None) or next(
-            n for n in free if n != drained)
-        other = next(n for n in names if n not in (drained, kept))
+        workers = sorted(n["metadata"]["name"] for n in store.items(NODES, "")
+                         if SYSTEM_ROLE not in n["metadata"].get("labels", {}))
+        drained = next(n for n in workers if n in workload)
+        kept = next(n for n in workers if n not in workload)
+        other = next(n for n in workers if n not in (drained, kept))
 
         # 1. A NodeMaintenance leaves its node cordoned (Never); another fails (NoNodes).
         await _apply(lab, tmp_path, "keep", {"nodeNames": [kept], "uncordon": "Never"})

@@ -13,7 +13,15 @@ import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
 from drainsafe.lab.apiserver.discovery import BY_KEY
-from drainsafe.lab.cluster import Lab, gpu_device_plugin_daemonset, pids_alive, virtual_deployment
+from drainsafe.lab.cluster import (
+    SYSTEM_NODE_SELECTOR,
+    SYSTEM_TAINT,
+    SYSTEM_TOLERATION,
+    Lab,
+    gpu_device_plugin_daemonset,
+    pids_alive,
+    virtual_deployment,
+)
 from drainsafe.lab.node.probes import LoopStalls
 from drainsafe.lab.node.volumes import pod_dir
 
@@ -149,6 +157,32 @@ async def test_virtual_pods_need_no_process(lab: Lab) -> None:
     assert len(workers) == 4
     assert all(c.process is not None and c.process.pid is None
                for w in workers for c in w.containers)
+
+
+async def test_system_nodes_take_only_the_pods_pinned_there(tmp_path: Path) -> None:
+    async with Lab(tmp_path / "lab", nodes=2, system_nodes=2, propagation_seconds=0,
+                   ingress=False) as lab:
+        pinned = virtual_deployment("addon", replicas=2)
+        pinned["spec"]["template"]["spec"].update(nodeSelector=SYSTEM_NODE_SELECTOR,
+                                                  tolerations=[SYSTEM_TOLERATION])
+        await lab.apply(virtual_deployment("work", replicas=6), pinned)
+        await lab.wait_available("default", "work", timeout=30)
+        await lab.wait_available("default", "addon", timeout=30)
+        assert lab.client is not None
+        nodes = {n.metadata.name: n async for n in lab.client.list(Node)
+                 if n.metadata is not None and n.metadata.name is not None}
+        assert sorted(nodes) == ["node-0", "node-1", "system-0", "system-1"]
+        for name in ("system-0", "system-1"):
+            node = nodes[name].to_dict()
+            assert [{k: t[k] for k in ("key", "effect")} for t in node["spec"]["taints"]] \
+                == [SYSTEM_TAINT]
+            assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+        placed = {p.metadata.name: p.spec.nodeName async for p in lab.client.list(
+            Pod, namespace="default") if p.metadata is not None and p.spec is not None}
+        work = {n for p, n in placed.items() if p.startswith("work-")}
+        addon = {n for p, n in placed.items() if p.startswith("addon-")}
+        assert len(placed) == 8 and work <= {"node-0", "node-1"}, placed
+        assert addon <= {"system-0", "system-1"}, placed
 
 
 async def test_endpoint_removal_reaches_the_proxy_after_the_propagation_delay(

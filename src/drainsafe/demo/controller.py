@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -34,13 +35,30 @@ def lab_path() -> str:
     return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-async def install(lab: Any, kubectl: str, namespace: str, *, timeout: float = 120
-                  ) -> list[dict[str, Any]]:
-    """Install the controller; returns the manifests that opt the demo's namespace in."""
+def system_nodes_overlay(directory: Path) -> Path:
+    """A kustomization over DEPLOY that pins the controller to the lab's system nodes
+    (nodeSelector and toleration), as an operator keeps it off the nodes it drains."""
+    from drainsafe.lab.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATION
+
+    directory.mkdir(parents=True, exist_ok=True)
+    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": NAME},
+             "spec": {"template": {"spec": {"nodeSelector": SYSTEM_NODE_SELECTOR,
+                                            "tolerations": [SYSTEM_TOLERATION]}}}}
+    (directory / "kustomization.yaml").write_text(json.dumps({
+        "resources": [os.path.relpath(DEPLOY, directory)],
+        "patches": [{"patch": json.dumps(patch)}]}))
+    return directory
+
+
+async def install(lab: Any, kubectl: str, namespace: str, *, timeout: float = 120,
+                  system_nodes: bool = False) -> list[dict[str, Any]]:
+    """Install the controller (on the lab's system nodes if `system_nodes`); returns the
+    manifests that opt the demo's namespace in."""
     from drainsafe.kube import KubeClient, api_path
 
+    source = system_nodes_overlay(lab.state_dir / "controller") if system_nodes else DEPLOY
     proc = await asyncio.create_subprocess_exec(
-        kubectl, f"--kubeconfig={lab.kubeconfig}", "apply", "-k", str(DEPLOY),
+        kubectl, f"--kubeconfig={lab.kubeconfig}", "apply", "-k", str(source),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     async with asyncio.timeout(timeout):
         out, _ = await proc.communicate()

@@ -17,6 +17,9 @@ group loses a pod (drain.groupsurge). A Deployment of 1 (1 GPU), a LeaderWorkerS
 1 group x 2 (2 GPUs) and a CPU-only StatefulSet of 1 use 3 GPUs: at worst 1 GPU pod plus
 the group are on the two cordoned nodes and 3 of the 4 free GPUs are needed. A fourth GPU
 pod (a GPU StatefulSet) would leave 2 free GPUs where the group and a replica need 3.
+The drainsafe controller runs beside them on system nodes (Lab's system_nodes: tainted,
+without GPUs), pinned there by nodeSelector and toleration, so no maintained node holds a
+replica and every workload pod is on a worker, whatever the scheduler's scores.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from drainsafe.demo.scenario import (
 )
 from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.kube.objects import meta
+from drainsafe.lab.cluster import SYSTEM_ROLE
 from drainsafe.verify.load import LoadRun, LoadSpec
 from drainsafe.verify.loadproc import run_load_process
 
@@ -207,20 +211,26 @@ CONTROLLER_NAMESPACE = "drainsafe-system"
 
 
 async def maintained_nodes(lab: Any, count: int, pool: str = "gpu") -> list[str]:
-    """`count` nodes that run none of the controller's replicas (a leader draining its own
-    node is another test's subject), those with the workloads' pods first; labelled
-    POOL=`pool`."""
+    """`count` worker nodes, those holding the workloads' pods first, labelled
+    POOL=`pool`. Never a system node (SYSTEM_ROLE): the set-up pins the drainsafe
+    controller there, as an operator deploys it off the nodes it drains, so the choice
+    does not depend on where the scheduler's scores put the controller's replicas or the
+    workloads. A worker that runs a controller replica anyway (a leader draining its own
+    node is another test's subject) is an error in the set-up, said as such."""
     async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
         nodes, _ = await client.list(api_path("v1", "nodes"))
         pods, _ = await client.list(api_path("v1", "pods"))
+        workers = [meta(n)["name"] for n in nodes
+                   if SYSTEM_ROLE not in (meta(n).get("labels") or {})]
+        busy = {p["spec"].get("nodeName") for p in pods if meta(p).get("namespace") == NAMESPACE}
+        if len(workers) < count:
+            raise RuntimeError(f"only {len(workers)} worker nodes: {workers}")
+        chosen = sorted(sorted(workers, key=lambda n: (n not in busy, n))[:count])
         controllers = {p["spec"].get("nodeName") for p in pods
                        if meta(p).get("namespace") == CONTROLLER_NAMESPACE}
-        busy = {p["spec"].get("nodeName") for p in pods if meta(p).get("namespace") == NAMESPACE}
-        free = sorted((meta(n)["name"] for n in nodes if meta(n)["name"] not in controllers),
-                      key=lambda n: n not in busy)
-        if len(free) < count:
-            raise RuntimeError(f"only {len(free)} nodes run no controller replica: {free}")
-        chosen = sorted(free[:count])
+        if controllers & set(chosen):
+            raise RuntimeError(f"controller replicas on {sorted(controllers & set(chosen))}: "
+                               "install it on the system nodes")
         for name in chosen:
             await client.patch(api_path("v1", "nodes", name=name),
                                {"metadata": {"labels": {POOL: pool}}})

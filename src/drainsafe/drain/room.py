@@ -171,9 +171,7 @@ def _first_fit(order: Sequence[_Wanted], nodes: Sequence[Obj],
                loads: Mapping[str, placement.NodeLoad | None],
                skip: set[str]) -> list[Placement]:
     """Each replacement in `order` on the first node it fits, occupying it for the next."""
-    taken = {name: placement.NodeLoad(dict(load.used), load.count, dict(load.owners),
-                                      load.allocatable)
-             for name, load in loads.items() if load is not None}
+    taken = {name: load.copy() for name, load in loads.items() if load is not None}
     result: list[Placement] = []
     for wanted in order:
         replacement, requests = wanted.replacement, wanted.requests

@@ -40,6 +40,14 @@ from drainsafe.lab.node.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool
 from drainsafe.lab.node.podip import node_subnet
 
 VIRTUAL = {"lab.drainsafe.io/virtual": "true"}
+# A system node's role label and taint: kubeadm's for a control-plane node (kubeadm
+# init's default taint, and the label `kubectl get nodes` shows as ROLES), which keeps
+# every pod off but those that tolerate it, the cluster's add-ons pinned there.
+SYSTEM_ROLE = "node-role.kubernetes.io/control-plane"
+SYSTEM_TAINT = {"key": SYSTEM_ROLE, "effect": "NoSchedule"}
+# What a pod template says to run there (and only there).
+SYSTEM_NODE_SELECTOR = {SYSTEM_ROLE: ""}
+SYSTEM_TOLERATION = {"key": SYSTEM_ROLE, "operator": "Exists", "effect": "NoSchedule"}
 
 
 class LabError(RuntimeError):
@@ -52,9 +60,16 @@ class Lab:
                  ingress: bool = True, restart_backoff: float = 10.0,
                  node_cpu: str = "32", node_memory: str = "256Gi",
                  gpu_product: str = DEFAULT_GPU_PRODUCT, node_prefix: str = "node",
-                 seed: int | None = None, feature_gates: FeatureGates = DEFAULT_GATES) -> None:
+                 system_nodes: int = 0, seed: int | None = None,
+                 feature_gates: FeatureGates = DEFAULT_GATES) -> None:
+        """`nodes` worker nodes with `gpus_per_node` GPUs each, and beside them
+        `system_nodes` nodes `system-<i>` without GPUs, labelled and tainted SYSTEM_ROLE
+        (NoSchedule): where a user pins a controller that must not run on the nodes it
+        drains."""
         if not 1 <= nodes <= 256:
             raise ValueError(f"nodes: {nodes} is outside 1..256")
+        if not 0 <= system_nodes <= 256 - nodes:
+            raise ValueError(f"system_nodes: {system_nodes} is outside 0..{256 - nodes}")
         if gpus_per_node < 0:
             raise ValueError(f"gpus_per_node: {gpus_per_node} must be >= 0")
         self.state_dir = Path(state_dir).resolve()
@@ -78,7 +93,11 @@ class Lab:
             NodeConfig(name=f"{node_prefix}-{i}", subnet=node_subnet(subnet_base, i),
                        cpu=node_cpu, memory=node_memory, gpus=gpus_per_node,
                        gpu_product=gpu_product)
-            for i in range(nodes)]
+            for i in range(nodes)] + [
+            NodeConfig(name=f"system-{i}", subnet=node_subnet(subnet_base, nodes + i),
+                       cpu=node_cpu, memory=node_memory, labels={SYSTEM_ROLE: ""},
+                       taints=(SYSTEM_TAINT,))
+            for i in range(system_nodes)]
         self.control_plane: Any = None
         self.client: AsyncClient | None = None
         # The kubelets' and traffic paths' watches: the project's informer speaks

@@ -1,12 +1,20 @@
-"""Scheduler: binds Pending pods to nodes with drainsafe.placement's fit decision.
+"""Scheduler: binds Pending pods to nodes with drainsafe.placement's decision.
 
 Pods with no spec.nodeName, not terminating and schedulerName default-scheduler are
-placed in priority then creation order. On success the pod gets spec.nodeName and
-PodScheduled=True (the binding subresource's effect); when nothing fits, PodScheduled=False
-with reason Unschedulable and a FailedScheduling event carry the scheduler's message.
-Unschedulable pods are tried again whenever a pod or node changes. Required inter-pod
-affinity and anti-affinity are filtered as kube-scheduler's InterPodAffinity plugin does
-(drainsafe.podaffinity), counting every pod bound so far, this pass's included.
+placed in priority then creation order. Each goes to placement.choose's node: the only
+feasible one unscored, else the best by the default profile's weighted score plugins
+(placement.score: TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1,
+PodTopologySpread 2, InterPodAffinity 2, NodeResourcesBalancedAllocation 1, as
+kube-scheduler's default_plugins.go), so a PreferNoSchedule taint is one preference among
+them, not a rank above all. On success the pod gets spec.nodeName and PodScheduled=True
+(the binding subresource's effect); when nothing fits, PodScheduled=False with reason
+Unschedulable and a FailedScheduling event carry the scheduler's message. Unschedulable
+pods are tried again whenever a pod or node changes. Inter-pod affinity and
+anti-affinity are filtered and scored as kube-scheduler's InterPodAffinity plugin does
+(drainsafe.podaffinity), counting every pod bound so far, this pass's included. Each
+node's load (requests, pod count, pods per owner) is kept from the pod events
+(placement.LoadLedger), as kube-scheduler's cache keeps its NodeInfos from the pod
+informer, so a pass does not sum every pod's requests again.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from drainsafe import placement, podaffinity
 from drainsafe.kube.objects import parse_time, rfc3339
 from drainsafe.lab.apiserver import status as st
 from drainsafe.lab.apiserver.discovery import BY_KEY
-from drainsafe.lab.apiserver.store import Obj, Store, clone
+from drainsafe.lab.apiserver.store import Event, Obj, Store, clone
 from drainsafe.lab.controllers import Controller
 from drainsafe.lab.controllers.podstate import set_condition
 
@@ -69,6 +77,25 @@ class Scheduler(Controller):
     def __init__(self, store: Store) -> None:
         super().__init__(store)
         self._reported: dict[str, str] = {}  # pod uid -> last FailedScheduling message
+        # Each node's load, kept from the pod events while this scheduler listens (None:
+        # not listening, or no pod event yet; a pass then sums every pod).
+        self._ledger: placement.LoadLedger | None = None
+
+    def _on_event(self, ev: Event) -> None:
+        if ev.resource == "pods":
+            if self._ledger is None:
+                # The store holds this event's state already: start from all of it.
+                self._ledger = placement.LoadLedger.of(self.store.items(PODS))
+            else:
+                self._ledger.put(str(ev.obj["metadata"]["uid"]),
+                                 None if ev.type == "DELETED" else ev.obj)
+        super()._on_event(ev)
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            self._ledger = None  # no more events: it would go stale
 
     def reconcile(self) -> float | None:
         pending = [p for p in self.store.items(PODS)
@@ -83,13 +110,16 @@ class Scheduler(Controller):
         nodes = sorted(self.store.items(NODES), key=lambda n: str(n["metadata"]["name"]))
         loads: dict[str, placement.NodeLoad] = defaultdict(lambda: placement.NodeLoad({}, 0, {}))
         all_pods = list(self.store.items(PODS))
-        for p in all_pods:
-            node = p.get("spec", {}).get("nodeName")
-            if node:
-                loads[node].add(p)
+        if self._ledger is not None:
+            loads.update(self._ledger.snapshot())
+        else:
+            for p in all_pods:
+                node = p.get("spec", {}).get("nodeName")
+                if node:
+                    loads[node].add(p)
         # Pods on nodes with their nodes' labels, for inter-pod (anti-)affinity; only
-        # looked at when some pod has required terms.
-        with_terms = any(podaffinity.has_required_terms(p) for p in all_pods)
+        # looked at when some pod has terms.
+        with_terms = any(podaffinity.has_terms(p) for p in all_pods)
         bound = podaffinity.bound_pods(all_pods, nodes) if with_terms else []
         for n in nodes:
             loads[n["metadata"]["name"]].allocatable = placement.node_allocatable(n)

@@ -85,6 +85,8 @@ class NodeConfig:
     gpus: int = 0
     gpu_product: str = DEFAULT_GPU_PRODUCT
     labels: dict[str, str] = field(default_factory=dict)
+    # Registered with the Node, as the kubelet's --register-with-taints does.
+    taints: tuple[dict[str, str], ...] = ()
 
     @property
     def host_ip(self) -> str:
@@ -103,8 +105,9 @@ def node_manifest(config: NodeConfig) -> dict[str, Any]:
         labels["nvidia.com/gpu.count"] = str(config.gpus)
         labels["nvidia.com/gpu.present"] = "true"
     labels.update(config.labels)
+    spec = {"taints": [dict(t) for t in config.taints]} if config.taints else {}
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": config.name, "labels": labels}, "spec": {}}
+            "metadata": {"name": config.name, "labels": labels}, "spec": spec}
 
 
 LAB_KUBELET_VERSION = "v1.33.0-lab"
