@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from drainsafe.demo.controller import overlay
 from drainsafe.demo.scenario import APP, NAMESPACE, ScenarioSettings
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATION, Lab, virtual_deployment
@@ -100,27 +101,14 @@ async def install(lab: Lab, *extra_args: str, env: Mapping[str, str] | None = No
     pods kept to `node`, or to the lab's system nodes by nodeSelector and toleration as an
     operator keeps it off the nodes it drains, by an overlay), until it serves with its CA
     in its webhook configuration."""
-    source = str(DEPLOY)
-    container = "/spec/template/spec/containers/0"
-    ops = [("add", f"{container}/args/-", a) for a in extra_args]
-    ops += [("add", f"{container}/env/-", json.dumps({"name": k, "value": v}))
-            for k, v in (env or {}).items()]
-    if node is not None:
-        ops.append(("add", "/spec/template/spec/nodeSelector",
-                    json.dumps({"kubernetes.io/hostname": node})))
+    selector = {"kubernetes.io/hostname": node} if node is not None else {}
     if system_nodes:
-        ops.append(("add", "/spec/template/spec/nodeSelector", json.dumps(SYSTEM_NODE_SELECTOR)))
-        ops.append(("add", "/spec/template/spec/tolerations", json.dumps([SYSTEM_TOLERATION])))
-    if ops:
-        overlay = lab.state_dir / "overlay"
-        overlay.mkdir()
-        patch = "\n".join(f"      - op: {op}\n        path: {path}\n        value: {value}"
-                          for op, path, value in ops)
-        (overlay / "kustomization.yaml").write_text(
-            f"resources: [{os.path.relpath(DEPLOY, overlay)}]\npatches:\n"
-            f"  - target: {{kind: Deployment, name: drainsafe-controller}}\n"
-            f"    patch: |\n{patch}\n")
-        source = str(overlay)
+        selector.update(SYSTEM_NODE_SELECTOR)
+    source = str(DEPLOY)
+    if extra_args or env or selector:
+        source = str(overlay(lab.state_dir / "overlay", args=extra_args, env=env,
+                             node_selector=selector,
+                             tolerations=[SYSTEM_TOLERATION] if system_nodes else ()))
     code, out = await kubectl(lab, "1.33", "apply", "-k", source)
     assert code == 0, out
     await lab.wait_available("drainsafe-system", "drainsafe-controller", timeout=90)

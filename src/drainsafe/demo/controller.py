@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +36,37 @@ def lab_path() -> str:
     return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def system_nodes_overlay(directory: Path) -> Path:
-    """A kustomization over DEPLOY that pins the controller to the lab's system nodes
-    (nodeSelector and toleration), as an operator keeps it off the nodes it drains."""
-    from drainsafe.lab.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATION
-
+def overlay(directory: Path, *, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+            node_selector: Mapping[str, str] | None = None,
+            tolerations: Sequence[Mapping[str, str]] = ()) -> Path:
+    """A kustomization over DEPLOY that extends the controller's args and env and says where
+    its pods run (a nodeSelector, tolerations), as a user's overlay would."""
+    container = "/spec/template/spec/containers/0"
+    ops: list[dict[str, Any]] = [{"op": "add", "path": f"{container}/args/-", "value": a}
+                                 for a in args]
+    ops += [{"op": "add", "path": f"{container}/env/-", "value": {"name": k, "value": v}}
+            for k, v in (env or {}).items()]
+    if node_selector:
+        ops.append({"op": "add", "path": "/spec/template/spec/nodeSelector",
+                    "value": dict(node_selector)})
+    if tolerations:
+        ops.append({"op": "add", "path": "/spec/template/spec/tolerations",
+                    "value": [dict(t) for t in tolerations]})
     directory.mkdir(parents=True, exist_ok=True)
-    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": NAME},
-             "spec": {"template": {"spec": {"nodeSelector": SYSTEM_NODE_SELECTOR,
-                                            "tolerations": [SYSTEM_TOLERATION]}}}}
     (directory / "kustomization.yaml").write_text(json.dumps({
         "resources": [os.path.relpath(DEPLOY, directory)],
-        "patches": [{"patch": json.dumps(patch)}]}))
+        "patches": [{"target": {"kind": "Deployment", "name": NAME},
+                     "patch": json.dumps(ops)}]}))
     return directory
+
+
+def system_nodes_overlay(directory: Path) -> Path:
+    """The controller pinned to the lab's system nodes (nodeSelector and toleration), as an
+    operator keeps it off the nodes it drains."""
+    from drainsafe.lab.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATION
+
+    return overlay(directory, node_selector=SYSTEM_NODE_SELECTOR,
+                   tolerations=[SYSTEM_TOLERATION])
 
 
 async def install(lab: Any, kubectl: str, namespace: str, *, timeout: float = 120,
