@@ -629,11 +629,21 @@ def _part(findings: list[Finding], renderer: LineRenderer | None,
     lines: list[tuple[str, int, list[str]]] = []
     if renderer is not None and shared is not None:
         kept: list[Finding] = []
+        written: list[Finding] = []
+        runs: list[tuple[str, int, int]] = []  # (file, doc_index, how many findings)
         for (file, doc_index), group in groupby(findings, key=attrgetter("file", "doc_index")):
             if file in shared:
                 kept.extend(group)
             else:
-                lines.append((file, doc_index, list(renderer(group))))
+                before = len(written)
+                written.extend(group)
+                runs.append((file, doc_index, len(written) - before))
+        # One renderer call for all (its caches span documents), cut into documents after.
+        rendered = list(renderer(written))
+        at = 0
+        for file, doc_index, n in runs:
+            lines.append((file, doc_index, rendered[at:at + n]))
+            at += n
         findings = kept
     return _Part(_encode(findings), lines, severities, loaded.errors,
                  field_errors_by_kind(index), len(loaded.documents), loaded.inputs,
