@@ -202,13 +202,16 @@ async def test_a_drain_waits_for_the_guards_surge_and_never_surges_on_top(
 
 async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Path) -> None:
     """The guard's stand-in holds the only free GPU: rather than refusing for room (and
-    advising a new node), the drain waits for the guard's restore, plans again and drains."""
+    advising a new node), the drain waits for the guard's restore and for its scale-down
+    (the pod it removes holds its GPU until it exits, 2 s after SIGTERM), plans again
+    and drains."""
     from drainsafe.drain import scale
 
     workload = "Deployment/default/llm"
     async with gpu_lab(tmp_path, nodes=3, gpus=1) as lab:
         await lab.apply(virtual_deployment("llm", replicas=2, gpus=1, grace=2,
-                                           startup_seconds=0.3))
+                                           startup_seconds=0.3,
+                                           exit_after_sigterm_seconds=2.0))
         await lab.wait_available("default", "llm", timeout=60)
         async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
             drained, other = sorted({p["spec"]["nodeName"] for p in await pods_of(client,

@@ -3,7 +3,9 @@
 `preflight` plans the node (drain.plan, a pure function of what it read) and plans again
 when waiting can help: when the only blockers are "no room" while the eviction guard
 (drainsafe controller) surges workloads for another drainer, it waits (bounded) for the
-guard's restore, whose stand-ins hold that room; with --surge, when the only blockers are
+guard's restore, whose stand-ins hold that room, and for the restore's scale-down to be
+done (a pod holds its node's room until it is gone, as kube-scheduler counts a terminating
+pod's requests: placement.occupying); with --surge, when the only blockers are
 "no room", it grows the pool first (drain.surge: placeholder pods for an autoscaler, the
 cluster-autoscaler overprovisioning pattern). Any blocker left refuses, before the cordon.
 """
@@ -21,10 +23,11 @@ from drainsafe.drain.ownership import GUARDED_KINDS, SURGE_KINDS
 from drainsafe.drain.plan import DrainPlan, plan_drain
 from drainsafe.drain.settings import DrainSettings
 from drainsafe.drain.surge import SurgeFailed, surge
-from drainsafe.drain.workloads import GROUP_KIND, ClusterState, guard_surges
+from drainsafe.drain.workloads import GROUP_KIND, ClusterState, guard_surges, resolve_workload
 from drainsafe.kube import Informer, KubeClient, NotFound, WaitTimeout, api_path
 from drainsafe.kube.objects import WorkloadRef
 from drainsafe.labels import parse
+from drainsafe.placement import occupying
 
 Obj = dict[str, Any]
 
@@ -98,6 +101,45 @@ async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
                                         what="the eviction guard's restore")
 
 
+def restoring(state: ClusterState, workloads: Sequence[str]) -> dict[str, int]:
+    """Of `workloads` ("Kind/ns/name"), those with more pods than they want (their desired
+    pods, by name): the restore's scale-down not yet done (a pod not yet deleted, or one
+    terminating, which holds its node's room until it is gone). Pure."""
+    want: dict[str, int] = {}
+    have: dict[str, int] = {}
+    for pod in state.pods:
+        w = resolve_workload(pod, state.controllers)
+        if w is None or str(w.ref) not in workloads or w.replicas is None or not occupying(
+                pod):
+            continue
+        want[str(w.ref)] = w.replicas * w.pods_per_replica
+        have[str(w.ref)] = have.get(str(w.ref), 0) + 1
+    return {w: n for w, n in want.items() if have[w] > n}
+
+
+async def wait_restored_pods(client: KubeClient, state: ClusterState, want: Mapping[str, int],
+                             *, timeout: float) -> None:
+    """Until each workload of `want` has no more pods than it wants, or `timeout`: then the
+    plan that follows says what is still in the way."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    for ns in sorted({WorkloadRef.parse(w).namespace for w in want}):
+
+        def done(cache: Mapping[str, Obj], ns: str = ns) -> bool:
+            have: dict[str, int] = {}
+            for pod in cache.values():
+                w = resolve_workload(pod, state.controllers)
+                if w is not None and str(w.ref) in want and occupying(pod):
+                    have[str(w.ref)] = have.get(str(w.ref), 0) + 1
+            return all(have.get(w, 0) <= n for w, n in want.items()
+                       if WorkloadRef.parse(w).namespace == ns)
+
+        async with Informer(client, api_path("v1", "pods", namespace=ns)) as informer:
+            with contextlib.suppress(WaitTimeout):
+                await informer.wait_for(done, timeout=max(deadline - loop.time(), 0.0),
+                                        what="the restore's scale-down")
+
+
 def only_no_room(plan: DrainPlan) -> bool:
     return bool(plan.blockers) and all(b.kind == "no-room" for b in plan.blockers)
 
@@ -138,6 +180,11 @@ async def preflight(client: KubeClient, node: str, settings: DrainSettings, *,
             "waiting for its restore")
         await wait_guard_restored(client, surged, timeout=settings.timeout)
         plan, state = await planned()
+        scaling_down = restoring(state, surged)
+        if only_no_room(plan) and scaling_down:
+            say(f"waiting for the restore's scale-down of {', '.join(scaling_down)}")
+            await wait_restored_pods(client, state, scaling_down, timeout=settings.timeout)
+            plan, state = await planned()
     surge_nodes: list[str] = []
     if not dry_run and settings.surge and only_no_room(plan):
         say(f"no room for {len(plan.blockers)} replacement(s): surging")
