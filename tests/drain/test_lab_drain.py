@@ -204,7 +204,7 @@ async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Pa
     """The guard's stand-in holds the only free GPU: rather than refusing for room (and
     advising a new node), the drain waits for the guard's restore and for its scale-down
     (the pod it removes holds its GPU until it exits, 2 s after SIGTERM), plans again
-    and drains."""
+    and drains. A restore that does not come within --timeout is named in the refusal."""
     from drainsafe.drain import scale
 
     workload = "Deployment/default/llm"
@@ -223,6 +223,12 @@ async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Pa
                 while len({p["spec"].get("nodeName") for p in await pods_of(client, "llm")}
                           - {None}) < 3:
                     await asyncio.sleep(0.1)
+            # No restore within --timeout: refused before the cordon, naming the wait.
+            refused = await NodeDrainer(client, drained, DrainSettings(timeout=1)).run()
+            assert refused.refused and refused.failure.startswith(
+                f"the eviction guard has not restored {workload} within --timeout 1s; "
+            ), refused.failure
+            assert not (await get_node(client, drained))["spec"].get("unschedulable")
             waiting = asyncio.Event()
             said: list[str] = []
 

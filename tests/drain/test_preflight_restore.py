@@ -1,11 +1,14 @@
 """preflight.restoring: after the eviction guard's restore, the workloads whose scale-down
-is not done yet (more pods holding room than they want), read from a plain ClusterState."""
+is not done yet (more pods holding room than they want), read from a plain ClusterState;
+preflight.refusal_of: a guard wait that timed out is named in the refusal."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from drainsafe.drain.preflight import restoring
+from drainsafe.drain.blockers import Blocker
+from drainsafe.drain.plan import DrainPlan
+from drainsafe.drain.preflight import refusal_of, restoring
 from drainsafe.drain.workloads import ClusterState
 
 LLM = "Deployment/default/llm"
@@ -44,3 +47,20 @@ def test_a_pod_beyond_the_restored_scale_holds_room_until_it_is_finished() -> No
 
 def test_only_the_restored_workloads_are_read() -> None:
     assert restoring(state(pod("a"), pod("b"), pod("c")), ["Deployment/default/other"]) == {}
+
+
+def plan_blocked(*blockers: Blocker) -> DrainPlan:
+    return DrainPlan(nodes=("node-0",), pods=(), budgets=(), workloads={}, queues=(),
+                     blockers=blockers, warnings=())
+
+
+def test_a_guard_wait_that_timed_out_is_said_before_the_room_it_was_to_give_back() -> None:
+    room = Blocker("no-room", "Pod default/llm-1", "no other schedulable node has room",
+                   "add a node first")
+    guard = "the eviction guard has not restored Deployment/default/llm within --timeout 9s"
+    assert refusal_of(plan_blocked(room), guard) == (
+        f"{guard}; Pod default/llm-1: no other schedulable node has room")
+    assert refusal_of(plan_blocked(room)) == (
+        "Pod default/llm-1: no other schedulable node has room")
+    # the plan found room after all (the restore came just after the wait): no refusal
+    assert refusal_of(plan_blocked(), guard) == ""

@@ -13,7 +13,6 @@ cluster-autoscaler overprovisioning pattern). Any blocker left refuses, before t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,9 +81,9 @@ async def plan_nodes(
 
 
 async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
-                              timeout: float) -> None:
-    """Until none of `workloads` carries the eviction guard's surge record (or `timeout`:
-    then the plan that follows says what is still in the way)."""
+                              timeout: float) -> bool:
+    """Until none of `workloads` carries the eviction guard's surge record; False after
+    `timeout` (the plan that follows says what is still in the way)."""
     refs = [WorkloadRef.parse(w) for w in workloads]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -96,9 +95,12 @@ async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
 
         surge = GUARDED_KINDS[kind]
         async with Informer(client, api_path(surge.api_version, surge.plural)) as informer:
-            with contextlib.suppress(WaitTimeout):
+            try:
                 await informer.wait_for(restored, timeout=max(deadline - loop.time(), 0.0),
                                         what="the eviction guard's restore")
+            except WaitTimeout:
+                return False
+    return True
 
 
 def restoring(state: ClusterState, workloads: Sequence[str]) -> dict[str, int]:
@@ -118,9 +120,9 @@ def restoring(state: ClusterState, workloads: Sequence[str]) -> dict[str, int]:
 
 
 async def wait_restored_pods(client: KubeClient, state: ClusterState, want: Mapping[str, int],
-                             *, timeout: float) -> None:
-    """Until each workload of `want` has no more pods than it wants, or `timeout`: then the
-    plan that follows says what is still in the way."""
+                             *, timeout: float) -> bool:
+    """Until each workload of `want` has no more pods than it wants; False after `timeout`
+    (the plan that follows says what is still in the way)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     for ns in sorted({WorkloadRef.parse(w).namespace for w in want}):
@@ -135,9 +137,20 @@ async def wait_restored_pods(client: KubeClient, state: ClusterState, want: Mapp
                        if WorkloadRef.parse(w).namespace == ns)
 
         async with Informer(client, api_path("v1", "pods", namespace=ns)) as informer:
-            with contextlib.suppress(WaitTimeout):
+            try:
                 await informer.wait_for(done, timeout=max(deadline - loop.time(), 0.0),
                                         what="the restore's scale-down")
+            except WaitTimeout:
+                return False
+    return True
+
+
+def refusal_of(plan: DrainPlan, unfinished: str = "") -> str:
+    """Why `plan` is refused ("" when it is not). A wait for the eviction guard that timed
+    out (`unfinished`) comes first: the room the blockers lack is what it was to give
+    back, so "add a node" alone would mislead."""
+    blocked = "; ".join(f"{b.object}: {b.message}" for b in plan.blockers)
+    return f"{unfinished}; {blocked}" if blocked and unfinished else blocked
 
 
 def only_no_room(plan: DrainPlan) -> bool:
@@ -172,18 +185,30 @@ async def preflight(client: KubeClient, node: str, settings: DrainSettings, *,
         return plan, state
 
     plan, state = await planned()
+    unfinished = ""  # a wait for the eviction guard that timed out
     if not dry_run and only_no_room(plan) and guard_surges(state):
         # Another drainer's eviction (kubectl drain, an autoscaler) is held by the
         # eviction guard, whose stand-ins hold the room: plan again once it restored.
         surged = guard_surges(state)
         say(f"no room while the eviction guard surges {', '.join(surged)}: "
             "waiting for its restore")
-        await wait_guard_restored(client, surged, timeout=settings.timeout)
+        # One --timeout for the restore and its scale-down together: these waits come
+        # before the drain's own deadline, which starts at the cordon.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.timeout
+        if not await wait_guard_restored(client, surged, timeout=settings.timeout):
+            unfinished = (f"the eviction guard has not restored {', '.join(surged)} "
+                          f"within --timeout {settings.timeout:.0f}s")
         plan, state = await planned()
         scaling_down = restoring(state, surged)
-        if only_no_room(plan) and scaling_down:
+        if not unfinished and only_no_room(plan) and scaling_down:
             say(f"waiting for the restore's scale-down of {', '.join(scaling_down)}")
-            await wait_restored_pods(client, state, scaling_down, timeout=settings.timeout)
+            if not await wait_restored_pods(client, state, scaling_down,
+                                            timeout=max(deadline - loop.time(), 0.0)):
+                unfinished = (
+                    "the eviction guard's restore has not scaled "
+                    + ", ".join(f"{w} down to {n} pods" for w, n in scaling_down.items())
+                    + f" within --timeout {settings.timeout:.0f}s")
             plan, state = await planned()
     surge_nodes: list[str] = []
     if not dry_run and settings.surge and only_no_room(plan):
@@ -195,5 +220,5 @@ async def preflight(client: KubeClient, node: str, settings: DrainSettings, *,
         except SurgeFailed as exc:
             return Preflight(plan, refusal=f"--surge: {exc}")
         plan, state = await planned()
-    refusal = "; ".join(f"{b.object}: {b.message}" for b in plan.blockers)
-    return Preflight(plan, refusal=refusal, surge_nodes=tuple(surge_nodes))
+    return Preflight(plan, refusal=refusal_of(plan, unfinished),
+                     surge_nodes=tuple(surge_nodes))
