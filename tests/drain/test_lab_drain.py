@@ -243,7 +243,17 @@ async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Pa
                 await waiting.wait()
             assert not drain.done()
             assert not (await get_node(client, drained))["spec"].get("unschedulable"), said
-            await scale.finish(client, workload, guard)  # the guard's restore
+            # The guard's restore, its scale-down under way before its record goes (as
+            # when the ReplicaSet controller acts between the restore's two writes): the
+            # removed pod, no longer active, still holds its GPU for 2 s.
+            await scale.set_scale(client, workload, guard, 2)
+            async with asyncio.timeout(60):
+                while not any(p["metadata"].get("deletionTimestamp")
+                              for p in await pods_of(client, "llm")):
+                    await asyncio.sleep(0.05)
+            await scale.finish(client, workload, guard)
             report = await drain
             assert report.ok, report.failure
+            assert any(m.startswith("waiting for the restore's scale-down of "
+                                    f"{workload}") for m in said), "\n".join(said)
             assert all(p["spec"]["nodeName"] != drained for p in await pods_of(client, "llm"))
