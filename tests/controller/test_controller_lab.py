@@ -16,6 +16,7 @@ import pytest
 from drainsafe.kube import GuardHeld, KubeClient
 from drainsafe.lab.apiserver.discovery import BY_KEY
 from drainsafe.lab.cluster import Lab
+from drainsafe.lab.node.volumes import pod_dir
 
 from .guardlab import (
     DEPLOY,
@@ -65,7 +66,8 @@ async def _ca_written(lab: Lab) -> None:
     assert base64.b64decode(secret["data"]["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE")
 
 
-async def evict(lab: Lab, pod: str, namespace: str = "default") -> tuple[int, str]:
+async def evict(lab: Lab, pod: str, namespace: str = "default", *,
+                dry_run: bool = False) -> tuple[int, str]:
     """POST the Eviction, as every drainer sends it; (HTTP code, decoded message)."""
     cp = lab.control_plane
     assert cp is not None
@@ -73,6 +75,7 @@ async def evict(lab: Lab, pod: str, namespace: str = "default") -> tuple[int, st
                                  headers={"Authorization": f"Bearer {cp.token}"}) as client:
         resp = await client.post(
             f"{cp.url}/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
+            params={"dryRun": "All"} if dry_run else None,
             json={"apiVersion": "policy/v1", "kind": "Eviction",
                   "metadata": {"name": pod, "namespace": namespace}}, timeout=30)
     return resp.status_code, str(resp.json().get("message", ""))
@@ -128,14 +131,34 @@ async def test_no_controller_running_means_plain_budget_behaviour(guard_lab: Lab
     lab = guard_lab
     await lab.apply(guarded_deployment(replicas=2), pdb())
     await lab.wait_available("default", "llm", timeout=60)
+    assert lab.control_plane is not None
+    store = lab.control_plane.store
+    # Dry-run evictions call the webhook (sideEffects NoneOnDryRun), so the API server
+    # keeps connections alive to the replicas that answered.
+    calls = lab.control_plane.api.webhooks.calls
+    replicas = [(p["metadata"]["name"], p["metadata"]["uid"])
+                for p in store.items(PODS, "drainsafe-system")]
+    for pod in ready_pods(lab, "llm") * 3:
+        code, message = await evict(lab, pod["metadata"]["name"], dry_run=True)
+        assert code == 201, message
+    assert lab.control_plane.api.webhooks.calls == calls + 6
+    # Each replica's log, open before it stops: the kubelet removes the pod's directory
+    # once the pod is gone, and an open file is still read whole.
+    logs = {name: (pod_dir(lab.state_dir, "drainsafe-system", name, uid)
+                   / "controller.log").open() for name, uid in replicas}
     code, out = await kubectl(lab, "1.33", "-n", "drainsafe-system", "scale",
                               "deployment/drainsafe-controller", "--replicas=0")
     assert code == 0, out
-    assert lab.control_plane is not None
-    store = lab.control_plane.store
     await until(lambda: not any(ep.get("addresses") for es in store.items(
         SLICES, "drainsafe-system") for ep in es.get("endpoints") or []),
         timeout=60, what="the controller's endpoints to go")
+    await until(lambda: not list(store.items(PODS, "drainsafe-system")), timeout=60,
+                what="the controller pods gone")
+    # Each replica stopped without waiting out its graceful-shutdown timeout for a
+    # keep-alive connection the API server left open (as Go's transport would not).
+    for name, log in logs.items():
+        with log:
+            assert "timeout graceful shutdown exceeded" not in log.read(), name
     first, second = (p["metadata"]["name"] for p in ready_pods(lab, "llm"))
     started = time.monotonic()
     code, message = await evict(lab, first)

@@ -98,7 +98,9 @@ async def test_alerts_fire_on_what_the_controller_exported(
         await lab.wait_established("nodemaintenances.drainsafe.io")
         assert lab.control_plane is not None
         store = lab.control_plane.store
-        await lab.apply(virtual_deployment("llm", replicas=3, startup_seconds=8.0,
+        # A 3 s start-up: the window in which the interrupted drain below waits for its
+        # stand-in (SIGINT is sent as soon as the scale-up is seen, within a 0.05 s poll).
+        await lab.apply(virtual_deployment("llm", replicas=3, startup_seconds=3.0,
                                            exit_after_sigterm_seconds=0.5))
         await lab.wait_available("default", "llm", timeout=60)
         # The controller on the system nodes (pinned), the workload on the 4 workers: 3 pods,

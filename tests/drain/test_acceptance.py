@@ -32,9 +32,13 @@ from .labkit import gpu_lab
 pytestmark = pytest.mark.e2e
 
 SETTINGS = ScenarioSettings(propagation=0.5, drain_delay=1.5, model_load=5, warmup=1.5)
+# Without the kubectl comparison (whose drain must return within the replacement's
+# start-up, so 5 s of margin on a loaded machine), the suite's scaled-down start-up:
+# the drain still waits for the stand-in's whole load before the first eviction.
+SURGE_ONLY = replace(SETTINGS, model_load=3)
 
 
-def assert_made_before_broken(r: ScenarioResult) -> None:
+def assert_made_before_broken(r: ScenarioResult, s: ScenarioSettings = SETTINGS) -> None:
     assert r.exit_code == 0, r.detail
     assert r.ok >= 20, r.to_dict()
     assert r.failed == {} and r.truncated == 0, r.to_dict()
@@ -45,7 +49,7 @@ def assert_made_before_broken(r: ScenarioResult) -> None:
     assert r.old_pods and r.evicted_by_api == sorted(r.old_pods), r.to_dict()
     assert r.replicas_after == 2 and r.annotations_left == [], r.to_dict()
     # The surge pod's start-up came first, so the drain took at least that.
-    assert r.empty_seconds is not None and r.empty_seconds >= SETTINGS.model_load
+    assert r.empty_seconds is not None and r.empty_seconds >= s.model_load
 
 
 @pytest.mark.skipif(kubectl_binary() is None, reason="kubectl not installed")
@@ -66,17 +70,17 @@ async def test_drainsafe_keeps_capacity_and_kubectl_drops_it(tmp_path: Path) -> 
 
 
 async def test_a_min_available_2_budget_does_not_wedge_surge_first(tmp_path: Path) -> None:
-    settings = replace(SETTINGS, min_available=2)
+    settings = replace(SURGE_ONLY, min_available=2)
     async with gpu_lab(tmp_path, nodes=3, gpus=1, propagation=SETTINGS.propagation) as lab:
         ours = await run_drain_under_load(lab, "drainsafe", settings)
-        assert_made_before_broken(ours)
+        assert_made_before_broken(ours, settings)
 
 
 async def test_an_hpa_owned_scale_is_surged_through_its_min_replicas(tmp_path: Path) -> None:
-    settings = replace(SETTINGS, hpa_min=2)
+    settings = replace(SURGE_ONLY, hpa_min=2)
     async with gpu_lab(tmp_path, nodes=3, gpus=1, propagation=SETTINGS.propagation) as lab:
         ours = await run_drain_under_load(lab, "drainsafe", settings)
-        assert_made_before_broken(ours)
+        assert_made_before_broken(ours, settings)
         async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
             hpa = await client.get(api_path("autoscaling/v2", "horizontalpodautoscalers",
                                             namespace="default", name="llm"))

@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from drainsafe.drain import ownership
@@ -39,18 +40,15 @@ async def run(*argv: str, columns: int = 80, timeout: float = 90) -> tuple[int, 
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-async def signal_after_evictions(client: KubeClient, node: str, argv: list[str],
-                                 evicted: int, sig: int) -> tuple[int, str]:
-    """Run the CLI until the node records `evicted` evictions, then send `sig`."""
+async def signal_when(argv: list[str], reached: Callable[[], Awaitable[bool]],
+                      sig: int) -> tuple[int, str]:
+    """Run the CLI until `reached()`, then send `sig`."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            n = await get_node(client, node)
-            if len(ownership.Progress.of(n).evicted) >= evicted:
-                break
+        while time.monotonic() < deadline and not await reached():
             await asyncio.sleep(0.05)
         proc.send_signal(sig)
         async with asyncio.timeout(30):
@@ -76,12 +74,27 @@ async def test_sigterm_and_ctrl_c_are_recorded_and_a_rerun_takes_the_new_reason(
             node = pods[0]["spec"]["nodeName"]
             argv = ds("drain", node, "--kubeconfig", cfg, "--timeout", "90",
                       "--reason", "kernel 6.8")
-            # Ctrl-C: exit 130 and a line saying what state the node is left in.
-            code, err = await signal_after_evictions(client, node, argv, 1, signal.SIGINT)
+            # Surge-first evicts as fast as the budget allows once the stand-ins are
+            # Available, so the states that last are the wait for the stand-ins and the
+            # wait for the evicted pods to go (each pod's 1 s start-up and exit).
+
+            async def surged() -> bool:
+                dep = await client.get(api_path("apps/v1", "deployments",
+                                                namespace="default", name="w"))
+                return int(dep["spec"]["replicas"]) > 6
+
+            async def evicted() -> bool:
+                return bool(ownership.Progress.of(await get_node(client, node)).evicted)
+
+            # Ctrl-C while the stand-ins start: exit 130 and a line saying what state the
+            # node is left in.
+            code, err = await signal_when(argv, surged, signal.SIGINT)
             assert code == 130, err
             assert "drainsafe drain: interrupted (Ctrl-C); the nodes stay cordoned" in err
-            # SIGTERM (a cancelled CI job): before, the record said "draining" forever.
-            code, err = await signal_after_evictions(client, node, argv, 2, signal.SIGTERM)
+            assert not ownership.Progress.of(await get_node(client, node)).evicted
+            # SIGTERM (a cancelled CI job) while the re-run's evicted pods go: before, the
+            # record said "draining" forever.
+            code, err = await signal_when(argv, evicted, signal.SIGTERM)
             n = await get_node(client, node)
             assert code == 143, err
             assert "drainsafe drain: terminated (SIGTERM)" in err and "Traceback" not in err

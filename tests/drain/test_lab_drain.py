@@ -202,13 +202,16 @@ async def test_a_drain_waits_for_the_guards_surge_and_never_surges_on_top(
 
 async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Path) -> None:
     """The guard's stand-in holds the only free GPU: rather than refusing for room (and
-    advising a new node), the drain waits for the guard's restore, plans again and drains."""
+    advising a new node), the drain waits for the guard's restore and for its scale-down
+    (the pod it removes holds its GPU until it exits, 2 s after SIGTERM), plans again
+    and drains. A restore that does not come within --timeout is named in the refusal."""
     from drainsafe.drain import scale
 
     workload = "Deployment/default/llm"
     async with gpu_lab(tmp_path, nodes=3, gpus=1) as lab:
         await lab.apply(virtual_deployment("llm", replicas=2, gpus=1, grace=2,
-                                           startup_seconds=0.3))
+                                           startup_seconds=0.3,
+                                           exit_after_sigterm_seconds=2.0))
         await lab.wait_available("default", "llm", timeout=60)
         async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
             drained, other = sorted({p["spec"]["nodeName"] for p in await pods_of(client,
@@ -220,6 +223,12 @@ async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Pa
                 while len({p["spec"].get("nodeName") for p in await pods_of(client, "llm")}
                           - {None}) < 3:
                     await asyncio.sleep(0.1)
+            # No restore within --timeout: refused before the cordon, naming the wait.
+            refused = await NodeDrainer(client, drained, DrainSettings(timeout=1)).run()
+            assert refused.refused and refused.failure.startswith(
+                f"the eviction guard has not restored {workload} within --timeout 1s; "
+            ), refused.failure
+            assert not (await get_node(client, drained))["spec"].get("unschedulable")
             waiting = asyncio.Event()
             said: list[str] = []
 
@@ -234,7 +243,17 @@ async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Pa
                 await waiting.wait()
             assert not drain.done()
             assert not (await get_node(client, drained))["spec"].get("unschedulable"), said
-            await scale.finish(client, workload, guard)  # the guard's restore
+            # The guard's restore, its scale-down under way before its record goes (as
+            # when the ReplicaSet controller acts between the restore's two writes): the
+            # removed pod, no longer active, still holds its GPU for 2 s.
+            await scale.set_scale(client, workload, guard, 2)
+            async with asyncio.timeout(60):
+                while not any(p["metadata"].get("deletionTimestamp")
+                              for p in await pods_of(client, "llm")):
+                    await asyncio.sleep(0.05)
+            await scale.finish(client, workload, guard)
             report = await drain
             assert report.ok, report.failure
+            assert any(m.startswith("waiting for the restore's scale-down of "
+                                    f"{workload}") for m in said), "\n".join(said)
             assert all(p["spec"]["nodeName"] != drained for p in await pods_of(client, "llm"))

@@ -195,7 +195,7 @@ class MaintenanceReconciler:
                 await self.status.update(name, spec, {n: _unchanged for n in selected})
                 failpoint("maintenance.operation.selected")
             return
-        await self._pending(name, progress, running=True)
+        await self._pending(name, progress, running=True, uid=uid)
         for node, p in progress.items():
             # A new leader continues here. A task that ended stays listed until the
             # NodeMaintenance goes or the lead is lost, so a status read before its last
@@ -265,16 +265,28 @@ class MaintenanceReconciler:
             if started:
                 failpoint("maintenance.wave.started")
             for n in started:
+                # Taken off as the node starts (read afresh: the informer's copy may not
+                # show a taint put on this pass), not at the next pass: a node with
+                # nothing to evict is done within a period, and the operation would end
+                # Succeeded with its taint still on.
+                try:
+                    await set_pending(self.client, n, name, pending=False)
+                except (KubeError, KeptChanging) as exc:
+                    log.warning("NodeMaintenance %s: pending taint on %s not removed: %s",
+                                name, n, exc)
                 self._start(name, uid, n, spec, "Cordoned")
 
     async def _pending(self, name: str, progress: Mapping[str, NodeProgress], *,
-                       running: bool) -> None:
+                       running: bool, uid: str | None = None) -> None:
         """The pending taint (maintenance.pending) on each node Pending in a running
         operation, and on no other node of it; read from the node informer, written only
-        where it differs (an error: the next pass tries again)."""
+        where it differs (an error: the next pass tries again). A node whose task runs
+        here (operation `uid`) is not Pending, whatever an informer copy of the status
+        older than the write that started it says."""
         for node, p in progress.items():
             obj = self.nodes.get(node)
-            want = running and p.state == "Pending"
+            task = None if uid is None else self._tasks.get((uid, node))
+            want = running and p.state == "Pending" and (task is None or task.done())
             if obj is None or want == (pending_of(obj) == name):
                 continue
             try:

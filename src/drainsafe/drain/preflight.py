@@ -3,7 +3,9 @@
 `preflight` plans the node (drain.plan, a pure function of what it read) and plans again
 when waiting can help: when the only blockers are "no room" while the eviction guard
 (drainsafe controller) surges workloads for another drainer, it waits (bounded) for the
-guard's restore, whose stand-ins hold that room; with --surge, when the only blockers are
+guard's restore, whose stand-ins hold that room, and for the restore's scale-down to be
+done (a pod holds its node's room until it is gone, as kube-scheduler counts a terminating
+pod's requests: placement.occupying); with --surge, when the only blockers are
 "no room", it grows the pool first (drain.surge: placeholder pods for an autoscaler, the
 cluster-autoscaler overprovisioning pattern). Any blocker left refuses, before the cordon.
 """
@@ -11,7 +13,6 @@ cluster-autoscaler overprovisioning pattern). Any blocker left refuses, before t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +22,11 @@ from drainsafe.drain.ownership import GUARDED_KINDS, SURGE_KINDS
 from drainsafe.drain.plan import DrainPlan, plan_drain
 from drainsafe.drain.settings import DrainSettings
 from drainsafe.drain.surge import SurgeFailed, surge
-from drainsafe.drain.workloads import GROUP_KIND, ClusterState, guard_surges
+from drainsafe.drain.workloads import GROUP_KIND, ClusterState, guard_surges, resolve_workload
 from drainsafe.kube import Informer, KubeClient, NotFound, WaitTimeout, api_path
 from drainsafe.kube.objects import WorkloadRef
 from drainsafe.labels import parse
+from drainsafe.placement import occupying
 
 Obj = dict[str, Any]
 
@@ -79,9 +81,9 @@ async def plan_nodes(
 
 
 async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
-                              timeout: float) -> None:
-    """Until none of `workloads` carries the eviction guard's surge record (or `timeout`:
-    then the plan that follows says what is still in the way)."""
+                              timeout: float) -> bool:
+    """Until none of `workloads` carries the eviction guard's surge record; False after
+    `timeout` (the plan that follows says what is still in the way)."""
     refs = [WorkloadRef.parse(w) for w in workloads]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -93,9 +95,62 @@ async def wait_guard_restored(client: KubeClient, workloads: Sequence[str], *,
 
         surge = GUARDED_KINDS[kind]
         async with Informer(client, api_path(surge.api_version, surge.plural)) as informer:
-            with contextlib.suppress(WaitTimeout):
+            try:
                 await informer.wait_for(restored, timeout=max(deadline - loop.time(), 0.0),
                                         what="the eviction guard's restore")
+            except WaitTimeout:
+                return False
+    return True
+
+
+def restoring(state: ClusterState, workloads: Sequence[str]) -> dict[str, int]:
+    """Of `workloads` ("Kind/ns/name"), those with more pods than they want (their desired
+    pods, by name): the restore's scale-down not yet done (a pod not yet deleted, or one
+    terminating, which holds its node's room until it is gone). Pure."""
+    want: dict[str, int] = {}
+    have: dict[str, int] = {}
+    for pod in state.pods:
+        w = resolve_workload(pod, state.controllers)
+        if w is None or str(w.ref) not in workloads or w.replicas is None or not occupying(
+                pod):
+            continue
+        want[str(w.ref)] = w.replicas * w.pods_per_replica
+        have[str(w.ref)] = have.get(str(w.ref), 0) + 1
+    return {w: n for w, n in want.items() if have[w] > n}
+
+
+async def wait_restored_pods(client: KubeClient, state: ClusterState, want: Mapping[str, int],
+                             *, timeout: float) -> bool:
+    """Until each workload of `want` has no more pods than it wants; False after `timeout`
+    (the plan that follows says what is still in the way)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    for ns in sorted({WorkloadRef.parse(w).namespace for w in want}):
+
+        def done(cache: Mapping[str, Obj], ns: str = ns) -> bool:
+            have: dict[str, int] = {}
+            for pod in cache.values():
+                w = resolve_workload(pod, state.controllers)
+                if w is not None and str(w.ref) in want and occupying(pod):
+                    have[str(w.ref)] = have.get(str(w.ref), 0) + 1
+            return all(have.get(w, 0) <= n for w, n in want.items()
+                       if WorkloadRef.parse(w).namespace == ns)
+
+        async with Informer(client, api_path("v1", "pods", namespace=ns)) as informer:
+            try:
+                await informer.wait_for(done, timeout=max(deadline - loop.time(), 0.0),
+                                        what="the restore's scale-down")
+            except WaitTimeout:
+                return False
+    return True
+
+
+def refusal_of(plan: DrainPlan, unfinished: str = "") -> str:
+    """Why `plan` is refused ("" when it is not). A wait for the eviction guard that timed
+    out (`unfinished`) comes first: the room the blockers lack is what it was to give
+    back, so "add a node" alone would mislead."""
+    blocked = "; ".join(f"{b.object}: {b.message}" for b in plan.blockers)
+    return f"{unfinished}; {blocked}" if blocked and unfinished else blocked
 
 
 def only_no_room(plan: DrainPlan) -> bool:
@@ -130,14 +185,31 @@ async def preflight(client: KubeClient, node: str, settings: DrainSettings, *,
         return plan, state
 
     plan, state = await planned()
+    unfinished = ""  # a wait for the eviction guard that timed out
     if not dry_run and only_no_room(plan) and guard_surges(state):
         # Another drainer's eviction (kubectl drain, an autoscaler) is held by the
         # eviction guard, whose stand-ins hold the room: plan again once it restored.
         surged = guard_surges(state)
         say(f"no room while the eviction guard surges {', '.join(surged)}: "
             "waiting for its restore")
-        await wait_guard_restored(client, surged, timeout=settings.timeout)
+        # One --timeout for the restore and its scale-down together: these waits come
+        # before the drain's own deadline, which starts at the cordon.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.timeout
+        if not await wait_guard_restored(client, surged, timeout=settings.timeout):
+            unfinished = (f"the eviction guard has not restored {', '.join(surged)} "
+                          f"within --timeout {settings.timeout:.0f}s")
         plan, state = await planned()
+        scaling_down = restoring(state, surged)
+        if not unfinished and only_no_room(plan) and scaling_down:
+            say(f"waiting for the restore's scale-down of {', '.join(scaling_down)}")
+            if not await wait_restored_pods(client, state, scaling_down,
+                                            timeout=max(deadline - loop.time(), 0.0)):
+                unfinished = (
+                    "the eviction guard's restore has not scaled "
+                    + ", ".join(f"{w} down to {n} pods" for w, n in scaling_down.items())
+                    + f" within --timeout {settings.timeout:.0f}s")
+            plan, state = await planned()
     surge_nodes: list[str] = []
     if not dry_run and settings.surge and only_no_room(plan):
         say(f"no room for {len(plan.blockers)} replacement(s): surging")
@@ -148,5 +220,5 @@ async def preflight(client: KubeClient, node: str, settings: DrainSettings, *,
         except SurgeFailed as exc:
             return Preflight(plan, refusal=f"--surge: {exc}")
         plan, state = await planned()
-    refusal = "; ".join(f"{b.object}: {b.message}" for b in plan.blockers)
-    return Preflight(plan, refusal=refusal, surge_nodes=tuple(surge_nodes))
+    return Preflight(plan, refusal=refusal_of(plan, unfinished),
+                     surge_nodes=tuple(surge_nodes))

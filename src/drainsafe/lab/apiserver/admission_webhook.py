@@ -56,7 +56,7 @@ import httpx
 
 from drainsafe.lab.apiserver import status as st
 from drainsafe.lab.apiserver.discovery import BY_KEY
-from drainsafe.lab.apiserver.store import Store
+from drainsafe.lab.apiserver.store import Event, Store
 from drainsafe.labels import SelectorError, from_label_selector
 
 WEBHOOK_CONFIGS = BY_KEY["admissionregistration.k8s.io/validatingwebhookconfigurations"]
@@ -264,6 +264,26 @@ def call_failed(webhook_name: str, why: str) -> st.StatusError:
 class Target:
     url: str
     server_name: str
+    service: tuple[str, str] | None = None  # (namespace, name) it was resolved from
+
+    @property
+    def address(self) -> str:
+        return urlsplit(self.url).netloc
+
+
+def ready_endpoints(store: Store, namespace: str, name: str) -> set[str]:
+    """The Service's ready endpoints, "address:port" for every port of its EndpointSlices."""
+    out: set[str] = set()
+    for es in store.items(SLICES, namespace):
+        if ((es.get("metadata") or {}).get("labels") or {}).get(
+                "kubernetes.io/service-name") != name:
+            continue
+        ports = [int(p["port"]) for p in es.get("ports") or [] if p.get("port")]
+        for ep in es.get("endpoints") or []:
+            if (ep.get("conditions") or {}).get("ready") is False:
+                continue
+            out.update(f"{addr}:{port}" for addr in ep.get("addresses") or [] for port in ports)
+    return out
 
 
 def resolve_service(store: Store, ref: Mapping[str, Any]) -> Target:
@@ -294,7 +314,8 @@ def resolve_service(store: Store, ref: Mapping[str, Any]) -> Target:
             choices.extend(f"{addr}:{target}" for addr in ep.get("addresses") or [])
     if not choices:
         raise CallError(f'service unavailable: no endpoints available for service "{name}"')
-    return Target(f"https://{random.choice(choices)}{path}", f"{name}.{namespace}.svc")
+    return Target(f"https://{random.choice(choices)}{path}", f"{name}.{namespace}.svc",
+                  (namespace, name))
 
 
 def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
@@ -309,21 +330,42 @@ def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
                         f"{exc}") from None
 
 
+@dataclass
+class _Pool:
+    """A keep-alive client to one webhook endpoint, and the calls on it now."""
+
+    client: httpx.AsyncClient
+    service: tuple[str, str] | None  # (namespace, name) of the Service; None: a url
+    in_flight: int = 0
+
+
 class WebhookDispatcher:
-    """Calls the validating webhooks that match a request; raises the error to return."""
+    """Calls the validating webhooks that match a request; raises the error to return.
+
+    Keep-alive connections are kept per endpoint, and an endpoint's idle ones are closed
+    once it is no longer ready (its pod terminating). kube-apiserver's Go transport reads
+    every idle keep-alive connection (net/http persistConn.readLoop), so a webhook server
+    that closes one as it stops sees it go at once; httpx notices only at the connection's
+    next use, and the server's graceful stop waited for the TLS close until its own timeout
+    (uvicorn's timeout_graceful_shutdown: 5 s of every guard replica's stop after it had
+    served a call). No call goes to an endpoint that is not ready (resolve_service), so
+    closing its idle connections then changes nothing else."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.calls = 0  # webhook calls made (tests and the benchmark read it)
-        # One keep-alive client per caBundle and server name, as the API server caches a
-        # REST client per webhook (pkg/util/webhook ClientManager's LRU cache): a TLS
-        # handshake per call would dominate the call.
-        self._clients: dict[tuple[str, str], httpx.AsyncClient] = {}
+        # One keep-alive client per caBundle, server name and endpoint, as the API server
+        # caches a REST client per webhook (pkg/util/webhook ClientManager's LRU cache): a
+        # TLS handshake per call would dominate the call.
+        self._pools: dict[tuple[str, str, str], _Pool] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._unlisten = store.listen(self._changed)
 
-    def _client(self, ca_bundle: str | None, server_name: str) -> httpx.AsyncClient:
-        key = (ca_bundle or "", server_name)
-        client = self._clients.get(key)
-        if client is None:  # a lab has a handful of webhooks: no eviction needed
+    def _pool(self, ca_bundle: str | None, target: Target) -> tuple[tuple[str, str, str],
+                                                                    _Pool]:
+        key = (ca_bundle or "", target.server_name, target.address)
+        pool = self._pools.get(key)
+        if pool is None:  # a lab has a handful of webhooks: no eviction needed
             # TCP_NODELAY, as Go's net.Dial sets by default: without it the request body
             # waits for the ACK of the headers (Nagle vs delayed ACK, ~40 ms per call).
             # Every connection kept alive: the API server multiplexes webhook calls over
@@ -333,14 +375,39 @@ class WebhookDispatcher:
                 verify=tls_context(ca_bundle),
                 limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
                 socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-            client = httpx.AsyncClient(transport=transport)
-            self._clients[key] = client
-        return client
+            pool = _Pool(httpx.AsyncClient(transport=transport), target.service)
+            self._pools[key] = pool
+        return key, pool
+
+    def _changed(self, event: Event) -> None:
+        """An EndpointSlice changed: retire the pools of endpoints no longer ready."""
+        if event.resource != SLICES.key or not self._pools:
+            return
+        ready: dict[tuple[str, str], set[str]] = {}
+        for key, pool in list(self._pools.items()):
+            if pool.service is None:
+                continue
+            if pool.service not in ready:
+                ready[pool.service] = ready_endpoints(self.store, *pool.service)
+            if key[2] not in ready[pool.service]:
+                del self._pools[key]  # the next call to it, ready again, opens a new one
+                if pool.in_flight == 0:
+                    self._close(pool)
+
+    def _close(self, pool: _Pool) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(pool.client.aclose())
+        except RuntimeError:  # no loop: nothing is open either
+            return
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.aclose()
+        self._unlisten()
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.client.aclose()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def validate(self, attrs: Attributes) -> list[str]:
         """Return the warnings, or raise the StatusError the request must fail with."""
@@ -389,10 +456,11 @@ class WebhookDispatcher:
         uid = str(uuid.uuid4())
         body = json.dumps(admission_review(attrs, uid)).encode()
         self.calls += 1
+        key, pool = self._pool(config.get("caBundle"), target)
+        pool.in_flight += 1
         try:
-            client = self._client(config.get("caBundle"), target.server_name)
             async with asyncio.timeout(timeout):
-                resp = await client.post(
+                resp = await pool.client.post(
                     target.url, params={"timeout": f"{timeout}s"}, content=body,
                     headers={"Content-Type": "application/json",
                              "Accept": "application/json"},
@@ -403,6 +471,10 @@ class WebhookDispatcher:
         except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
             raise CallError(f'failed to call webhook: Post "{target.url}?timeout={timeout}s": '
                             f"{exc}") from None
+        finally:
+            pool.in_flight -= 1
+            if pool.in_flight == 0 and self._pools.get(key) is not pool:
+                self._close(pool)  # retired while this call was on it
         if not 200 <= resp.status_code < 300:
             raise CallError(f"failed to call webhook: an error on the server "
                             f"({resp.text[:200]!r}) has prevented the request from "
