@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from drainsafe.kube import KubeClient, api_path
-from drainsafe.kube.objects import meta
+from drainsafe.kube.objects import condition, meta
 
 CUT_OFF = "lab.drainsafe.io/cut-off"
 
@@ -40,3 +40,22 @@ async def cut_off(client: KubeClient, node: str) -> None:
 async def reconnect(client: KubeClient, node: str) -> None:
     await client.patch(api_path("v1", "nodes", name=node),
                        {"metadata": {"annotations": {CUT_OFF: None}}})
+
+
+def ready_status(node: dict[str, Any]) -> str:
+    return str((condition(node, "Ready") or {}).get("status") or "")
+
+
+async def wait_ready(client: KubeClient, node: str, status: str, *,
+                     timeout: float) -> dict[str, Any]:
+    """Until the node's Ready condition has this status ("Unknown", "True"); the Node."""
+    from drainsafe.kube import Informer
+
+    async with Informer(client, api_path("v1", "nodes"),
+                        field_selector=f"metadata.name={node}") as nodes:
+        def reached(cache: Any) -> dict[str, Any]:
+            obj = cache.get(node)
+            return dict(obj) if obj is not None and ready_status(obj) == status else {}
+
+        return await nodes.wait_for(reached, timeout=timeout,
+                                    what=f"{node} Ready={status}")
