@@ -37,6 +37,16 @@ def register(subparsers: Any) -> None:
                     help="version-dependent behaviour, as on kube-apiserver: "
                     "MaxUnavailableStatefulSet=true behaves as Kubernetes >= 1.35 "
                     "(default: as the v1.31 the lab reports)")
+    up.add_argument("--node-lease-seconds", type=float, default=40.0, metavar="S",
+                    help="the kubelets' nodeLeaseDurationSeconds; each renews its Lease "
+                    "every quarter of it (default %(default)g)")
+    up.add_argument("--node-monitor-grace-seconds", type=float, default=50.0, metavar="S",
+                    help="kube-controller-manager's --node-monitor-grace-period: a node "
+                    "silent this long is Ready=Unknown and tainted unreachable "
+                    "(default %(default)g)")
+    up.add_argument("--toleration-seconds", type=int, default=300, metavar="N",
+                    help="the not-ready/unreachable tolerationSeconds admission gives pods "
+                    "(kube-apiserver's --default-*-toleration-seconds; default %(default)s)")
     up.add_argument("--device-plugin", action="store_true",
                     help="also create a GPU device-plugin DaemonSet on the GPU nodes")
     up.add_argument("--with-lws", action="store_true",
