@@ -157,7 +157,6 @@ class TaintEvictionController(Controller):
             if updated is not None:
                 self.store.update(PODS, updated, subresource="status")
             # Empty DeleteOptions: the pod's own grace period, as upstream.
-            self.store.delete(PODS, m["namespace"], m["name"],
-                              preconditions={"uid": m.get("uid")})
+            self.store.delete(PODS, m["namespace"], m["name"])
         except st.StatusError:
             pass  # gone or replaced meanwhile: nothing to delete
