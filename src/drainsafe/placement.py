@@ -33,6 +33,7 @@ from drainsafe.quantity import QuantityError, parse_quantity
 Resources = dict[str, Decimal]
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 
 
 # Which filter refused (the scheduler plugin's status, typed): code decides, text explains.

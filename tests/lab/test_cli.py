@@ -29,6 +29,8 @@ def test_usage_errors_and_no_lab(tmp_path: Path) -> None:
               str(tmp_path))
     assert bad.returncode == 2 and "unrecognized feature gate: InPlacePodVerticalScaling" \
         in bad.stderr
+    bad = run("up", "--node-monitor-grace-seconds", "0", "--state-dir", str(tmp_path))
+    assert bad.returncode == 2 and "--node-monitor-grace-seconds 0: must be > 0" in bad.stderr
     none = run("status", "--state-dir", str(tmp_path))
     assert none.returncode == 1 and "no lab running" in none.stderr
     assert run("down", "--state-dir", str(tmp_path)).returncode == 1
@@ -40,7 +42,8 @@ def test_up_detach_status_down(tmp_path: Path) -> None:
     try:
         up = run("up", "--detach", "--nodes", "2", "--gpus-per-node", "1",
                  "--propagation-seconds", "0.2", "--device-plugin", "--with-lws",
-                 "--feature-gates", "MaxUnavailableStatefulSet=true", "--state-dir", str(state))
+                 "--feature-gates", "MaxUnavailableStatefulSet=true", "--state-dir", str(state),
+                 "--node-lease-seconds", "4")
         assert up.returncode == 0, up.stderr
         assert f"kubeconfig: {state / 'kubeconfig'}" in up.stdout
         pid = int((state / "lab.pid").read_text())
@@ -51,6 +54,14 @@ def test_up_detach_status_down(tmp_path: Path) -> None:
         nodes = json.loads(kubectl.stdout)["items"]
         assert sorted(n["metadata"]["name"] for n in nodes) == ["node-0", "node-1"]
         assert all(n["status"]["allocatable"]["nvidia.com/gpu"] == "1" for n in nodes)
+        # Each kubelet holds its node Lease, of the duration given.
+        leases = subprocess.run(["kubectl", f"--kubeconfig={state / 'kubeconfig'}", "get",
+                                 "leases", "-n", "kube-node-lease", "-o", "json"],
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert leases.returncode == 0, leases.stderr
+        assert sorted((item["spec"]["holderIdentity"], item["spec"]["leaseDurationSeconds"])
+                      for item in json.loads(leases.stdout)["items"]) == [
+            ("node-0", 4), ("node-1", 4)]
         # The gate reached the detached lab: a v1.31 server would drop maxUnavailable.
         sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "db"}},

@@ -37,6 +37,16 @@ def register(subparsers: Any) -> None:
                     help="version-dependent behaviour, as on kube-apiserver: "
                     "MaxUnavailableStatefulSet=true behaves as Kubernetes >= 1.35 "
                     "(default: as the v1.31 the lab reports)")
+    up.add_argument("--node-lease-seconds", type=float, default=40.0, metavar="S",
+                    help="the kubelets' nodeLeaseDurationSeconds; each renews its Lease "
+                    "every quarter of it (default %(default)g)")
+    up.add_argument("--node-monitor-grace-seconds", type=float, default=50.0, metavar="S",
+                    help="kube-controller-manager's --node-monitor-grace-period: a node "
+                    "silent this long is Ready=Unknown and tainted unreachable "
+                    "(default %(default)g)")
+    up.add_argument("--toleration-seconds", type=int, default=300, metavar="N",
+                    help="the not-ready/unreachable tolerationSeconds admission gives pods "
+                    "(kube-apiserver's --default-*-toleration-seconds; default %(default)s)")
     up.add_argument("--device-plugin", action="store_true",
                     help="also create a GPU device-plugin DaemonSet on the GPU nodes")
     up.add_argument("--with-lws", action="store_true",
@@ -76,6 +86,33 @@ def register(subparsers: Any) -> None:
                         help="the lab's kubeconfig (default: the one in --state-dir)")
     state_dir(reboot)
     reboot.set_defaults(handler=_reboot)
+    cut = node_sub.add_parser(
+        "cut-off", help="cut a node off from the API server: its heartbeats stop",
+        description="Cut a lab node off from the API server, as a network partition or a "
+        "hung kubelet does: its kubelet stops renewing its Lease and posting status, its "
+        "containers run on. After the node monitor grace period the node is Ready=Unknown "
+        "and tainted node.kubernetes.io/unreachable (NoSchedule, NoExecute); its pods are "
+        "deleted as their tolerationSeconds run out. `drainsafe lab node reconnect` ends "
+        "it. With --wait, waits until Ready=Unknown; exit 0, 1 if not within --timeout, "
+        "3 on an API error.")
+    cut.add_argument("node", metavar="NODE")
+    cut.add_argument("--wait", action="store_true",
+                     help="wait until the control plane marks the node Ready=Unknown")
+    reconnect = node_sub.add_parser(
+        "reconnect", help="end a node's cut-off: heartbeats resume, Ready, taints removed",
+        description="Reconnect a lab node cut off with `drainsafe lab node cut-off`: its "
+        "kubelet renews its Lease and posts Ready, the unreachable taints come off, and it "
+        "finishes the pod deletions it missed. Waits until the node is Ready; exit 0, 1 if "
+        "not within --timeout, 3 on an API error.")
+    reconnect.add_argument("node", metavar="NODE")
+    for p in (cut, reconnect):
+        p.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                       help="wait at most this long (default 120)")
+        p.add_argument("--kubeconfig", default=None,
+                       help="the lab's kubeconfig (default: the one in --state-dir)")
+        state_dir(p)
+    cut.set_defaults(handler=_cut_off)
+    reconnect.set_defaults(handler=_reconnect)
     node.set_defaults(handler=lambda args: _usage(node))
     lab.set_defaults(handler=lambda args: _usage(lab))
 
@@ -131,4 +168,49 @@ def _reboot(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except (KubeError, OSError) as exc:
         print(f"drainsafe lab node reboot: {exc}", file=sys.stderr)
+        return EXIT_API
+
+
+def _cut_off(args: argparse.Namespace) -> int:
+    return _partition(args, cut=True)
+
+
+def _reconnect(args: argparse.Namespace) -> int:
+    return _partition(args, cut=False)
+
+
+def _partition(args: argparse.Namespace, *, cut: bool) -> int:
+    import asyncio
+    import sys
+
+    from drainsafe.kube import KubeClient, KubeError, WaitTimeout
+    from drainsafe.lab.node import partition
+    from drainsafe.shell import EXIT_API, EXIT_FAILED, EXIT_OK
+
+    kubeconfig = args.kubeconfig or os.path.join(args.state_dir, "kubeconfig")
+    command = "cut-off" if cut else "reconnect"
+
+    async def go() -> int:
+        async with KubeClient.from_kubeconfig(kubeconfig) as client:
+            if cut:
+                await partition.cut_off(client, args.node)
+                if args.wait:
+                    await partition.wait_ready(client, args.node, "Unknown",
+                                               timeout=args.timeout)
+                    print(f"node/{args.node} cut off: Ready=Unknown")
+                else:
+                    print(f"node/{args.node} cut off: heartbeats stopped")
+            else:
+                await partition.reconnect(client, args.node)
+                await partition.wait_ready(client, args.node, "True", timeout=args.timeout)
+                print(f"node/{args.node} reconnected: Ready")
+            return EXIT_OK
+
+    try:
+        return asyncio.run(go())
+    except WaitTimeout as exc:
+        print(f"drainsafe lab node {command}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except (KubeError, OSError) as exc:
+        print(f"drainsafe lab node {command}: {exc}", file=sys.stderr)
         return EXIT_API

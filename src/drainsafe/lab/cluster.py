@@ -32,11 +32,18 @@ from lightkube.types import PatchType
 
 from drainsafe.kube import KubeClient
 from drainsafe.kube.objects import DEFAULT_GRACE_SECONDS, rfc3339
+from drainsafe.lab.apiserver.admission import DEFAULT_TOLERATION_SECONDS
+from drainsafe.lab.controllers.nodelifecycle import NodeMonitor
 from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
 from drainsafe.lab.features import FeatureGates
 from drainsafe.lab.netpath.paths import NetPaths
 from drainsafe.lab.netpath.propagation import Propagation
-from drainsafe.lab.node.kubelet import DEFAULT_GPU_PRODUCT, NodeConfig, NodePool
+from drainsafe.lab.node.kubelet import (
+    DEFAULT_GPU_PRODUCT,
+    NODE_LEASE_SECONDS,
+    NodeConfig,
+    NodePool,
+)
 from drainsafe.lab.node.podip import node_subnet
 
 VIRTUAL = {"lab.drainsafe.io/virtual": "true"}
@@ -61,11 +68,21 @@ class Lab:
                  node_cpu: str = "32", node_memory: str = "256Gi",
                  gpu_product: str = DEFAULT_GPU_PRODUCT, node_prefix: str = "node",
                  system_nodes: int = 0, seed: int | None = None,
-                 feature_gates: FeatureGates = DEFAULT_GATES) -> None:
+                 feature_gates: FeatureGates = DEFAULT_GATES,
+                 node_lease_seconds: float = NODE_LEASE_SECONDS,
+                 node_monitor_grace_seconds: float = NodeMonitor.grace_seconds,
+                 toleration_seconds: int = DEFAULT_TOLERATION_SECONDS) -> None:
         """`nodes` worker nodes with `gpus_per_node` GPUs each, and beside them
         `system_nodes` nodes `system-<i>` without GPUs, labelled and tainted SYSTEM_ROLE
         (NoSchedule): where a user pins a controller that must not run on the nodes it
-        drains."""
+        drains.
+
+        The node heartbeat settings default to a v1.33 cluster's and a time-scaled lab
+        shortens them: node_lease_seconds the kubelets' nodeLeaseDurationSeconds (renewed
+        every quarter of it), node_monitor_grace_seconds kube-controller-manager's
+        --node-monitor-grace-period, toleration_seconds kube-apiserver's default
+        not-ready/unreachable tolerationSeconds (drainsafe.lab.controllers.nodelifecycle,
+        .tainteviction; drainsafe.lab.node.partition cuts a node off)."""
         if not 1 <= nodes <= 256:
             raise ValueError(f"nodes: {nodes} is outside 1..256")
         if not 0 <= system_nodes <= 256 - nodes:
@@ -85,6 +102,9 @@ class Lab:
         self.restart_backoff = restart_backoff
         self.rng = random.Random(seed)
         self.feature_gates = feature_gates
+        self.node_lease_seconds = node_lease_seconds
+        self.node_monitor = NodeMonitor(grace_seconds=node_monitor_grace_seconds)
+        self.toleration_seconds = toleration_seconds
         # Addresses are drawn apart from the seed: two labs with one seed (two test suites on
         # one machine) must still bind different loopback pod IPs and ClusterIPs.
         self._addresses = random.SystemRandom()
@@ -136,7 +156,9 @@ class Lab:
         # allocation at a random offset.
         self.control_plane = ControlPlane(self.state_dir,
                                           cluster_ip_start=self._addresses.randrange(1, 65000),
-                                          feature_gates=self.feature_gates)
+                                          feature_gates=self.feature_gates,
+                                          node_monitor=self.node_monitor,
+                                          toleration_seconds=self.toleration_seconds)
         await self.control_plane.start()
         self.control_plane.write_kubeconfig(self.kubeconfig)
         self.client = AsyncClient(config=KubeConfig.from_file(str(self.kubeconfig)),
@@ -144,7 +166,8 @@ class Lab:
         self.watch_client = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.nodes = NodePool(self.client, self.node_configs, state_dir=self.state_dir,
                               watch_client=self.watch_client,
-                              restart_backoff=self.restart_backoff)
+                              restart_backoff=self.restart_backoff,
+                              lease_seconds=self.node_lease_seconds)
         await self.nodes.start()
         self.net = NetPaths(self.watch_client, propagation=self.propagation,
                             workdir=self.state_dir,

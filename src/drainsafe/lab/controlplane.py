@@ -39,10 +39,11 @@ from drainsafe.lab.controllers.disruption import DisruptionController
 from drainsafe.lab.controllers.endpoints import EndpointSliceController
 from drainsafe.lab.controllers.hpa import HorizontalPodAutoscalerController
 from drainsafe.lab.controllers.leaderworkerset import LeaderWorkerSetController
-from drainsafe.lab.controllers.nodelifecycle import NodeLifecycleController
+from drainsafe.lab.controllers.nodelifecycle import NodeLifecycleController, NodeMonitor
 from drainsafe.lab.controllers.replicaset import ReplicaSetController
 from drainsafe.lab.controllers.scheduler import Scheduler
 from drainsafe.lab.controllers.statefulset import StatefulSetController
+from drainsafe.lab.controllers.tainteviction import TaintEvictionController
 from drainsafe.lab.features import DEFAULT as DEFAULT_GATES
 from drainsafe.lab.features import FeatureGates
 
@@ -54,23 +55,31 @@ class ControlPlane:
     def __init__(self, state_dir: pathlib.Path, *, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, history: int = DEFAULT_HISTORY,
                  bookmark_seconds: float = 5.0, cluster_ip_start: int = 1,
-                 feature_gates: FeatureGates = DEFAULT_GATES) -> None:
+                 feature_gates: FeatureGates = DEFAULT_GATES,
+                 node_monitor: NodeMonitor | None = None,
+                 toleration_seconds: int = admission.DEFAULT_TOLERATION_SECONDS) -> None:
         """history: watch events kept per resource (older versions get 410 Expired);
         bookmark_seconds: idle time before a BOOKMARK on watches that allow them;
         cluster_ip_start: first ClusterIP tried, as an offset into 127.96.0.0/16 (labs
         sharing a machine use different offsets so their loopback ClusterIPs differ);
-        feature_gates: version-dependent behaviour (drainsafe.lab.features)."""
+        feature_gates: version-dependent behaviour (drainsafe.lab.features);
+        node_monitor: the node lifecycle controller's grace periods (kube-controller-manager's
+        --node-monitor-grace-period, --node-startup-grace-period);
+        toleration_seconds: kube-apiserver's --default-not-ready-toleration-seconds and
+        --default-unreachable-toleration-seconds (one value for both)."""
         self.state_dir = pathlib.Path(state_dir)
         self.host = host
         self.port = port
         self.token: str = token or secrets.token_urlsafe(24)
         self.store = Store(history=history)
         self.cluster_ips = admission.install(self.store, cluster_ip_start=cluster_ip_start,
-                                             gates=feature_gates)
+                                             gates=feature_gates,
+                                             toleration_seconds=toleration_seconds)
         self.api = ApiServer(self.store, token=self.token, state_dir=self.state_dir,
                              bookmark_seconds=bookmark_seconds)
         self.controllers: list[Controller] = [
-            NodeLifecycleController(self.store),
+            NodeLifecycleController(self.store, node_monitor),
+            TaintEvictionController(self.store),
             Scheduler(self.store),
             ReplicaSetController(self.store),
             DeploymentController(self.store),

@@ -52,6 +52,12 @@ def _validate(args: argparse.Namespace) -> str | None:
         Propagation.parse(str(args.propagation_seconds))
     except ValueError as exc:
         return f"--propagation-seconds: {exc}"
+    if not args.node_lease_seconds > 0:
+        return f"--node-lease-seconds {args.node_lease_seconds:g}: must be > 0"
+    if not args.node_monitor_grace_seconds > 0:
+        return f"--node-monitor-grace-seconds {args.node_monitor_grace_seconds:g}: must be > 0"
+    if args.toleration_seconds < 0:
+        return f"--toleration-seconds {args.toleration_seconds}: must be >= 0"
     try:
         FeatureGates.parse(args.feature_gates)
     except UnknownFeatureGate as exc:
@@ -84,7 +90,10 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
     argv = [sys.executable, "-m", "drainsafe", "lab", "up", "--nodes", str(args.nodes),
             "--gpus-per-node", str(args.gpus_per_node),
             "--propagation-seconds", str(args.propagation_seconds),
-            "--feature-gates", args.feature_gates, "--state-dir", str(state_dir)]
+            "--feature-gates", args.feature_gates, "--state-dir", str(state_dir),
+            "--node-lease-seconds", str(args.node_lease_seconds),
+            "--node-monitor-grace-seconds", str(args.node_monitor_grace_seconds),
+            "--toleration-seconds", str(args.toleration_seconds)]
     if args.no_ingress:
         argv.append("--no-ingress")
     if args.device_plugin:
@@ -126,7 +135,10 @@ async def _serve(args: argparse.Namespace, state_dir: Path) -> int:
         async with Lab(state_dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                        propagation_seconds=str(args.propagation_seconds),
                        ingress=not args.no_ingress,
-                       feature_gates=FeatureGates.parse(args.feature_gates)) as lab:
+                       feature_gates=FeatureGates.parse(args.feature_gates),
+                       node_lease_seconds=args.node_lease_seconds,
+                       node_monitor_grace_seconds=args.node_monitor_grace_seconds,
+                       toleration_seconds=args.toleration_seconds) as lab:
             if args.device_plugin and args.gpus_per_node:
                 await lab.apply(gpu_device_plugin_daemonset())
             if args.with_lws:

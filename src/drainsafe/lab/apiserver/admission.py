@@ -17,7 +17,9 @@ that act on what the lab serves, all on pod CREATE:
 - plugin/pkg/admission/priority: priority 0 and preemptionPolicy PreemptLowerPriority
   without a class; the two built-in system classes;
 - plugin/pkg/admission/defaulttolerationseconds: not-ready/unreachable NoExecute
-  tolerations for 300 s.
+  tolerations for 300 s (kube-apiserver's --default-not-ready-toleration-seconds and
+  --default-unreachable-toleration-seconds; `install` takes one value for both, so a
+  time-scaled lab can shorten them).
 
 DefaultStorageClass acts on PVCs, which the lab does not serve. Validating admission
 webhooks on pods/eviction are drainsafe.lab.apiserver.admission_webhook.
@@ -91,34 +93,36 @@ def admit_priority(name: str, spec: dict[str, Any]) -> None:
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
 
-def admit_default_toleration_seconds(spec: dict[str, Any]) -> None:
+def admit_default_toleration_seconds(spec: dict[str, Any],
+                                     seconds: int = DEFAULT_TOLERATION_SECONDS) -> None:
     """A pod that tolerates neither taint (by key, or by an empty key) gets 300 s."""
     tolerations = spec.setdefault("tolerations", [])
     for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
         if not any(t.get("key") in (key, "", None) and t.get("effect") in ("NoExecute", "", None)
                    for t in tolerations):
             tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+                                "tolerationSeconds": seconds})
 
 
-def admit_pod(obj: Obj) -> None:
+def admit_pod(obj: Obj, *, toleration_seconds: int = DEFAULT_TOLERATION_SECONDS) -> None:
     """The plugins above, in the order the default plugin list runs them."""
     spec = obj.setdefault("spec", {})
     if spec.get("containers"):  # else validation refuses it
         admit_service_account(spec)
     admit_priority(str(obj["metadata"].get("name", "")), spec)
-    admit_default_toleration_seconds(spec)
+    admit_default_toleration_seconds(spec, toleration_seconds)
 
 
 def install(store: Store, *, cluster_ip_start: int = 1,
-            gates: FeatureGates = DEFAULT_GATES) -> ClusterIPs:
+            gates: FeatureGates = DEFAULT_GATES,
+            toleration_seconds: int = DEFAULT_TOLERATION_SECONDS) -> ClusterIPs:
     """Register the write chain on `store`; returns the ClusterIP allocator."""
     ips = ClusterIPs(store, start=cluster_ip_start)
 
     def hook(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
         defaults.apply(rt, obj, old, gates)
         if rt.key == "pods" and old is None:
-            admit_pod(obj)
+            admit_pod(obj, toleration_seconds=toleration_seconds)
             defaults.prepare_pod_for_create(obj)
         elif rt.key == "services":
             ips.admit(obj, old)

@@ -4,7 +4,9 @@ After kubernetes/kubernetes pkg/controller/daemon: a node is eligible when the p
 template's nodeSelector/affinity match it and its NoSchedule/NoExecute taints are
 tolerated, counting the tolerations every daemon pod gets (not-ready, unreachable,
 disk/memory/pid-pressure, unschedulable: so cordoned nodes keep their daemon pods, and
-`kubectl drain` must skip them with --ignore-daemonsets). Pods are pinned with required
+`kubectl drain` must skip them with --ignore-daemonsets); a pod already on a node stays
+while its NoExecute taints are tolerated, since a NoSchedule taint (an unreachable or
+not-ready node's) only keeps new ones off (NodeShouldRunDaemonPod). Pods are pinned with required
 node affinity on metadata.name and bound by the scheduler, as upstream does. A template
 change replaces outdated pods one node at a time while fewer than maxUnavailable are
 unavailable (RollingUpdate); OnDelete leaves them.
@@ -60,6 +62,19 @@ def should_run(template_spec: dict[str, Any], node: Obj) -> bool:
     return placement.untolerated_taint(spec.get("tolerations") or [], node) is None
 
 
+def should_continue_running(template_spec: dict[str, Any], node: Obj) -> bool:
+    """A daemon pod already on the node stays unless a NoExecute taint is untolerated:
+    a NoSchedule taint (an unreachable node's, say) only stops new ones
+    (NodeShouldRunDaemonPod's second result, pkg/controller/daemon, v1.33)."""
+    spec = daemon_pod_spec(template_spec, node["metadata"]["name"])
+    if not placement.matches_node_affinity(spec, node):
+        return False
+    tolerations = spec.get("tolerations") or []
+    return all(placement.tolerates(tolerations, t)
+               for t in (node.get("spec") or {}).get("taints") or []
+               if t.get("effect") == "NoExecute")
+
+
 def _node_of(pod: Obj) -> str | None:
     if pod.get("spec", {}).get("nodeName"):
         return str(pod["spec"]["nodeName"])
@@ -99,6 +114,8 @@ class DaemonSetController(Controller):
             if is_active(p):
                 by_node.setdefault(_node_of(p) or "", []).append(p)
         wanted = {n["metadata"]["name"] for n in nodes if should_run(tspec, n)}
+        kept = wanted | {n["metadata"]["name"] for n in nodes
+                         if should_continue_running(tspec, n)}
         rolling = (spec.get("updateStrategy") or {}).get("type", "RollingUpdate") \
             == "RollingUpdate"
         max_unavailable = 1
@@ -121,7 +138,7 @@ class DaemonSetController(Controller):
             for extra in pods[1:]:
                 self._delete(ns, extra)
         for node_name, pods in by_node.items():
-            if node_name not in wanted:
+            if node_name not in kept:
                 for p in pods:
                     self._delete(ns, p)
         if rolling:

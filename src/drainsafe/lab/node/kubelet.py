@@ -2,7 +2,12 @@
 
 A Kubernetes API client like the real kubelet (lightkube over HTTPS with a bearer token):
 - registers its Node (capacity and allocatable cpu, memory, pods, nvidia.com/gpu; labels
-  kubernetes.io/hostname, nvidia.com/gpu.product...; Ready condition) and heartbeats it;
+  kubernetes.io/hostname, nvidia.com/gpu.product...; Ready condition) and heartbeats it
+  both ways a v1.33 kubelet does: its Lease kube-node-lease/<node> (holderIdentity the
+  node, leaseDurationSeconds 40, an ownerReference to the Node) renewed every quarter of
+  the lease duration (pkg/kubelet/nodelease, renewIntervalFraction 0.25; the lab patches
+  spec.renewTime where upstream PUTs its last copy), and its node status every 10 s
+  (nodeStatusUpdateFrequency); a cut-off node does neither (drainsafe.lab.node.partition);
 - sees the pods bound to it (spec.nodeName), gives each a loopback pod IP, starts each
   container (drainsafe.lab.node.process), runs its probes (drainsafe.lab.node.probes), restarts
   containers per restartPolicy (also after a liveness failure), and reports pod status:
@@ -30,13 +35,15 @@ from typing import Any
 
 import httpx
 from lightkube import ApiError, AsyncClient
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from drainsafe.kube import Informer, KubeClient, api_path
-from drainsafe.kube.objects import key_of, rfc3339
+from drainsafe.kube.objects import key_of, rfc3339, rfc3339_micro
 from drainsafe.lab.node import handlers, volumes
 from drainsafe.lab.node.handlers import Outcome, Target
+from drainsafe.lab.node.partition import is_cut_off
 from drainsafe.lab.node.podip import PodIPs, declared_tcp_ports, host_ip
 from drainsafe.lab.node.probes import ProbeSpecError, ProbeType, ProbeWorker, container_probes
 from drainsafe.lab.node.process import (
@@ -66,6 +73,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 HEARTBEAT_SECONDS = 10.0
+NODE_LEASE_SECONDS = 40.0  # KubeletConfiguration nodeLeaseDurationSeconds
+LEASE_RENEW_FRACTION = 0.25
 MAX_BACKOFF_SECONDS = 300.0
 STATUS_COALESCE_SECONDS = 0.05
 API_CONCURRENCY = 16  # the kubelet's CrashLoopBackOff cap
@@ -300,7 +309,7 @@ class PodWorker:
     async def _write_status(self) -> None:
         while True:
             await self._dirty.wait()
-            await self.kubelet.up.wait()  # a node that is down writes nothing
+            await self.kubelet.reach_api()  # a node that is down or cut off writes nothing
             # Coalesce a burst of changes (IP, started, ready...) into one patch, as the
             # kubelet's status manager batches its syncs.
             await asyncio.sleep(STATUS_COALESCE_SECONDS)
@@ -320,7 +329,7 @@ class PodWorker:
 
     async def flush_status(self) -> None:
         """Write the current status now (before deletion, so watchers see the final state)."""
-        await self.kubelet.up.wait()
+        await self.kubelet.reach_api()
         self._dirty.clear()
         with contextlib.suppress(ApiError, httpx.HTTPError):
             await self.kubelet.patch_pod_status(self.namespace, self.name, self.status())
@@ -716,7 +725,8 @@ class Kubelet:
     def __init__(self, client: AsyncClient, config: NodeConfig, *, state_dir: Path,
                  http: httpx.AsyncClient, restart_backoff: float = 10.0,
                  api_slots: asyncio.Semaphore | None = None,
-                 heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS,
+                 lease_seconds: float = NODE_LEASE_SECONDS) -> None:
         self.client = client
         self.config = config
         self.state_dir = state_dir
@@ -726,6 +736,7 @@ class Kubelet:
         self.api_slots = api_slots or asyncio.Semaphore(API_CONCURRENCY)
         self.restart_backoff = restart_backoff
         self.heartbeat_seconds = heartbeat_seconds
+        self.lease_seconds = lease_seconds
         self.ips = PodIPs(config.subnet)
         self.pods: dict[str, PodWorker] = {}  # by uid
         self.terminated: list[PodWorker] = []  # finished terminations, with their records
@@ -739,12 +750,22 @@ class Kubelet:
         # API and starts nothing until the boot.
         self.up = asyncio.Event()
         self.up.set()
+        # Set while the API can hear the kubelet; a cut-off node's cannot (lab.node.
+        # partition): it writes nothing and the pod changes it would watch wait in _held.
+        self.connected = asyncio.Event()
+        self.connected.set()
+        self._held: dict[str, tuple[str, dict[str, Any]]] = {}  # by pod uid
         self._heartbeat: asyncio.Task[None] | None = None
         self._events: set[asyncio.Task[None]] = set()
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    async def reach_api(self) -> None:
+        """Until the kubelet's writes can reach the API server."""
+        await self.up.wait()
+        await self.connected.wait()
 
     async def register(self) -> None:
         manifest = node_manifest(self.config)
@@ -810,7 +831,8 @@ class Kubelet:
                 f"Node {self.name} has been rebooted, boot id: {self.boot_id}")
             self.up.set()
             await asyncio.gather(*(w.boot() for w in workers), return_exceptions=True)
-            self._heartbeat = asyncio.ensure_future(self._beat())
+            if self.connected.is_set():
+                self._heartbeat = asyncio.ensure_future(self._beat())
         finally:
             self.up.set()
             self.rebooting = False
@@ -830,13 +852,70 @@ class Kubelet:
             await self.client.create(Event.from_dict(event))  # type: ignore[call-overload]
 
     async def _beat(self) -> None:
+        """The lease renewed every quarter of its duration, the status every
+        heartbeat_seconds; the first renewal at once (a kubelet starting or coming back)."""
+        loop = asyncio.get_running_loop()
+        status_at = loop.time() + self.heartbeat_seconds
         while True:
-            await asyncio.sleep(self.heartbeat_seconds)
             with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
-                await self._post_status()
+                await self._renew_lease()
+            if loop.time() >= status_at:
+                status_at = loop.time() + self.heartbeat_seconds
+                with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
+                    await self._post_status()
+            await asyncio.sleep(min(self.lease_seconds * LEASE_RENEW_FRACTION,
+                                    max(0.0, status_at - loop.time())))
+
+    async def _renew_lease(self) -> None:
+        renewed = {"spec": {"renewTime": rfc3339_micro()}}
+        try:
+            await self.client.patch(Lease, self.name, renewed, namespace="kube-node-lease",
+                                    patch_type=PatchType.MERGE)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            node = await self.client.get(Node, self.name)
+            uid = node.metadata.uid if node.metadata is not None else None
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": "kube-node-lease",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node",
+                                                  "name": self.name,
+                                                  "uid": uid}]},
+                "spec": {"holderIdentity": self.name,
+                         "leaseDurationSeconds": max(1, round(self.lease_seconds)),
+                         "renewTime": renewed["spec"]["renewTime"]}}
+            await self.client.create(Lease.from_dict(lease))  # type: ignore[call-overload]
+
+    def cut_off(self) -> None:
+        """The node loses the API server (lab.node.partition): heartbeats stop, writes wait."""
+        if not self.connected.is_set():
+            return
+        self.connected.clear()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+
+    async def reconnect(self) -> None:
+        """Back in touch: Ready posted again (with a transition), heartbeats resume, and
+        the pod changes missed meanwhile are handled as a relist would hand them over."""
+        if self.connected.is_set():
+            return
+        self._ready_since = rfc3339()
+        self.connected.set()
+        with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
+            await self._post_status()
+        if self._heartbeat is None and not self.rebooting:
+            self._heartbeat = asyncio.ensure_future(self._beat())
+        held, self._held = self._held, {}
+        for kind, pod in held.values():
+            self.handle(kind, pod)
 
     def handle(self, kind: str, pod: dict[str, Any]) -> None:
         uid = str(pod["metadata"].get("uid", ""))
+        if not self.connected.is_set():
+            self._held[uid] = (kind, pod)  # its watch is down: the last state counts
+            return
         worker = self.pods.get(uid)
         if kind == "DELETED":
             if worker is not None and not worker.terminating:
@@ -864,13 +943,13 @@ class Kubelet:
         task.add_done_callback(self._events.discard)
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self.up.wait()
+        await self.reach_api()
         async with self.api_slots:
             await self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace,
                                     patch_type=PatchType.STRATEGIC)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
-        await self.up.wait()
+        await self.reach_api()
         async with self.api_slots:
             with contextlib.suppress(ApiError):
                 await self.client.delete(Pod, name, namespace=namespace, grace_period=0)
@@ -896,7 +975,7 @@ class Kubelet:
             "firstTimestamp": stamp, "lastTimestamp": stamp,
             "source": {"component": "kubelet", "host": self.name},
         }
-        await self.up.wait()
+        await self.reach_api()
         async with self.api_slots:
             with contextlib.suppress(ApiError, httpx.HTTPError, OSError, Exception):
                 await self.client.create(Event.from_dict(event))  # type: ignore[call-overload]
@@ -919,13 +998,15 @@ class NodePool:
     The watch is the project's informer (drainsafe.kube.watch) over `watch_client`."""
 
     def __init__(self, client: AsyncClient, configs: list[NodeConfig], *, state_dir: Path,
-                 watch_client: KubeClient, restart_backoff: float = 10.0) -> None:
+                 watch_client: KubeClient, restart_backoff: float = 10.0,
+                 lease_seconds: float = NODE_LEASE_SECONDS) -> None:
         self.client = client
         self.http = handlers.probe_client()
         self.api_slots = asyncio.Semaphore(API_CONCURRENCY)
         self.kubelets = {c.name: Kubelet(client, c, state_dir=state_dir, http=self.http,
                                          restart_backoff=restart_backoff,
-                                         api_slots=self.api_slots) for c in configs}
+                                         api_slots=self.api_slots,
+                                         lease_seconds=lease_seconds) for c in configs}
         self.informer = Informer(watch_client, api_path("v1", "pods"), on_event=self._dispatch)
         # Each kubelet watches its Node, as a real one does; here only for a reboot request.
         self.node_informer = Informer(watch_client, api_path("v1", "nodes"),
@@ -934,10 +1015,19 @@ class NodePool:
 
     def _node_event(self, kind: str, node: dict[str, Any]) -> None:
         kubelet = self.kubelets.get(str(node["metadata"].get("name")))
+        if kubelet is not None and kind != "DELETED":
+            # The pool plays the network between node and API server (lab.node.partition).
+            if is_cut_off(node):
+                kubelet.cut_off()
+            elif not kubelet.connected.is_set():
+                self._spawn(kubelet.reconnect())
         request = requested(node) if kind != "DELETED" else None
         if kubelet is None or request is None or kubelet.rebooting:
             return
-        task = asyncio.ensure_future(kubelet.reboot(request))
+        self._spawn(kubelet.reboot(request))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
         self._reboots.add(task)
         task.add_done_callback(self._reboots.discard)
 
