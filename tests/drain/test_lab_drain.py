@@ -229,6 +229,18 @@ async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Pa
                 f"the eviction guard has not restored {workload} within --timeout 1s; "
             ), refused.failure
             assert not (await get_node(client, drained))["spec"].get("unschedulable")
+            # With --surge too: no placeholder pods on top of the restore that did not come
+            # (none could be placed here, so a surge would fail on its own timeout and the
+            # refusal would read only "--surge: ..."), refused before the cordon as well.
+            surged: list[str] = []
+            refused = await NodeDrainer(
+                client, drained, DrainSettings(timeout=1, surge=True, surge_timeout=30),
+                on_progress=surged.append).run()
+            assert refused.refused and refused.failure.startswith(
+                f"the eviction guard has not restored {workload} within --timeout 1s; "
+                "no --surge on top of a restore not seen to finish; "), refused.failure
+            assert not any("surging" in m for m in surged), surged
+            assert not (await get_node(client, drained))["spec"].get("unschedulable")
             waiting = asyncio.Event()
             said: list[str] = []
 
