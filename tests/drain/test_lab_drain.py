@@ -257,3 +257,43 @@ async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Pa
             assert any(m.startswith("waiting for the restore's scale-down of "
                                     f"{workload}") for m in said), "\n".join(said)
             assert all(p["spec"]["nodeName"] != drained for p in await pods_of(client, "llm"))
+
+
+async def test_no_surge_on_top_of_a_guard_restore_that_does_not_come(tmp_path: Path) -> None:
+    """As above, the guard's stand-in holds the only free GPU, and its restore never comes:
+    with --surge, the drain is refused before the cordon, naming the restore, without a
+    placeholder (none could be placed here, so a surge would fail on its own timeout and
+    the refusal would read only "--surge: ...")."""
+    from drainsafe.drain import scale
+
+    workload = "Deployment/default/llm"
+    async with gpu_lab(tmp_path, nodes=3, gpus=1) as lab:
+        await lab.apply(virtual_deployment("llm", replicas=2, gpus=1, grace=2,
+                                           startup_seconds=0.3))
+        await lab.wait_available("default", "llm", timeout=60)
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+            drained, other = sorted({p["spec"]["nodeName"] for p in await pods_of(client,
+                                                                                 "llm")})
+            guard = await scale.begin(client, workload, node=other, autoscaler=None,
+                                      pods={}, guard=True)
+            await scale.set_scale(client, workload, guard, 3)
+            async with asyncio.timeout(60):  # the stand-in holds the third GPU
+                while len({p["spec"].get("nodeName") for p in await pods_of(client, "llm")}
+                          - {None}) < 3:
+                    await asyncio.sleep(0.1)
+            said: list[str] = []
+            refused = await NodeDrainer(
+                client, drained, DrainSettings(timeout=1, surge=True, surge_timeout=30),
+                on_progress=said.append).run()
+            assert refused.refused and refused.failure.startswith(
+                f"the eviction guard has not restored {workload} within --timeout 1s; "
+                "no --surge on top of a restore not seen to finish; Pod default/llm-"
+            ), refused.failure
+            assert not any("surging" in m for m in said), said
+            # Nothing changed: the node neither cordoned nor recorded, the guard's surge
+            # as the guard left it.
+            node = await get_node(client, drained)
+            assert not node["spec"].get("unschedulable")
+            assert ownership.PROGRESS not in ownership.node_annotations(node)
+            dep = await client.get("/apis/apps/v1/namespaces/default/deployments/llm")
+            assert dep["spec"]["replicas"] == 3 and ownership.SurgeRecord.of(dep) == guard

@@ -1,6 +1,7 @@
 """preflight.restoring: after the eviction guard's restore, the workloads whose scale-down
 is not done yet (more pods holding room than they want), read from a plain ClusterState;
-preflight.refusal_of: a guard wait that timed out is named in the refusal."""
+preflight.refusal_of: a guard wait that timed out is named in the refusal; preflight.surges:
+--surge never grows the pool on top of a guard's restore not seen to finish."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from drainsafe.drain.blockers import Blocker
 from drainsafe.drain.plan import DrainPlan
-from drainsafe.drain.preflight import refusal_of, restoring
+from drainsafe.drain.preflight import refusal_of, restoring, surges
 from drainsafe.drain.workloads import ClusterState
 
 LLM = "Deployment/default/llm"
@@ -64,3 +65,26 @@ def test_a_guard_wait_that_timed_out_is_said_before_the_room_it_was_to_give_back
         "Pod default/llm-1: no other schedulable node has room")
     # the plan found room after all (the restore came just after the wait): no refusal
     assert refusal_of(plan_blocked(), guard) == ""
+
+
+def test_no_surge_on_top_of_a_guard_restore_not_seen_to_finish() -> None:
+    room = Blocker("no-room", "Pod default/llm-1", "no other schedulable node has room",
+                   "add a node first")
+    budget = Blocker("wedged-budget", "PodDisruptionBudget default/llm", "allows 0", "")
+    guard = "the eviction guard has not restored Deployment/default/llm within --timeout 9s"
+    # the guard's restore came (or was never waited for): --surge grows the pool for room
+    assert surges(plan_blocked(room), "", surge_asked=True)
+    # it did not come: refused rather than surged, the wait named first, and why no surge
+    assert not surges(plan_blocked(room), guard, surge_asked=True)
+    assert refusal_of(plan_blocked(room), guard, surge_asked=True) == (
+        f"{guard}; no --surge on top of a restore not seen to finish; "
+        "Pod default/llm-1: no other schedulable node has room")
+    # no --surge asked, or a blocker a surge cannot lift: nothing said of --surge
+    assert not surges(plan_blocked(room), "", surge_asked=False)
+    assert not surges(plan_blocked(room, budget), "", surge_asked=True)
+    assert refusal_of(plan_blocked(room, budget), guard, surge_asked=True) == (
+        f"{guard}; Pod default/llm-1: no other schedulable node has room; "
+        "PodDisruptionBudget default/llm: allows 0")
+    # room after all: neither a surge nor a refusal
+    assert not surges(plan_blocked(), guard, surge_asked=True)
+    assert refusal_of(plan_blocked(), guard, surge_asked=True) == ""

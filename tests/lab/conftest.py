@@ -12,7 +12,9 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from drainsafe.lab.cluster import Lab, pids_alive
+from drainsafe.lab.controllers.nodelifecycle import NodeMonitor
 from drainsafe.lab.controlplane import ControlPlane
+from drainsafe.lab.node.kubelet import NODE_LEASE_SECONDS
 from drainsafe.lab.node.probes import LoopStalls
 
 KUBECTL_DIR = pathlib.Path("/usr/lib/google-cloud-sdk/bin")
@@ -60,9 +62,18 @@ class Kubectl:
 
 
 @pytest.fixture
-async def control_plane(tmp_path: pathlib.Path) -> AsyncIterator[ControlPlane]:
+def node_monitor() -> NodeMonitor:
+    """The control plane's node health settings (kube-controller-manager's defaults). A
+    test scales them down by parametrizing this fixture by name:
+    `@pytest.mark.parametrize("node_monitor", [NodeMonitor(grace_seconds=1.0)])`."""
+    return NodeMonitor()
+
+
+@pytest.fixture
+async def control_plane(tmp_path: pathlib.Path,
+                        node_monitor: NodeMonitor) -> AsyncIterator[ControlPlane]:
     """A started lab control plane (HTTPS + token), stopped even when the test fails."""
-    cp = ControlPlane(tmp_path / "state", bookmark_seconds=0.5)
+    cp = ControlPlane(tmp_path / "state", bookmark_seconds=0.5, node_monitor=node_monitor)
     await cp.start()
     try:
         yield cp
@@ -121,14 +132,22 @@ async def wait_until(control_plane: ControlPlane, predicate: Callable[[], bool],
         unlisten()
 
 
+def node_lease_seconds(monitor: NodeMonitor) -> float:
+    """The kubelets' lease duration scaled with the grace period, as their defaults relate
+    (40 s to 50 s): a lease renewed every quarter of it is renewed 5 times per grace."""
+    return NODE_LEASE_SECONDS * monitor.grace_seconds / NodeMonitor().grace_seconds
+
+
 @pytest.fixture
-async def cp_nodes(control_plane: ControlPlane, cp_kubeconfig: pathlib.Path
-                   ) -> AsyncIterator[list[str]]:
-    """Four GPU nodes (2 GPUs each) played by the test-only node agent."""
+async def cp_nodes(control_plane: ControlPlane, cp_kubeconfig: pathlib.Path,
+                   node_monitor: NodeMonitor) -> AsyncIterator[list[str]]:
+    """Four GPU nodes (2 GPUs each) played by the test-only node agent, their Leases
+    renewed so that they stay Ready past the control plane's grace period."""
     from cp_node_agent import NodeAgent
 
     names = ["node-a", "node-b", "node-c", "node-d"]
-    async with NodeAgent(cp_kubeconfig, names, gpus=2):
+    async with NodeAgent(cp_kubeconfig, names, gpus=2,
+                         lease_seconds=node_lease_seconds(node_monitor)):
         yield names
 
 

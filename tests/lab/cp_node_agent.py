@@ -3,9 +3,13 @@
 It is NOT the lab's kubelet (that is the node side's lab/kubelet*). It talks to the
 control plane only through the Kubernetes API with lightkube, exactly like a kubelet:
 registers nodes (POST /api/v1/nodes, Ready condition, capacity incl. nvidia.com/gpu),
-marks pods bound to its nodes Running+Ready with a loopback podIP (PATCH pods/status),
-and finalises terminating pods (DELETE gracePeriodSeconds=0) after `stop_seconds`,
-bounded by the pod's grace period. No processes are started.
+renews each node's Lease kube-node-lease/<node> as the lab kubelet does
+(drainsafe.lab.node.kubelet, after pkg/kubelet/nodelease: holderIdentity the node,
+leaseDurationSeconds, an ownerReference to the Node, renewed every quarter of the
+duration) so that the node lifecycle controller keeps its nodes Ready past
+--node-monitor-grace-period, marks pods bound to its nodes Running+Ready with a loopback
+podIP (PATCH pods/status), and finalises terminating pods (DELETE gracePeriodSeconds=0)
+after `stop_seconds`, bounded by the pod's grace period. No processes are started.
 """
 
 from __future__ import annotations
@@ -17,10 +21,15 @@ import itertools
 import pathlib
 from typing import Any
 
+import httpx
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
+
+from drainsafe.kube.objects import rfc3339_micro
+from drainsafe.lab.node.kubelet import LEASE_RENEW_FRACTION, NODE_LEASE_SECONDS
 
 
 def _now() -> str:
@@ -30,9 +39,11 @@ def _now() -> str:
 class NodeAgent:
     def __init__(self, kubeconfig: pathlib.Path, nodes: list[str], *, gpus: int = 0,
                  cpu: str = "8", memory: str = "32Gi", start_seconds: float = 0.05,
-                 stop_seconds: float = 0.1, subnet: int = 10) -> None:
+                 stop_seconds: float = 0.1, subnet: int = 10,
+                 lease_seconds: float = NODE_LEASE_SECONDS) -> None:
         self.config = KubeConfig.from_file(str(kubeconfig))
         self.nodes = nodes
+        self.lease_seconds = lease_seconds
         self.gpus, self.cpu, self.memory = gpus, cpu, memory
         self.start_seconds, self.stop_seconds = start_seconds, stop_seconds
         self._ips = (f"127.{subnet}.{i // 250}.{i % 250 + 2}" for i in itertools.count())
@@ -40,19 +51,21 @@ class NodeAgent:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handled: set[tuple[str, str]] = set()
         self._main: asyncio.Task[None] | None = None
+        self._leases: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> NodeAgent:
         self._client = AsyncClient(config=self.config)
         for name in self.nodes:
             await self.register(name)
+        self._leases = asyncio.create_task(self._renew_leases())
         self._main = asyncio.create_task(self._watch())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for t in [self._main, *self._tasks]:
+        for t in [self._main, self._leases, *self._tasks]:
             if t is not None:
                 t.cancel()
-        for t in [self._main, *self._tasks]:
+        for t in [self._main, self._leases, *self._tasks]:
             if t is not None:
                 with contextlib.suppress(BaseException):
                     await t
@@ -83,6 +96,35 @@ class NodeAgent:
                          "machineID": "", "systemUUID": "", "bootID": "",
                          "kubeProxyVersion": ""},
         }}, patch_type=PatchType.MERGE)
+
+    async def _renew_leases(self) -> None:
+        """Every node's Lease renewed every quarter of its duration, the first at once; a
+        failed renewal is retried at the next quarter, as the kubelet's is."""
+        while True:
+            for name in self.nodes:
+                with contextlib.suppress(ApiError, httpx.HTTPError, OSError):
+                    await self._renew_lease(name)
+            await asyncio.sleep(self.lease_seconds * LEASE_RENEW_FRACTION)
+
+    async def _renew_lease(self, name: str) -> None:
+        assert self._client is not None
+        renewed = {"spec": {"renewTime": rfc3339_micro()}}
+        try:
+            await self._client.patch(Lease, name, renewed, namespace="kube-node-lease",
+                                     patch_type=PatchType.MERGE)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            node = await self._client.get(Node, name)
+            uid = node.metadata.uid if node.metadata is not None else None
+            await self._client.create(Lease.from_dict({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": "kube-node-lease",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node",
+                                                  "name": name, "uid": uid}]},
+                "spec": {"holderIdentity": name,
+                         "leaseDurationSeconds": max(1, round(self.lease_seconds)),
+                         "renewTime": renewed["spec"]["renewTime"]}}))  # type: ignore[call-overload]
 
     async def _watch(self) -> None:
         assert self._client is not None

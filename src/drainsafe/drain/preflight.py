@@ -7,7 +7,8 @@ guard's restore, whose stand-ins hold that room, and for the restore's scale-dow
 done (a pod holds its node's room until it is gone, as kube-scheduler counts a terminating
 pod's requests: placement.occupying); with --surge, when the only blockers are
 "no room", it grows the pool first (drain.surge: placeholder pods for an autoscaler, the
-cluster-autoscaler overprovisioning pattern). Any blocker left refuses, before the cordon.
+cluster-autoscaler overprovisioning pattern), unless a wait for the guard timed out: no
+surge on top of a restore not seen to finish. Any blocker left refuses, before the cordon.
 """
 
 from __future__ import annotations
@@ -145,12 +146,27 @@ async def wait_restored_pods(client: KubeClient, state: ClusterState, want: Mapp
     return True
 
 
-def refusal_of(plan: DrainPlan, unfinished: str = "") -> str:
+def refusal_of(plan: DrainPlan, unfinished: str = "", *, surge_asked: bool = False) -> str:
     """Why `plan` is refused ("" when it is not). A wait for the eviction guard that timed
     out (`unfinished`) comes first: the room the blockers lack is what it was to give
-    back, so "add a node" alone would mislead."""
+    back, so "add a node" alone would mislead. When --surge was asked for (`surge_asked`)
+    and would have grown the pool but for that wait (`surges`), it says so."""
     blocked = "; ".join(f"{b.object}: {b.message}" for b in plan.blockers)
-    return f"{unfinished}; {blocked}" if blocked and unfinished else blocked
+    if not (blocked and unfinished):
+        return blocked
+    held = ("; no --surge on top of a restore not seen to finish"
+            if surges(plan, "", surge_asked=surge_asked) else "")
+    return f"{unfinished}{held}; {blocked}"
+
+
+def surges(plan: DrainPlan, unfinished: str, *, surge_asked: bool) -> bool:
+    """Whether --surge (`surge_asked`) grows the pool for `plan`: only when its only
+    blockers are "no room", and never after a wait for the eviction guard that timed out
+    (`unfinished`): the guard's stand-ins hold that room and its restore gives it back, so
+    placeholders would grow the pool on top of a restore still to come (or never coming),
+    and a surge that failed would hide why. Refused instead (refusal_of), before the
+    cordon. Pure."""
+    return surge_asked and only_no_room(plan) and not unfinished
 
 
 def only_no_room(plan: DrainPlan) -> bool:
@@ -211,7 +227,7 @@ async def preflight(client: KubeClient, node: str, settings: DrainSettings, *,
                     + f" within --timeout {settings.timeout:.0f}s")
             plan, state = await planned()
     surge_nodes: list[str] = []
-    if not dry_run and settings.surge and only_no_room(plan):
+    if not dry_run and surges(plan, unfinished, surge_asked=settings.surge):
         say(f"no room for {len(plan.blockers)} replacement(s): surging")
         try:
             surge_nodes = await surge(
@@ -220,5 +236,5 @@ async def preflight(client: KubeClient, node: str, settings: DrainSettings, *,
         except SurgeFailed as exc:
             return Preflight(plan, refusal=f"--surge: {exc}")
         plan, state = await planned()
-    return Preflight(plan, refusal=refusal_of(plan, unfinished),
+    return Preflight(plan, refusal=refusal_of(plan, unfinished, surge_asked=settings.surge),
                      surge_nodes=tuple(surge_nodes))
