@@ -123,7 +123,10 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool
                 line = text.rfind("\n", 0, found) + 1
                 # Only the parent's own line can hold the key no deeper than the parent (on
                 # a later line such a match is itself a line that leaves the block: below).
-                if found - line > parent and _BODY.fullmatch(text, line, found) is not None:
+                # Mostly indentation alone: one count in C, before the regex's set-up.
+                if found - line > parent and (
+                        text.count(" ", line, found) == found - line
+                        or _BODY.fullmatch(text, line, found) is not None):
                     at, key_indent, limit = line, found - line, line
                     break
             found = text.find(form, found + 1, limit)
