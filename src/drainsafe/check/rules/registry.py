@@ -48,7 +48,9 @@ class Rule:
             doc_index=doc.doc_index,
             path=path,
             budget=budget,
-            edits=tuple(Edit((*doc.prefix, *e.path), e.value) for e in edits) if edits else (),
+            # Edits are frozen: a document of its own (no prefix) takes them as they are.
+            edits=tuple(Edit((*doc.prefix, *e.path), e.value) for e in edits)
+            if edits and doc.prefix else edits,
             doc=doc,
         )
 
