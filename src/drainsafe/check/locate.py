@@ -98,13 +98,19 @@ def locate(doc: Document, path: Path) -> int:
     return pos + 1 if full else doc.start_line
 
 
-@lru_cache(maxsize=4096)  # field names: few (those of CRDs' pod templates come from input)
-def _forms(key: str, quoted: bool) -> tuple[str, ...]:
-    """`key:` as written plain, and double- and single-quoted when the text has quoted keys;
-    none for a key no line holds."""
-    if "\n" in key:
-        return ()
-    return (f"{key}:", f'"{key}":', f"'{key}':") if quoted else (f"{key}:",)
+# Field names are few (those of CRDs' pod templates come from input). One argument each:
+# lru_cache then keys on the string itself, where (key, quoted) built and hashed a tuple
+# per search.
+@lru_cache(maxsize=4096)
+def _plain_forms(key: str) -> tuple[str, ...]:
+    """`key:` as written plain; none for a key no line holds."""
+    return () if "\n" in key else (f"{key}:",)
+
+
+@lru_cache(maxsize=4096)
+def _quoted_forms(key: str) -> tuple[str, ...]:
+    """`key:` as written plain, double- and single-quoted (the text has quoted keys)."""
+    return () if "\n" in key else (f"{key}:", f'"{key}":', f"'{key}':")
 
 
 def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool
@@ -112,7 +118,7 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool
     """The first line from `pos` (at `offset` in text) holding `key` deeper than `parent`,
     before a later line leaves the parent's block: (line, key indent, line offset).
     A quoted form is looked for (when the text has any) only before the plain one's line."""
-    forms = _forms(key, quoted)
+    forms = _quoted_forms(key) if quoted else _plain_forms(key)
     at, key_indent = -1, 0  # the line offset and key indent of the first line holding it
     limit = len(text)
     for form in forms:
@@ -123,7 +129,10 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool
                 line = text.rfind("\n", 0, found) + 1
                 # Only the parent's own line can hold the key no deeper than the parent (on
                 # a later line such a match is itself a line that leaves the block: below).
-                if found - line > parent and _BODY.fullmatch(text, line, found) is not None:
+                # Mostly indentation alone: one count in C, before the regex's set-up.
+                if found - line > parent and (
+                        text.count(" ", line, found) == found - line
+                        or _BODY.fullmatch(text, line, found) is not None):
                     at, key_indent, limit = line, found - line, line
                     break
             found = text.find(form, found + 1, limit)

@@ -146,6 +146,10 @@ def write_json(result: Result, out: IO[str], *, piece: int = PIECE_LINES) -> Non
     out.write("\n]}\n")
 
 
+_TEXTS_KEPT = 8192
+"""Encoded messages and fixes json_lines keeps (a few MiB at most)."""
+
+
 def json_lines(findings: Iterable[Finding]) -> Iterator[str]:
     """Each finding as json.dumps (its defaults) writes Finding.to_json(), written directly:
     the object and file parts, the same for all of an object's findings, are encoded once,
@@ -154,7 +158,14 @@ def json_lines(findings: Iterable[Finding]) -> Iterator[str]:
     quote = getattr(encoder, "c_encode_basestring_ascii", None) or encoder.encode_basestring_ascii
     heads: dict[tuple[str, Severity], str] = {}
     objects: dict[tuple[ObjectRef, str], str] = {}
+    # A fleet's findings repeat their messages and fixes (24,000 findings of the
+    # findings-heavy corpus hold 700 distinct messages and 2,700 fixes): a string is hashed
+    # and looked up at half the cost of encoding it again. Emptied when full, so that
+    # output of distinct texts is still never held whole.
+    texts: dict[str, str] = {}
     for f in findings:
+        if len(texts) >= _TEXTS_KEPT:
+            texts.clear()
         head = heads.get((f.rule, f.severity))
         if head is None:
             head = heads[(f.rule, f.severity)] = (
@@ -165,8 +176,13 @@ def json_lines(findings: Iterable[Finding]) -> Iterator[str]:
             where = objects[(f.object, f.file)] = (
                 f'"object": {{"kind": {quote(kind)}, "namespace": {quote(namespace)}, '
                 f'"name": {quote(name)}}}, "file": {quote(f.file)}, "line": ')
-        yield (f'{head}{where}{int.__repr__(f.line)}, "message": {quote(f.message)}, '
-               f'"fix": {quote(f.fix)}}}')
+        message = texts.get(f.message)
+        if message is None:
+            message = texts[f.message] = quote(f.message)
+        fix = texts.get(f.fix)
+        if fix is None:
+            fix = texts[f.fix] = quote(f.fix)
+        yield f'{head}{where}{int.__repr__(f.line)}, "message": {message}, "fix": {fix}}}'
 
 
 def _uri(file: str) -> str:
