@@ -275,6 +275,7 @@ def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> Iterator[
     quote = getattr(encoder, "c_encode_basestring_ascii", None) or encoder.encode_basestring_ascii
     rules: dict[tuple[str, Severity], tuple[str, str]] = {}
     objects: dict[tuple[ObjectRef, str], tuple[str, str, str, str]] = {}
+    texts: dict[str, str] = {}
     for f in findings:
         rule = rules.get((f.rule, f.severity))
         if rule is None:
@@ -295,8 +296,15 @@ def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> Iterator[
                 '"properties": {"fix": ',
                 f', "object": {{"kind": {quote(kind)}, "namespace": {quote(namespace)}, '
                 f'"name": {quote(name)}}}}}')
-        fix = quote(f.fix)
-        yield (f'{rule[0]}{parts[0]}{quote(f.message)[1:-1]}\\nFix:\\n{fix[1:]}{parts[1]}'
+        if len(texts) >= _TEXTS_KEPT:  # as json_lines: repeated texts encoded once
+            texts.clear()
+        fix = texts.get(f.fix)
+        if fix is None:
+            fix = texts[f.fix] = quote(f.fix)
+        message = texts.get(f.message)
+        if message is None:
+            message = texts[f.message] = quote(f.message)
+        yield (f'{rule[0]}{parts[0]}{message[1:-1]}\\nFix:\\n{fix[1:]}{parts[1]}'
                f'{int.__repr__(max(f.line, 1))}{parts[2]}{fix}{parts[3]}{rule[1]}')
 
 
