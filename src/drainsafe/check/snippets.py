@@ -125,7 +125,9 @@ def emit(node: Any) -> str | None:
     try:
         anchors: dict[int, str] = {}
         _find_anchors(node, set(), anchors)
-        _mapping(node, "", lines, _Anchors(anchors))
+        # Most snippets share no collection: then none asks for a mark, and where some
+        # are shared only those do (a call per collection was a tenth of a snippet's cost).
+        _mapping(node, "", lines, _Anchors(anchors) if anchors else None)
     except _Unsure:
         return None
     return "\n".join(lines)
@@ -141,7 +143,7 @@ class _Anchors:
     def mark(self, node: object) -> str | None:
         """`&id001` where a shared collection is first written, `*id001` (an alias: nothing
         more is written) after; None for the others."""
-        name = self.names.get(id(node)) if self.names else None
+        name = self.names.get(id(node))
         if name is None:
             return None
         if id(node) in self.written:
@@ -169,16 +171,17 @@ def _find_anchors(node: Any, seen: set[int], anchors: dict[int, str]) -> None:
             _find_anchors(child, seen, anchors)
 
 
-def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors,
+def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors | None,
              first: str | None = None) -> None:
     """`first`: the prefix of the first key's line (`- ` items put their first key there)."""
     for key, value in node.items():
         lead = pad if first is None else first
         first = None
-        head = f"{lead}{_scalar(key)}:"
+        head = f"{lead}{_STRINGS.get(key) or _scalar(key)}:"  # keys recur: looked up inline
         kind = type(value)
         if kind is dict or kind is list:
-            mark = anchors.mark(value)
+            mark = (anchors.mark(value) if anchors is not None and id(value) in anchors.names
+                    else None)
             if mark is not None:
                 if mark[0] == "*":
                     lines.append(f"{head} {mark}")
@@ -196,11 +199,13 @@ def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors
             lines.append(f"{head} {_scalar(value)}")
 
 
-def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors) -> None:
+def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors | None
+              ) -> None:
     for item in node:
         kind = type(item)
         if kind is dict:
-            mark = anchors.mark(item)
+            mark = (anchors.mark(item) if anchors is not None and id(item) in anchors.names
+                    else None)
             if mark is not None:
                 lines.append(f"{pad}- {mark}")
                 if mark[0] == "&":  # the mapping follows, on lines of its own
