@@ -120,12 +120,13 @@ def _key(text: str, pos: int, offset: int, parent: int, key: str, quoted: bool
     A quoted form is looked for (when the text has any) only before the plain one's line."""
     forms = _quoted_forms(key) if quoted else _plain_forms(key)
     at, key_indent = -1, 0  # the line offset and key indent of the first line holding it
-    limit = len(text)
+    limit = size = len(text)
     for form in forms:
         found = text.find(form, offset, limit)
+        width = len(form)
         while found != -1:
-            end = found + len(form)  # `key:` ends a key when a blank or the line's end follows
-            if end == len(text) or text[end] in " \t\n":
+            end = found + width  # `key:` ends a key when a blank or the line's end follows
+            if end == size or text[end] in " \t\n":
                 line = text.rfind("\n", 0, found) + 1
                 # Only the parent's own line can hold the key no deeper than the parent (on
                 # a later line such a match is itself a line that leaves the block: below).
