@@ -77,7 +77,7 @@ def _hook_delay(container: Container) -> DrainDelay:
         seconds = number(mapping(pre_stop.get("sleep")).get("seconds"))
         return DrainDelay(seconds, "sleep-action", (*path, "sleep", "seconds"))
     if "exec" in pre_stop:
-        command = tuple(str(c) for c in sequence(mapping(pre_stop.get("exec")).get("command")))
+        command = tuple(map(str, sequence(mapping(pre_stop.get("exec")).get("command"))))
         seconds = exec_sleep_seconds(command)
         kind = "exec-sleep" if seconds is not None else "exec"
         return DrainDelay(seconds, kind, (*path, "exec", "command"), command)

@@ -63,7 +63,9 @@ def serving(w: Workload) -> list[Serving]:
     cached: list[Serving] | None = w.__dict__.get("_serving")
     if cached is not None:
         return cached
-    main = [c for c in w.containers if not is_sidecar(c)] or w.containers
+    main = containers = w.containers
+    if len(containers) > 1:  # a lone container serves, whether or not it looks like a sidecar
+        main = [c for c in containers if not is_sidecar(c)] or containers
     result = []
     for c in main:
         line = c.command_line
