@@ -164,14 +164,14 @@ class Container:
     spec: dict[str, Any]
     path: Path
     """Path of the container from the document root."""
+    name: str = field(init=False)
+    image: str = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return str(self.spec.get("name") or f"#{self.index}")
-
-    @property
-    def image(self) -> str:
-        return str(self.spec.get("image") or "")
+    def __post_init__(self) -> None:
+        # Read by most rules' messages and fixes, several times a container (~6 reads each):
+        # set once, a read is an attribute's, where a property was a call per read.
+        self.name = str(self.spec.get("name") or f"#{self.index}")
+        self.image = str(self.spec.get("image") or "")
 
     @once
     def command_line(self) -> CommandLine | None:
