@@ -21,10 +21,6 @@ from drainsafe.check.load import Document
 _ITEM = re.compile(r"^(\s*)-(\s|$)")
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
 _BODY = re.compile(r" *(?:- +)*")
 """What may stand before a key on its line: the indent and any `- ` item marks."""
 
@@ -170,21 +166,28 @@ def _nth_item(text: str, pos: int, parent: int, n: int, offset: int
         i += 1
         after = text.find("\n", at)
         line = text[at:] if after == -1 else text[at:after]
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
+        body = line.lstrip(" ")
+        if body[:2] == "- " or body == "-":  # an item, the usual line here: told without _ITEM
+            indent = len(line) - len(body)
+        else:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):  # blank lines and comments
+                at = after + 1
+                continue
             match = _ITEM.match(line)
-            if not match:
-                if _indent(line) <= parent:
-                    return None
-            else:
-                indent = len(match.group(1))
-                if item_indent is None:
-                    item_indent = indent
-                if indent < item_indent:
-                    return None
-                if indent == item_indent:
-                    seen += 1
-                    if seen == n:
-                        return i, indent, at
+            if match is None:
+                if len(line) - len(body) <= parent:
+                    return None  # content no deeper than the parent: the block has ended
+                at = after + 1
+                continue
+            indent = len(match.group(1))
+        if item_indent is None:
+            item_indent = indent
+        if indent < item_indent:
+            return None
+        if indent == item_indent:
+            seen += 1
+            if seen == n:
+                return i, indent, at
         at = after + 1
     return None

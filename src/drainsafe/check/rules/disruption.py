@@ -286,8 +286,8 @@ def _budget_for(name: str, namespace: str, labels: dict[str, str]) -> dict[str, 
 
 
 def _owned(w: Workload) -> bool:
-    return bool((w.obj.get("metadata") or {}).get("ownerReferences")) if isinstance(
-        w.obj.get("metadata"), dict) else False
+    meta = w.obj.get("metadata")
+    return isinstance(meta, dict) and bool(meta.get("ownerReferences"))
 
 
 SINGLE_REPLICA = rule(
