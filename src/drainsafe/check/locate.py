@@ -53,7 +53,9 @@ class _Located:
         self.text = text
         self.below: dict[str | int, tuple[_Place, dict[str | int, Any]]] = {}
         # A quoted key needs `":` or `':` somewhere: asked once here, not at every key.
-        self.quoted = '":' in text or "':" in text
+        # (A quote looked for first: one character is found with memchr, many times quicker
+        # than a search for two, and most documents' keys are never quoted.)
+        self.quoted = ('"' in text and '":' in text) or ("'" in text and "':" in text)
 
 
 def locate(doc: Document, path: Path) -> int:
