@@ -279,6 +279,13 @@ terminationGracePeriodSeconds setting is 30 seconds").
 """)
 
 
+ASSUMED_LONGEST = 90
+"""An LLM generation's usual upper end, in grace-default's example; the user states their own."""
+_DECLARE_LONGEST = (
+    f"# {ASSUMED_LONGEST} s is an example: declare your longest request\n"
+    + dump({"metadata": {"annotations": {MAX_REQUEST_ANNOTATION: str(ASSUMED_LONGEST)}}}))
+
+
 @GRACE_DEFAULT.check
 def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
     for w in _workloads(index):
@@ -291,17 +298,15 @@ def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
         if source != MAX_REQUEST_ANNOTATION and not serves_traffic(index, w):
             continue  # nothing says this workload serves requests
         if longest is None:
-            assumed = 90  # an LLM generation's usual upper end; the user states their own
             delay = max((s.delay.known for s in servers), default=0.0)
             yield GRACE_DEFAULT.finding(
                 w,
                 f"grace unset (default {w.grace:g}s) and the longest request is unknown: "
                 f"declare it with --max-request-seconds or the {MAX_REQUEST_ANNOTATION} "
                 "annotation to check the budget",
-                f"# {assumed} s is an example: declare your longest request\n" + dump(
-                    {"metadata": {"annotations": {MAX_REQUEST_ANNOTATION: str(assumed)}}})
-                + "\n" + pod_fix(w.pod_path, {"terminationGracePeriodSeconds": math.ceil(
-                    delay + assumed + context.buffer_seconds)}),
+                _DECLARE_LONGEST + "\n" + pod_fix(w.pod_path, {
+                    "terminationGracePeriodSeconds": math.ceil(
+                        delay + ASSUMED_LONGEST + context.buffer_seconds)}),
                 path=w.pod_path, severity=Severity.INFO,
             )
             continue
