@@ -13,8 +13,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from drainsafe.budget import DEFAULT_BUFFER_SECONDS, DEFAULT_PROPAGATION_SECONDS
 from drainsafe.check.findings import Severity
 
@@ -124,6 +122,8 @@ def load_config(path: Path) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: {exc}") from None
     else:
+        import yaml  # only a config file needs it: a run without one never loads PyYAML
+
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:

@@ -28,9 +28,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-import yaml
-
-from drainsafe.check import fastyaml
+from drainsafe.check import scalars
 
 try:  # without it (no wheel for the platform), libyaml reads everything as before
     import yaml_rs
@@ -39,7 +37,7 @@ except ImportError:  # pragma: no cover - depends on the platform
 else:
     AVAILABLE = True
 
-Unsupported = fastyaml.Unsupported
+Unsupported = scalars.Unsupported
 
 _SEPARATOR = re.compile(r"^---[ ]*(?:#[^\n]*)?$", re.M)
 _CONTENT = re.compile(r"^[ ]*[^ \n#]", re.M)
@@ -106,7 +104,7 @@ _LINES_TAKEN_LIMIT = 100_000
 def _same_scalar(piece: str) -> bool:
     """Whether PyYAML and yaml-rs read `piece`, as a plain scalar, to the same value."""
     try:
-        ours = fastyaml._plain(piece)
+        ours = scalars.plain(piece)
     except Unsupported:  # timestamps, `=`: PyYAML's own constructors
         return False
     try:
@@ -312,6 +310,8 @@ def _same_quoted(scalar: str) -> bool:
     """Whether PyYAML and yaml-rs read a double-quoted scalar (with escapes) alike."""
     verdict = _QUOTED_VERDICTS.get(scalar)
     if verdict is None:
+        import yaml  # only for escapes in double quotes: a plain input never loads PyYAML
+
         text = f"k: {scalar}\n"
         try:
             ours = yaml.load(text, Loader=yaml.CSafeLoader)

@@ -7,9 +7,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-import yaml
-
-from drainsafe.check import fastyaml
+from drainsafe.check import scalars
 from drainsafe.check.findings import Path
 
 _NESTED: dict[tuple[Path, str, tuple[tuple[int, str], ...]], str] = {}
@@ -55,7 +53,10 @@ def dump(node: Any) -> str:
     if text is None:
         text = emit(node)
         if text is None:
-            text = yaml.dump(node, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+            import yaml  # the few snippets emit() leaves: a clean input never loads PyYAML
+
+            dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+            text = yaml.dump(node, Dumper=dumper, sort_keys=False, default_flow_style=False,
                              width=WIDTH).rstrip("\n")
         if len(_DUMPED) < 10_000:
             _DUMPED[key] = text
@@ -245,14 +246,11 @@ def _scalar(value: Any) -> str:
 
 def _resolved(value: str) -> Any:
     try:
-        return fastyaml._plain(value)
-    except fastyaml.Unsupported:  # a timestamp or `=`: not a str read plain
+        return scalars.plain(value)
+    except scalars.Unsupported:  # a timestamp or `=`: not a str read plain
         return None
     except ValueError:  # resolved as a number PyYAML cannot build ("0b_"): not a str either
         return None
-
-
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def container_fix(pod_path: Path, container_name: str, fields: dict[str, Any],
