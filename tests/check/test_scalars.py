@@ -1,13 +1,9 @@
 """Plain scalars resolved without PyYAML (scalars.py) exactly as PyYAML's SafeLoader resolves
-and builds them; and check's start-up not loading PyYAML or logging when it needs neither."""
+and builds them."""
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,38 +66,3 @@ def test_any_scalar_as_pyyaml_builds_it(value: str) -> None:
 def test_nan_and_infinities_are_floats() -> None:
     assert math.isnan(scalars.plain(".NaN"))
     assert scalars.plain("-.inf") == -math.inf
-
-
-_PROBE = """
-import sys
-from drainsafe.cli import main
-code = main(sys.argv[1:])
-print("\\nloaded:", *sorted(m for m in ("yaml", "logging") if m in sys.modules))
-sys.exit(code)
-"""
-GOOD = Path(__file__).parents[2] / "examples" / "manifests" / "good" / "inference.yaml"
-
-
-def _modules_after(*argv: str, cwd: Path) -> tuple[int, str, set[str]]:
-    """Run `drainsafe ARGV` in a fresh interpreter: its exit code, output, and which of
-    PyYAML and logging it loaded."""
-    proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True,
-                          text=True, cwd=cwd, timeout=60)
-    output, _, loaded = proc.stdout.rpartition("\nloaded:")
-    return proc.returncode, output, set(loaded.split())
-
-
-def test_check_of_a_clean_manifest_loads_neither_pyyaml_nor_logging(tmp_path: Path) -> None:
-    # Both were ~20 ms of check's serial start-up (issue 31); yaml-rs reads this input, it
-    # has no finding to write a snippet for, and no config file is read.
-    code, output, loaded = _modules_after("check", "--no-config", str(GOOD), "-o", "json",
-                                          cwd=tmp_path)
-    assert (code, json.loads(output)) == (0, {"findings": []})
-    assert loaded == set()
-    # The fallback reader still loads PyYAML where yaml-rs leaves the input (a tag).
-    tagged = tmp_path / "tagged.yaml"
-    tagged.write_text(GOOD.read_text().replace("replicas: 3", "replicas: !!int 3", 1))
-    code, output, loaded = _modules_after("check", "--no-config", str(tagged), "-o", "json",
-                                          cwd=tmp_path)
-    assert (code, json.loads(output)) == (0, {"findings": []})
-    assert loaded == {"yaml"}
