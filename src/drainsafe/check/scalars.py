@@ -6,9 +6,13 @@ Importing PyYAML for that (its package imports its reader, scanner, parser, emit
 the largest part of check's start-up, while an input yaml-rs reads needs nothing else of it;
 PyYAML is now imported only where it reads (fastyaml.py, the fallback) or writes.
 
-The table is PyYAML 6.0's `Resolver.yaml_implicit_resolvers` (yaml/resolver.py) and the
-builders its `SafeConstructor.construct_yaml_bool/int/float` (yaml/constructor.py), copied;
-tests/check/test_scalars.py asserts the table equals PyYAML's and compares every value built.
+The formats are those of the YAML 1.1 type repository (yaml.org/type/ bool, int, float,
+null, merge, timestamp, value), as PyYAML 6.0 resolves them (yaml/resolver.py): its booleans
+leave out y/Y/n/N, its floats need a digit before the point or after it, a space may stand
+before a timestamp's zone, and a resolver is tried only for the first characters it lists,
+in its order. tests/check/test_scalars.py checks the tags, their order and first characters
+against PyYAML's table, and every value built (or refused) against PyYAML's own, over
+generated scalars.
 """
 
 from __future__ import annotations
@@ -21,91 +25,76 @@ class Unsupported(Exception):
     """A construct the fast paths leave to PyYAML's own constructor."""
 
 
-_IMPLICIT: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
-    ("tag:yaml.org,2002:bool", re.compile(r'''^(?:yes|Yes|YES|no|No|NO
-                    |true|True|TRUE|false|False|FALSE
-                    |on|On|ON|off|Off|OFF)$''', re.X), tuple("yYnNtTfFoO")),
-    ("tag:yaml.org,2002:float", re.compile(r'''^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-                    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
-                    |[-+]?\.(?:inf|Inf|INF)
-                    |\.(?:nan|NaN|NAN))$''', re.X), tuple("-+0123456789.")),
-    ("tag:yaml.org,2002:int", re.compile(r'''^(?:[-+]?0b[0-1_]+
-                    |[-+]?0[0-7_]+
-                    |[-+]?(?:0|[1-9][0-9_]*)
-                    |[-+]?0x[0-9a-fA-F_]+
-                    |[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+)$''', re.X), tuple("-+0123456789")),
-    ("tag:yaml.org,2002:merge", re.compile(r'^(?:<<)$'), tuple("<")),
-    ("tag:yaml.org,2002:null", re.compile(r'''^(?: ~
-                    |null|Null|NULL
-                    | )$''', re.X), ("~", "n", "N", "")),
-    ("tag:yaml.org,2002:timestamp", re.compile(r'''^(?:[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]
-                    |[0-9][0-9][0-9][0-9] -[0-9][0-9]? -[0-9][0-9]?
-                     (?:[Tt]|[ \t]+)[0-9][0-9]?
-                     :[0-9][0-9] :[0-9][0-9] (?:\.[0-9]*)?
-                     (?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?)$''', re.X),
-     tuple("0123456789")),
-    ("tag:yaml.org,2002:value", re.compile(r'^(?:=)$'), tuple("=")),
-    ("tag:yaml.org,2002:yaml", re.compile(r'^(?:!|&|\*)$'), tuple("!&*")),
+_DIGITS = "0123456789"
+_FORMATS: tuple[tuple[str, str, str | tuple[str, ...]], ...] = (
+    # (type, its plain forms, the first characters PyYAML tries it for)
+    ("bool", r"yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF",
+     "yYnNtTfFoO"),
+    ("float", r"[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?"  # base 10
+              r"|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+              r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*"  # base 60
+              r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+     "-+." + _DIGITS),
+    ("int", r"[-+]?0b[01_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+"
+            r"|[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+",
+     "-+" + _DIGITS),
+    ("merge", r"<<", "<"),
+    ("null", r"~|null|Null|NULL|", ("~", "n", "N", "")),  # "": the empty scalar
+    ("timestamp", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+                  r"|[0-9]{4}-[0-9][0-9]?-[0-9][0-9]?(?:[Tt]|[ \t]+)[0-9][0-9]?:[0-9]{2}:[0-9]{2}"
+                  r"(?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9]{2})?))?",
+     _DIGITS),
+    ("value", r"=", "="),
+    ("yaml", r"!|&|\*", "!&*"),
 )
 
 RESOLVERS: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
 """By first character, as PyYAML keys them ("": the empty scalar, which is null)."""
-for _tag, _regexp, _first in _IMPLICIT:
-    for _char in _first:
-        RESOLVERS.setdefault(_char, []).append((_tag, _regexp))
+for _type, _forms, _firsts in _FORMATS:
+    for _first in _firsts:
+        RESOLVERS.setdefault(_first, []).append(
+            (f"tag:yaml.org,2002:{_type}", re.compile(f"(?:{_forms})$")))
 
 _BOOLS = {"yes": True, "no": False, "true": True, "false": False, "on": True, "off": False}
 
 
-def _int(value: str) -> int:
-    value = value.replace("_", "")
-    sign = +1
-    if value[0] == "-":
-        sign = -1
-    if value[0] in "+-":
-        value = value[1:]
-    if value == "0":
-        return 0
-    if value.startswith("0b"):
-        return sign * int(value[2:], 2)
-    if value.startswith("0x"):
-        return sign * int(value[2:], 16)
-    if value[0] == "0":
-        return sign * int(value, 8)
-    if ":" in value:
-        total = 0
-        base = 1
-        for digit in reversed([int(part) for part in value.split(":")]):
-            total += digit * base
-            base *= 60
-        return sign * total
-    return sign * int(value)
+def _signed(text: str) -> tuple[int, str]:
+    """The sign and the rest, underscores dropped (digit separators in YAML 1.1)."""
+    text = text.replace("_", "")
+    if text[:1] in "+-":
+        return (-1 if text[0] == "-" else 1), text[1:]
+    return 1, text
+
+
+def _sexagesimal(parts: list[Any]) -> Any:
+    """`1:30:00` as 5400: each part a digit in base 60, summed from the last (the order
+    PyYAML adds floats in)."""
+    return sum(part * 60 ** k for k, part in enumerate(reversed(parts)))
+
+
+def _int(text: str) -> int:
+    sign, digits = _signed(text)
+    if ":" in digits:
+        return sign * int(_sexagesimal([int(part) for part in digits.split(":")]))
+    base = {"0b": 2, "0x": 16}.get(digits[:2])
+    if base is not None:
+        return sign * int(digits[2:], base)
+    return sign * int(digits, 8 if digits[:1] == "0" and digits != "0" else 10)
 
 
 _INF = float("inf")
-_NAN = -_INF / _INF  # PyYAML's quiet NaN
+_NAN = -_INF / _INF  # the NaN PyYAML builds (its sign bit set)
 
 
-def _float(value: str) -> float:
-    value = value.replace("_", "").lower()
-    sign = +1
-    if value[0] == "-":
-        sign = -1
-    if value[0] in "+-":
-        value = value[1:]
-    if value == ".inf":
+def _float(text: str) -> float:
+    sign, digits = _signed(text.lower())
+    if digits == ".inf":
         return sign * _INF
-    if value == ".nan":
+    if digits == ".nan":
         return _NAN
-    if ":" in value:
-        total = 0.0
-        base = 1
-        for digit in reversed([float(part) for part in value.split(":")]):
-            total += digit * base
-            base *= 60
-        return sign * total
-    return sign * float(value)
+    if ":" in digits:
+        return sign * float(_sexagesimal([float(part) for part in digits.split(":")]))
+    return sign * float(digits)
 
 
 _BUILDERS: dict[str, Any] = {
