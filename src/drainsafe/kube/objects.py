@@ -93,7 +93,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
 
 Obj = Mapping[str, Any]
@@ -329,6 +328,8 @@ def rfc3339(ts: float | None = None) -> str:
     seconds, the fraction dropped (apimachinery pkg/apis/meta/v1/time.go MarshalJSON:
     `t.UTC().Format(time.RFC3339)`). creationTimestamp, deletionTimestamp, condition
     lastTransitionTime, startTime and annotations drainsafe stamps use this form."""
+    from datetime import UTC, datetime  # here: drainsafe check imports this module, not these
+
     seconds = math.floor(time.time() if ts is None else ts)
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -338,6 +339,8 @@ def rfc3339_micro(ts: float | None = None) -> str:
     with six fraction digits, truncated (apimachinery pkg/apis/meta/v1/micro_time.go,
     RFC3339Micro "2006-01-02T15:04:05.000000Z07:00"). Lease acquireTime/renewTime and
     events.k8s.io eventTime are MicroTime."""
+    from datetime import UTC, datetime  # see rfc3339
+
     micros = math.floor((time.time() if ts is None else ts) * 1_000_000)
     seconds, fraction = divmod(micros, 1_000_000)
     moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=fraction)
@@ -349,6 +352,8 @@ def parse_time(value: Any) -> float | None:
     the fraction, when present, is kept); None when absent or not a time."""
     if not isinstance(value, str) or not value:
         return None
+    from datetime import datetime  # see rfc3339
+
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
