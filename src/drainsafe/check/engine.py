@@ -141,6 +141,11 @@ def found(docs: list[Document], index: Index, context: Context,
 def placed(findings: list[Finding]) -> list[Finding]:
     """The findings on their lines, in the output's order."""
     place_lines(findings)
+    return in_order(findings)
+
+
+def in_order(findings: list[Finding]) -> list[Finding]:
+    """The findings (on their lines) in the output's order: by file and line."""
     findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
     return findings
 

@@ -63,7 +63,8 @@ from drainsafe.check.engine import (
     finish,
     found,
     gc_paused,
-    placed,
+    in_order,
+    place_lines,
 )
 from drainsafe.check.engine import run as engine_run
 from drainsafe.check.findings import Finding, Severity
@@ -683,10 +684,13 @@ def _work(cut: list[Share], k: int, context: Context, renderer: LineRenderer | N
 
 def _early(loaded: Loaded, index: Index, context: Context) -> list[Finding]:
     """What a worker finds in its share before the parent has told it the whole input's
-    facts (while the other workers still read theirs): all but the whole_input rules."""
+    facts (while the other workers still read theirs): all but the whole_input rules, on
+    their lines."""
     index.whole = UNTOLD
-    return found(loaded.documents, index, context,
-                 [r for r in all_rules().values() if not r.whole_input])
+    findings = found(loaded.documents, index, context,
+                     [r for r in all_rules().values() if not r.whole_input])
+    place_lines(findings)
+    return findings
 
 
 def _late(early: list[Finding], loaded: Loaded, index: Index, context: Context,
@@ -694,8 +698,10 @@ def _late(early: list[Finding], loaded: Loaded, index: Index, context: Context,
     """The share's findings, sorted and on their lines: the `early` ones and those of the
     rules that needed the whole input's facts, now told."""
     index.whole = whole
-    return placed([*early, *found(loaded.documents, index, context,
-                                  [r for r in all_rules().values() if r.whole_input])])
+    late = found(loaded.documents, index, context,
+                 [r for r in all_rules().values() if r.whole_input])
+    place_lines(late)
+    return in_order([*early, *late])
 
 
 def _work_namespaces(segmented: list[tuple[SourceText, list[namespaces.Segment]]],
