@@ -1,5 +1,7 @@
-"""A large input checked in worker processes, each reading a contiguous share of the files
-(a share may end inside a file, between two namespaces: see shares).
+"""A large input checked in several processes, each reading a contiguous share of the files
+(a share may end inside a file, between two namespaces: see shares): this one works the
+first share itself while forked workers work the others (their findings and lines cross
+a pipe; its own do not).
 
 Every relation the rules follow stays inside one namespace: a Service and a PDB select pods
 of their own namespace, an HPA's scaleTargetRef names an object of its own (kubernetes/api
@@ -46,7 +48,7 @@ import os
 import pickle
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from itertools import accumulate, groupby
 from operator import attrgetter
@@ -317,9 +319,10 @@ class WorkerFailure:
 
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
         jobs: int = 1, renderer: LineRenderer | None = None) -> Result:
-    """engine.run's result; with `jobs` > 1 a large input is checked in that many worker
-    processes (if one fails, here after all: the result's worker_failure says why). With a
-    `renderer`, the workers write their findings as its lines (the result's `rendered`)."""
+    """engine.run's result; with `jobs` > 1 a large input is checked in that many processes,
+    this one and forked workers (if one fails, here after all: the result's worker_failure
+    says why). With a `renderer`, each writes its findings as its lines (the result's
+    `rendered`)."""
     args = list(args)
     failure = None
     if jobs > 1:
@@ -365,7 +368,7 @@ def _in_workers(args: list[str], context: Context, jobs: int,
             take(loaded, source)
         return check_loaded(loaded, context)
     spans = [(_name(share[0]), _name(share[-1])) for share in cut]
-    workers = [_Worker.start(context, renderer, _work, cut, k) for k in range(len(cut))]
+    workers = _started([_work(cut, k, context, renderer) for k in range(len(cut))])
     try:
         answers = [w.receive() for w in workers]
         failure = _failure(answers, _Summary, spans)
@@ -447,8 +450,8 @@ def _by_namespace(sources: list[SourceText | InputError], names: list[str],
     owner = namespaces.assign(sizes, jobs)
     segmented = [(s, f) for s, f in zip(texts, found, strict=True) if f is not None]
     spans = [(names[0], names[-1])] * jobs  # every worker reads from every file
-    workers = [_Worker.start(context, renderer, _work_namespaces, segmented, owner, k)
-               for k in range(jobs)]
+    workers = _started([_work_namespaces(segmented, owner, k, context, renderer)
+                        for k in range(jobs)])
     try:
         answers = [w.receive() for w in workers]
         failure = _failure(answers, _Summary, spans)
@@ -565,6 +568,53 @@ def _failure(answers: list[object], expected: type, spans: list[tuple[str, str]]
     return WorkerFailure(k + 1, len(answers), first, last, cause, len(failed))
 
 
+Work = Generator[_Summary | None, Any, "_Part | None"]
+"""A share's work, in three steps: it yields its summary; resumed, it checks what needs no
+answer (while the others read) and yields None; sent the parent's answer, it returns its
+part (None when told to stop: the input is checked in one process)."""
+
+
+def _told(work: Work, answer: object) -> _Part | None:
+    """The part of `work` (resumed past its summary and its early checks) given the parent's
+    answer; None when told to stop."""
+    if answer is None:  # the input is checked in one process instead
+        work.close()
+        return None
+    try:
+        work.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    raise RuntimeError("a share's work went on after its answer")
+
+
+class _Local:
+    """The parent's own share, worked here while the forked workers work theirs: its
+    findings and lines cross no pipe, and one process fewer shares the CPUs."""
+
+    def __init__(self, work: Work) -> None:
+        self.work = work
+        self.answer: object = None
+        self.told = False
+
+    def receive(self) -> object:
+        """Its summary, then (once told) its part; a _Failed if it raised."""
+        try:
+            if not self.told:
+                return next(self.work)
+            next(self.work)
+            return _told(self.work, self.answer)
+        except Exception as exc:  # the input is checked serially, and the command says why
+            return _Failed(_cause(exc))
+
+    def send(self, message: object) -> None:
+        """The parent's answer, acted on when the part is asked for (receive): the forked
+        workers are told first."""
+        self.answer, self.told = message, True
+
+    def end(self) -> None:
+        self.work.close()
+
+
 class _Worker:
     """One forked worker and the two pipes to it."""
 
@@ -572,10 +622,8 @@ class _Worker:
         self.pid, self.reading, self.writing = pid, reading, writing
 
     @classmethod
-    def start(cls, context: Context, renderer: LineRenderer | None,
-              work: Callable[..., _Part | None],
-              *share: Any) -> _Worker:
-        """A worker running work(*share, context, renderer, up, down)."""
+    def start(cls, work: Work) -> _Worker:
+        """A worker doing `work` (not started yet) in a forked process."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
         pid = os.fork()
@@ -585,7 +633,7 @@ class _Worker:
             code = 1
             try:
                 with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
-                    code = _answer(up, lambda: work(*share, context, renderer, up, down))
+                    code = _serve(work, up, down)
             finally:
                 os._exit(code)  # no atexit handlers, no flush of the parent's buffers
         os.close(up_write)
@@ -613,10 +661,14 @@ class _Worker:
         os.waitpid(self.pid, 0)
 
 
-def _answer(up: IO[bytes], work: Callable[[], _Part | None]) -> int:
-    """Run a worker's work and send its part (or why it failed); the exit code."""
+def _serve(work: Work, up: IO[bytes], down: IO[bytes]) -> int:
+    """Do a share's work in a worker process: its summary up, the parent's answer down, its
+    part (or why it failed) up; the exit code."""
     try:
-        part = work()
+        pickle.dump(next(work), up)
+        up.flush()
+        next(work)  # checks what needs no answer while the other workers read
+        part = _told(work, pickle.load(down))
         if part is None:  # told to stop: the input is checked in one process
             return 0
         failpoint("check.worker.checked")
@@ -629,10 +681,15 @@ def _answer(up: IO[bytes], work: Callable[[], _Part | None]) -> int:
     return 0
 
 
-def _work(cut: list[Share], k: int, context: Context, renderer: LineRenderer | None,
-          up: IO[bytes], down: IO[bytes]) -> _Part | None:
-    """A worker for share k of `cut`: reads it, tells the parent what it holds, checks what
-    the parent's answer leaves it."""
+def _started(works: list[Work]) -> list[_Local | _Worker]:
+    """The shares' work under way: the first here, the others forked (first)."""
+    forked = [_Worker.start(work) for work in works[1:]]
+    return [_Local(works[0]), *forked]
+
+
+def _work(cut: list[Share], k: int, context: Context, renderer: LineRenderer | None) -> Work:
+    """Share k of `cut`: reads it, tells the parent what it holds, checks what the parent's
+    answer leaves it."""
     loaded = Loaded()
     for source in cut[k]:
         take(loaded, source)
@@ -653,13 +710,10 @@ def _work(cut: list[Share], k: int, context: Context, renderer: LineRenderer | N
         if not files or files[-1] != doc.file:
             files.append(doc.file)
         documents_of[namespace] = documents_of.get(namespace, 0) + 1
-    pickle.dump(_Summary(files_of, documents_of, len(index.workloads),
-                         any(not w.embedded for w in index.workloads), misplaced), up)
-    up.flush()
+    yield _Summary(files_of, documents_of, len(index.workloads),
+                   any(not w.embedded for w in index.workloads), misplaced)
     early = _early(loaded, index, context) if misplaced is None else []
-    message = pickle.load(down)
-    if message is None:  # checked in one process instead
-        return None
+    message = yield None
     whole, straddling, shared = message
     if straddling is None:  # every file read, this share's objects reported on
         everything = Loaded()  # the other files' errors are their workers' to tell
@@ -706,9 +760,8 @@ def _late(early: list[Finding], loaded: Loaded, index: Index, context: Context,
 
 def _work_namespaces(segmented: list[tuple[SourceText, list[namespaces.Segment]]],
                      owner: dict[str, int], k: int, context: Context,
-                     renderer: LineRenderer | None, up: IO[bytes], down: IO[bytes]
-                     ) -> _Part | None:
-    """Worker k of _by_namespace: reads its namespaces' documents of every file, tells the
+                     renderer: LineRenderer | None) -> Work:
+    """Share k of _by_namespace: reads its namespaces' documents of every file, tells the
     parent whether each object is where the split put it, then checks them."""
     mine = {namespace for namespace, n in owner.items() if n == k}
     loaded = Loaded()
@@ -727,13 +780,10 @@ def _work_namespaces(segmented: list[tuple[SourceText, list[namespaces.Segment]]
                 misplaced = f"{doc.file}: an object in namespace {namespace} read as " \
                             f"in {sorted(mine)}"
                 break
-    pickle.dump(_Summary({}, {}, len(index.workloads),
-                         any(not w.embedded for w in index.workloads), misplaced), up)
-    up.flush()
+    yield _Summary({}, {}, len(index.workloads),
+                   any(not w.embedded for w in index.workloads), misplaced)
     early = _early(loaded, index, context) if misplaced is None else []
-    message = pickle.load(down)
-    if message is None:  # checked in one process instead
-        return None
+    message = yield None
     whole, _, shared = message
     return _part(_late(early, loaded, index, context, whole), renderer, shared, loaded, index)
 
