@@ -1,4 +1,7 @@
-"""A large input checked in worker processes, each reading a contiguous share of the files.
+"""A large input checked in several processes, each reading a contiguous share of the files
+(a share may end inside a file, between two namespaces: see shares): this one works the
+first share itself while forked workers work the others (their findings and lines cross
+a pipe; its own do not).
 
 Every relation the rules follow stays inside one namespace: a Service and a PDB select pods
 of their own namespace, an HPA's scaleTargetRef names an object of its own (kubernetes/api
@@ -6,11 +9,12 @@ core/v1 and policy/v1 types.go, autoscaling/v2 CrossVersionObjectReference; mode
 keys each lookup by namespace). Two exchanges make the split exact:
 
 1. each worker (forked: the modules are loaded already) reads its files, indexes them and
-   tells the parent the namespaces it holds, in which files, and its workload count;
+   tells the parent the namespaces it holds, in which files, and its workload count; then,
+   while the other workers still read, it runs the rules that need nothing else;
 2. the parent answers with the whole input's facts (pdb-selects-nothing counts every
-   workload) and how to treat the namespaces more than one worker holds (one that
-   straddles a share's edge, or a namespace spread over every file, as `helm template`
-   writes a release without one):
+   workload: Rule.whole_input) and how to treat the namespaces more than one worker holds
+   (one that straddles a share's edge, or a namespace spread over every file, as `helm
+   template` writes a release without one):
    - few of them: the workers check everything else, while the parent reads the files of
      those namespaces again and checks them;
    - else each worker reads the other files too, so that every question about other
@@ -22,7 +26,8 @@ fleet's generated manifests often do), the namespaces are dealt out instead: eac
 reads every file's documents of its own namespaces, the others blanked (check.namespaces),
 after the same two exchanges; the first tells whether each object is where its text said.
 If one is not, or the input has an error (whose order and effect on what follows are the
-serial reading's), the input is checked in one process.
+serial reading's), the input is checked in one process; so is an input with an error in a
+file that two shares cut.
 
 The findings of each document are one process's, but in the straddling namespaces' files:
 with json or sarif output each worker writes its findings' lines (engine.Rendered), joined
@@ -42,11 +47,12 @@ import contextlib
 import os
 import pickle
 import re
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import accumulate, groupby
 from operator import attrgetter
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, NamedTuple
 
 from drainsafe.check import namespaces
 from drainsafe.check.context import Context
@@ -57,7 +63,10 @@ from drainsafe.check.engine import (
     check_documents,
     check_loaded,
     finish,
+    found,
     gc_paused,
+    in_order,
+    place_lines,
 )
 from drainsafe.check.engine import run as engine_run
 from drainsafe.check.findings import Finding, Severity
@@ -73,11 +82,13 @@ from drainsafe.check.load import (
 )
 from drainsafe.check.model import (
     DEFAULT_NAMESPACE,
+    UNTOLD,
     Index,
     WholeInput,
     build_index,
     namespace_of,
 )
+from drainsafe.check.rules import all_rules
 from drainsafe.check.validate import field_errors_by_kind
 from drainsafe.failpoint import failpoint
 
@@ -138,11 +149,19 @@ def _namespaces(source: SourceText | InputError) -> set[str]:
     return found
 
 
-def shares(sources: list[SourceText | InputError], jobs: int) -> list[int] | None:
-    """Where to cut the files into at most `jobs` contiguous shares of about equal size,
-    each holding its namespaces whole (as far as _namespaces tells): the indexes where each
-    share after the first starts. None when there is no such cut (every file in one
-    namespace: `helm template` without --namespace), or too little input for two."""
+Source = SourceText | InputError
+Share = list[Source]
+"""A worker's files, in input order; the first and last may be a piece of a file cut
+between two shares (check.namespaces.pieces)."""
+
+
+def shares(sources: list[Source], jobs: int) -> list[Share] | None:
+    """The files cut into at most `jobs` contiguous shares of about equal size, each holding
+    its namespaces whole (as far as _namespaces and namespaces.segments tell). A share ends
+    between two files, or inside one, between two of its documents, when that is nearer
+    an equal share (a fleet's copies often run from one file into the next). None when
+    there is no such cut (every file in one namespace: `helm template` without
+    --namespace), or too little input for two."""
     sizes = [0 if isinstance(s, InputError) else len(s.text) for s in sources]
     total = sum(sizes)
     jobs = min(jobs, len(sources), total // MIN_BYTES_PER_WORKER)
@@ -155,22 +174,83 @@ def shares(sources: list[SourceText | InputError], jobs: int) -> list[int] | Non
         spans.append(names)
         for name in names:
             last[name] = i
+    offsets = list(accumulate(sizes, initial=0))
     # A cut before file i is clean when no namespace seen before i is seen again from i on.
-    clean: list[tuple[int, int]] = []  # (file index, bytes before it)
-    open_until, done = -1, 0
+    clean: list[_Cut] = []
+    open_until = -1
     for i, names in enumerate(spans):
         if i and open_until < i:
-            clean.append((i, done))
+            clean.append(_Cut(i, 0, offsets[i]))
         for name in names:
             open_until = max(open_until, last[name])
-        done += sizes[i]
-    cuts: list[int] = []
+    cuts: list[_Cut] = []
+    found: dict[int, list[namespaces.Segment]] = {}
     for k in range(1, jobs):
         target = total * k / jobs
-        best = min(clean, key=lambda c: abs(c[1] - target), default=None)
-        if best is not None and (not cuts or best[0] > cuts[-1]):
-            cuts.append(best[0])
-    return cuts or None
+        options = [c for c in (min(clean, key=lambda c: abs(c.at - target), default=None),
+                               _inside(sources, spans, offsets, target, found))
+                   if c is not None and (not cuts or c > cuts[-1])]
+        # Between files when about as near: each file then read by one worker.
+        slack = total / jobs / 100
+        best = min(options, key=lambda c: abs(c.at - target) + (slack if c.document else 0),
+                   default=None)
+        if best is not None:
+            cuts.append(best)
+    return _cut(sources, cuts, found) if cuts else None
+
+
+class _Cut(NamedTuple):
+    """Where a share after the first starts: before document `document` of file `file` (0:
+    before the file), `at` bytes into the input."""
+
+    file: int
+    document: int
+    at: int
+
+
+def _inside(sources: list[Source], spans: list[set[str]], offsets: list[int], target: float,
+            found: dict[int, list[namespaces.Segment]]) -> _Cut | None:
+    """The clean cut nearest `target` between two documents of the file that holds it, if
+    any (its segments are kept in `found`)."""
+    i = bisect_right(offsets, target) - 1
+    source = sources[min(i, len(sources) - 1)]
+    if isinstance(source, InputError) or source.name.endswith(".json"):
+        return None  # JSON: no documents to cut between
+    segments = found.get(i) or namespaces.segments(source.text)
+    if segments is None:
+        return None
+    found[i] = segments
+    before = set().union(*spans[:i])
+    after = set().union(*spans[i + 1:])
+    at = offsets[i]
+    return min((_Cut(i, d, at + segments[d - 1].end)
+                for d in namespaces.clean_cuts(segments, before, after)),
+               key=lambda c: abs(c.at - target), default=None)
+
+
+def _cut(sources: list[Source], cuts: list[_Cut],
+         found: dict[int, list[namespaces.Segment]]) -> list[Share]:
+    """The sources cut into shares where `cuts` say."""
+    inside: dict[int, list[int]] = {}
+    before = set()
+    for c in cuts:
+        if c.document:
+            inside.setdefault(c.file, []).append(c.document)
+        else:
+            before.add(c.file)
+    result: list[Share] = [[]]
+    for i, source in enumerate(sources):
+        if i in before:
+            result.append([])
+        documents = inside.get(i)
+        if documents is None:
+            result[-1].append(source)
+            continue
+        assert isinstance(source, SourceText)
+        first, *rest = namespaces.pieces(source.text, found[i], documents)
+        result[-1].append(SourceText(source.name, first))
+        result.extend([SourceText(source.name, text)] for text in rest)
+    return result
 
 
 @dataclass
@@ -184,7 +264,9 @@ class _Summary:
     workloads: int
     standalone: bool
     misplaced: str | None = None
-    """Why the documents cannot be checked where check.namespaces put them (only then)."""
+    """Why the documents cannot be checked where they were put (only then): an object not
+    in the namespace its text named (check.namespaces), an input error in a file cut in
+    two."""
 
 
 Encoded = tuple[list[str], list[Any], list[Any], list[tuple[Any, ...]]]
@@ -237,9 +319,10 @@ class WorkerFailure:
 
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
         jobs: int = 1, renderer: LineRenderer | None = None) -> Result:
-    """engine.run's result; with `jobs` > 1 a large input is checked in that many worker
-    processes (if one fails, here after all: the result's worker_failure says why). With a
-    `renderer`, the workers write their findings as its lines (the result's `rendered`)."""
+    """engine.run's result; with `jobs` > 1 a large input is checked in that many processes,
+    this one and forked workers (if one fails, here after all: the result's worker_failure
+    says why). With a `renderer`, each writes its findings as its lines (the result's
+    `rendered`)."""
     args = list(args)
     failure = None
     if jobs > 1:
@@ -273,8 +356,8 @@ def _in_workers(args: list[str], context: Context, jobs: int,
         return None
     # Read here: the workers (forked) have the texts without reading them again.
     sources = [read_input(name) for name in names]
-    cuts = shares(sources, jobs)
-    if cuts is None:
+    cut = shares(sources, jobs)
+    if cut is None:
         by_namespace = _by_namespace(sources, names, expand_errors, notes, context, jobs,
                                      renderer)
         if by_namespace is not None:
@@ -284,16 +367,18 @@ def _in_workers(args: list[str], context: Context, jobs: int,
         for source in sources:
             take(loaded, source)
         return check_loaded(loaded, context)
-    edges = [0, *cuts, len(sources)]
-    spans = [(names[edges[k]], names[edges[k + 1] - 1]) for k in range(len(edges) - 1)]
-    workers = [_Worker.start(context, renderer, _work, sources, edges[k], edges[k + 1])
-               for k in range(len(edges) - 1)]
+    spans = [(_name(share[0]), _name(share[-1])) for share in cut]
+    workers = _started([_work(cut, k, context, renderer) for k in range(len(cut))])
     try:
         answers = [w.receive() for w in workers]
         failure = _failure(answers, _Summary, spans)
         if failure is not None:
             return failure
         summaries = [s for s in answers if isinstance(s, _Summary)]
+        if any(s.misplaced for s in summaries):
+            for w in workers:
+                w.send(None)
+            return None
         held: dict[str, int] = {}
         for s in summaries:
             for namespace in s.files_of:
@@ -330,8 +415,11 @@ def _in_workers(args: list[str], context: Context, jobs: int,
     finally:
         for w in workers:
             w.end()
-    return _result(parts, findings, renderer, expand_errors, notes, spans,
-                   sum(p.inputs for p in parts))
+    return _result(parts, findings, renderer, expand_errors, notes, spans, len(sources))
+
+
+def _name(source: Source) -> str:
+    return source.name if isinstance(source, SourceText) else source.file
 
 
 def _by_namespace(sources: list[SourceText | InputError], names: list[str],
@@ -362,8 +450,8 @@ def _by_namespace(sources: list[SourceText | InputError], names: list[str],
     owner = namespaces.assign(sizes, jobs)
     segmented = [(s, f) for s, f in zip(texts, found, strict=True) if f is not None]
     spans = [(names[0], names[-1])] * jobs  # every worker reads from every file
-    workers = [_Worker.start(context, renderer, _work_namespaces, segmented, owner, k)
-               for k in range(jobs)]
+    workers = _started([_work_namespaces(segmented, owner, k, context, renderer)
+                        for k in range(jobs)])
     try:
         answers = [w.receive() for w in workers]
         failure = _failure(answers, _Summary, spans)
@@ -480,6 +568,53 @@ def _failure(answers: list[object], expected: type, spans: list[tuple[str, str]]
     return WorkerFailure(k + 1, len(answers), first, last, cause, len(failed))
 
 
+Work = Generator[_Summary | None, Any, "_Part | None"]
+"""A share's work, in three steps: it yields its summary; resumed, it checks what needs no
+answer (while the others read) and yields None; sent the parent's answer, it returns its
+part (None when told to stop: the input is checked in one process)."""
+
+
+def _told(work: Work, answer: object) -> _Part | None:
+    """The part of `work` (resumed past its summary and its early checks) given the parent's
+    answer; None when told to stop."""
+    if answer is None:  # the input is checked in one process instead
+        work.close()
+        return None
+    try:
+        work.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    raise RuntimeError("a share's work went on after its answer")
+
+
+class _Local:
+    """The parent's own share, worked here while the forked workers work theirs: its
+    findings and lines cross no pipe, and one process fewer shares the CPUs."""
+
+    def __init__(self, work: Work) -> None:
+        self.work = work
+        self.answer: object = None
+        self.told = False
+
+    def receive(self) -> object:
+        """Its summary, then (once told) its part; a _Failed if it raised."""
+        try:
+            if not self.told:
+                return next(self.work)
+            next(self.work)
+            return _told(self.work, self.answer)
+        except Exception as exc:  # the input is checked serially, and the command says why
+            return _Failed(_cause(exc))
+
+    def send(self, message: object) -> None:
+        """The parent's answer, acted on when the part is asked for (receive): the forked
+        workers are told first."""
+        self.answer, self.told = message, True
+
+    def end(self) -> None:
+        self.work.close()
+
+
 class _Worker:
     """One forked worker and the two pipes to it."""
 
@@ -487,10 +622,8 @@ class _Worker:
         self.pid, self.reading, self.writing = pid, reading, writing
 
     @classmethod
-    def start(cls, context: Context, renderer: LineRenderer | None,
-              work: Callable[..., _Part | None],
-              *share: Any) -> _Worker:
-        """A worker running work(*share, context, renderer, up, down)."""
+    def start(cls, work: Work) -> _Worker:
+        """A worker doing `work` (not started yet) in a forked process."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
         pid = os.fork()
@@ -500,7 +633,7 @@ class _Worker:
             code = 1
             try:
                 with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
-                    code = _answer(up, lambda: work(*share, context, renderer, up, down))
+                    code = _serve(work, up, down)
             finally:
                 os._exit(code)  # no atexit handlers, no flush of the parent's buffers
         os.close(up_write)
@@ -528,10 +661,14 @@ class _Worker:
         os.waitpid(self.pid, 0)
 
 
-def _answer(up: IO[bytes], work: Callable[[], _Part | None]) -> int:
-    """Run a worker's work and send its part (or why it failed); the exit code."""
+def _serve(work: Work, up: IO[bytes], down: IO[bytes]) -> int:
+    """Do a share's work in a worker process: its summary up, the parent's answer down, its
+    part (or why it failed) up; the exit code."""
     try:
-        part = work()
+        pickle.dump(next(work), up)
+        up.flush()
+        next(work)  # checks what needs no answer while the other workers read
+        part = _told(work, pickle.load(down))
         if part is None:  # told to stop: the input is checked in one process
             return 0
         failpoint("check.worker.checked")
@@ -544,14 +681,25 @@ def _answer(up: IO[bytes], work: Callable[[], _Part | None]) -> int:
     return 0
 
 
-def _work(sources: list[SourceText | InputError], start: int, end: int, context: Context,
-          renderer: LineRenderer | None, up: IO[bytes], down: IO[bytes]) -> _Part:
-    """A worker for the share sources[start:end]: reads it, tells the parent what it holds,
-    checks what the parent's answer leaves it."""
+def _started(works: list[Work]) -> list[_Local | _Worker]:
+    """The shares' work under way: the first here, the others forked (first)."""
+    forked = [_Worker.start(work) for work in works[1:]]
+    return [_Local(works[0]), *forked]
+
+
+def _work(cut: list[Share], k: int, context: Context, renderer: LineRenderer | None) -> Work:
+    """Share k of `cut`: reads it, tells the parent what it holds, checks what the parent's
+    answer leaves it."""
     loaded = Loaded()
-    for source in sources[start:end]:
+    for source in cut[k]:
         take(loaded, source)
     index = build_index(loaded.documents)
+    # A YAML error ends its file's reading, and the other worker's piece of a file cut in
+    # two does not know: the serial reading's effect is that of one process.
+    pieces = {_name(cut[k][0]), _name(cut[k][-1])} & (
+        {_name(share[-1]) for share in cut[:k]} | {_name(share[0]) for share in cut[k + 1:]})
+    misplaced = "an input error in a file cut between two workers" if any(
+        e.file in pieces for e in loaded.errors) else None
     files_of: dict[str, list[str]] = {}
     documents_of: dict[str, int] = {}
     held_in: list[str] = []
@@ -562,16 +710,17 @@ def _work(sources: list[SourceText | InputError], start: int, end: int, context:
         if not files or files[-1] != doc.file:
             files.append(doc.file)
         documents_of[namespace] = documents_of.get(namespace, 0) + 1
-    pickle.dump(_Summary(files_of, documents_of, len(index.workloads),
-                         any(not w.embedded for w in index.workloads)), up)
-    up.flush()
-    whole, straddling, shared = pickle.load(down)
+    yield _Summary(files_of, documents_of, len(index.workloads),
+                   any(not w.embedded for w in index.workloads), misplaced)
+    early = _early(loaded, index, context) if misplaced is None else []
+    message = yield None
+    whole, straddling, shared = message
     if straddling is None:  # every file read, this share's objects reported on
         everything = Loaded()  # the other files' errors are their workers' to tell
-        for source in sources[:start]:
+        for source in (s for share in cut[:k] for s in share):
             take(everything, source)
         everything.documents.extend(loaded.documents)
-        for source in sources[end:]:
+        for source in (s for share in cut[k + 1:] for s in share):
             take(everything, source)
         whole_index = build_index(everything.documents)
         whole_index.whole = whole
@@ -582,16 +731,37 @@ def _work(sources: list[SourceText | InputError], start: int, end: int, context:
         mine = [d for d, n in zip(loaded.documents, held_in, strict=True)
                 if n not in straddling]
         findings, _ = check_documents(mine, context, whole=whole)
-    else:
-        findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
+    else:  # the usual case: this share's namespaces are its own
+        findings = _late(early, loaded, index, context, whole)
     return _part(findings, renderer, shared, loaded, index)
+
+
+def _early(loaded: Loaded, index: Index, context: Context) -> list[Finding]:
+    """What a worker finds in its share before the parent has told it the whole input's
+    facts (while the other workers still read theirs): all but the whole_input rules, on
+    their lines."""
+    index.whole = UNTOLD
+    findings = found(loaded.documents, index, context,
+                     [r for r in all_rules().values() if not r.whole_input])
+    place_lines(findings)
+    return findings
+
+
+def _late(early: list[Finding], loaded: Loaded, index: Index, context: Context,
+          whole: WholeInput) -> list[Finding]:
+    """The share's findings, sorted and on their lines: the `early` ones and those of the
+    rules that needed the whole input's facts, now told."""
+    index.whole = whole
+    late = found(loaded.documents, index, context,
+                 [r for r in all_rules().values() if r.whole_input])
+    place_lines(late)
+    return in_order([*early, *late])
 
 
 def _work_namespaces(segmented: list[tuple[SourceText, list[namespaces.Segment]]],
                      owner: dict[str, int], k: int, context: Context,
-                     renderer: LineRenderer | None, up: IO[bytes], down: IO[bytes]
-                     ) -> _Part | None:
-    """Worker k of _by_namespace: reads its namespaces' documents of every file, tells the
+                     renderer: LineRenderer | None) -> Work:
+    """Share k of _by_namespace: reads its namespaces' documents of every file, tells the
     parent whether each object is where the split put it, then checks them."""
     mine = {namespace for namespace, n in owner.items() if n == k}
     loaded = Loaded()
@@ -610,15 +780,12 @@ def _work_namespaces(segmented: list[tuple[SourceText, list[namespaces.Segment]]
                 misplaced = f"{doc.file}: an object in namespace {namespace} read as " \
                             f"in {sorted(mine)}"
                 break
-    pickle.dump(_Summary({}, {}, len(index.workloads),
-                         any(not w.embedded for w in index.workloads), misplaced), up)
-    up.flush()
-    message = pickle.load(down)
-    if message is None:  # checked in one process instead
-        return None
+    yield _Summary({}, {}, len(index.workloads),
+                   any(not w.embedded for w in index.workloads), misplaced)
+    early = _early(loaded, index, context) if misplaced is None else []
+    message = yield None
     whole, _, shared = message
-    findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
-    return _part(findings, renderer, shared, loaded, index)
+    return _part(_late(early, loaded, index, context, whole), renderer, shared, loaded, index)
 
 
 def _part(findings: list[Finding], renderer: LineRenderer | None,
