@@ -54,6 +54,15 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   (`same_pod_template`), compared as the API server serves them (quantities in canonical
   form, so Semantic.DeepEqual's Quantity rule adds nothing); an empty label map is none,
   as apimachinery's forked DeepEqual has it (third_party/forked/golang/reflect at v1.33.1).
+- a Deployment's scale carried out (`scale_not_carried_out`): the deployment controller
+  has observed its spec (status.observedGeneration at least metadata.generation; its
+  sync writes the ReplicaSets' scale before syncDeploymentStatus records the generation,
+  pkg/controller/deployment/sync.go at v1.33.1) and its status.replicas, the sum of its
+  ReplicaSets' status.replicas (util/deployment_util.go
+  GetActualReplicaCountForReplicaSets: their non-terminating pods), equals spec.replicas:
+  two of the counts DeploymentComplete (same file) compares; its updated and available
+  counts are a rollout's and the Ready count, which the drain waits for apart. A pod the
+  ReplicaSet made before it saw a lowered scale is still counted until it is removed.
 - a StatefulSet mid-rolling-update (`statefulset_rollout_in_progress`), as `kubectl rollout
   status sts` reads it (same file, StatefulSetStatusViewer): observedGeneration behind
   generation, or, for a partitioned update, fewer updatedReplicas than replicas minus the
@@ -253,6 +262,21 @@ def rollout_in_progress(deployment: Obj, replicasets: Iterable[Obj]) -> str | No
     if isinstance(replicas, int) and isinstance(updated, int) and updated < replicas \
             and not scale_only:
         return f"{updated}/{replicas} replicas updated"
+    return None
+
+
+def scale_not_carried_out(deployment: Obj) -> str | None:
+    """Why the Deployment's controllers have not yet carried out its spec.replicas, or None
+    (the rule in the module docstring)."""
+    generation = meta(deployment).get("generation")
+    status = deployment.get("status") or {}
+    observed = status.get("observedGeneration")
+    if isinstance(generation, int) and (not isinstance(observed, int) or observed < generation):
+        return f"observedGeneration {observed or 0} is behind generation {generation}"
+    want = (deployment.get("spec") or {}).get("replicas", 1)
+    have = int(status.get("replicas") or 0)
+    if have != want:
+        return f"{have} pods for {want} replicas"
     return None
 
 
