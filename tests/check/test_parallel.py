@@ -293,6 +293,33 @@ def test_a_file_cut_between_two_workers_is_read_as_one(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("small_is_large")
+@pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
+                                                           "workers-read-everything"])
+def test_a_namespace_beyond_the_window_straddles_and_is_still_exact(
+        tmp_path: Path, parent_share: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent guesses namespaces only in the WINDOW files each side of a cut: one in the
+    first and last files only is not seen, the cut straddles it, and the workers' summaries
+    say so (the parent checks it, or every worker reads every file)."""
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
+    files = _write(tmp_path / "fleet", _fleet(120))
+    assert len(files) > 4 * parallel.WINDOW
+    far = [deployment("far", namespace="far", replicas=1),
+           pdb("far", namespace="far", min_available=1)]  # protects the Deployment
+    files[0].write_text(files[0].read_text() + "---\n" + to_yaml(far[0]))
+    files[-1].write_text(files[-1].read_text() + "---\n" + to_yaml(far[1]))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    # Read apart, the PDB would select nothing and the Deployment have no PDB.
+    far_rules = {f.rule for f in serial.findings if f.object.namespace == "far"}
+    assert far_rules and not far_rules & {"pdb-selects-nothing", "pdb-missing"}
+    cut = _shares(args, 2)
+    assert cut is not None
+    assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
+    rendered = run(args, Context(), jobs=2, renderer=report.json_lines).rendered
+    assert rendered is not None and rendered.lines == list(report.json_lines(serial.findings))
+
+
+@pytest.mark.usefixtures("small_is_large")
 def test_a_failed_worker_leaves_it_to_the_serial_run(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     _write(tmp_path / "fleet", _fleet(20))
