@@ -21,7 +21,7 @@ from drainsafe.check import parallel, report
 from drainsafe.check.context import Context
 from drainsafe.check.engine import Result
 from drainsafe.check.findings import Severity
-from drainsafe.check.load import SourceText, expand_paths, read_input
+from drainsafe.check.load import InputError, SourceText, expand_paths, read_input
 from drainsafe.check.model import UNTOLD, Index
 from drainsafe.check.parallel import run
 from drainsafe.check.rules import all_rules
@@ -94,7 +94,8 @@ def _blind(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _shares(args: list[str], jobs: int) -> list[parallel.Share] | None:
-    return parallel.shares([read_input(n) for n in expand_paths(args)[0]], jobs)
+    names = expand_paths(args)[0]
+    return parallel.shares(parallel._Input(names, [os.path.getsize(n) for n in names]), jobs)
 
 
 def _cut_inside(args: list[str], jobs: int) -> bool:
@@ -103,6 +104,10 @@ def _cut_inside(args: list[str], jobs: int) -> bool:
     return cut is not None and any(
         isinstance(s, SourceText) and s.text != read_input(s.name).text
         for share in cut for s in share)
+
+
+def _names(share: parallel.Share) -> set[str]:
+    return {s if isinstance(s, str) else s.name for s in share if not isinstance(s, InputError)}
 
 
 @pytest.mark.usefixtures("small_is_large")
@@ -270,7 +275,7 @@ def test_a_file_cut_between_two_workers_is_read_as_one(tmp_path: Path) -> None:
     serial = run(args, Context())
     cut = _shares(args, 2)
     assert cut is not None and _cut_inside(args, 2)
-    (piece,) = {s.name for s in cut[0]} & {s.name for s in cut[1]}
+    (piece,) = _names(cut[0]) & _names(cut[1])
     assert isinstance(parallel._in_workers(args, Context(), 2), Result)
     assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
     rendered = run(args, Context(), jobs=2, renderer=report.json_lines).rendered
@@ -282,9 +287,36 @@ def test_a_file_cut_between_two_workers_is_read_as_one(tmp_path: Path) -> None:
     serial = run(args, Context())
     assert [e.file for e in serial.errors] == [piece]
     cut = _shares(args, 2)
-    assert cut is not None and {s.name for s in cut[0]} & {s.name for s in cut[1]} == {piece}
+    assert cut is not None and _names(cut[0]) & _names(cut[1]) == {piece}
     assert parallel._in_workers(args, Context(), 2) is None
     assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
+
+
+@pytest.mark.usefixtures("small_is_large")
+@pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
+                                                           "workers-read-everything"])
+def test_a_namespace_beyond_the_window_straddles_and_is_still_exact(
+        tmp_path: Path, parent_share: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent guesses namespaces only in the WINDOW files each side of a cut: one in the
+    first and last files only is not seen, the cut straddles it, and the workers' summaries
+    say so (the parent checks it, or every worker reads every file)."""
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
+    files = _write(tmp_path / "fleet", _fleet(120))
+    assert len(files) > 4 * parallel.WINDOW
+    far = [deployment("far", namespace="far", replicas=1),
+           pdb("far", namespace="far", min_available=1)]  # protects the Deployment
+    files[0].write_text(files[0].read_text() + "---\n" + to_yaml(far[0]))
+    files[-1].write_text(files[-1].read_text() + "---\n" + to_yaml(far[1]))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    # Read apart, the PDB would select nothing and the Deployment have no PDB.
+    far_rules = {f.rule for f in serial.findings if f.object.namespace == "far"}
+    assert far_rules and not far_rules & {"pdb-selects-nothing", "pdb-missing"}
+    cut = _shares(args, 2)
+    assert cut is not None
+    assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
+    rendered = run(args, Context(), jobs=2, renderer=report.json_lines).rendered
+    assert rendered is not None and rendered.lines == list(report.json_lines(serial.findings))
 
 
 @pytest.mark.usefixtures("small_is_large")
@@ -332,10 +364,13 @@ def test_shares_hold_namespaces_whole(tmp_path: Path, monkeypatch: pytest.Monkey
 
     def cuts(sources: list[SourceText], jobs: int) -> list[int] | None:
         """Where each share after the first starts (these files are one document each)."""
-        cut = parallel.shares(list(sources), jobs)
+        by_name = {s.name: s for s in sources}
+        cut = parallel.shares(parallel._Input(list(by_name), [len(s.text) for s in sources],
+                                              read=by_name.__getitem__), jobs)
         if cut is None:
             return None
-        assert [s for share in cut for s in share] == sources
+        assert [s if isinstance(s, str) else s.name for share in cut for s in share] == list(
+            by_name)
         return list(accumulate(len(share) for share in cut[:-1]))
 
     for jobs in (2, 4, 8):

@@ -48,7 +48,7 @@ import os
 import pickle
 import re
 from bisect import bisect_right
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from itertools import accumulate, groupby
 from operator import attrgetter
@@ -150,45 +150,67 @@ def _namespaces(source: SourceText | InputError) -> set[str]:
 
 
 Source = SourceText | InputError
-Share = list[Source]
-"""A worker's files, in input order; the first and last may be a piece of a file cut
-between two shares (check.namespaces.pieces)."""
+Share = list[Source | str]
+"""A worker's files, in input order: read already (the first and last may be a piece of a
+file cut between two shares, check.namespaces.pieces), or a name the worker reads."""
+
+WINDOW = 4
+"""Files each side of a cut whose namespaces are guessed (a fleet's files hold a namespace's
+objects together, or it is in every file): one further apart straddles the cut, which the
+workers' summaries tell (see above). Guessing every file's was a serial pass over the
+whole input before any worker started (~10 ms per 10,000 objects)."""
 
 
-def shares(sources: list[Source], jobs: int) -> list[Share] | None:
+class _Input:
+    """The files and their sizes, each read (and its namespaces guessed) only when asked:
+    the parent reads the files near a cut, each worker its share's."""
+
+    def __init__(self, names: list[str], sizes: list[int],
+                 read: Callable[[str], Source] = read_input) -> None:
+        self.names, self.sizes, self._read = names, sizes, read
+        self.read: dict[int, Source] = {}
+        self._namespaces: dict[int, set[str]] = {}
+
+    def source(self, i: int) -> Source:
+        if i not in self.read:
+            self.read[i] = self._read(self.names[i])
+        return self.read[i]
+
+    def namespaces(self, start: int, end: int) -> set[str]:
+        """The namespaces guessed for files start..end-1 (clipped to the input)."""
+        found: set[str] = set()
+        for i in range(max(start, 0), min(end, len(self.names))):
+            if i not in self._namespaces:
+                self._namespaces[i] = _namespaces(self.source(i))
+            found |= self._namespaces[i]
+        return found
+
+
+def shares(files: _Input, jobs: int) -> list[Share] | None:
     """The files cut into at most `jobs` contiguous shares of about equal size, each holding
-    its namespaces whole (as far as _namespaces and namespaces.segments tell). A share ends
-    between two files, or inside one, between two of its documents, when that is nearer
-    an equal share (a fleet's copies often run from one file into the next). None when
-    there is no such cut (every file in one namespace: `helm template` without
-    --namespace), or too little input for two."""
-    sizes = [0 if isinstance(s, InputError) else len(s.text) for s in sources]
-    total = sum(sizes)
-    jobs = min(jobs, len(sources), total // MIN_BYTES_PER_WORKER)
+    its namespaces whole as far as _namespaces and namespaces.segments tell of the WINDOW
+    files each side. A share ends between two files, or inside one, between two of its
+    documents, when that is nearer an equal share (a fleet's copies often run from one file
+    into the next). None when there is no such cut near (every file in one namespace:
+    `helm template` without --namespace; every file holding many), or too little input for
+    two."""
+    total = sum(files.sizes)
+    count = len(files.names)
+    jobs = min(jobs, count, total // MIN_BYTES_PER_WORKER)
     if jobs < 2:
         return None
-    last: dict[str, int] = {}
-    spans: list[set[str]] = []
-    for i, source in enumerate(sources):
-        names = _namespaces(source)
-        spans.append(names)
-        for name in names:
-            last[name] = i
-    offsets = list(accumulate(sizes, initial=0))
-    # A cut before file i is clean when no namespace seen before i is seen again from i on.
-    clean: list[_Cut] = []
-    open_until = -1
-    for i, names in enumerate(spans):
-        if i and open_until < i:
-            clean.append(_Cut(i, 0, offsets[i]))
-        for name in names:
-            open_until = max(open_until, last[name])
+    offsets = list(accumulate(files.sizes, initial=0))
     cuts: list[_Cut] = []
     found: dict[int, list[namespaces.Segment]] = {}
     for k in range(1, jobs):
         target = total * k / jobs
-        options = [c for c in (min(clean, key=lambda c: abs(c.at - target), default=None),
-                               _inside(sources, spans, offsets, target, found))
+        holder = min(bisect_right(offsets, target) - 1, count - 1)
+        # A cut before file i is clean when the files before it and after it share none.
+        between = [_Cut(i, 0, offsets[i])
+                   for i in range(max(holder - WINDOW + 1, 1), min(holder + WINDOW + 1, count))
+                   if files.namespaces(i - WINDOW, i).isdisjoint(files.namespaces(i, i + WINDOW))]
+        options = [c for c in (min(between, key=lambda c: abs(c.at - target), default=None),
+                               _inside(files, holder, offsets[holder], target, found))
                    if c is not None and (not cuts or c > cuts[-1])]
         # Between files when about as near: each file then read by one worker.
         slack = total / jobs / 100
@@ -196,7 +218,7 @@ def shares(sources: list[Source], jobs: int) -> list[Share] | None:
                    default=None)
         if best is not None:
             cuts.append(best)
-    return _cut(sources, cuts, found) if cuts else None
+    return _cut(files, cuts, found) if cuts else None
 
 
 class _Cut(NamedTuple):
@@ -208,29 +230,28 @@ class _Cut(NamedTuple):
     at: int
 
 
-def _inside(sources: list[Source], spans: list[set[str]], offsets: list[int], target: float,
+def _inside(files: _Input, i: int, at: int, target: float,
             found: dict[int, list[namespaces.Segment]]) -> _Cut | None:
-    """The clean cut nearest `target` between two documents of the file that holds it, if
-    any (its segments are kept in `found`)."""
-    i = bisect_right(offsets, target) - 1
-    source = sources[min(i, len(sources) - 1)]
+    """The clean cut nearest `target` between two documents of file i (`at` bytes into the
+    input), if any (its segments are kept in `found`)."""
+    source = files.source(i)
     if isinstance(source, InputError) or source.name.endswith(".json"):
         return None  # JSON: no documents to cut between
     segments = found.get(i) or namespaces.segments(source.text)
     if segments is None:
         return None
     found[i] = segments
-    before = set().union(*spans[:i])
-    after = set().union(*spans[i + 1:])
-    at = offsets[i]
-    return min((_Cut(i, d, at + segments[d - 1].end)
-                for d in namespaces.clean_cuts(segments, before, after)),
+    # Offsets count bytes, segments characters: the same for the ASCII of most manifests,
+    # and only a balance either way.
+    clean = namespaces.clean_cuts(segments, files.namespaces(i - WINDOW, i),
+                                  files.namespaces(i + 1, i + 1 + WINDOW))
+    return min((_Cut(i, d, at + segments[d - 1].end) for d in clean),
                key=lambda c: abs(c.at - target), default=None)
 
 
-def _cut(sources: list[Source], cuts: list[_Cut],
+def _cut(files: _Input, cuts: list[_Cut],
          found: dict[int, list[namespaces.Segment]]) -> list[Share]:
-    """The sources cut into shares where `cuts` say."""
+    """The files cut into shares where `cuts` say."""
     inside: dict[int, list[int]] = {}
     before = set()
     for c in cuts:
@@ -239,13 +260,14 @@ def _cut(sources: list[Source], cuts: list[_Cut],
         else:
             before.add(c.file)
     result: list[Share] = [[]]
-    for i, source in enumerate(sources):
+    for i, name in enumerate(files.names):
         if i in before:
             result.append([])
         documents = inside.get(i)
         if documents is None:
-            result[-1].append(source)
+            result[-1].append(files.read.get(i, name))
             continue
+        source = files.source(i)
         assert isinstance(source, SourceText)
         first, *rest = namespaces.pieces(source.text, found[i], documents)
         result[-1].append(SourceText(source.name, first))
@@ -347,17 +369,16 @@ def _in_workers(args: list[str], context: Context, jobs: int,
     if jobs < 2 or len(names) < 2 or STDIN in names:
         return None
     try:
-        total = sum(os.path.getsize(name) for name in names)
+        sizes = [os.path.getsize(name) for name in names]
     except OSError:
         return None  # the serial run names the problem
     # Not beyond MAX_TOTAL_BYTES: which inputs the serial run then refuses depends on the
     # order of reading.
-    if not MIN_BYTES <= total <= MAX_TOTAL_BYTES:
+    if not MIN_BYTES <= sum(sizes) <= MAX_TOTAL_BYTES:
         return None
-    # Read here: the workers (forked) have the texts without reading them again.
-    sources = [read_input(name) for name in names]
-    cut = shares(sources, jobs)
+    cut = shares(_Input(names, sizes), jobs)
     if cut is None:
+        sources = [read_input(name) for name in names]
         by_namespace = _by_namespace(sources, names, expand_errors, notes, context, jobs,
                                      renderer)
         if by_namespace is not None:
@@ -402,9 +423,9 @@ def _in_workers(args: list[str], context: Context, jobs: int,
         findings: list[Finding] = []
         if straddling and here:
             again = Loaded()
-            for source in sources:
-                if isinstance(source, SourceText) and source.name in files:
-                    take(again, source)
+            for name in names:
+                if name in files:
+                    take(again, read_input(name))
             docs = [d for d in again.documents if namespace_of(d.obj) in straddling]
             findings, _ = check_documents(docs, context, whole=whole)
         answers = [w.receive() for w in workers]
@@ -415,11 +436,18 @@ def _in_workers(args: list[str], context: Context, jobs: int,
     finally:
         for w in workers:
             w.end()
-    return _result(parts, findings, renderer, expand_errors, notes, spans, len(sources))
+    return _result(parts, findings, renderer, expand_errors, notes, spans, len(names))
 
 
-def _name(source: Source) -> str:
+def _name(source: Source | str) -> str:
+    if isinstance(source, str):
+        return source
     return source.name if isinstance(source, SourceText) else source.file
+
+
+def _read(source: Source | str) -> Source:
+    """A share's file as read (by the worker, when the parent did not)."""
+    return read_input(source) if isinstance(source, str) else source
 
 
 def _by_namespace(sources: list[SourceText | InputError], names: list[str],
@@ -692,7 +720,7 @@ def _work(cut: list[Share], k: int, context: Context, renderer: LineRenderer | N
     answer leaves it."""
     loaded = Loaded()
     for source in cut[k]:
-        take(loaded, source)
+        take(loaded, _read(source))
     index = build_index(loaded.documents)
     # A YAML error ends its file's reading, and the other worker's piece of a file cut in
     # two does not know: the serial reading's effect is that of one process.
@@ -718,10 +746,10 @@ def _work(cut: list[Share], k: int, context: Context, renderer: LineRenderer | N
     if straddling is None:  # every file read, this share's objects reported on
         everything = Loaded()  # the other files' errors are their workers' to tell
         for source in (s for share in cut[:k] for s in share):
-            take(everything, source)
+            take(everything, _read(source))
         everything.documents.extend(loaded.documents)
         for source in (s for share in cut[k + 1:] for s in share):
-            take(everything, source)
+            take(everything, _read(source))
         whole_index = build_index(everything.documents)
         whole_index.whole = whole
         whole_index.narrow({id(d) for d in loaded.documents})
