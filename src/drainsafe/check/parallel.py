@@ -644,16 +644,18 @@ class _Local:
 
 
 class _Worker:
-    """One forked worker and the two pipes to it."""
+    """One forked worker, the two pipes to it, and the file its part is written to."""
 
-    def __init__(self, pid: int, reading: IO[bytes], writing: IO[bytes]) -> None:
-        self.pid, self.reading, self.writing = pid, reading, writing
+    def __init__(self, pid: int, reading: IO[bytes], writing: IO[bytes],
+                 store: IO[bytes]) -> None:
+        self.pid, self.reading, self.writing, self.store = pid, reading, writing, store
 
     @classmethod
     def start(cls, work: Work) -> _Worker:
         """A worker doing `work` (not started yet) in a forked process."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
+        store = _store()
         pid = os.fork()
         if pid == 0:  # the worker: never returns
             os.close(up_read)
@@ -661,17 +663,21 @@ class _Worker:
             code = 1
             try:
                 with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
-                    code = _serve(work, up, down)
+                    code = _serve(work, up, down, store)
             finally:
                 os._exit(code)  # no atexit handlers, no flush of the parent's buffers
         os.close(up_write)
         os.close(down_read)
-        return cls(pid, os.fdopen(up_read, "rb"), os.fdopen(down_write, "wb"))
+        return cls(pid, os.fdopen(up_read, "rb"), os.fdopen(down_write, "wb"), store)
 
     def receive(self) -> object:
         """The worker's next answer, or a _Failed saying why there is none to use."""
         try:
-            return pickle.load(self.reading)
+            answer = pickle.load(self.reading)
+            if isinstance(answer, _Stored):
+                self.store.seek(0)
+                answer = pickle.load(self.store)
+            return answer
         except EOFError:
             return _Failed("the worker ended without an answer")
         except Exception as exc:  # findings that do not unpickle, a broken pipe: said
@@ -683,15 +689,31 @@ class _Worker:
             self.writing.flush()
 
     def end(self) -> None:
-        for stream in (self.writing, self.reading):
+        for stream in (self.writing, self.reading, self.store):
             with contextlib.suppress(OSError):
                 stream.close()
         os.waitpid(self.pid, 0)
 
 
-def _serve(work: Work, up: IO[bytes], down: IO[bytes]) -> int:
+@dataclass(frozen=True)
+class _Stored:
+    """A worker's word that its part is in its store: a pipe holds 64 KiB, so the part's
+    megabytes (6.8 MB of json lines for 5,000 findings-heavy objects) crossed it only while
+    the parent read, after its own share; a file takes them at once."""
+
+
+def _store() -> IO[bytes]:
+    """An anonymous file in memory (Linux), else a temporary file: both processes hold it."""
+    if hasattr(os, "memfd_create"):
+        return os.fdopen(os.memfd_create("drainsafe-check-part"), "w+b")
+    import tempfile  # only where there is no memfd
+
+    return tempfile.TemporaryFile()
+
+
+def _serve(work: Work, up: IO[bytes], down: IO[bytes], store: IO[bytes]) -> int:
     """Do a share's work in a worker process: its summary up, the parent's answer down, its
-    part (or why it failed) up; the exit code."""
+    part into the store (or why it failed, up); the exit code."""
     try:
         pickle.dump(next(work), up)
         up.flush()
@@ -700,11 +722,13 @@ def _serve(work: Work, up: IO[bytes], down: IO[bytes]) -> int:
         if part is None:  # told to stop: the input is checked in one process
             return 0
         failpoint("check.worker.checked")
+        pickle.dump(part, store, protocol=pickle.HIGHEST_PROTOCOL)
+        store.flush()
     except BaseException as exc:  # the parent checks serially, and says why
         pickle.dump(_Failed(_cause(exc)), up)
         up.flush()
         return 1
-    pickle.dump(part, up, protocol=pickle.HIGHEST_PROTOCOL)
+    pickle.dump(_Stored(), up)
     up.flush()
     return 0
 
