@@ -32,7 +32,9 @@ ActivePodsWithRanks, the order of getPodsToDelete): among *active* pods only (a 
 deletionTimestamp, which every evicted pod has, is no longer counted) it deletes unassigned
 before assigned, Pending before Running, not Ready before Ready, lower
 controller.kubernetes.io/pod-deletion-cost first, more pods of the set on the same node
-first, then the most recently Ready and the newest. drainsafe lowers the scale by one only
+first, then the more recently Ready and the newer, compared in log2 buckets of their age
+(LogarithmicScaleDown: within one bucket the pod UID decides, so a surge pod Ready a few
+seconds after the others may not be the one removed). drainsafe lowers the scale by one only
 after each eviction the server accepted, so the scale-down either finds nothing to remove
 (the ReplicaSet had not yet replaced the evicted pod) or removes the replacement it had just
 created for the evicted pod, which is not Ready yet (it has not started up), so it ranks
