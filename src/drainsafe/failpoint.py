@@ -26,13 +26,11 @@ so, and the parent must say so); `print` only records the hit and goes on (fail-
 
 from __future__ import annotations
 
-import logging
 import os
 import pathlib
 import time
 from typing import Literal, get_args
 
-log = logging.getLogger(__name__)
 ENV = "DRAINSAFE_FAILPOINTS"
 
 # Each point: what is written and what is not yet done when the process stops there.
@@ -74,6 +72,11 @@ def failpoint(point: Point) -> None:
     action = taken.read_text().strip() or "pause"
     taken.write_text(str(os.getpid()))
     taken.rename(armed.with_name(f"{point}.hit"))  # complete before the test sees it
+    # Imported only when a point is reached: check imports this module (parallel.py), and
+    # logging was ~5 ms of its start-up.
+    import logging
+
+    log = logging.getLogger(__name__)
     if action == "print":
         log.info("failpoint %s reached (pid %d)", point, os.getpid())
         return

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from drainsafe.check import parallel, report
 from drainsafe.check.context import Context
 from drainsafe.check.engine import Result
 from drainsafe.check.findings import Severity
-from drainsafe.check.load import SourceText, expand_paths, read_input
+from drainsafe.check.load import InputError, SourceText, expand_paths, read_input
+from drainsafe.check.model import UNTOLD, Index
 from drainsafe.check.parallel import run
 from drainsafe.check.rules import all_rules
 from drainsafe.failpoint import ENV, Action
@@ -91,8 +93,21 @@ def _blind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "_namespaces", lambda source: set())
 
 
-def _shares(args: list[str], jobs: int) -> list[int] | None:
-    return parallel.shares([read_input(n) for n in expand_paths(args)[0]], jobs)
+def _shares(args: list[str], jobs: int) -> list[parallel.Share] | None:
+    names = expand_paths(args)[0]
+    return parallel.shares(parallel._Input(names, [os.path.getsize(n) for n in names]), jobs)
+
+
+def _cut_inside(args: list[str], jobs: int) -> bool:
+    """Whether the shares cut a file between two of its documents."""
+    cut = _shares(args, jobs)
+    return cut is not None and any(
+        isinstance(s, SourceText) and s.text != read_input(s.name).text
+        for share in cut for s in share)
+
+
+def _names(share: parallel.Share) -> set[str]:
+    return {s if isinstance(s, str) else s.name for s in share if not isinstance(s, InputError)}
 
 
 @pytest.mark.usefixtures("small_is_large")
@@ -249,6 +264,62 @@ def test_bad_files_among_good_ones_are_named_and_the_rest_checked(
 
 
 @pytest.mark.usefixtures("small_is_large")
+def test_a_file_cut_between_two_workers_is_read_as_one(tmp_path: Path) -> None:
+    """A fleet's copies run from one file into the next: a share may end inside a file,
+    between two namespaces, each worker reading its own documents of it (the others blanked,
+    every line and document index kept). The serial run's findings, lines and counts; and
+    a YAML error in such a file (which ends its reading there) leaves the input to one
+    process."""
+    files = _write(tmp_path / "fleet", _fleet(60))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    cut = _shares(args, 2)
+    assert cut is not None and _cut_inside(args, 2)
+    (piece,) = _names(cut[0]) & _names(cut[1])
+    assert isinstance(parallel._in_workers(args, Context(), 2), Result)
+    assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
+    rendered = run(args, Context(), jobs=2, renderer=report.json_lines).rendered
+    assert rendered is not None and rendered.lines == list(report.json_lines(serial.findings))
+    # The error after the cut, in the second worker's piece: its documents after the error
+    # are not read, whoever reads them.
+    broken = next(f for f in files if str(f) == piece)
+    broken.write_text(broken.read_text() + "---\nkind: Deployment\nmetadata: {name: [\n")
+    serial = run(args, Context())
+    assert [e.file for e in serial.errors] == [piece]
+    cut = _shares(args, 2)
+    assert cut is not None and _names(cut[0]) & _names(cut[1]) == {piece}
+    assert parallel._in_workers(args, Context(), 2) is None
+    assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
+
+
+@pytest.mark.usefixtures("small_is_large")
+@pytest.mark.parametrize("parent_share", [1e9, 0.0], ids=["parent-checks-straddling",
+                                                           "workers-read-everything"])
+def test_a_namespace_beyond_the_window_straddles_and_is_still_exact(
+        tmp_path: Path, parent_share: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent guesses namespaces only in the WINDOW files each side of a cut: one in the
+    first and last files only is not seen, the cut straddles it, and the workers' summaries
+    say so (the parent checks it, or every worker reads every file)."""
+    monkeypatch.setattr(parallel, "PARENT_SHARE", parent_share)
+    files = _write(tmp_path / "fleet", _fleet(120))
+    assert len(files) > 4 * parallel.WINDOW
+    far = [deployment("far", namespace="far", replicas=1),
+           pdb("far", namespace="far", min_available=1)]  # protects the Deployment
+    files[0].write_text(files[0].read_text() + "---\n" + to_yaml(far[0]))
+    files[-1].write_text(files[-1].read_text() + "---\n" + to_yaml(far[1]))
+    args = [str(tmp_path / "fleet")]
+    serial = run(args, Context())
+    # Read apart, the PDB would select nothing and the Deployment have no PDB.
+    far_rules = {f.rule for f in serial.findings if f.object.namespace == "far"}
+    assert far_rules and not far_rules & {"pdb-selects-nothing", "pdb-missing"}
+    cut = _shares(args, 2)
+    assert cut is not None
+    assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
+    rendered = run(args, Context(), jobs=2, renderer=report.json_lines).rendered
+    assert rendered is not None and rendered.lines == list(report.json_lines(serial.findings))
+
+
+@pytest.mark.usefixtures("small_is_large")
 def test_a_failed_worker_leaves_it_to_the_serial_run(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     _write(tmp_path / "fleet", _fleet(20))
@@ -259,10 +330,9 @@ def test_a_failed_worker_leaves_it_to_the_serial_run(tmp_path: Path,
         raise RuntimeError("a worker's bug")
 
     monkeypatch.setattr(parallel, "build_index", broken)  # only the workers build with it
-    # Every file of this fleet shares a namespace with the next: no clean cut, and no worker
-    # would start (this test passed so without testing anything). Cut by size instead.
-    assert _shares(args, 2) is None
-    _blind(monkeypatch)
+    # Every file of this fleet shares a namespace with the next: the workers start only when
+    # one file is cut in two (this test once passed without any worker).
+    assert _cut_inside(args, 2)
     result = run(args, Context(), jobs=2)
     assert _all_of(result) == _all_of(serial)
     assert serial.worker_failure is None and result.worker_failure is not None
@@ -291,14 +361,26 @@ def test_shares_hold_namespaces_whole(tmp_path: Path, monkeypatch: pytest.Monkey
              "kind: Service\nmetadata:\n  namespace: 'three'\n",
              "kind: Service\nmetadata:\n  name: x\n"]  # the default namespace
     sources = [SourceText(f"{n}.yaml", t) for n, t in enumerate(texts)]
+
+    def cuts(sources: list[SourceText], jobs: int) -> list[int] | None:
+        """Where each share after the first starts (these files are one document each)."""
+        by_name = {s.name: s for s in sources}
+        cut = parallel.shares(parallel._Input(list(by_name), [len(s.text) for s in sources],
+                                              read=by_name.__getitem__), jobs)
+        if cut is None:
+            return None
+        assert [s if isinstance(s, str) else s.name for share in cut for s in share] == list(
+            by_name)
+        return list(accumulate(len(share) for share in cut[:-1]))
+
     for jobs in (2, 4, 8):
-        cuts = parallel.shares(sources, jobs)
-        assert cuts is not None and 1 <= len(cuts) < jobs and cuts == sorted(set(cuts))
-        assert set(cuts) <= {2, 3, 4}  # never between the two files of `one`
-    assert parallel.shares(sources, 8) == [2, 3, 4]
+        at = cuts(sources, jobs)
+        assert at is not None and 1 <= len(at) < jobs and at == sorted(set(at))
+        assert set(at) <= {2, 3, 4}  # never between the two files of `one`
+    assert cuts(sources, 8) == [2, 3, 4]
     # Two files of the default namespace are not cut apart either.
-    assert parallel.shares([*sources, SourceText("d.yaml", texts[4])], 8) == [2, 3, 4]
-    assert parallel.shares(sources[:2], 2) is None
+    assert cuts([*sources, SourceText("d.yaml", texts[4])], 8) == [2, 3, 4]
+    assert cuts(sources[:2], 2) is None
 
 
 @pytest.fixture(scope="module")
@@ -389,3 +471,15 @@ def test_lines_of_one_document_from_two_processes_are_refused() -> None:
     assert not isinstance(joined, int)
     assert joined.lines == ["a-line", "b-line"]  # file by file, as the serial sort
     assert joined.severities[Severity.WARNING] == 2
+
+
+def test_a_rule_asking_the_whole_input_before_it_is_told_fails_loudly() -> None:
+    """A worker runs the rules that ask the whole input's facts only once told them
+    (Rule.whole_input); a rule that asks without saying so fails (and the run falls back
+    to one process), where it would count only its worker's share."""
+    index = Index(whole=UNTOLD)
+    with pytest.raises(RuntimeError, match="whole_input=True"):
+        index.workload_count()
+    with pytest.raises(RuntimeError, match="whole_input=True"):
+        index.has_standalone_workload()
+    assert [r.id for r in all_rules().values() if r.whole_input] == ["pdb-selects-nothing"]

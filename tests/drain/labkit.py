@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from drainsafe.kube import KubeClient, api_path
-from drainsafe.lab.cluster import Lab, pids_alive
+from drainsafe.lab.cluster import Lab, pids_alive, virtual_deployment
 
 
 @contextlib.asynccontextmanager
@@ -50,3 +51,23 @@ async def node_of(client: KubeClient, app: str) -> str:
 
 async def get_node(client: KubeClient, name: str) -> dict[str, Any]:
     return await client.get(api_path("v1", "nodes", name=name))
+
+
+# A server that, once SIGTERMed, exits only when its gate file (argv[1]) exists: it stands
+# for one still finishing its work, so a test decides when a terminating pod gives its room
+# back instead of racing a fixed exit time.
+GATED_SERVER = ("import os, signal, sys, time\n"
+                "term = []\n"
+                "signal.signal(signal.SIGTERM, lambda *_: term.append(1))\n"
+                "while not (term and os.path.exists(sys.argv[1])): time.sleep(0.02)\n")
+
+
+def gated_deployment(name: str, *, replicas: int, gpus: int, gate: Path) -> dict[str, Any]:
+    """virtual_deployment's Deployment with real pods that exit after SIGTERM only once
+    `gate` exists (Ready at start; grace 30 s, never reached while the test opens the gate)."""
+    dep = virtual_deployment(name, replicas=replicas, gpus=gpus, grace=30)
+    template = dep["spec"]["template"]
+    template["metadata"]["annotations"] = {}
+    template["spec"]["containers"][0]["command"] = [sys.executable, "-c", GATED_SERVER,
+                                                    str(gate)]
+    return dep

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,10 +13,11 @@ from drainsafe.drain import ownership
 from drainsafe.drain.cordon import NotOwned, audit, uncordon
 from drainsafe.drain.execute import DrainSettings, NodeDrainer
 from drainsafe.drain.plan import DrainOptions
-from drainsafe.kube import KubeClient
+from drainsafe.kube import Informer, KubeClient, api_path
 from drainsafe.lab.cluster import virtual_deployment
+from drainsafe.lab.controllers.ranking import POD_DELETION_COST
 
-from .labkit import get_node, gpu_lab, node_of, pdb, pods_of, service
+from .labkit import gated_deployment, get_node, gpu_lab, node_of, pdb, pods_of, service
 
 
 async def test_drain_gpu_node_replacement_first(tmp_path: Path) -> None:
@@ -203,59 +206,75 @@ async def test_a_drain_waits_for_the_guards_surge_and_never_surges_on_top(
 async def test_no_room_while_the_guard_surges_waits_for_its_restore(tmp_path: Path) -> None:
     """The guard's stand-in holds the only free GPU: rather than refusing for room (and
     advising a new node), the drain waits for the guard's restore and for its scale-down
-    (the pod it removes holds its GPU until it exits, 2 s after SIGTERM), plans again
-    and drains. A restore that does not come within --timeout is named in the refusal."""
+    (the pod it removes holds its GPU until it exits), plans again and drains. A restore
+    that does not come within --timeout is named in the refusal."""
     from drainsafe.drain import scale
 
     workload = "Deployment/default/llm"
+    gate = tmp_path / "exit"  # the pods exit after SIGTERM once it exists
     async with gpu_lab(tmp_path, nodes=3, gpus=1) as lab:
-        await lab.apply(virtual_deployment("llm", replicas=2, gpus=1, grace=2,
-                                           startup_seconds=0.3,
-                                           exit_after_sigterm_seconds=2.0))
+        await lab.apply(gated_deployment("llm", replicas=2, gpus=1, gate=gate))
         await lab.wait_available("default", "llm", timeout=60)
-        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client:
+        async with KubeClient.from_kubeconfig(str(lab.kubeconfig)) as client, Informer(
+                client, api_path("v1", "pods", namespace="default"),
+                label_selector="app=llm") as pods:
             drained, other = sorted({p["spec"]["nodeName"] for p in await pods_of(client,
                                                                                  "llm")})
             guard = await scale.begin(client, workload, node=other, autoscaler=None,
                                       pods={}, guard=True)
             await scale.set_scale(client, workload, guard, 3)
-            async with asyncio.timeout(60):  # the stand-in holds the third GPU
-                while len({p["spec"].get("nodeName") for p in await pods_of(client, "llm")}
-                          - {None}) < 3:
-                    await asyncio.sleep(0.1)
+
+            def stand_ins(cache: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+                return [p for p in cache.values()
+                        if p["spec"].get("nodeName") not in (None, drained, other)]
+
+            # The stand-in holds the third GPU.
+            [standin] = await pods.wait_for(stand_ins, timeout=60, what="the stand-in placed")
+            # The restore's scale-down removes it: its lowest pod-deletion-cost ranks it first
+            # (upstream ActivePodsWithRanks). Without it, three Ready pods whose Ready times
+            # share a log2 bucket go in UID order, and when that removes the drained node's
+            # own pod there is nothing to wait for.
+            await client.patch(api_path("v1", "pods", namespace="default",
+                                        name=standin["metadata"]["name"]),
+                               {"metadata": {"annotations": {POD_DELETION_COST: "-1"}}})
             # No restore within --timeout: refused before the cordon, naming the wait.
             refused = await NodeDrainer(client, drained, DrainSettings(timeout=1)).run()
             assert refused.refused and refused.failure.startswith(
                 f"the eviction guard has not restored {workload} within --timeout 1s; "
             ), refused.failure
             assert not (await get_node(client, drained))["spec"].get("unschedulable")
-            waiting = asyncio.Event()
+            restore_waited, scale_down_waited = asyncio.Event(), asyncio.Event()
             said: list[str] = []
 
             def progress(message: str) -> None:
                 said.append(message)
                 if "waiting for its restore" in message:
-                    waiting.set()
+                    restore_waited.set()
+                if message.startswith(f"waiting for the restore's scale-down of {workload}"):
+                    scale_down_waited.set()
 
             drain = asyncio.create_task(NodeDrainer(
                 client, drained, DrainSettings(timeout=120), on_progress=progress).run())
             async with asyncio.timeout(60):
-                await waiting.wait()
+                await restore_waited.wait()
             assert not drain.done()
             assert not (await get_node(client, drained))["spec"].get("unschedulable"), said
             # The guard's restore, its scale-down under way before its record goes (as
             # when the ReplicaSet controller acts between the restore's two writes): the
-            # removed pod, no longer active, still holds its GPU for 2 s.
+            # removed stand-in, no longer active, holds its GPU until the gate opens.
             await scale.set_scale(client, workload, guard, 2)
-            async with asyncio.timeout(60):
-                while not any(p["metadata"].get("deletionTimestamp")
-                              for p in await pods_of(client, "llm")):
-                    await asyncio.sleep(0.05)
+            [removed] = await pods.wait_for(
+                lambda cache: [p for p in cache.values()
+                               if p["metadata"].get("deletionTimestamp")],
+                timeout=60, what="the restore's scale-down begun")
+            assert removed["metadata"]["uid"] == standin["metadata"]["uid"]
             await scale.finish(client, workload, guard)
+            async with asyncio.timeout(60):
+                await scale_down_waited.wait()
+            assert not drain.done()
+            gate.touch()
             report = await drain
             assert report.ok, report.failure
-            assert any(m.startswith("waiting for the restore's scale-down of "
-                                    f"{workload}") for m in said), "\n".join(said)
             assert all(p["spec"]["nodeName"] != drained for p in await pods_of(client, "llm"))
 
 

@@ -26,6 +26,7 @@ from drainsafe.kube.objects import (
     rfc3339_micro,
     rollout_in_progress,
     same_pod_template,
+    scale_not_carried_out,
 )
 
 T0 = 1_800_000_000.0  # a whole second, 2027-01-15
@@ -124,6 +125,34 @@ def test_available_is_ready_for_min_ready_seconds(min_ready: int, offset: float)
     now = T0 + offset
     assert is_available(ready_pod(since=T0), min_ready, now) is (T0 + min_ready < now)
     assert not is_available(ready_pod("False", since=T0), min_ready, now)
+
+
+# -- scale_not_carried_out ---------------------------------------------------------------
+
+def scaled(*, generation: int = 4, observed: int | None = 4, replicas: int = 1,
+           pods: int | None = 1) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if observed is not None:
+        status["observedGeneration"] = observed
+    if pods is not None:
+        status["replicas"] = pods
+    return {"kind": "Deployment", "metadata": {"generation": generation},
+            "spec": {"replicas": replicas}, "status": status}
+
+
+@pytest.mark.parametrize(("dep", "why"), [
+    (scaled(), None),
+    (scaled(replicas=0, pods=None), None),  # the API omits a zero count
+    # The restore written, not yet seen: the ReplicaSet may still replace evicted pods.
+    (scaled(observed=3, pods=2), "observedGeneration 3 is behind generation 4"),
+    (scaled(observed=None, pods=None), "observedGeneration 0 is behind generation 4"),
+    # Seen, but a surplus pod the ReplicaSet made before is not yet removed.
+    (scaled(pods=2), "2 pods for 1 replicas"),
+    (scaled(replicas=2, pods=1), "1 pods for 2 replicas"),
+])
+def test_a_scale_is_carried_out_once_seen_and_counted(dep: dict[str, Any],
+                                                      why: str | None) -> None:
+    assert scale_not_carried_out(dep) == why
 
 
 # -- rollout_in_progress ------------------------------------------------------------------

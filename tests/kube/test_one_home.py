@@ -36,7 +36,7 @@ OBJECT_FUNCTIONS = frozenset({
     "is_terminal", "is_terminating", "controller_ref", "key_of", "cache_key", "pod_key",
     "object_key", "workload_key", "mid_rollout", "rollout_in_progress", "autoscaler_for",
     "autoscaler_of", "rfc3339", "rfc3339_micro", "now_rfc3339", "parse_time",
-    "same_pod_template", "equal_ignore_hash",
+    "same_pod_template", "equal_ignore_hash", "scale_not_carried_out",
 })
 RETRY_FUNCTIONS = frozenset({"retry_on_conflict"})
 

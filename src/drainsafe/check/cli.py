@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
                         "with [tool.drainsafe])")
     parser.add_argument("--no-config", action="store_true", help="ignore config files")
     parser.add_argument("--jobs", "-j", metavar="N", type=_jobs,
-                        help="check a large input (1 MiB and more, several files) in N worker "
+                        help="check a large input (1 MiB and more, several files) in N "
                         "processes (default: the CPUs this process may use that are idle by "
                         "the load average; 1: one process)")
     parser.add_argument("--explain", metavar="RULE", help="explain a rule and exit")

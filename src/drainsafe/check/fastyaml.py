@@ -3,15 +3,15 @@
 PyYAML's C loader still composes a node graph and constructs objects from it in Python; for
 plain Kubernetes YAML most of that work is resolving the same scalars ("name", "spec",
 "containerPort") again and again. This builder reads the C parser's events once, resolves
-plain scalars with PyYAML's own implicit resolvers (cached), and shares aliased objects as
-PyYAML does. Anything unusual (explicit tags, merge keys, complex keys) raises
+plain scalars as PyYAML's own implicit resolvers do (scalars.py, cached), and shares aliased
+objects as PyYAML does. Anything unusual (explicit tags, merge keys, complex keys) raises
 `Unsupported`, and the caller re-reads that input with the standard loader, so behaviour and
 error messages stay PyYAML's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -28,47 +28,12 @@ from yaml.events import (
     StreamStartEvent,
 )
 
+from drainsafe.check import scalars
 
-class Unsupported(Exception):
-    """A construct the fast path leaves to PyYAML's own constructor."""
-
-
-_RESOLVERS = yaml.resolver.Resolver.yaml_implicit_resolvers
-_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+Unsupported = scalars.Unsupported
+_plain = scalars.plain
 _STR = "tag:yaml.org,2002:str"
-_SCALAR_BUILDERS: dict[str, Callable[[str], Any]] = {
-    "tag:yaml.org,2002:null": lambda value: None,
-    "tag:yaml.org,2002:bool": lambda value: _CONSTRUCTOR.construct_yaml_bool(
-        yaml.ScalarNode("tag:yaml.org,2002:bool", value)),
-    "tag:yaml.org,2002:int": lambda value: _CONSTRUCTOR.construct_yaml_int(
-        yaml.ScalarNode("tag:yaml.org,2002:int", value)),
-    "tag:yaml.org,2002:float": lambda value: _CONSTRUCTOR.construct_yaml_float(
-        yaml.ScalarNode("tag:yaml.org,2002:float", value)),
-}
-_CACHE: dict[str, Any] = {}
-_CACHE_LIMIT = 50_000
 _NO_KEY = object()
-
-
-def _plain(value: str) -> Any:
-    cached = _CACHE.get(value, _NO_KEY)
-    if cached is not _NO_KEY:
-        return cached
-    tag = _STR
-    for candidate, regexp in _RESOLVERS.get(value[:1] if value else "", ()):
-        if regexp.match(value):
-            tag = candidate
-            break
-    if tag == _STR:
-        result: Any = value
-    else:
-        build = _SCALAR_BUILDERS.get(tag)
-        if build is None:  # timestamps, merge keys, "=" values: PyYAML's business
-            raise Unsupported(tag)
-        result = build(value)
-    if len(_CACHE) < _CACHE_LIMIT and len(value) < 64:
-        _CACHE[value] = result
-    return result
 
 
 def _scalar(event: Any) -> Any:
@@ -86,7 +51,7 @@ def documents(text: str) -> Iterator[tuple[Any, int, int, bool]]:
     """Yield (object, first line, last line, has aliases) per document; raise Unsupported or
     YAMLError."""
     loader = yaml.CSafeLoader(text)
-    cache = _CACHE
+    cache = scalars.CACHE
     try:
         get = loader.get_event
         anchors: dict[str, Any] = {}

@@ -21,11 +21,12 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import yaml
+from drainsafe.check import rsyaml
 
-from drainsafe.check import fastyaml, rsyaml
+if TYPE_CHECKING:
+    import yaml
 
 MAX_INPUT_BYTES = 8 * 1024 * 1024
 """Refuse a single input larger than this (a rendered chart is rarely above 1 MB). Reading
@@ -256,15 +257,11 @@ def parse(source: SourceText, loaded: Loaded, *, quick: bool = True) -> None:
     try:
         if quick:
             taken = _quick(text)
-        if taken is None:
-            for item in fastyaml.documents(text):
-                found.append(item)
-    except fastyaml.Unsupported:
-        found, error = _standard(source)
-    except yaml.YAMLError as exc:
-        error = _yaml_error(source, exc)
     except (ValueError, TypeError, RecursionError) as exc:
-        error = InputError(source.name, None, f"invalid YAML value: {exc}")
+        error = _value_error(source, exc)
+    else:
+        if taken is None:
+            found, error = _libyaml(source)
     if taken is not None:
         # yaml-rs bounds what aliases add (see rsyaml.MAX_REPLAYED_EVENTS): when no
         # document here can exceed the budget, none needs walking.
@@ -299,8 +296,34 @@ def _quick(text: str) -> list[tuple[Any, int, int, bool, tuple[int, int]]] | Non
         return None
 
 
+def _libyaml(source: SourceText) -> tuple[list[tuple[Any, int, int, bool]], InputError | None]:
+    """What libyaml reads of an input yaml-rs leaves (fastyaml.py, else PyYAML's own
+    construction), and its error; the documents before an error are kept."""
+    import yaml  # the fallback only: an input yaml-rs reads never loads PyYAML
+
+    from drainsafe.check import fastyaml
+
+    found: list[tuple[Any, int, int, bool]] = []
+    try:
+        for item in fastyaml.documents(source.text):
+            found.append(item)
+    except fastyaml.Unsupported:
+        return _standard(source)
+    except yaml.YAMLError as exc:
+        return found, _yaml_error(source, exc)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return found, _value_error(source, exc)
+    return found, None
+
+
+def _value_error(source: SourceText, exc: Exception) -> InputError:
+    return InputError(source.name, None, f"invalid YAML value: {exc}")
+
+
 def _standard(source: SourceText) -> tuple[list[tuple[Any, int, int, bool]], InputError | None]:
     """PyYAML's own construction, for inputs the fast path leaves to it (tags, merge keys)."""
+    import yaml  # the fallback's fallback (see _libyaml)
+
     aliased = _ANCHOR.search(source.text) is not None
     found: list[tuple[Any, int, int, bool]] = []
     loader = yaml.CSafeLoader(source.text)
@@ -315,7 +338,7 @@ def _standard(source: SourceText) -> tuple[list[tuple[Any, int, int, bool]], Inp
         return found, _yaml_error(source, exc)
     except (ValueError, TypeError, RecursionError) as exc:
         # The constructor rejects some scalars (e.g. an out-of-range timestamp).
-        return found, InputError(source.name, None, f"invalid YAML value: {exc}")
+        return found, _value_error(source, exc)
     finally:
         loader.dispose()
     return found, None

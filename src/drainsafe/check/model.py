@@ -379,6 +379,18 @@ class WholeInput:
     """Whether any of them is a workload of its own (not a pod template inside another kind)."""
 
 
+UNTOLD = WholeInput(-1, False)
+"""An index's `whole` while it holds part of the input and the whole's facts are not yet
+known (check.parallel: only rules that do not ask them run then)."""
+
+
+def _told(whole: WholeInput) -> WholeInput:
+    if whole is UNTOLD:
+        raise RuntimeError("a rule asked the whole input's facts before a worker was told "
+                           "them: register it with whole_input=True")
+    return whole
+
+
 @dataclass
 class Index:
     workloads: list[Workload] = field(default_factory=list)
@@ -446,13 +458,15 @@ class Index:
 
     def workload_count(self) -> int:
         """How many workloads the whole input has."""
-        return len(self.workloads) if self.whole is None else self.whole.workloads
+        if self.whole is None:
+            return len(self.workloads)
+        return _told(self.whole).workloads
 
     def has_standalone_workload(self) -> bool:
         """Whether the whole input has a workload of its own (not only pod templates inside
         other kinds)."""
         if self.whole is not None:
-            return self.whole.standalone
+            return _told(self.whole).standalone
         return any(not w.embedded for w in self.workloads)
 
     def workloads_in(self, namespace: str) -> list[Workload]:

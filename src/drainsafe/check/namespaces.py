@@ -10,7 +10,10 @@ Pure functions of the files' texts, before anything is parsed:
 - `assign`: the namespaces to the workers, the largest first to the least loaded worker;
 - `view`: a file as one worker reads it: the other workers' documents each replaced by
   `~` (a null document: the same document count, so every document keeps its index) and
-  their line breaks (so every line keeps its number).
+  their line breaks (so every line keeps its number);
+- `clean_cuts` and `pieces`: where one file can be cut between two workers' shares of the
+  files (check.parallel.shares) without a namespace on both sides, and the file as each of
+  them reads it (blanked as `view` does).
 
 A guess can be wrong (a namespace key of another object earlier in the document); the
 workers check each object read against the assignment, and the run is checked in one
@@ -105,13 +108,57 @@ def view(text: str, found: list[Segment], mine: set[str]) -> str | None:
         return text
     if not any(s.namespace in mine for s in found):
         return None
-    pieces: list[str] = []
+    return _blanked(text, [s for s in found
+                           if s.namespace is not None and s.namespace not in mine])
+
+
+def clean_cuts(found: list[Segment], before: set[str], after: set[str]) -> list[int]:
+    """Where the text can be cut (before which of its documents, 1 to len(found) - 1) so that
+    no namespace its documents name is on both sides: `before` and `after` are the namespaces
+    of the files before and after it (a namespace of both: nowhere)."""
+    if before & after:
+        return []
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for d, s in enumerate(found):
+        if s.namespace is not None:
+            first.setdefault(s.namespace, d)
+            last[s.namespace] = d
+    lo, hi = 1, len(found) - 1
+    opened = [0] * (len(found) + 1)  # a cut before document d splits a namespace when
+    for name, d in first.items():   # first < d <= last: counted from first + 1 to last
+        if name in before:
+            lo = max(lo, last[name] + 1)
+        if name in after:
+            hi = min(hi, d)
+        opened[d + 1] += 1
+        opened[last[name] + 1] -= 1
+    cuts: list[int] = []
+    splitting = 0
+    for d in range(hi + 1):
+        splitting += opened[d]
+        if d >= lo and not splitting:
+            cuts.append(d)
+    return cuts
+
+
+def pieces(text: str, found: list[Segment], cuts: list[int]) -> list[str]:
+    """The text cut before each of its documents `cuts` (ascending): one text per piece,
+    the other pieces' documents blanked."""
+    bounds = [0, *cuts, len(found)]
+    return [_blanked(text, [*found[:bounds[k]], *found[bounds[k + 1]:]])
+            for k in range(len(bounds) - 1)]
+
+
+def _blanked(text: str, gone: list[Segment]) -> str:
+    """The text with each document of `gone` (in order) a null document on as many lines."""
+    out: list[str] = []
     at = 0
-    for s in found:
-        if s.namespace is None or s.namespace in mine:
+    for s in gone:
+        if s.namespace is None:  # no node: nothing to blank
             continue
-        pieces.append(text[at:s.body])
-        pieces.append("~" + "\n" * text.count("\n", s.body, s.end))
+        out.append(text[at:s.body])
+        out.append("~" + "\n" * text.count("\n", s.body, s.end))
         at = s.end
-    pieces.append(text[at:])
-    return "".join(pieces)
+    out.append(text[at:])
+    return "".join(out)

@@ -1,4 +1,7 @@
-"""A large input checked in worker processes, each reading a contiguous share of the files.
+"""A large input checked in several processes, each reading a contiguous share of the files
+(a share may end inside a file, between two namespaces: see shares): this one works the
+first share itself while forked workers work the others (their findings and lines cross
+a pipe; its own do not).
 
 Every relation the rules follow stays inside one namespace: a Service and a PDB select pods
 of their own namespace, an HPA's scaleTargetRef names an object of its own (kubernetes/api
@@ -6,11 +9,12 @@ core/v1 and policy/v1 types.go, autoscaling/v2 CrossVersionObjectReference; mode
 keys each lookup by namespace). Two exchanges make the split exact:
 
 1. each worker (forked: the modules are loaded already) reads its files, indexes them and
-   tells the parent the namespaces it holds, in which files, and its workload count;
+   tells the parent the namespaces it holds, in which files, and its workload count; then,
+   while the other workers still read, it runs the rules that need nothing else;
 2. the parent answers with the whole input's facts (pdb-selects-nothing counts every
-   workload) and how to treat the namespaces more than one worker holds (one that
-   straddles a share's edge, or a namespace spread over every file, as `helm template`
-   writes a release without one):
+   workload: Rule.whole_input) and how to treat the namespaces more than one worker holds
+   (one that straddles a share's edge, or a namespace spread over every file, as `helm
+   template` writes a release without one):
    - few of them: the workers check everything else, while the parent reads the files of
      those namespaces again and checks them;
    - else each worker reads the other files too, so that every question about other
@@ -22,7 +26,8 @@ fleet's generated manifests often do), the namespaces are dealt out instead: eac
 reads every file's documents of its own namespaces, the others blanked (check.namespaces),
 after the same two exchanges; the first tells whether each object is where its text said.
 If one is not, or the input has an error (whose order and effect on what follows are the
-serial reading's), the input is checked in one process.
+serial reading's), the input is checked in one process; so is an input with an error in a
+file that two shares cut.
 
 The findings of each document are one process's, but in the straddling namespaces' files:
 with json or sarif output each worker writes its findings' lines (engine.Rendered), joined
@@ -42,11 +47,12 @@ import contextlib
 import os
 import pickle
 import re
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import accumulate, groupby
 from operator import attrgetter
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, NamedTuple
 
 from drainsafe.check import namespaces
 from drainsafe.check.context import Context
@@ -57,7 +63,10 @@ from drainsafe.check.engine import (
     check_documents,
     check_loaded,
     finish,
+    found,
     gc_paused,
+    in_order,
+    place_lines,
 )
 from drainsafe.check.engine import run as engine_run
 from drainsafe.check.findings import Finding, Severity
@@ -73,11 +82,13 @@ from drainsafe.check.load import (
 )
 from drainsafe.check.model import (
     DEFAULT_NAMESPACE,
+    UNTOLD,
     Index,
     WholeInput,
     build_index,
     namespace_of,
 )
+from drainsafe.check.rules import all_rules
 from drainsafe.check.validate import field_errors_by_kind
 from drainsafe.failpoint import failpoint
 
@@ -138,39 +149,130 @@ def _namespaces(source: SourceText | InputError) -> set[str]:
     return found
 
 
-def shares(sources: list[SourceText | InputError], jobs: int) -> list[int] | None:
-    """Where to cut the files into at most `jobs` contiguous shares of about equal size,
-    each holding its namespaces whole (as far as _namespaces tells): the indexes where each
-    share after the first starts. None when there is no such cut (every file in one
-    namespace: `helm template` without --namespace), or too little input for two."""
-    sizes = [0 if isinstance(s, InputError) else len(s.text) for s in sources]
-    total = sum(sizes)
-    jobs = min(jobs, len(sources), total // MIN_BYTES_PER_WORKER)
+Source = SourceText | InputError
+Share = list[Source | str]
+"""A worker's files, in input order: read already (the first and last may be a piece of a
+file cut between two shares, check.namespaces.pieces), or a name the worker reads."""
+
+WINDOW = 4
+"""Files each side of a cut whose namespaces are guessed (a fleet's files hold a namespace's
+objects together, or it is in every file): one further apart straddles the cut, which the
+workers' summaries tell (see above). Guessing every file's was a serial pass over the
+whole input before any worker started (~10 ms per 10,000 objects)."""
+
+
+class _Input:
+    """The files and their sizes, each read (and its namespaces guessed) only when asked:
+    the parent reads the files near a cut, each worker its share's."""
+
+    def __init__(self, names: list[str], sizes: list[int],
+                 read: Callable[[str], Source] = read_input) -> None:
+        self.names, self.sizes, self._read = names, sizes, read
+        self.read: dict[int, Source] = {}
+        self._namespaces: dict[int, set[str]] = {}
+
+    def source(self, i: int) -> Source:
+        if i not in self.read:
+            self.read[i] = self._read(self.names[i])
+        return self.read[i]
+
+    def namespaces(self, start: int, end: int) -> set[str]:
+        """The namespaces guessed for files start..end-1 (clipped to the input)."""
+        found: set[str] = set()
+        for i in range(max(start, 0), min(end, len(self.names))):
+            if i not in self._namespaces:
+                self._namespaces[i] = _namespaces(self.source(i))
+            found |= self._namespaces[i]
+        return found
+
+
+def shares(files: _Input, jobs: int) -> list[Share] | None:
+    """The files cut into at most `jobs` contiguous shares of about equal size, each holding
+    its namespaces whole as far as _namespaces and namespaces.segments tell of the WINDOW
+    files each side. A share ends between two files, or inside one, between two of its
+    documents, when that is nearer an equal share (a fleet's copies often run from one file
+    into the next). None when there is no such cut near (every file in one namespace:
+    `helm template` without --namespace; every file holding many), or too little input for
+    two."""
+    total = sum(files.sizes)
+    count = len(files.names)
+    jobs = min(jobs, count, total // MIN_BYTES_PER_WORKER)
     if jobs < 2:
         return None
-    last: dict[str, int] = {}
-    spans: list[set[str]] = []
-    for i, source in enumerate(sources):
-        names = _namespaces(source)
-        spans.append(names)
-        for name in names:
-            last[name] = i
-    # A cut before file i is clean when no namespace seen before i is seen again from i on.
-    clean: list[tuple[int, int]] = []  # (file index, bytes before it)
-    open_until, done = -1, 0
-    for i, names in enumerate(spans):
-        if i and open_until < i:
-            clean.append((i, done))
-        for name in names:
-            open_until = max(open_until, last[name])
-        done += sizes[i]
-    cuts: list[int] = []
+    offsets = list(accumulate(files.sizes, initial=0))
+    cuts: list[_Cut] = []
+    found: dict[int, list[namespaces.Segment]] = {}
     for k in range(1, jobs):
         target = total * k / jobs
-        best = min(clean, key=lambda c: abs(c[1] - target), default=None)
-        if best is not None and (not cuts or best[0] > cuts[-1]):
-            cuts.append(best[0])
-    return cuts or None
+        holder = min(bisect_right(offsets, target) - 1, count - 1)
+        # A cut before file i is clean when the files before it and after it share none.
+        between = [_Cut(i, 0, offsets[i])
+                   for i in range(max(holder - WINDOW + 1, 1), min(holder + WINDOW + 1, count))
+                   if files.namespaces(i - WINDOW, i).isdisjoint(files.namespaces(i, i + WINDOW))]
+        options = [c for c in (min(between, key=lambda c: abs(c.at - target), default=None),
+                               _inside(files, holder, offsets[holder], target, found))
+                   if c is not None and (not cuts or c > cuts[-1])]
+        # Between files when about as near: each file then read by one worker.
+        slack = total / jobs / 100
+        best = min(options, key=lambda c: abs(c.at - target) + (slack if c.document else 0),
+                   default=None)
+        if best is not None:
+            cuts.append(best)
+    return _cut(files, cuts, found) if cuts else None
+
+
+class _Cut(NamedTuple):
+    """Where a share after the first starts: before document `document` of file `file` (0:
+    before the file), `at` bytes into the input."""
+
+    file: int
+    document: int
+    at: int
+
+
+def _inside(files: _Input, i: int, at: int, target: float,
+            found: dict[int, list[namespaces.Segment]]) -> _Cut | None:
+    """The clean cut nearest `target` between two documents of file i (`at` bytes into the
+    input), if any (its segments are kept in `found`)."""
+    source = files.source(i)
+    if isinstance(source, InputError) or source.name.endswith(".json"):
+        return None  # JSON: no documents to cut between
+    segments = found.get(i) or namespaces.segments(source.text)
+    if segments is None:
+        return None
+    found[i] = segments
+    # Offsets count bytes, segments characters: the same for the ASCII of most manifests,
+    # and only a balance either way.
+    clean = namespaces.clean_cuts(segments, files.namespaces(i - WINDOW, i),
+                                  files.namespaces(i + 1, i + 1 + WINDOW))
+    return min((_Cut(i, d, at + segments[d - 1].end) for d in clean),
+               key=lambda c: abs(c.at - target), default=None)
+
+
+def _cut(files: _Input, cuts: list[_Cut],
+         found: dict[int, list[namespaces.Segment]]) -> list[Share]:
+    """The files cut into shares where `cuts` say."""
+    inside: dict[int, list[int]] = {}
+    before = set()
+    for c in cuts:
+        if c.document:
+            inside.setdefault(c.file, []).append(c.document)
+        else:
+            before.add(c.file)
+    result: list[Share] = [[]]
+    for i, name in enumerate(files.names):
+        if i in before:
+            result.append([])
+        documents = inside.get(i)
+        if documents is None:
+            result[-1].append(files.read.get(i, name))
+            continue
+        source = files.source(i)
+        assert isinstance(source, SourceText)
+        first, *rest = namespaces.pieces(source.text, found[i], documents)
+        result[-1].append(SourceText(source.name, first))
+        result.extend([SourceText(source.name, text)] for text in rest)
+    return result
 
 
 @dataclass
@@ -184,7 +286,9 @@ class _Summary:
     workloads: int
     standalone: bool
     misplaced: str | None = None
-    """Why the documents cannot be checked where check.namespaces put them (only then)."""
+    """Why the documents cannot be checked where they were put (only then): an object not
+    in the namespace its text named (check.namespaces), an input error in a file cut in
+    two."""
 
 
 Encoded = tuple[list[str], list[Any], list[Any], list[tuple[Any, ...]]]
@@ -237,9 +341,10 @@ class WorkerFailure:
 
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
         jobs: int = 1, renderer: LineRenderer | None = None) -> Result:
-    """engine.run's result; with `jobs` > 1 a large input is checked in that many worker
-    processes (if one fails, here after all: the result's worker_failure says why). With a
-    `renderer`, the workers write their findings as its lines (the result's `rendered`)."""
+    """engine.run's result; with `jobs` > 1 a large input is checked in that many processes,
+    this one and forked workers (if one fails, here after all: the result's worker_failure
+    says why). With a `renderer`, each writes its findings as its lines (the result's
+    `rendered`)."""
     args = list(args)
     failure = None
     if jobs > 1:
@@ -264,17 +369,16 @@ def _in_workers(args: list[str], context: Context, jobs: int,
     if jobs < 2 or len(names) < 2 or STDIN in names:
         return None
     try:
-        total = sum(os.path.getsize(name) for name in names)
+        sizes = [os.path.getsize(name) for name in names]
     except OSError:
         return None  # the serial run names the problem
     # Not beyond MAX_TOTAL_BYTES: which inputs the serial run then refuses depends on the
     # order of reading.
-    if not MIN_BYTES <= total <= MAX_TOTAL_BYTES:
+    if not MIN_BYTES <= sum(sizes) <= MAX_TOTAL_BYTES:
         return None
-    # Read here: the workers (forked) have the texts without reading them again.
-    sources = [read_input(name) for name in names]
-    cuts = shares(sources, jobs)
-    if cuts is None:
+    cut = shares(_Input(names, sizes), jobs)
+    if cut is None:
+        sources = [read_input(name) for name in names]
         by_namespace = _by_namespace(sources, names, expand_errors, notes, context, jobs,
                                      renderer)
         if by_namespace is not None:
@@ -284,16 +388,18 @@ def _in_workers(args: list[str], context: Context, jobs: int,
         for source in sources:
             take(loaded, source)
         return check_loaded(loaded, context)
-    edges = [0, *cuts, len(sources)]
-    spans = [(names[edges[k]], names[edges[k + 1] - 1]) for k in range(len(edges) - 1)]
-    workers = [_Worker.start(context, renderer, _work, sources, edges[k], edges[k + 1])
-               for k in range(len(edges) - 1)]
+    spans = [(_name(share[0]), _name(share[-1])) for share in cut]
+    workers = _started([_work(cut, k, context, renderer) for k in range(len(cut))])
     try:
         answers = [w.receive() for w in workers]
         failure = _failure(answers, _Summary, spans)
         if failure is not None:
             return failure
         summaries = [s for s in answers if isinstance(s, _Summary)]
+        if any(s.misplaced for s in summaries):
+            for w in workers:
+                w.send(None)
+            return None
         held: dict[str, int] = {}
         for s in summaries:
             for namespace in s.files_of:
@@ -317,9 +423,9 @@ def _in_workers(args: list[str], context: Context, jobs: int,
         findings: list[Finding] = []
         if straddling and here:
             again = Loaded()
-            for source in sources:
-                if isinstance(source, SourceText) and source.name in files:
-                    take(again, source)
+            for name in names:
+                if name in files:
+                    take(again, read_input(name))
             docs = [d for d in again.documents if namespace_of(d.obj) in straddling]
             findings, _ = check_documents(docs, context, whole=whole)
         answers = [w.receive() for w in workers]
@@ -330,8 +436,18 @@ def _in_workers(args: list[str], context: Context, jobs: int,
     finally:
         for w in workers:
             w.end()
-    return _result(parts, findings, renderer, expand_errors, notes, spans,
-                   sum(p.inputs for p in parts))
+    return _result(parts, findings, renderer, expand_errors, notes, spans, len(names))
+
+
+def _name(source: Source | str) -> str:
+    if isinstance(source, str):
+        return source
+    return source.name if isinstance(source, SourceText) else source.file
+
+
+def _read(source: Source | str) -> Source:
+    """A share's file as read (by the worker, when the parent did not)."""
+    return read_input(source) if isinstance(source, str) else source
 
 
 def _by_namespace(sources: list[SourceText | InputError], names: list[str],
@@ -362,8 +478,8 @@ def _by_namespace(sources: list[SourceText | InputError], names: list[str],
     owner = namespaces.assign(sizes, jobs)
     segmented = [(s, f) for s, f in zip(texts, found, strict=True) if f is not None]
     spans = [(names[0], names[-1])] * jobs  # every worker reads from every file
-    workers = [_Worker.start(context, renderer, _work_namespaces, segmented, owner, k)
-               for k in range(jobs)]
+    workers = _started([_work_namespaces(segmented, owner, k, context, renderer)
+                        for k in range(jobs)])
     try:
         answers = [w.receive() for w in workers]
         failure = _failure(answers, _Summary, spans)
@@ -480,19 +596,66 @@ def _failure(answers: list[object], expected: type, spans: list[tuple[str, str]]
     return WorkerFailure(k + 1, len(answers), first, last, cause, len(failed))
 
 
-class _Worker:
-    """One forked worker and the two pipes to it."""
+Work = Generator[_Summary | None, Any, "_Part | None"]
+"""A share's work, in three steps: it yields its summary; resumed, it checks what needs no
+answer (while the others read) and yields None; sent the parent's answer, it returns its
+part (None when told to stop: the input is checked in one process)."""
 
-    def __init__(self, pid: int, reading: IO[bytes], writing: IO[bytes]) -> None:
-        self.pid, self.reading, self.writing = pid, reading, writing
+
+def _told(work: Work, answer: object) -> _Part | None:
+    """The part of `work` (resumed past its summary and its early checks) given the parent's
+    answer; None when told to stop."""
+    if answer is None:  # the input is checked in one process instead
+        work.close()
+        return None
+    try:
+        work.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    raise RuntimeError("a share's work went on after its answer")
+
+
+class _Local:
+    """The parent's own share, worked here while the forked workers work theirs: its
+    findings and lines cross no pipe, and one process fewer shares the CPUs."""
+
+    def __init__(self, work: Work) -> None:
+        self.work = work
+        self.answer: object = None
+        self.told = False
+
+    def receive(self) -> object:
+        """Its summary, then (once told) its part; a _Failed if it raised."""
+        try:
+            if not self.told:
+                return next(self.work)
+            next(self.work)
+            return _told(self.work, self.answer)
+        except Exception as exc:  # the input is checked serially, and the command says why
+            return _Failed(_cause(exc))
+
+    def send(self, message: object) -> None:
+        """The parent's answer, acted on when the part is asked for (receive): the forked
+        workers are told first."""
+        self.answer, self.told = message, True
+
+    def end(self) -> None:
+        self.work.close()
+
+
+class _Worker:
+    """One forked worker, the two pipes to it, and the file its part is written to."""
+
+    def __init__(self, pid: int, reading: IO[bytes], writing: IO[bytes],
+                 store: IO[bytes]) -> None:
+        self.pid, self.reading, self.writing, self.store = pid, reading, writing, store
 
     @classmethod
-    def start(cls, context: Context, renderer: LineRenderer | None,
-              work: Callable[..., _Part | None],
-              *share: Any) -> _Worker:
-        """A worker running work(*share, context, renderer, up, down)."""
+    def start(cls, work: Work) -> _Worker:
+        """A worker doing `work` (not started yet) in a forked process."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
+        store = _store()
         pid = os.fork()
         if pid == 0:  # the worker: never returns
             os.close(up_read)
@@ -500,17 +663,21 @@ class _Worker:
             code = 1
             try:
                 with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
-                    code = _answer(up, lambda: work(*share, context, renderer, up, down))
+                    code = _serve(work, up, down, store)
             finally:
                 os._exit(code)  # no atexit handlers, no flush of the parent's buffers
         os.close(up_write)
         os.close(down_read)
-        return cls(pid, os.fdopen(up_read, "rb"), os.fdopen(down_write, "wb"))
+        return cls(pid, os.fdopen(up_read, "rb"), os.fdopen(down_write, "wb"), store)
 
     def receive(self) -> object:
         """The worker's next answer, or a _Failed saying why there is none to use."""
         try:
-            return pickle.load(self.reading)
+            answer = pickle.load(self.reading)
+            if isinstance(answer, _Stored):
+                self.store.seek(0)
+                answer = pickle.load(self.store)
+            return answer
         except EOFError:
             return _Failed("the worker ended without an answer")
         except Exception as exc:  # findings that do not unpickle, a broken pipe: said
@@ -522,36 +689,69 @@ class _Worker:
             self.writing.flush()
 
     def end(self) -> None:
-        for stream in (self.writing, self.reading):
+        for stream in (self.writing, self.reading, self.store):
             with contextlib.suppress(OSError):
                 stream.close()
         os.waitpid(self.pid, 0)
 
 
-def _answer(up: IO[bytes], work: Callable[[], _Part | None]) -> int:
-    """Run a worker's work and send its part (or why it failed); the exit code."""
+@dataclass(frozen=True)
+class _Stored:
+    """A worker's word that its part is in its store: a pipe holds 64 KiB, so the part's
+    megabytes (6.8 MB of json lines for 5,000 findings-heavy objects) crossed it only while
+    the parent read, after its own share; a file takes them at once."""
+
+
+def _store() -> IO[bytes]:
+    """An anonymous file in memory (Linux), else a temporary file: both processes hold it."""
+    if hasattr(os, "memfd_create"):
+        return os.fdopen(os.memfd_create("drainsafe-check-part"), "w+b")
+    import tempfile  # only where there is no memfd
+
+    return tempfile.TemporaryFile()
+
+
+def _serve(work: Work, up: IO[bytes], down: IO[bytes], store: IO[bytes]) -> int:
+    """Do a share's work in a worker process: its summary up, the parent's answer down, its
+    part into the store (or why it failed, up); the exit code."""
     try:
-        part = work()
+        pickle.dump(next(work), up)
+        up.flush()
+        next(work)  # checks what needs no answer while the other workers read
+        part = _told(work, pickle.load(down))
         if part is None:  # told to stop: the input is checked in one process
             return 0
         failpoint("check.worker.checked")
+        pickle.dump(part, store, protocol=pickle.HIGHEST_PROTOCOL)
+        store.flush()
     except BaseException as exc:  # the parent checks serially, and says why
         pickle.dump(_Failed(_cause(exc)), up)
         up.flush()
         return 1
-    pickle.dump(part, up, protocol=pickle.HIGHEST_PROTOCOL)
+    pickle.dump(_Stored(), up)
     up.flush()
     return 0
 
 
-def _work(sources: list[SourceText | InputError], start: int, end: int, context: Context,
-          renderer: LineRenderer | None, up: IO[bytes], down: IO[bytes]) -> _Part:
-    """A worker for the share sources[start:end]: reads it, tells the parent what it holds,
-    checks what the parent's answer leaves it."""
+def _started(works: list[Work]) -> list[_Local | _Worker]:
+    """The shares' work under way: the first here, the others forked (first)."""
+    forked = [_Worker.start(work) for work in works[1:]]
+    return [_Local(works[0]), *forked]
+
+
+def _work(cut: list[Share], k: int, context: Context, renderer: LineRenderer | None) -> Work:
+    """Share k of `cut`: reads it, tells the parent what it holds, checks what the parent's
+    answer leaves it."""
     loaded = Loaded()
-    for source in sources[start:end]:
-        take(loaded, source)
+    for source in cut[k]:
+        take(loaded, _read(source))
     index = build_index(loaded.documents)
+    # A YAML error ends its file's reading, and the other worker's piece of a file cut in
+    # two does not know: the serial reading's effect is that of one process.
+    pieces = {_name(cut[k][0]), _name(cut[k][-1])} & (
+        {_name(share[-1]) for share in cut[:k]} | {_name(share[0]) for share in cut[k + 1:]})
+    misplaced = "an input error in a file cut between two workers" if any(
+        e.file in pieces for e in loaded.errors) else None
     files_of: dict[str, list[str]] = {}
     documents_of: dict[str, int] = {}
     held_in: list[str] = []
@@ -562,17 +762,18 @@ def _work(sources: list[SourceText | InputError], start: int, end: int, context:
         if not files or files[-1] != doc.file:
             files.append(doc.file)
         documents_of[namespace] = documents_of.get(namespace, 0) + 1
-    pickle.dump(_Summary(files_of, documents_of, len(index.workloads),
-                         any(not w.embedded for w in index.workloads)), up)
-    up.flush()
-    whole, straddling, shared = pickle.load(down)
+    yield _Summary(files_of, documents_of, len(index.workloads),
+                   any(not w.embedded for w in index.workloads), misplaced)
+    early = _early(loaded, index, context) if misplaced is None else []
+    message = yield None
+    whole, straddling, shared = message
     if straddling is None:  # every file read, this share's objects reported on
         everything = Loaded()  # the other files' errors are their workers' to tell
-        for source in sources[:start]:
-            take(everything, source)
+        for source in (s for share in cut[:k] for s in share):
+            take(everything, _read(source))
         everything.documents.extend(loaded.documents)
-        for source in sources[end:]:
-            take(everything, source)
+        for source in (s for share in cut[k + 1:] for s in share):
+            take(everything, _read(source))
         whole_index = build_index(everything.documents)
         whole_index.whole = whole
         whole_index.narrow({id(d) for d in loaded.documents})
@@ -582,16 +783,37 @@ def _work(sources: list[SourceText | InputError], start: int, end: int, context:
         mine = [d for d, n in zip(loaded.documents, held_in, strict=True)
                 if n not in straddling]
         findings, _ = check_documents(mine, context, whole=whole)
-    else:
-        findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
+    else:  # the usual case: this share's namespaces are its own
+        findings = _late(early, loaded, index, context, whole)
     return _part(findings, renderer, shared, loaded, index)
+
+
+def _early(loaded: Loaded, index: Index, context: Context) -> list[Finding]:
+    """What a worker finds in its share before the parent has told it the whole input's
+    facts (while the other workers still read theirs): all but the whole_input rules, on
+    their lines."""
+    index.whole = UNTOLD
+    findings = found(loaded.documents, index, context,
+                     [r for r in all_rules().values() if not r.whole_input])
+    place_lines(findings)
+    return findings
+
+
+def _late(early: list[Finding], loaded: Loaded, index: Index, context: Context,
+          whole: WholeInput) -> list[Finding]:
+    """The share's findings, sorted and on their lines: the `early` ones and those of the
+    rules that needed the whole input's facts, now told."""
+    index.whole = whole
+    late = found(loaded.documents, index, context,
+                 [r for r in all_rules().values() if r.whole_input])
+    place_lines(late)
+    return in_order([*early, *late])
 
 
 def _work_namespaces(segmented: list[tuple[SourceText, list[namespaces.Segment]]],
                      owner: dict[str, int], k: int, context: Context,
-                     renderer: LineRenderer | None, up: IO[bytes], down: IO[bytes]
-                     ) -> _Part | None:
-    """Worker k of _by_namespace: reads its namespaces' documents of every file, tells the
+                     renderer: LineRenderer | None) -> Work:
+    """Share k of _by_namespace: reads its namespaces' documents of every file, tells the
     parent whether each object is where the split put it, then checks them."""
     mine = {namespace for namespace, n in owner.items() if n == k}
     loaded = Loaded()
@@ -610,15 +832,12 @@ def _work_namespaces(segmented: list[tuple[SourceText, list[namespaces.Segment]]
                 misplaced = f"{doc.file}: an object in namespace {namespace} read as " \
                             f"in {sorted(mine)}"
                 break
-    pickle.dump(_Summary({}, {}, len(index.workloads),
-                         any(not w.embedded for w in index.workloads), misplaced), up)
-    up.flush()
-    message = pickle.load(down)
-    if message is None:  # checked in one process instead
-        return None
+    yield _Summary({}, {}, len(index.workloads),
+                   any(not w.embedded for w in index.workloads), misplaced)
+    early = _early(loaded, index, context) if misplaced is None else []
+    message = yield None
     whole, _, shared = message
-    findings, _ = check_documents(loaded.documents, context, index=index, whole=whole)
-    return _part(findings, renderer, shared, loaded, index)
+    return _part(_late(early, loaded, index, context, whole), renderer, shared, loaded, index)
 
 
 def _part(findings: list[Finding], renderer: LineRenderer | None,

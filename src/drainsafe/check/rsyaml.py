@@ -28,9 +28,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-import yaml
-
-from drainsafe.check import fastyaml
+from drainsafe.check import scalars
 
 try:  # without it (no wheel for the platform), libyaml reads everything as before
     import yaml_rs
@@ -39,7 +37,7 @@ except ImportError:  # pragma: no cover - depends on the platform
 else:
     AVAILABLE = True
 
-Unsupported = fastyaml.Unsupported
+Unsupported = scalars.Unsupported
 
 _SEPARATOR = re.compile(r"^---[ ]*(?:#[^\n]*)?$", re.M)
 _CONTENT = re.compile(r"^[ ]*[^ \n#]", re.M)
@@ -52,8 +50,10 @@ to 256)."""
 _ASCII_REFUSED = tuple(chr(c) for c in (*range(0x00, 0x20), 0x7f) if c != 0x0A)
 """Control characters, tab and carriage return: each looked for with memchr (a find of one
 character), quicker than one pass that maps every byte of the text."""
-_NON_ASCII_REFUSED = re.compile(  # escapes for re, not literals: mypyc refuses surrogates
+_NON_ASCII_REFUSED = (  # escapes for re, not literals: mypyc refuses surrogates
     r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+"""Searched with re.search (compiled at first use, then from re's cache): compiling it is
+~0.8 ms of check's start-up, and ASCII input never needs it."""
 _COMMENT = re.compile(r"^((?:[^'\"#\n]*[ ])?)#[^\n]*", re.M)
 """A comment on a line without quotes (where a `#` might be text): its words need no check."""
 
@@ -106,7 +106,7 @@ _LINES_TAKEN_LIMIT = 100_000
 def _same_scalar(piece: str) -> bool:
     """Whether PyYAML and yaml-rs read `piece`, as a plain scalar, to the same value."""
     try:
-        ours = fastyaml._plain(piece)
+        ours = scalars.plain(piece)
     except Unsupported:  # timestamps, `=`: PyYAML's own constructors
         return False
     try:
@@ -193,7 +193,7 @@ def _refusal(text: str) -> str | None:
     if text.isascii():
         if any(c in text for c in _ASCII_REFUSED):
             return "tab, carriage return or control character"
-    elif _NON_ASCII_REFUSED.search(text):
+    elif re.search(_NON_ASCII_REFUSED, text):
         return "tab, control, non-printable or YAML 1.1 line-break character"
     if _DEEP_INDENT in text:
         return "deep indentation"
@@ -312,6 +312,8 @@ def _same_quoted(scalar: str) -> bool:
     """Whether PyYAML and yaml-rs read a double-quoted scalar (with escapes) alike."""
     verdict = _QUOTED_VERDICTS.get(scalar)
     if verdict is None:
+        import yaml  # only for escapes in double quotes: a plain input never loads PyYAML
+
         text = f"k: {scalar}\n"
         try:
             ours = yaml.load(text, Loader=yaml.CSafeLoader)

@@ -8,9 +8,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-import yaml
-
-from drainsafe.check import fastyaml
+from drainsafe.check import scalars
 from drainsafe.check.findings import Path
 
 
@@ -79,7 +77,10 @@ def dump_once(node: Any) -> str:
     much as a tenth of writing it."""
     text = emit(node)
     if text is None:
-        text = yaml.dump(node, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+        import yaml  # the few snippets emit() leaves: a clean input never loads PyYAML
+
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        text = yaml.dump(node, Dumper=dumper, sort_keys=False, default_flow_style=False,
                          width=WIDTH).rstrip("\n")
     return text
 
@@ -122,10 +123,12 @@ def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any)
 
 
 WIDTH = 100
-_PLAIN = re.compile(r"-*[A-Za-z0-9_./][A-Za-z0-9_./=@+-]*(?:[ :][A-Za-z0-9_./=@+-]+)*")
-"""Strings written plain or single-quoted here: no indicator first (`--flag` is not one), no
-quote, no `#`, no `: ` or trailing colon, no flow indicator, single spaces. PyYAML writes such
-a string plain, or single-quoted when plain it would read as another type ("1", "true")."""
+_PLAIN = re.compile(
+    r"-*[A-Za-z0-9_./$][A-Za-z0-9_./=@+$-]*(?:[ :][A-Za-z0-9_./=@+$-]+)*|--")
+"""Strings written plain or single-quoted here: no indicator first (`--flag` is not one, nor
+`--` ending a command's options), no quote, no `#`, no `: ` or trailing colon, no flow
+indicator, single spaces. PyYAML writes such a string plain, or single-quoted when plain it
+would read as another type ("1", "true")."""
 _SHORT = 60
 """Strings with a space longer than this go to PyYAML, which folds plain scalars past the
 width (a key and its indentation come before the value)."""
@@ -218,7 +221,7 @@ def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors
                 lines.append(head)
                 _sequence(value, pad, lines, anchors)  # PyYAML indents no sequence here
         else:
-            lines.append(f"{head} {_scalar(value)}")
+            lines.append(_leaf(value, f"{head} ", pad + "  "))
 
 
 def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors | None
@@ -239,7 +242,36 @@ def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors | N
         elif kind is list:
             raise _Unsure  # nested sequences: PyYAML's own layout
         else:
-            lines.append(f"{pad}- {_scalar(item)}")
+            lines.append(_leaf(item, f"{pad}- ", pad + "  "))
+
+
+def _leaf(value: Any, lead: str, indent: str) -> str:
+    """A scalar written after `lead` (`key: `, `- `); a string's further lines at `indent`."""
+    if type(value) is str and "\n" in value:
+        return _broken(value, lead, indent)
+    return lead + _scalar(value)
+
+
+_BROKEN = re.compile(r"[^ \n][\n -~]*(?<! )")
+"""Printable ASCII with line breaks, no space first or last."""
+_BREAKS = re.compile(r"(\n+)")
+
+
+def _broken(value: str, lead: str, indent: str) -> str:
+    """PyYAML's text of a string with line breaks (a shell script in a container's args):
+    single-quoted, each run of n breaks written as n + 1 (a lone break would fold to a
+    space), the text going on at `indent` (Emitter.write_single_quoted). Not taken: a space
+    beside a break (PyYAML double-quotes those), characters other than printable ASCII, and
+    lines past the width (PyYAML folds them at a space)."""
+    if _BROKEN.fullmatch(value) is None or " \n" in value or "\n " in value:
+        raise _Unsure
+    pieces = _BREAKS.split(value.replace("'", "''"))
+    text = lead + "'" + "".join(
+        piece if n % 2 == 0 else "\n" * (len(piece) + 1) + indent
+        for n, piece in enumerate(pieces)) + "'"
+    if any(len(line) > WIDTH for line in text.split("\n")):
+        raise _Unsure
+    return text
 
 
 _STRINGS: dict[str, str] = {}
@@ -272,14 +304,11 @@ def _scalar(value: Any) -> str:
 
 def _resolved(value: str) -> Any:
     try:
-        return fastyaml._plain(value)
-    except fastyaml.Unsupported:  # a timestamp or `=`: not a str read plain
+        return scalars.plain(value)
+    except scalars.Unsupported:  # a timestamp or `=`: not a str read plain
         return None
     except ValueError:  # resolved as a number PyYAML cannot build ("0b_"): not a str either
         return None
-
-
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def container_fix(pod_path: Path, container_name: str, fields: dict[str, Any],

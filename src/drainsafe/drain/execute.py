@@ -12,9 +12,10 @@
    queue, never a DELETE, never a budget bypass);
 4. per pod, wait until it is gone and its address has left every EndpointSlice
    (drain.nodewatch);
-5. done (drain.nodewatch.confirm_done): only DaemonSet and mirror pods left, every affected
-   workload at its desired Ready count, no Pending pod of those workloads, endpoints
-   settled. The report (drain.report) is filled as it goes.
+5. done (drain.nodewatch.confirm_done): only DaemonSet and mirror pods left, the scale of
+   every Deployment it scaled carried out by its controllers, every affected workload at
+   its desired Ready count, no Pending pod of those workloads, endpoints settled. The
+   report (drain.report) is filled as it goes.
 
 Progress is recorded on the node after every eviction and the surge on the workload before
 every scale change (drain.ownership); Ctrl-C or a crash leaves both, and running the same
@@ -196,7 +197,8 @@ class NodeDrainer:
             self.report.done_checks = await ctx.watch.confirm_done(
                 options=self.settings.options, selectors=list(plan.selectors.values()),
                 drained={p.uid for p in plan.pods if p.action in ("evict", "wait")},
-                remaining=ctx.remaining, unschedulable_after=self.settings.unschedulable_after)
+                remaining=ctx.remaining, unschedulable_after=self.settings.unschedulable_after,
+                scaled=list(self.report.scaled), say=self._say)
         except Unschedulable as exc:
             raise DrainFailed(f"replacement {exc}; stopping further evictions (the node "
                               "stays cordoned)") from exc

@@ -5,8 +5,10 @@ with relist and bookmarks): the node's pods, the pods, EndpointSlices and
 PodDisruptionBudgets of the affected namespaces. The drainer asks it questions
 (`gone`, `endpoints_clear`, `serving`, `budget_allows`) and waits on them with a bound; it
 writes no poll loops of its own. `confirm_done` is the drain's definition of done: only
-DaemonSet and mirror pods left (the pods kubectl's filters leave: drain.filters), every
-affected workload at its desired Ready count with no Pending pod, and no EndpointSlice
+DaemonSet and mirror pods left (the pods kubectl's filters leave: drain.filters), the scale
+of every Deployment the drain scaled carried out by its controllers
+(kube.objects.scale_not_carried_out), every affected workload at its desired Ready count
+with no Pending pod, and no EndpointSlice
 listing a pod of the drain or one that is gone. Both clocks (wall, for Available since a
 Ready transition; monotonic, for bounds) are injected.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from drainsafe.drain.filters import DrainOptions, classify
@@ -32,6 +34,7 @@ from drainsafe.kube.objects import (
     key_of,
     lws_ready_groups,
     node_of,
+    scale_not_carried_out,
     slice_lists,
     uid_of,
     unschedulable_reason,
@@ -353,13 +356,33 @@ class NodeWatch:
 
     # -- done --------------------------------------------------------------------------------
 
+    def scale_pending(self, ref: WorkloadRef) -> str | None:
+        """Why the Deployment's controllers have not yet carried out its scale
+        (kube.objects.scale_not_carried_out), or None; None too when it is gone."""
+        informer = self.workloads.get((ref.kind, ref.namespace))
+        obj = None if informer is None else informer.cache.get(f"{ref.namespace}/{ref.name}")
+        return None if obj is None else scale_not_carried_out(obj)
+
+    async def wait_scale_carried_out(self, ref: WorkloadRef, *, timeout: float,
+                                     say: Callable[[str], None] = lambda _m: None) -> None:
+        why = self.scale_pending(ref)
+        if why is None:
+            return
+        say(f"{ref}: waiting for its controllers to carry out its scale ({why})")
+        await self.until([self.workloads[(ref.kind, ref.namespace)]],
+                         lambda: self.scale_pending(ref) is None,
+                         timeout=timeout, what=f"the controllers to carry out the scale of "
+                         f"{ref} ({why})")
+
     async def confirm_done(self, *, options: DrainOptions,
                            selectors: Sequence[WorkloadSelector], drained: set[str],
-                           remaining: Callable[[], float], unschedulable_after: float
-                           ) -> dict[str, bool]:
+                           remaining: Callable[[], float], unschedulable_after: float,
+                           scaled: Collection[str] = (),
+                           say: Callable[[str], None] = lambda _m: None) -> dict[str, bool]:
         """Wait, bounded, until the node is drained by the definition in the module
         docstring; returns the checks that held. `drained` are the UIDs of the pods the
-        drain moved or waited for; `remaining` is the time left of the drain's bound."""
+        drain moved or waited for; `scaled` the workloads ("Kind/ns/name") whose scale it
+        changed; `remaining` is the time left of the drain's bound."""
         checks: dict[str, bool] = {}
 
         def only_daemons() -> bool:
@@ -369,6 +392,17 @@ class NodeWatch:
         await self.until([self.node_pods], only_daemons, timeout=min(60.0, remaining()),
                          what=f"only DaemonSet/mirror pods on {self.node}")
         checks["only DaemonSet/mirror pods left"] = True
+        # The scale the drain wrote last (the restore) is carried out: until the deployment
+        # controller has seen it, the ReplicaSet still replaces each evicted pod, and such
+        # a surplus pod may not even exist yet when the checks below look (drain.scale).
+        # Deployments only: a StatefulSet's status.replicas counts its terminating
+        # stand-ins too, and a LeaderWorkerSet's status has no observedGeneration.
+        surged = [ref for ref in map(WorkloadRef.parse, scaled) if ref.kind == "Deployment"
+                  and (ref.kind, ref.namespace) in self.workloads]
+        for ref in surged:
+            await self.wait_scale_carried_out(ref, timeout=remaining(), say=say)
+        if surged:
+            checks["surged workloads' scale carried out"] = True
         for selector in selectors:
             await self.wait_serving(selector, selector.replicas, timeout=remaining(),
                                     unschedulable_after=unschedulable_after)

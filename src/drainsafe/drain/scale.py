@@ -32,13 +32,18 @@ ActivePodsWithRanks, the order of getPodsToDelete): among *active* pods only (a 
 deletionTimestamp, which every evicted pod has, is no longer counted) it deletes unassigned
 before assigned, Pending before Running, not Ready before Ready, lower
 controller.kubernetes.io/pod-deletion-cost first, more pods of the set on the same node
-first, then the most recently Ready and the newest. drainsafe lowers the scale by one only
+first, then the more recently Ready and the newer, compared in log2 buckets of their age
+(LogarithmicScaleDown: within one bucket the pod UID decides, so a surge pod Ready a few
+seconds after the others may not be the one removed). drainsafe lowers the scale by one only
 after each eviction the server accepted, so the scale-down either finds nothing to remove
 (the ReplicaSet had not yet replaced the evicted pod) or removes the replacement it had just
 created for the evicted pod, which is not Ready yet (it has not started up), so it ranks
-first. A Ready serving pod is removed only when restoring a surge that is given up before
-its evictions (uncordon, or a restore after the old pods left some other way); Ready stays
-at the recorded scale then too.
+first. That replacement can also be made after the evicted pod is gone, by a ReplicaSet
+that has not yet seen the lowered scale: the drain is done only once the deployment
+controller has carried the scale out (drain.nodewatch.confirm_done). A Ready serving pod
+is removed only when restoring a surge that is given up before its evictions (uncordon, or
+a restore after the old pods left some other way); Ready stays at the recorded scale then
+too.
 """
 
 from __future__ import annotations

@@ -54,6 +54,15 @@ What a pod's state means is defined upstream; each reader here follows its sourc
   (`same_pod_template`), compared as the API server serves them (quantities in canonical
   form, so Semantic.DeepEqual's Quantity rule adds nothing); an empty label map is none,
   as apimachinery's forked DeepEqual has it (third_party/forked/golang/reflect at v1.33.1).
+- a Deployment's scale carried out (`scale_not_carried_out`): the deployment controller
+  has observed its spec (status.observedGeneration at least metadata.generation; its
+  sync writes the ReplicaSets' scale before syncDeploymentStatus records the generation,
+  pkg/controller/deployment/sync.go at v1.33.1) and its status.replicas, the sum of its
+  ReplicaSets' status.replicas (util/deployment_util.go
+  GetActualReplicaCountForReplicaSets: their non-terminating pods), equals spec.replicas:
+  two of the counts DeploymentComplete (same file) compares; its updated and available
+  counts are a rollout's and the Ready count, which the drain waits for apart. A pod the
+  ReplicaSet made before it saw a lowered scale is still counted until it is removed.
 - a StatefulSet mid-rolling-update (`statefulset_rollout_in_progress`), as `kubectl rollout
   status sts` reads it (same file, StatefulSetStatusViewer): observedGeneration behind
   generation, or, for a partitioned update, fewer updatedReplicas than replicas minus the
@@ -93,7 +102,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
 
 Obj = Mapping[str, Any]
@@ -257,6 +265,21 @@ def rollout_in_progress(deployment: Obj, replicasets: Iterable[Obj]) -> str | No
     return None
 
 
+def scale_not_carried_out(deployment: Obj) -> str | None:
+    """Why the Deployment's controllers have not yet carried out its spec.replicas, or None
+    (the rule in the module docstring)."""
+    generation = meta(deployment).get("generation")
+    status = deployment.get("status") or {}
+    observed = status.get("observedGeneration")
+    if isinstance(generation, int) and (not isinstance(observed, int) or observed < generation):
+        return f"observedGeneration {observed or 0} is behind generation {generation}"
+    want = (deployment.get("spec") or {}).get("replicas", 1)
+    have = int(status.get("replicas") or 0)
+    if have != want:
+        return f"{have} pods for {want} replicas"
+    return None
+
+
 def statefulset_rollout_in_progress(sts: Obj) -> str | None:
     """Why the StatefulSet is mid-rolling-update, or None (the rule in the module docstring)."""
     m = meta(sts)
@@ -329,6 +352,8 @@ def rfc3339(ts: float | None = None) -> str:
     seconds, the fraction dropped (apimachinery pkg/apis/meta/v1/time.go MarshalJSON:
     `t.UTC().Format(time.RFC3339)`). creationTimestamp, deletionTimestamp, condition
     lastTransitionTime, startTime and annotations drainsafe stamps use this form."""
+    from datetime import UTC, datetime  # here: drainsafe check imports this module, not these
+
     seconds = math.floor(time.time() if ts is None else ts)
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -338,6 +363,8 @@ def rfc3339_micro(ts: float | None = None) -> str:
     with six fraction digits, truncated (apimachinery pkg/apis/meta/v1/micro_time.go,
     RFC3339Micro "2006-01-02T15:04:05.000000Z07:00"). Lease acquireTime/renewTime and
     events.k8s.io eventTime are MicroTime."""
+    from datetime import UTC, datetime  # see rfc3339
+
     micros = math.floor((time.time() if ts is None else ts) * 1_000_000)
     seconds, fraction = divmod(micros, 1_000_000)
     moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=fraction)
@@ -349,6 +376,8 @@ def parse_time(value: Any) -> float | None:
     the fraction, when present, is kept); None when absent or not a time."""
     if not isinstance(value, str) or not value:
         return None
+    from datetime import datetime  # see rfc3339
+
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:

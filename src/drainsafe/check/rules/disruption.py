@@ -177,7 +177,7 @@ pods; an empty selector {} selects every pod in the namespace.)
 Sources: kubernetes.io/docs/tasks/run-application/configure-pdb/ ("identify your
 application"); kubernetes/api policy/v1 types.go (Selector: "An empty selector matches all
 pods", a null selector matches none).
-""")
+""", whole_input=True)
 
 
 @PDB_SELECTS_NOTHING.check

@@ -28,6 +28,10 @@ class Rule:
     explain: str
     """Why it matters, with the Kubernetes facts and their sources (for --explain)."""
     checks: list[Check] = field(default_factory=list)
+    whole_input: bool = False
+    """Asks facts of the whole input (Index.workload_count, has_standalone_workload): a
+    worker that checks part of it runs this rule only once the parent has told them
+    (check.parallel), the others while the other workers still read."""
 
     def check(self, fn: Check) -> Check:
         self.checks.append(fn)
@@ -53,8 +57,9 @@ class Rule:
 REGISTRY: dict[str, Rule] = {}
 
 
-def rule(id: str, severity: Severity, summary: str, explain: str) -> Rule:
+def rule(id: str, severity: Severity, summary: str, explain: str, *,
+         whole_input: bool = False) -> Rule:
     if id in REGISTRY:
         raise ValueError(f"rule {id} registered twice")
-    REGISTRY[id] = Rule(id, severity, summary, explain.strip())
+    REGISTRY[id] = Rule(id, severity, summary, explain.strip(), whole_input=whole_input)
     return REGISTRY[id]

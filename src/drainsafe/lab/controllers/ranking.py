@@ -29,7 +29,9 @@ What this means for a surge-then-restore drain: after scaling up by k and back d
 a surge pod that is not yet Ready (or still Pending, or unscheduled) is removed before any
 Ready pod, whatever its cost; among Ready pods a lower deletion cost wins over everything
 after rule 3, and without a cost the pod that became Ready most recently (the surge pod)
-goes first.
+goes first only when its Ready time falls in a younger log2 bucket than the others'; Ready
+within the same bucket (a few seconds apart, seconds to minutes after the others became
+Ready), the UID decides.
 """
 
 from __future__ import annotations
