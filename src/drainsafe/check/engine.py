@@ -140,8 +140,7 @@ def found(docs: list[Document], index: Index, context: Context,
 
 def placed(findings: list[Finding]) -> list[Finding]:
     """The findings on their lines, in the output's order."""
-    place_lines(findings)
-    return in_order(findings)
+    return in_order(place_lines(findings))
 
 
 def in_order(findings: list[Finding]) -> list[Finding]:
@@ -150,16 +149,22 @@ def in_order(findings: list[Finding]) -> list[Finding]:
     return findings
 
 
-def place_lines(findings: list[Finding]) -> None:
+def place_lines(findings: list[Finding]) -> list[Finding]:
     """Each finding's line, found once all rules have run, document by document: a
     document's text and the keys already found in it stay in the CPU's caches for all of its
     findings. Found as each finding was made, between the rules' own work, they were read
-    cold: ~0.1 s of the rules' 0.8 s on 10,000 objects of the findings-heavy corpus."""
-    for f in sorted(findings, key=_document_of):
+    cold: ~0.1 s of the rules' 0.8 s on 10,000 objects of the findings-heavy corpus.
+
+    Returned by document (by id(): documents made one after another mostly sit at rising
+    addresses), which is nearer the output's order than the rules' order: in_order then
+    costs ~7 % less."""
+    by_document = sorted(findings, key=_document_of)
+    for f in by_document:
         doc = f.doc
         if doc is not None:
             f.line = locate(doc, f.path)
             f.doc = None
+    return by_document
 
 
 def _document_of(f: Finding) -> int:

@@ -164,14 +164,14 @@ class Container:
     spec: dict[str, Any]
     path: Path
     """Path of the container from the document root."""
+    name: str = field(init=False)
+    image: str = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return str(self.spec.get("name") or f"#{self.index}")
-
-    @property
-    def image(self) -> str:
-        return str(self.spec.get("image") or "")
+    def __post_init__(self) -> None:
+        # Read by most rules' messages and fixes, several times a container (~6 reads each):
+        # set once, a read is an attribute's, where a property was a call per read.
+        self.name = str(self.spec.get("name") or f"#{self.index}")
+        self.image = str(self.spec.get("image") or "")
 
     @once
     def command_line(self) -> CommandLine | None:
@@ -198,6 +198,24 @@ class Workload(Subject):
     """Which pods of a LeaderWorkerSet group this template makes (None: not a group)."""
     per_group: int | None = None
     """Pods of each group this template makes (a group part; None when size is unknown)."""
+    # Every rule's loop asks for these of every workload: set when it is made, they are read
+    # as plain attributes (a `once` field is read through its descriptor every time).
+    grace_set: bool = field(init=False, repr=False, compare=False)
+    grace: float = field(init=False, repr=False, compare=False)
+    containers: list[Container] = field(init=False, repr=False, compare=False)
+    _annotation_numbers: dict[str, float | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """annotation_number's answers, by key."""
+
+    def __post_init__(self) -> None:
+        seconds = number(self.pod.get("terminationGracePeriodSeconds"))
+        self.grace_set = seconds is not None
+        self.grace = DEFAULT_GRACE_SECONDS if seconds is None else seconds
+        self.containers = [
+            Container(i, c, (*self.pod_path, "containers", i))
+            for i, c in enumerate(sequence(self.pod.get("containers")))
+            if isinstance(c, dict)
+        ]
 
     @property
     def expected_replicas(self) -> int | None:
@@ -227,31 +245,9 @@ class Workload(Subject):
         value = numbers[key] = number(text) if text is not None else None
         return value
 
-    @once
-    def _annotation_numbers(self) -> dict[str, float | None]:
-        return {}
-
-    # Cached: most rules ask for the grace period and the strategy of every workload.
-    @once
-    def grace_set(self) -> bool:
-        return number(self.pod.get("terminationGracePeriodSeconds")) is not None
-
-    @once
-    def grace(self) -> float:
-        value = number(self.pod.get("terminationGracePeriodSeconds"))
-        return DEFAULT_GRACE_SECONDS if value is None else value
-
     @property
     def grace_path(self) -> Path:
         return (*self.pod_path, "terminationGracePeriodSeconds")
-
-    @once
-    def containers(self) -> list[Container]:
-        return [
-            Container(i, c, (*self.pod_path, "containers", i))
-            for i, c in enumerate(sequence(self.pod.get("containers")))
-            if isinstance(c, dict)
-        ]
 
     @once
     def init_containers(self) -> list[Container]:
@@ -261,7 +257,7 @@ class Workload(Subject):
             if isinstance(c, dict)
         ]
 
-    @once
+    @once  # cached: most rules ask for the strategy of every workload
     def strategy(self) -> dict[str, Any]:
         spec = mapping(self.obj.get("spec"))
         key = "updateStrategy" if self.ref.kind in ("StatefulSet", "DaemonSet") else "strategy"

@@ -275,6 +275,7 @@ def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> Iterator[
     quote = getattr(encoder, "c_encode_basestring_ascii", None) or encoder.encode_basestring_ascii
     rules: dict[tuple[str, Severity], tuple[str, str]] = {}
     objects: dict[tuple[ObjectRef, str], tuple[str, str, str, str]] = {}
+    uris: dict[str, str] = {}  # a file's URI, encoded (pathlib parses it: once per file)
     texts: dict[str, str] = {}
     for f in findings:
         rule = rules.get((f.rule, f.severity))
@@ -287,10 +288,13 @@ def sarif_lines(findings: Iterable[Finding], index: dict[str, int]) -> Iterator[
         parts = objects.get((f.object, f.file))
         if parts is None:
             kind, namespace, name = f.object
+            uri = uris.get(f.file)
+            if uri is None:
+                uri = uris[f.file] = quote(_uri(f.file))
             parts = objects[(f.object, f.file)] = (
                 quote(f"{f.object}: ")[:-1],
                 '}, "locations": [{"physicalLocation": {"artifactLocation": {"uri": '
-                f'{quote(_uri(f.file))}}}, "region": {{"startLine": ',
+                f'{uri}}}, "region": {{"startLine": ',
                 f'}}}}, "logicalLocations": [{{"name": {quote(name)}, "fullyQualifiedName": '
                 f'{quote(f"{namespace}/{kind}/{name}")}, "kind": "object"}}]}}], '
                 '"properties": {"fix": ',

@@ -68,8 +68,8 @@ def with_flag(c: Container, line: CommandLine | None, flag: str, value: str
 def probe(existing: object, handler: str, spec: dict[str, Any],
           handlers: tuple[str, ...] = PROBE_HANDLERS) -> dict[str, Any]:
     """A probe (or hook) patch using `handler`, deleting the handler it had before."""
-    patch: dict[str, Any] = {h: None for h in handlers
-                             if h != handler and h in mapping(existing)}
+    had = mapping(existing)
+    patch: dict[str, Any] = {h: None for h in handlers if h != handler and h in had}
     patch[handler] = spec
     return patch
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 import re
 from collections.abc import Callable
 from functools import lru_cache
@@ -10,13 +11,26 @@ from typing import Any
 from drainsafe.check import scalars
 from drainsafe.check.findings import Path
 
-_NESTED: dict[tuple[Path, str, tuple[tuple[int, str], ...]], str] = {}
+
+def _written(value: Any) -> bytes | str:
+    """A key that is equal for two plain-data values exactly when their reprs are: marshal's
+    bytes (version 2: no back-references, so nothing hangs on reference counts) name each
+    exact type and value as repr does, at under half repr's cost (repr takes ~110
+    instructions a character, ~16,000 for a fix snippet's value). Types marshal does not
+    write (a date, a subclass) keep their repr, which is never equal to bytes."""
+    try:
+        return marshal.dumps(value, 2)
+    except ValueError:
+        return repr(value)
+
+
+_NESTED: dict[tuple[Path, bytes | str, tuple[tuple[int, str], ...]], str] = {}
 
 
 def nest(path: Path, value: Any, item_names: dict[int, str] | None = None) -> str:
     """YAML for `value` placed at `path`; list indices become `- name: ...` items."""
     # Many findings share a snippet: key on the small value, not the whole nested node.
-    key = (path, repr(value), tuple(sorted(item_names.items())) if item_names else ())
+    key = (path, _written(value), tuple(sorted(item_names.items())) if item_names else ())
     text = _NESTED.get(key)
     if text is None:
         text = _nest(path, value, item_names or {})
@@ -39,7 +53,7 @@ def _nest(path: Path, value: Any, names: dict[int, str]) -> str:
     return dump(node)
 
 
-_DUMPED: dict[str, str] = {}
+_DUMPED: dict[bytes | str, str] = {}
 
 
 def dump(node: Any) -> str:
@@ -48,24 +62,32 @@ def dump(node: Any) -> str:
     numbers: emit() writes those directly (a fleet's snippets differ in names and namespaces,
     so a cache of dumps stops helping, and a dump costs ~0.2 ms); anything it is not sure
     of goes to PyYAML."""
-    key = repr(node)  # a repeated snippet (a chart's replicas) is a lookup
+    key = _written(node)  # a repeated snippet (a chart's replicas) is a lookup
     text = _DUMPED.get(key)
     if text is None:
-        text = emit(node)
-        if text is None:
-            import yaml  # the few snippets emit() leaves: a clean input never loads PyYAML
-
-            dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-            text = yaml.dump(node, Dumper=dumper, sort_keys=False, default_flow_style=False,
-                             width=WIDTH).rstrip("\n")
+        text = dump_once(node)
         if len(_DUMPED) < 10_000:
             _DUMPED[key] = text
     return text
 
 
+def dump_once(node: Any) -> str:
+    """dump() without its memo, for a snippet that names its own object (a bare Pod's
+    Deployment): it never repeats, and its key alone (the whole pod spec's bytes) cost as
+    much as a tenth of writing it."""
+    text = emit(node)
+    if text is None:
+        import yaml  # the few snippets emit() leaves: a clean input never loads PyYAML
+
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        text = yaml.dump(node, Dumper=dumper, sort_keys=False, default_flow_style=False,
+                         width=WIDTH).rstrip("\n")
+    return text
+
+
 _NAME, _NAMESPACE = "x7f3a-object-name", "x7f3a-object-ns"
 """Stand-ins for an object's name and namespace (neither holds the other)."""
-_NAMED: dict[str, str | None] = {}
+_NAMED: dict[bytes | str, str | None] = {}
 """emit()'s text of a snippet with stand-in names (None: not written by filling in)."""
 
 
@@ -79,7 +101,7 @@ def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any)
     anchors). Anything else (a stand-in not met exactly once, a name emit() leaves to
     PyYAML) is dumped whole. tests/check/test_snippets.py compares the two."""
     template = build(_NAME, _NAMESPACE, *args)
-    key = repr(template)
+    key = _written(template)
     if key in _NAMED:
         text = _NAMED[key]
     else:
@@ -128,7 +150,9 @@ def emit(node: Any) -> str | None:
     try:
         anchors: dict[int, str] = {}
         _find_anchors(node, set(), anchors)
-        _mapping(node, "", lines, _Anchors(anchors))
+        # Most snippets share no collection: then none asks for a mark, and where some
+        # are shared only those do (a call per collection was a tenth of a snippet's cost).
+        _mapping(node, "", lines, _Anchors(anchors) if anchors else None)
     except _Unsure:
         return None
     return "\n".join(lines)
@@ -144,7 +168,7 @@ class _Anchors:
     def mark(self, node: object) -> str | None:
         """`&id001` where a shared collection is first written, `*id001` (an alias: nothing
         more is written) after; None for the others."""
-        name = self.names.get(id(node)) if self.names else None
+        name = self.names.get(id(node))
         if name is None:
             return None
         if id(node) in self.written:
@@ -172,16 +196,17 @@ def _find_anchors(node: Any, seen: set[int], anchors: dict[int, str]) -> None:
             _find_anchors(child, seen, anchors)
 
 
-def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors,
+def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors | None,
              first: str | None = None) -> None:
     """`first`: the prefix of the first key's line (`- ` items put their first key there)."""
     for key, value in node.items():
         lead = pad if first is None else first
         first = None
-        head = f"{lead}{_scalar(key)}:"
+        head = f"{lead}{_STRINGS.get(key) or _scalar(key)}:"  # keys recur: looked up inline
         kind = type(value)
         if kind is dict or kind is list:
-            mark = anchors.mark(value)
+            mark = (anchors.mark(value) if anchors is not None and id(value) in anchors.names
+                    else None)
             if mark is not None:
                 if mark[0] == "*":
                     lines.append(f"{head} {mark}")
@@ -199,11 +224,13 @@ def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors
             lines.append(_leaf(value, f"{head} ", pad + "  "))
 
 
-def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors) -> None:
+def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors | None
+              ) -> None:
     for item in node:
         kind = type(item)
         if kind is dict:
-            mark = anchors.mark(item)
+            mark = (anchors.mark(item) if anchors is not None and id(item) in anchors.names
+                    else None)
             if mark is not None:
                 lines.append(f"{pad}- {mark}")
                 if mark[0] == "&":  # the mapping follows, on lines of its own

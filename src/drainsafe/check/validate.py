@@ -100,14 +100,13 @@ def _workload(w: Workload) -> list[tuple[Path, str]]:
         problem = _integer(spec.get("replicas"), 0, INT32_MAX)
         if problem:
             problems.append((("spec", "replicas"), problem))
-    for values, base in (
-            (w.template_annotations, (*w.pod_path[:-1], "metadata", "annotations")),
-            (w.annotations, ("metadata", "annotations"))):
+    for values, template in ((w.template_annotations, True), (w.annotations, False)):
         for key in SECONDS_ANNOTATIONS:
             text = values.get(key)
             if text is not None and seconds_annotation(text) is None:
+                base = (*w.pod_path[:-1], "metadata") if template else ("metadata",)
                 problems.append((
-                    (*base, key),
+                    (*base, "annotations", key),
                     f"expected a number of seconds from 0 to {MAX_SECONDS:,.0f}, "
                     f"got {_shown(text)}"))
     pod = w.pod

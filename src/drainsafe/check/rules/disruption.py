@@ -81,6 +81,12 @@ def _pdb_invalid(index: Index, context: Context) -> Iterator[Finding]:
                                   _max_unavailable_fix(pdb), path=("spec",))
 
 
+# Fixes that are the same for every object: written once (a dump per finding is a memo key).
+_MAX_UNAVAILABLE_ONE = dump({"spec": {"maxUnavailable": 1}})
+_MIN_REPLICAS_TWO = dump({"spec": {"minReplicas": 2}})
+_REPLICAS_TWO = dump({"spec": {"replicas": 2}})
+
+
 PDB_WEDGE = rule(
     "pdb-wedge", Severity.ERROR,
     "A PodDisruptionBudget that can never allow an eviction.",
@@ -110,7 +116,7 @@ def _pdb_wedge(index: Index, context: Context) -> Iterator[Finding]:
             yield PDB_WEDGE.finding(
                 pdb, f"maxUnavailable {pdb.spec.max_unavailable}: disruptionsAllowed is always 0;"
                 " every eviction is refused and kubectl drain retries forever",
-                dump({"spec": {"maxUnavailable": 1}}), path=("spec", "maxUnavailable"))
+                _MAX_UNAVAILABLE_ONE, path=("spec", "maxUnavailable"))
             continue
         total = index.expected_pods(pdb)
         if total is None or total <= 0:
@@ -286,8 +292,8 @@ def _budget_for(name: str, namespace: str, labels: dict[str, str]) -> dict[str, 
 
 
 def _owned(w: Workload) -> bool:
-    return bool((w.obj.get("metadata") or {}).get("ownerReferences")) if isinstance(
-        w.obj.get("metadata"), dict) else False
+    meta = w.obj.get("metadata")
+    return isinstance(meta, dict) and bool(meta.get("ownerReferences"))
 
 
 SINGLE_REPLICA = rule(
@@ -318,12 +324,12 @@ def _single_replica(index: Index, context: Context) -> Iterator[Finding]:
         if hpa is not None:
             yield SINGLE_REPLICA.finding(
                 hpa, f"minReplicas 1 for {w.ref.kind} {w.ref.name}: at its minimum one drain "
-                "takes the only replica away", dump({"spec": {"minReplicas": 2}}),
+                "takes the only replica away", _MIN_REPLICAS_TWO,
                 path=("spec", "minReplicas"))
             continue
         yield SINGLE_REPLICA.finding(
             w, "replicas 1: a drain or rollout leaves no replica serving",
-            dump({"spec": {"replicas": 2}}),
+            _REPLICAS_TWO,
             path=("spec", "replicas") if "replicas" in (w.obj.get("spec") or {}) else ("spec",),
         )
 

@@ -10,7 +10,7 @@ from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import Container, Index, mapping, sequence
 from drainsafe.check.rules.registry import rule
 from drainsafe.check.rules.termination import is_sidecar
-from drainsafe.check.snippets import dump, pod_fix
+from drainsafe.check.snippets import dump_once, pod_fix
 
 SIDECAR_ORDERING = rule(
     "sidecar-ordering", Severity.WARNING,
@@ -130,9 +130,9 @@ def _unmanaged(index: Index, context: Context) -> Iterator[Finding]:
                            "template": {"metadata": {"labels": labels}, "spec": w.pod}}}
         budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
                   "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}
-        fix = "# replaces the Pod\n" + dump(deploy)
+        fix = "# replaces the Pod\n" + dump_once(deploy)
         if not index.pdbs_for(w):
-            fix += "\n---\n" + dump(budget)
+            fix += "\n---\n" + dump_once(budget)
         yield UNMANAGED_POD.finding(
             w, "bare Pod without a controller: kubectl drain refuses it without --force and "
             "nothing recreates it", fix, path=("metadata",))
