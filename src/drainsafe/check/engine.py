@@ -58,6 +58,10 @@ class Result:
     rendered: Rendered | None = None
     """The findings as output lines instead of `findings` (check.parallel.run, when asked to
     render them)."""
+    held: object = field(default=None, repr=False)
+    """Objects the run made that the result does not show, kept as long as it is (as the
+    serial run's index keeps its objects): check.parallel's own share, whose freeing one by
+    one the command skips when it ends its process."""
 
     @property
     def checked(self) -> int:
