@@ -180,17 +180,15 @@ class _Anchors:
 def _find_anchors(node: Any, seen: set[int], anchors: dict[int, str]) -> None:
     """PyYAML's serializer (anchor_node): a collection gets an anchor when it is met a second
     time, in the order of the walk."""
-    kind = type(node)
-    if kind is not dict and kind is not list:
-        return
-    if id(node) in seen:
+    key = id(node)  # node is a dict or a list: its caller asked
+    if key in seen:
         if not node:
             raise _Unsure  # a shared empty collection (`&id001 {}`): PyYAML's own layout
-        if id(node) not in anchors:
-            anchors[id(node)] = f"id{len(anchors) + 1:03d}"
+        if key not in anchors:
+            anchors[key] = f"id{len(anchors) + 1:03d}"
         return
-    seen.add(id(node))
-    for child in (node.values() if kind is dict else node):
+    seen.add(key)
+    for child in (node.values() if type(node) is dict else node):
         kind = type(child)
         if kind is dict or kind is list:  # scalars are never anchored: no call for them
             _find_anchors(child, seen, anchors)
@@ -220,6 +218,10 @@ def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors
             else:
                 lines.append(head)
                 _sequence(value, pad, lines, anchors)  # PyYAML indents no sequence here
+        elif kind is str and (text := _STRINGS.get(value)) is not None:
+            lines.append(f"{head} {text}")  # the usual leaf: a name written before
+        elif kind is int:
+            lines.append(f"{head} {value}")
         else:
             lines.append(_leaf(value, f"{head} ", pad + "  "))
 
@@ -241,6 +243,8 @@ def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors | N
                 lines.append(pad + "- {}")
         elif kind is list:
             raise _Unsure  # nested sequences: PyYAML's own layout
+        elif kind is str and (text := _STRINGS.get(item)) is not None:
+            lines.append(f"{pad}- {text}")  # as in _mapping: a leaf written before
         else:
             lines.append(_leaf(item, f"{pad}- ", pad + "  "))
 

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import Container, Index, mapping, sequence
+from drainsafe.check.rules.disruption import budget_for
 from drainsafe.check.rules.registry import rule
 from drainsafe.check.rules.termination import is_sidecar
-from drainsafe.check.snippets import dump_once, pod_fix
+from drainsafe.check.snippets import dump_named, dump_once, pod_fix
 
 SIDECAR_ORDERING = rule(
     "sidecar-ordering", Severity.WARNING,
@@ -128,11 +129,10 @@ def _unmanaged(index: Index, context: Context) -> Iterator[Finding]:
         deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                   "spec": {"replicas": 2, "selector": {"matchLabels": labels},
                            "template": {"metadata": {"labels": labels}, "spec": w.pod}}}
-        budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
-                  "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}
         fix = "# replaces the Pod\n" + dump_once(deploy)
         if not index.pdbs_for(w):
-            fix += "\n---\n" + dump_once(budget)
+            # pdb-missing's budget: emitted once with stand-in names, each Pod's put in
+            fix += "\n---\n" + dump_named(budget_for, w.ref.name, w.ref.namespace, labels)
         yield UNMANAGED_POD.finding(
             w, "bare Pod without a controller: kubectl drain refuses it without --force and "
             "nothing recreates it", fix, path=("metadata",))
