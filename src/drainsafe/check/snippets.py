@@ -85,41 +85,82 @@ def dump_once(node: Any) -> str:
     return text
 
 
-_NAME, _NAMESPACE = "x7f3a-object-name", "x7f3a-object-ns"
-"""Stand-ins for an object's name and namespace (neither holds the other)."""
+_NAME, _NAMESPACE, _TAIL = "x7f3a-object-name", "x7f3a-object-ns", "x7f3a-tail"
+"""Stand-ins for an object's name and namespace (neither holds the other), and for a
+mapping taken from the input (`tail`)."""
 _NAMED: dict[bytes | str, str | None] = {}
 """emit()'s text of a snippet with stand-in names (None: not written by filling in)."""
 
 
-def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any) -> str:
+def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any,
+               tail: dict[str, Any] | None = None) -> str:
     """dump(build(name, namespace, *args)) for a snippet that differs from object to object
     only in the object's name and namespace (a missing PDB's: a fleet's differ in nothing
-    else; emitting each whole was ~20 us).
+    else; emitting each whole was ~20 us), and in `tail`, a mapping from the input that
+    build() writes last (a bare Pod's spec in the Deployment that replaces it:
+    build(name, namespace, *args, tail)).
 
     The snippet is emitted once with stand-ins, then each object's names are put in as
     emit() writes a string leaf, `_scalar(value)` whatever surrounds it (strings get no
-    anchors). Anything else (a stand-in not met exactly once, a name emit() leaves to
-    PyYAML) is dumped whole. tests/check/test_snippets.py compares the two."""
-    template = build(_NAME, _NAMESPACE, *args)
+    anchors), and the tail's lines are emitted in place of its stand-in. Anything else (a
+    stand-in not met exactly once, a name emit() leaves to PyYAML, a tail that shares a
+    collection, with itself or with `args`, which would need anchors) is dumped whole.
+    tests/check/test_snippets.py compares the two."""
+    extra = () if tail is None else (_TAIL,)
+    template = build(_NAME, _NAMESPACE, *args, *extra)
     key = _written(template)
     if key in _NAMED:
         text = _NAMED[key]
     else:
         text = emit(template)
-        if text is not None and (text.count(_NAME) != 1 or text.count(_NAMESPACE) != 1):
+        if text is not None and (text.count(_NAME) != 1 or text.count(_NAMESPACE) != 1
+                                 or text.count(_TAIL) != len(extra)
+                                 or not text.endswith(f": {_TAIL}" if extra else "")):
             text = None
         if len(_NAMED) < 1_000:
             _NAMED[key] = text
     if text is None:
-        return dump(build(name, namespace, *args))
+        return _whole(build, name, namespace, args, tail)
     try:
         fills = sorted([(text.index(_NAME), _NAME, _scalar(name)),
                         (text.index(_NAMESPACE), _NAMESPACE, _scalar(namespace))])
+        rest = "" if tail is None else _tail(text, tail, args)
     except _Unsure:
-        return dump(build(name, namespace, *args))
+        return _whole(build, name, namespace, args, tail)
     (i, first, written_first), (j, second, written_second) = fills
+    if tail is not None:  # the stand-in ends the text: its line's `: x7f3a-tail` goes
+        text = text[:-len(_TAIL) - 1]
     return (text[:i] + written_first + text[i + len(first):j] + written_second
-            + text[j + len(second):])
+            + text[j + len(second):] + rest)
+
+
+def _whole(build: Callable[..., Any], name: str, namespace: str, args: tuple[Any, ...],
+           tail: dict[str, Any] | None) -> str:
+    if tail is None:
+        return dump(build(name, namespace, *args))
+    return dump_once(build(name, namespace, *args, tail))  # never repeats: no memo
+
+
+def _tail(text: str, tail: dict[str, Any], args: tuple[Any, ...]) -> str:
+    """`tail`'s lines, from a line break, as emit() writes them where the stand-in's line
+    (the text's last) holds it."""
+    if type(tail) is not dict or not tail:
+        raise _Unsure
+    seen: set[int] = set()
+    for arg in args:  # a collection of args met again in the tail would be anchored
+        if type(arg) is dict or type(arg) is list:
+            _find_anchors(arg, seen, {})
+    anchors: dict[int, str] = {}
+    _find_anchors(tail, seen, anchors)
+    if anchors:
+        raise _Unsure
+    line = text[text.rfind("\n") + 1:]
+    key = line.lstrip(" ")
+    if key.startswith("-"):  # a list item's first key: not built so here
+        raise _Unsure
+    lines = [""]
+    _mapping(tail, " " * (len(line) - len(key) + 2), lines, None)
+    return "\n".join(lines)
 
 
 WIDTH = 100
