@@ -63,9 +63,10 @@ class ObjectRef(NamedTuple):
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Edit:
-    """A safe change --fix can make: set the field at `path` (relative to the document) to value."""
+    """A safe change --fix can make: set the field at `path` (relative to the document) to value.
+    Not changed once made; not frozen, as Finding (two rules make one per finding)."""
 
     path: Path
     value: Any

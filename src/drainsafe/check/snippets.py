@@ -90,6 +90,8 @@ _NAME, _NAMESPACE, _TAIL = "x7f3a-object-name", "x7f3a-object-ns", "x7f3a-tail"
 mapping taken from the input (`tail`)."""
 _NAMED: dict[bytes | str, str | None] = {}
 """emit()'s text of a snippet with stand-in names (None: not written by filling in)."""
+_NOT_YET = "(not emitted yet)"
+"""What _NAMED.get gives for a snippet not met before (one lookup, not `in` and `[]`)."""
 
 
 def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any,
@@ -109,9 +111,8 @@ def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any,
     extra = () if tail is None else (_TAIL,)
     template = build(_NAME, _NAMESPACE, *args, *extra)
     key = _written(template)
-    if key in _NAMED:
-        text = _NAMED[key]
-    else:
+    text = _NAMED.get(key, _NOT_YET)
+    if text is _NOT_YET:
         text = emit(template)
         if text is not None and (text.count(_NAME) != 1 or text.count(_NAMESPACE) != 1
                                  or text.count(_TAIL) != len(extra)
@@ -122,12 +123,16 @@ def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any,
     if text is None:
         return _whole(build, name, namespace, args, tail)
     try:
-        fills = sorted([(text.index(_NAME), _NAME, _scalar(name)),
-                        (text.index(_NAMESPACE), _NAMESPACE, _scalar(namespace))])
+        written_name = _STRINGS.get(name) or _scalar(name)
+        written_namespace = _STRINGS.get(namespace) or _scalar(namespace)
         rest = "" if tail is None else _tail(text, tail, args)
     except _Unsure:
         return _whole(build, name, namespace, args, tail)
-    (i, first, written_first), (j, second, written_second) = fills
+    i, first, written_first = text.index(_NAME), _NAME, written_name
+    j, second, written_second = text.index(_NAMESPACE), _NAMESPACE, written_namespace
+    if j < i:  # the namespace written first
+        i, first, written_first, j, second, written_second = (
+            j, second, written_second, i, first, written_first)
     if tail is not None:  # the stand-in ends the text: its line's `: x7f3a-tail` goes
         text = text[:-len(_TAIL) - 1]
     return (text[:i] + written_first + text[i + len(first):j] + written_second
