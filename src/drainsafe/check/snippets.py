@@ -361,16 +361,36 @@ def _resolved(value: str) -> Any:
         return None
 
 
+_CONTAINER_FIXES: dict[tuple[Path, bytes | str], str] = {}
+
+
 def container_fix(pod_path: Path, container_name: str, fields: dict[str, Any],
                   pod_fields: dict[str, Any] | None = None) -> str:
     """A snippet that sets pod-level fields and fields of one container."""
-    pod: dict[str, Any] = dict(pod_fields or {})
-    pod["containers"] = [{"name": container_name, **fields}]
-    return nest(_named(pod_path), pod)
+    # A fleet's containers share their snippets: keyed on what one is made of, not on the
+    # nested node (building it and writing its key was two thirds of a memo hit's cost).
+    key = (pod_path, _written((container_name, fields, pod_fields)))
+    text = _CONTAINER_FIXES.get(key)
+    if text is None:
+        pod: dict[str, Any] = dict(pod_fields or {})
+        pod["containers"] = [{"name": container_name, **fields}]
+        text = nest(_named(pod_path), pod)
+        if len(_CONTAINER_FIXES) < 10_000:
+            _CONTAINER_FIXES[key] = text
+    return text
+
+
+_POD_FIXES: dict[tuple[Path, bytes | str], str] = {}
 
 
 def pod_fix(pod_path: Path, fields: dict[str, Any]) -> str:
-    return nest(_named(pod_path), fields)
+    key = (pod_path, _written(fields))  # as container_fix's: nest's key, the path as given
+    text = _POD_FIXES.get(key)
+    if text is None:
+        text = nest(_named(pod_path), fields)
+        if len(_POD_FIXES) < 10_000:
+            _POD_FIXES[key] = text
+    return text
 
 
 @lru_cache(maxsize=1024)  # a few pod paths, asked for every snippet
