@@ -62,7 +62,7 @@ class Serving:
 
 def serving(w: Workload) -> list[Serving]:
     """The containers that serve requests (sidecars excluded, unless nothing else is left)."""
-    cached: list[Serving] | None = w.__dict__.get("_serving")
+    cached: list[Serving] | None = w.serving
     if cached is not None:
         return cached
     main = containers = w.containers
@@ -73,7 +73,7 @@ def serving(w: Workload) -> list[Serving]:
         line = c.command_line
         server = identify(line)
         result.append(Serving(c, line, server, drain_delay(c, server)))
-    w.__dict__["_serving"] = result  # several rules ask; the command lines parse once
+    w.serving = result  # several rules ask; the command lines parse once
     return result
 
 
