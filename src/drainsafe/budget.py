@@ -118,11 +118,7 @@ def recommend(
 
     margin is a fraction added on top of each measured figure (0.2 = 20 %).
     """
-    if propagation < 0 or max_request < 0 or margin < 0 or buffer < 0:
-        raise ValueError("durations and margin must be >= 0")
-    drain_delay = _round_up(propagation * (1 + margin))
-    deadline = _round_up(max_request * (1 + margin))
-    grace = math.ceil(drain_delay + deadline + buffer)
+    drain_delay, deadline, grace = _recommended(propagation, max_request, margin, buffer)
     return Recommendation(
         budget=Budget(grace=grace, drain_delay=drain_delay, shutdown_deadline=deadline,
                       buffer=buffer),
@@ -130,6 +126,22 @@ def recommend(
         max_request=max_request,
         margin=margin,
     )
+
+
+def recommended_grace(*, propagation: float, max_request: float, margin: float = 0.2,
+                      buffer: float = DEFAULT_BUFFER_SECONDS) -> int:
+    """recommend(...).grace_seconds, without its records (check asks once per finding)."""
+    return _recommended(propagation, max_request, margin, buffer)[2]
+
+
+def _recommended(propagation: float, max_request: float, margin: float, buffer: float
+                 ) -> tuple[float, float, int]:
+    """The drain delay, shutdown deadline and grace period recommend() gives."""
+    if propagation < 0 or max_request < 0 or margin < 0 or buffer < 0:
+        raise ValueError("durations and margin must be >= 0")
+    drain_delay = _round_up(propagation * (1 + margin))
+    deadline = _round_up(max_request * (1 + margin))
+    return drain_delay, deadline, math.ceil(drain_delay + deadline + buffer)
 
 
 def fit_deadline(*, grace: float, drain_delay: float, buffer: float = DEFAULT_BUFFER_SECONDS

@@ -136,3 +136,25 @@ def test_names_filled_in_are_the_whole_dump(name: str, namespace: str,
     # Stand-ins written once, names put in after: the very text dump() writes of the whole,
     # for names it writes plain, quoted or leaves to PyYAML, and labels holding a stand-in.
     assert dump_named(_budget, name, namespace, labels) == dump(_budget(name, namespace, labels))
+
+
+def _deployment(name: str, namespace: str, labels: dict[str, Any], pod: Any) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod}}}
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(WORDS, WORDS, st.dictionaries(WORDS, WORDS, max_size=2),
+       st.dictionaries(WORDS, NODES, max_size=3), st.sampled_from(["none", "labels", "itself"]))
+def test_a_tail_put_in_is_the_whole_dump(name: str, namespace: str, labels: dict[str, Any],
+                                         pod: dict[str, Any], share: str) -> None:
+    # A tail emitted apart from its stand-in's text: the very text of the whole, for tails
+    # emit() writes, leaves to PyYAML, or that share a collection (anchors: dumped whole).
+    if share == "labels":
+        pod = {**pod, "labels": labels}
+    elif pod and share == "itself":
+        pod = {**pod, "again": next(iter(pod.values()))}
+    assert dump_named(_deployment, name, namespace, labels, tail=pod) == \
+        dump(_deployment(name, namespace, labels, pod))

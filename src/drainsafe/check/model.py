@@ -206,6 +206,9 @@ class Workload(Subject):
     _annotation_numbers: dict[str, float | None] = field(
         default_factory=dict, init=False, repr=False, compare=False)
     """annotation_number's answers, by key."""
+    serving: list[Any] | None = field(default=None, init=False, repr=False, compare=False)
+    """rules.termination.serving()'s answer, once asked (a dozen rules ask of every
+    workload: a plain attribute, where a lookup in __dict__ read the dict's descriptor)."""
 
     def __post_init__(self) -> None:
         seconds = number(self.pod.get("terminationGracePeriodSeconds"))

@@ -85,41 +85,87 @@ def dump_once(node: Any) -> str:
     return text
 
 
-_NAME, _NAMESPACE = "x7f3a-object-name", "x7f3a-object-ns"
-"""Stand-ins for an object's name and namespace (neither holds the other)."""
+_NAME, _NAMESPACE, _TAIL = "x7f3a-object-name", "x7f3a-object-ns", "x7f3a-tail"
+"""Stand-ins for an object's name and namespace (neither holds the other), and for a
+mapping taken from the input (`tail`)."""
 _NAMED: dict[bytes | str, str | None] = {}
 """emit()'s text of a snippet with stand-in names (None: not written by filling in)."""
+_NOT_YET = "(not emitted yet)"
+"""What _NAMED.get gives for a snippet not met before (one lookup, not `in` and `[]`)."""
 
 
-def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any) -> str:
+def dump_named(build: Callable[..., Any], name: str, namespace: str, *args: Any,
+               tail: dict[str, Any] | None = None) -> str:
     """dump(build(name, namespace, *args)) for a snippet that differs from object to object
     only in the object's name and namespace (a missing PDB's: a fleet's differ in nothing
-    else; emitting each whole was ~20 us).
+    else; emitting each whole was ~20 us), and in `tail`, a mapping from the input that
+    build() writes last (a bare Pod's spec in the Deployment that replaces it:
+    build(name, namespace, *args, tail)).
 
     The snippet is emitted once with stand-ins, then each object's names are put in as
     emit() writes a string leaf, `_scalar(value)` whatever surrounds it (strings get no
-    anchors). Anything else (a stand-in not met exactly once, a name emit() leaves to
-    PyYAML) is dumped whole. tests/check/test_snippets.py compares the two."""
-    template = build(_NAME, _NAMESPACE, *args)
+    anchors), and the tail's lines are emitted in place of its stand-in. Anything else (a
+    stand-in not met exactly once, a name emit() leaves to PyYAML, a tail that shares a
+    collection, with itself or with `args`, which would need anchors) is dumped whole.
+    tests/check/test_snippets.py compares the two."""
+    extra = () if tail is None else (_TAIL,)
+    template = build(_NAME, _NAMESPACE, *args, *extra)
     key = _written(template)
-    if key in _NAMED:
-        text = _NAMED[key]
-    else:
+    text = _NAMED.get(key, _NOT_YET)
+    if text is _NOT_YET:
         text = emit(template)
-        if text is not None and (text.count(_NAME) != 1 or text.count(_NAMESPACE) != 1):
+        if text is not None and (text.count(_NAME) != 1 or text.count(_NAMESPACE) != 1
+                                 or text.count(_TAIL) != len(extra)
+                                 or not text.endswith(f": {_TAIL}" if extra else "")):
             text = None
         if len(_NAMED) < 1_000:
             _NAMED[key] = text
     if text is None:
-        return dump(build(name, namespace, *args))
+        return _whole(build, name, namespace, args, tail)
     try:
-        fills = sorted([(text.index(_NAME), _NAME, _scalar(name)),
-                        (text.index(_NAMESPACE), _NAMESPACE, _scalar(namespace))])
+        written_name = _STRINGS.get(name) or _scalar(name)
+        written_namespace = _STRINGS.get(namespace) or _scalar(namespace)
+        rest = "" if tail is None else _tail(text, tail, args)
     except _Unsure:
-        return dump(build(name, namespace, *args))
-    (i, first, written_first), (j, second, written_second) = fills
+        return _whole(build, name, namespace, args, tail)
+    i, first, written_first = text.index(_NAME), _NAME, written_name
+    j, second, written_second = text.index(_NAMESPACE), _NAMESPACE, written_namespace
+    if j < i:  # the namespace written first
+        i, first, written_first, j, second, written_second = (
+            j, second, written_second, i, first, written_first)
+    if tail is not None:  # the stand-in ends the text: its line's `: x7f3a-tail` goes
+        text = text[:-len(_TAIL) - 1]
     return (text[:i] + written_first + text[i + len(first):j] + written_second
-            + text[j + len(second):])
+            + text[j + len(second):] + rest)
+
+
+def _whole(build: Callable[..., Any], name: str, namespace: str, args: tuple[Any, ...],
+           tail: dict[str, Any] | None) -> str:
+    if tail is None:
+        return dump(build(name, namespace, *args))
+    return dump_once(build(name, namespace, *args, tail))  # never repeats: no memo
+
+
+def _tail(text: str, tail: dict[str, Any], args: tuple[Any, ...]) -> str:
+    """`tail`'s lines, from a line break, as emit() writes them where the stand-in's line
+    (the text's last) holds it."""
+    if type(tail) is not dict or not tail:
+        raise _Unsure
+    seen: set[int] = set()
+    for arg in args:  # a collection of args met again in the tail would be anchored
+        if type(arg) is dict or type(arg) is list:
+            _find_anchors(arg, seen, {})
+    anchors: dict[int, str] = {}
+    _find_anchors(tail, seen, anchors)
+    if anchors:
+        raise _Unsure
+    line = text[text.rfind("\n") + 1:]
+    key = line.lstrip(" ")
+    if key.startswith("-"):  # a list item's first key: not built so here
+        raise _Unsure
+    lines = [""]
+    _mapping(tail, " " * (len(line) - len(key) + 2), lines, None)
+    return "\n".join(lines)
 
 
 WIDTH = 100
@@ -180,17 +226,15 @@ class _Anchors:
 def _find_anchors(node: Any, seen: set[int], anchors: dict[int, str]) -> None:
     """PyYAML's serializer (anchor_node): a collection gets an anchor when it is met a second
     time, in the order of the walk."""
-    kind = type(node)
-    if kind is not dict and kind is not list:
-        return
-    if id(node) in seen:
+    key = id(node)  # node is a dict or a list: its caller asked
+    if key in seen:
         if not node:
             raise _Unsure  # a shared empty collection (`&id001 {}`): PyYAML's own layout
-        if id(node) not in anchors:
-            anchors[id(node)] = f"id{len(anchors) + 1:03d}"
+        if key not in anchors:
+            anchors[key] = f"id{len(anchors) + 1:03d}"
         return
-    seen.add(id(node))
-    for child in (node.values() if kind is dict else node):
+    seen.add(key)
+    for child in (node.values() if type(node) is dict else node):
         kind = type(child)
         if kind is dict or kind is list:  # scalars are never anchored: no call for them
             _find_anchors(child, seen, anchors)
@@ -220,6 +264,10 @@ def _mapping(node: dict[Any, Any], pad: str, lines: list[str], anchors: _Anchors
             else:
                 lines.append(head)
                 _sequence(value, pad, lines, anchors)  # PyYAML indents no sequence here
+        elif kind is str and (text := _STRINGS.get(value)) is not None:
+            lines.append(f"{head} {text}")  # the usual leaf: a name written before
+        elif kind is int:
+            lines.append(f"{head} {value}")
         else:
             lines.append(_leaf(value, f"{head} ", pad + "  "))
 
@@ -241,6 +289,8 @@ def _sequence(node: list[Any], pad: str, lines: list[str], anchors: _Anchors | N
                 lines.append(pad + "- {}")
         elif kind is list:
             raise _Unsure  # nested sequences: PyYAML's own layout
+        elif kind is str and (text := _STRINGS.get(item)) is not None:
+            lines.append(f"{pad}- {text}")  # as in _mapping: a leaf written before
         else:
             lines.append(_leaf(item, f"{pad}- ", pad + "  "))
 
@@ -311,16 +361,36 @@ def _resolved(value: str) -> Any:
         return None
 
 
+_CONTAINER_FIXES: dict[tuple[Path, bytes | str], str] = {}
+
+
 def container_fix(pod_path: Path, container_name: str, fields: dict[str, Any],
                   pod_fields: dict[str, Any] | None = None) -> str:
     """A snippet that sets pod-level fields and fields of one container."""
-    pod: dict[str, Any] = dict(pod_fields or {})
-    pod["containers"] = [{"name": container_name, **fields}]
-    return nest(_named(pod_path), pod)
+    # A fleet's containers share their snippets: keyed on what one is made of, not on the
+    # nested node (building it and writing its key was two thirds of a memo hit's cost).
+    key = (pod_path, _written((container_name, fields, pod_fields)))
+    text = _CONTAINER_FIXES.get(key)
+    if text is None:
+        pod: dict[str, Any] = dict(pod_fields or {})
+        pod["containers"] = [{"name": container_name, **fields}]
+        text = nest(_named(pod_path), pod)
+        if len(_CONTAINER_FIXES) < 10_000:
+            _CONTAINER_FIXES[key] = text
+    return text
+
+
+_POD_FIXES: dict[tuple[Path, bytes | str], str] = {}
 
 
 def pod_fix(pod_path: Path, fields: dict[str, Any]) -> str:
-    return nest(_named(pod_path), fields)
+    key = (pod_path, _written(fields))  # as container_fix's: nest's key, the path as given
+    text = _POD_FIXES.get(key)
+    if text is None:
+        text = nest(_named(pod_path), fields)
+        if len(_POD_FIXES) < 10_000:
+            _POD_FIXES[key] = text
+    return text
 
 
 @lru_cache(maxsize=1024)  # a few pod paths, asked for every snippet

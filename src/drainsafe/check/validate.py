@@ -101,6 +101,8 @@ def _workload(w: Workload) -> list[tuple[Path, str]]:
         if problem:
             problems.append((("spec", "replicas"), problem))
     for values, template in ((w.template_annotations, True), (w.annotations, False)):
+        if not values:  # most workloads annotate nothing
+            continue
         for key in SECONDS_ANNOTATIONS:
             text = values.get(key)
             if text is not None and seconds_annotation(text) is None:
@@ -127,28 +129,30 @@ def _workload(w: Workload) -> list[tuple[Path, str]]:
                                  f"expected a container (a mapping), got {_shown(item)}"))
                 continue
             resources = item.get("resources")
-            if resources is not None:
-                problems.extend(_resources((*w.pod_path, key, i, "resources"), resources))
+            if resources is not None:  # a path made only for a problem (seldom any)
+                for path, problem in _resources(resources):
+                    problems.append(((*w.pod_path, key, i, "resources", *path), problem))
     return problems
 
 
-def _resources(path: Path, resources: object) -> list[tuple[Path, str]]:
-    """What the API server refuses in a container's requests and limits."""
+def _resources(resources: object) -> list[tuple[Path, str]]:
+    """What the API server refuses in a container's requests and limits (paths relative to
+    its resources)."""
     if not isinstance(resources, dict):
-        return [(path, f"expected a mapping (requests, limits), got {_shown(resources)}")]
+        return [((), f"expected a mapping (requests, limits), got {_shown(resources)}")]
     problems: list[tuple[Path, str]] = []
     for part in ("requests", "limits"):
         amounts = resources.get(part)
         if amounts is None:
             continue
         if not isinstance(amounts, dict):
-            problems.append(((*path, part), "expected a mapping of resource names to "
+            problems.append(((part,), "expected a mapping of resource names to "
                              f"quantities, got {_shown(amounts)}"))
             continue
         for name, amount in amounts.items():
             problem = _quantity(str(name), amount)
             if problem:
-                problems.append(((*path, part, str(name)), problem))
+                problems.append(((part, str(name)), problem))
     return problems
 
 

@@ -279,13 +279,13 @@ def _pdb_missing(index: Index, context: Context) -> Iterator[Finding]:
             w,
             f"{scale_text} and no PodDisruptionBudget: a drain may evict every replica on "
             "the node at once",
-            dump_named(_budget_for, w.ref.name, w.ref.namespace, labels),
+            dump_named(budget_for, w.ref.name, w.ref.namespace, labels),
             path=("metadata", "name"),
         )
 
 
-def _budget_for(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
-    """The PodDisruptionBudget pdb-missing suggests."""
+def budget_for(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The PodDisruptionBudget pdb-missing and unmanaged-pod suggest."""
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 from drainsafe.check.context import Context
 from drainsafe.check.findings import Finding, Severity
 from drainsafe.check.model import Container, Index, mapping, sequence
+from drainsafe.check.rules.disruption import budget_for
 from drainsafe.check.rules.registry import rule
 from drainsafe.check.rules.termination import is_sidecar
-from drainsafe.check.snippets import dump_once, pod_fix
+from drainsafe.check.snippets import dump_named, pod_fix
 
 SIDECAR_ORDERING = rule(
     "sidecar-ordering", Severity.WARNING,
@@ -124,15 +126,21 @@ def _unmanaged(index: Index, context: Context) -> Iterator[Finding]:
         if w.ref.kind != "Pod" or mapping(w.obj.get("metadata")).get("ownerReferences"):
             continue
         labels = w.pod_labels or {"app": w.ref.name}
-        meta = {"name": w.ref.name, "namespace": w.ref.namespace}
-        deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-                  "spec": {"replicas": 2, "selector": {"matchLabels": labels},
-                           "template": {"metadata": {"labels": labels}, "spec": w.pod}}}
-        budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
-                  "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}}
-        fix = "# replaces the Pod\n" + dump_once(deploy)
+        # Emitted once with stand-ins; each Pod's names and spec are put in (dump_named).
+        fix = "# replaces the Pod\n" + dump_named(_deployment_for, w.ref.name,
+                                                  w.ref.namespace, labels, tail=w.pod)
         if not index.pdbs_for(w):
-            fix += "\n---\n" + dump_once(budget)
+            # pdb-missing's budget: emitted once with stand-in names, each Pod's put in
+            fix += "\n---\n" + dump_named(budget_for, w.ref.name, w.ref.namespace, labels)
         yield UNMANAGED_POD.finding(
             w, "bare Pod without a controller: kubectl drain refuses it without --force and "
             "nothing recreates it", fix, path=("metadata",))
+
+
+def _deployment_for(name: str, namespace: str, labels: dict[str, str], pod: Any
+                    ) -> dict[str, Any]:
+    """The Deployment unmanaged-pod suggests in place of a bare Pod (its spec last)."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod}}}

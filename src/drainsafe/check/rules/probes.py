@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from drainsafe.check.context import Context
-from drainsafe.check.findings import Finding, Severity
+from drainsafe.check.findings import SECONDS, Finding, Severity
 from drainsafe.check.hooks import on_admin_port
 from drainsafe.check.model import Index, integer, mapping, number
 from drainsafe.check.rules.registry import rule
@@ -181,8 +181,9 @@ def _readiness_slow(index: Index, context: Context) -> Iterator[Finding]:
             yield READINESS_SLOW.finding(
                 w,
                 f"container {s.container.name}: Service {svc.ref.name} ({why}) is health-checked; "
-                f"readiness fails after up to {period:g}s x {failures} + {timeout:g}s = "
-                f"{detect:g}s, longer than the drain delay {delay:g}s",
+                f"readiness fails after up to {SECONDS[period]}s x {failures} + "
+                f"{SECONDS[timeout]}s = {SECONDS[detect]}s, longer than the drain delay "
+                f"{SECONDS[delay]}s",
                 container_fix(w.pod_path, s.container.name, {
                     "readinessProbe": {"periodSeconds": 2, "failureThreshold": 1,
                                        "timeoutSeconds": 1},

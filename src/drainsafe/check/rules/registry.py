@@ -41,7 +41,7 @@ class Rule:
                 budget: Budget | None = None, edits: tuple[Edit, ...] = (),
                 severity: Severity | None = None) -> Finding:
         doc = subject.doc
-        if edits and doc.prefix:  # Edit is frozen: a document of its own takes them as made
+        if edits and doc.prefix:  # edits are not changed once made: new ones, with the prefix
             edits = tuple(Edit((*doc.prefix, *e.path), e.value) for e in edits)
         # Positional, in Finding's field order: a run makes one per finding (24,000 on the
         # findings-heavy corpus), and keywords are matched to parameters one by one.

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from drainsafe.budget import Budget, fit_deadline, recommend
+from drainsafe.budget import Budget, fit_deadline, recommended_grace
 from drainsafe.check.context import MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION, Context
-from drainsafe.check.findings import Edit, Finding, Severity
+from drainsafe.check.findings import SECONDS, Edit, Finding, Severity
 from drainsafe.check.hooks import DrainDelay, drain_delay, needs_shell
 from drainsafe.check.model import Container, Index, Workload
 from drainsafe.check.rules.registry import rule
@@ -62,7 +62,7 @@ class Serving:
 
 def serving(w: Workload) -> list[Serving]:
     """The containers that serve requests (sidecars excluded, unless nothing else is left)."""
-    cached: list[Serving] | None = w.__dict__.get("_serving")
+    cached: list[Serving] | None = w.serving
     if cached is not None:
         return cached
     main = containers = w.containers
@@ -73,7 +73,7 @@ def serving(w: Workload) -> list[Serving]:
         line = c.command_line
         server = identify(line)
         result.append(Serving(c, line, server, drain_delay(c, server)))
-    w.__dict__["_serving"] = result  # several rules ask; the command lines parse once
+    w.serving = result  # several rules ask; the command lines parse once
     return result
 
 
@@ -182,13 +182,15 @@ def _grace_budget(index: Index, context: Context) -> Iterator[Finding]:
             if found is None:
                 continue
             budget, source = found
-            grace = math.ceil(budget.required)
+            required = budget.required
+            grace = math.ceil(required)
             yield GRACE_BUDGET.finding(
                 w,
-                f"container {s.container.name}: grace {budget.grace:g}s < drain delay "
-                f"{budget.drain_delay:g}s + shutdown deadline {budget.shutdown_deadline:g}s "
-                f"({source}) + buffer {budget.buffer:g}s = {budget.required:g}s; SIGKILL at "
-                f"{budget.sigkill_at:g}s cuts the drain short",
+                f"container {s.container.name}: grace {SECONDS[budget.grace]}s < drain delay "
+                f"{SECONDS[budget.drain_delay]}s + shutdown deadline "
+                f"{SECONDS[budget.shutdown_deadline]}s ({source}) + buffer "
+                f"{SECONDS[budget.buffer]}s = {SECONDS[required]}s; SIGKILL at "
+                f"{SECONDS[budget.sigkill_at]}s cuts the drain short",
                 pod_fix(w.pod_path, {"terminationGracePeriodSeconds": grace}),
                 path=w.grace_path if w.grace_set else w.pod_path,
                 budget=budget,
@@ -234,8 +236,8 @@ def _shutdown_short(index: Index, context: Context) -> Iterator[Finding]:
             yield SHUTDOWN_SHORT.finding(
                 w,
                 f"container {s.container.name}: {s.server.server} shutdown deadline "
-                f"{s.server.deadline:g}s ({s.server.source}) < longest request {longest:g}s "
-                f"({source})",
+                f"{SECONDS[s.server.deadline]}s ({s.server.source}) < longest request "
+                f"{SECONDS[longest]}s ({source})",
                 deadline_fix(w, s, context, want),
                 path=(*s.container.path, "args") if "args" in s.container.spec
                 else s.container.path,
@@ -301,7 +303,7 @@ def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
             delay = max((s.delay.known for s in servers), default=0.0)
             yield GRACE_DEFAULT.finding(
                 w,
-                f"grace unset (default {w.grace:g}s) and the longest request is unknown: "
+                f"grace unset (default {SECONDS[w.grace]}s) and the longest request is unknown: "
                 f"declare it with --max-request-seconds or the {MAX_REQUEST_ANNOTATION} "
                 "annotation to check the budget",
                 _DECLARE_LONGEST + "\n" + pod_fix(w.pod_path, {
@@ -314,13 +316,14 @@ def _grace_default(index: Index, context: Context) -> Iterator[Finding]:
         need = delay + longest + context.buffer_seconds
         if need <= w.grace:
             continue
-        rec = recommend(propagation=max(delay, 0.0), max_request=longest, margin=0,
-                        buffer=context.buffer_seconds)
-        grace = max(rec.grace_seconds, math.ceil(need))
+        grace = max(recommended_grace(propagation=max(delay, 0.0), max_request=longest,
+                                      margin=0, buffer=context.buffer_seconds),
+                    math.ceil(need))
         yield GRACE_DEFAULT.finding(
             w,
-            f"grace unset (default {w.grace:g}s) < drain delay {delay:g}s + longest request "
-            f"{longest:g}s ({source}) + buffer {context.buffer_seconds:g}s = {need:g}s",
+            f"grace unset (default {SECONDS[w.grace]}s) < drain delay {SECONDS[delay]}s + "
+            f"longest request {SECONDS[longest]}s ({source}) + buffer "
+            f"{SECONDS[context.buffer_seconds]}s = {SECONDS[need]}s",
             pod_fix(w.pod_path, {"terminationGracePeriodSeconds": grace}),
             path=w.pod_path,
             budget=Budget(w.grace, delay, longest, context.buffer_seconds),
@@ -362,8 +365,8 @@ def _prestop_missing(index: Index, context: Context) -> Iterator[Finding]:
                 w,
                 f"container {s.container.name}: Service {services[0].ref.name} routes to it "
                 "but nothing delays SIGTERM; endpoint removal takes "
-                f"~{context.propagation_seconds:g}s to propagate, so requests arriving meanwhile "
-                "are refused",
+                f"~{SECONDS[context.propagation_seconds]}s to propagate, so requests arriving "
+                "meanwhile are refused",
                 container_fix(w.pod_path, s.container.name, {"lifecycle": {"preStop": hook}},
                               {"terminationGracePeriodSeconds": grace}),
                 path=s.container.path,
@@ -403,11 +406,12 @@ def _prestop_exceeds(index: Index, context: Context) -> Iterator[Finding]:
             grace = math.ceil(delay.seconds + context.buffer_seconds + 1)
             yield PRESTOP_EXCEEDS_GRACE.finding(
                 w,
-                f"container {c.name}: preStop sleeps {delay.seconds:g}s >= grace {w.grace:g}s; "
-                f"SIGKILL at {w.grace + 2:g}s, before the server gets SIGTERM"
+                f"container {c.name}: preStop sleeps {SECONDS[delay.seconds]}s >= grace "
+                f"{SECONDS[w.grace]}s; SIGKILL at {SECONDS[w.grace + 2]}s, before the server "
+                "gets SIGTERM"
                 if delay.seconds >= w.grace + 2 else
-                f"container {c.name}: preStop sleeps {delay.seconds:g}s >= grace {w.grace:g}s; "
-                "the server gets at most 2 s after SIGTERM",
+                f"container {c.name}: preStop sleeps {SECONDS[delay.seconds]}s >= grace "
+                f"{SECONDS[w.grace]}s; the server gets at most 2 s after SIGTERM",
                 pod_fix(w.pod_path, {"terminationGracePeriodSeconds": grace}),
                 path=delay.path,
             )
