@@ -107,3 +107,21 @@ def test_finalizers_hold_a_deletion_and_the_last_removal_completes_it(store: Sto
     store.update(CONFIGMAPS, last)
     assert store.peek(CONFIGMAPS, "default", "f") is None
     assert [e.type for e in seen] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]
+
+
+def _pod(name: str, node: str | None) -> dict[str, object]:
+    spec: dict[str, object] = {"containers": [{"name": "c", "image": "i"}]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def test_a_negative_grace_is_one_second_for_a_running_pod_and_at_once_for_an_unscheduled_one(
+        store: Store) -> None:
+    store.create(PODS, _pod("scheduled", "n1"))
+    marked = store.delete(PODS, "default", "scheduled", grace_period=-5)
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 1
+    assert store.peek(PODS, "default", "scheduled") is not None  # its kubelet removes it
+    store.create(PODS, _pod("pending", None))
+    store.delete(PODS, "default", "pending", grace_period=-5)
+    assert store.peek(PODS, "default", "pending") is None

@@ -12,7 +12,9 @@
   CheckGracefulDeleteStrategy): an unscheduled or finished pod, or gracePeriodSeconds=0,
   goes at once; otherwise metadata.deletionTimestamp = now + grace and
   deletionGracePeriodSeconds are set and the pod stays until its kubelet deletes it
-  again with gracePeriodSeconds=0. A second delete may only shorten the grace.
+  again with gracePeriodSeconds=0. A second delete may only shorten the grace. A
+  negative gracePeriodSeconds is one second, not "at once" (k8s.io/apiserver
+  pkg/registry/rest/delete.go BeforeDelete, from v0.22.0, i.e. Kubernetes 1.22).
 - Finalizers (pkg/registry/generic/registry/store.go Delete, markAsDeleting, Update):
   deleting an object with metadata.finalizers only marks it (deletionTimestamp = now,
   deletionGracePeriodSeconds 0, generation + 1 when tracked) and answers 200 with it
@@ -398,6 +400,8 @@ class Store:
             if grace is None:
                 grace = int(old.get("spec", {}).get("terminationGracePeriodSeconds",
                                                     DEFAULT_GRACE_SECONDS))
+            elif grace < 0:  # BeforeDelete: a negative grace is one second, not "at once"
+                grace = 1
             if _pod_may_go_at_once(old):
                 grace = 0
             if grace > 0:
