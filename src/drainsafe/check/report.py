@@ -113,26 +113,32 @@ def to_json(result: Result) -> dict[str, Any]:
     return {"findings": [f.to_json() for f in result.findings]}
 
 
-PIECE_LINES = 256
-"""Lines joined per write: the output is written in pieces as it is made, never held whole
-(at 10,000 findings-heavy objects the whole json text and its list of lines were a quarter
-of the command's peak memory, sarif's more), and a write per line would cost a call each."""
+PIECE_CHARS = 32 * 1024
+"""Characters (about) joined per write: the output is written in pieces as it is made, never
+held whole (at 10,000 findings-heavy objects the whole json text and its list of lines were
+a quarter of the command's peak memory, sarif's more), and a write per line would cost a call
+each. A piece, and its encoding, stay below glibc's mmap threshold (128 KiB): pieces of 256
+sarif lines (~270 KB) were each mapped and faulted in anew, twice, 10,000 page faults and
+~50 ms of system time for the findings-heavy corpus's 25 MB."""
 
 
 def _pieces(lines: Iterable[str], separator: str, size: int) -> Iterator[str]:
-    """`lines` joined by `separator`, `size` at a time; the pieces joined by `separator`
-    are the lines joined by it."""
+    """`lines` joined by `separator`, about `size` characters at a time: the pieces written
+    one after another are the lines joined by it (each but the first starts with it)."""
     batch: list[str] = []
+    start = 0  # the lines in batch from here on (before: the separator's empty start)
+    chars = 0
     for line in lines:
         batch.append(line)
-        if len(batch) >= size:
+        chars += len(line)
+        if chars >= size:
             yield separator.join(batch)
-            batch = []
-    if batch:
+            batch, start, chars = [""], 1, 0  # the next piece starts with the separator
+    if len(batch) > start:
         yield separator.join(batch)
 
 
-def write_json(result: Result, out: IO[str], *, piece: int = PIECE_LINES) -> None:
+def write_json(result: Result, out: IO[str], *, piece: int = PIECE_CHARS) -> None:
     # One finding per line: it reads and diffs well, and json's C encoder only runs without
     # indent (indent=2 took a quarter of the CLI's time on 10,000 objects).
     pieces = _pieces(result.lines(json_lines), ",\n  ", piece)
@@ -140,9 +146,10 @@ def write_json(result: Result, out: IO[str], *, piece: int = PIECE_LINES) -> Non
     if first is None:
         out.write('{"findings": []}\n')
         return
-    out.write('{"findings": [\n  ' + first)
+    out.write('{"findings": [\n  ')
+    out.write(first)
     for more in pieces:
-        out.write(",\n  " + more)
+        out.write(more)
     out.write("\n]}\n")
 
 
@@ -318,7 +325,7 @@ def sarif_renderer(rules: dict[str, Rule]) -> LineRenderer:
 
 
 def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str], *,
-                piece: int = PIECE_LINES, renderer: LineRenderer | None = None) -> None:
+                piece: int = PIECE_CHARS, renderer: LineRenderer | None = None) -> None:
     """`renderer`: the sarif_renderer the findings were rendered with, if they were."""
     # The run's envelope indented, its results one per line, as -o json writes findings:
     # json's C encoder runs only without indent (indent=2 over every result took over half
@@ -334,9 +341,10 @@ def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str], *,
         out.write(text)
         out.write("\n")
         return
-    out.write(f'{text[:at]}"results": [\n{indent}  {first}')
+    out.write(f'{text[:at]}"results": [\n{indent}  ')
+    out.write(first)
     for more in pieces:
-        out.write(separator + more)
+        out.write(more)
     out.write(f"\n{indent}]{text[at + 13:]}\n")
 
 
