@@ -49,7 +49,7 @@ import pickle
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, groupby
 from operator import attrgetter
 from typing import IO, Any, BinaryIO, NamedTuple
@@ -57,6 +57,7 @@ from typing import IO, Any, BinaryIO, NamedTuple
 from drainsafe.check import namespaces
 from drainsafe.check.context import Context
 from drainsafe.check.engine import (
+    Block,
     LineRenderer,
     Rendered,
     Result,
@@ -66,6 +67,7 @@ from drainsafe.check.engine import (
     found,
     gc_paused,
     in_order,
+    pieces,
     place_lines,
 )
 from drainsafe.check.engine import run as engine_run
@@ -313,6 +315,11 @@ class _Part:
     inputs: int
     checked: int
     kinds: set[str]
+    stored: list[tuple[str, int, int]] = field(default_factory=list)
+    """A forked worker's `lines` as it stored them (see _store_lines): by file and document
+    index, how many bytes of its text each document's lines are."""
+    text: memoryview | None = None
+    """That text, mapped from the worker's store by the parent."""
 
 
 @dataclass(frozen=True)
@@ -340,16 +347,16 @@ class WorkerFailure:
 
 
 def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
-        jobs: int = 1, renderer: LineRenderer | None = None) -> Result:
+        jobs: int = 1, renderer: LineRenderer | None = None, separator: str = "\n") -> Result:
     """engine.run's result; with `jobs` > 1 a large input is checked in that many processes,
     this one and forked workers (if one fails, here after all: the result's worker_failure
     says why). With a `renderer`, each writes its findings as its lines (the result's
-    `rendered`)."""
+    `rendered`, joined by `separator`)."""
     args = list(args)
     failure = None
     if jobs > 1:
         with gc_paused():
-            outcome = _in_workers(args, context, jobs, renderer)
+            outcome = _in_workers(args, context, jobs, renderer, separator)
         if isinstance(outcome, Result):
             return finish(outcome, args)
         failure = outcome
@@ -359,7 +366,7 @@ def run(args: Iterable[str], context: Context, stdin: BinaryIO | None = None, *,
 
 
 def _in_workers(args: list[str], context: Context, jobs: int,
-                renderer: LineRenderer | None = None
+                renderer: LineRenderer | None = None, separator: str = "\n"
                 ) -> Result | WorkerFailure | None:
     """The serial run's Result, made in worker processes (or here, when the files cannot be
     cut without splitting a namespace); None when the input is small, the failure when a
@@ -380,7 +387,7 @@ def _in_workers(args: list[str], context: Context, jobs: int,
     if cut is None:
         sources = [read_input(name) for name in names]
         by_namespace = _by_namespace(sources, names, expand_errors, notes, context, jobs,
-                                     renderer)
+                                     renderer, separator)
         if by_namespace is not None:
             return by_namespace
         # Checked here, as load() would read them (the total is in its limit).
@@ -389,7 +396,7 @@ def _in_workers(args: list[str], context: Context, jobs: int,
             take(loaded, source)
         return check_loaded(loaded, context)
     spans = [(_name(share[0]), _name(share[-1])) for share in cut]
-    workers = _started([_work(cut, k, context, renderer) for k in range(len(cut))])
+    workers = _started([_work(cut, k, context, renderer) for k in range(len(cut))], separator)
     try:
         answers = [w.receive() for w in workers]
         failure = _failure(answers, _Summary, spans)
@@ -436,7 +443,8 @@ def _in_workers(args: list[str], context: Context, jobs: int,
     finally:
         for w in workers:
             w.end()
-    return _result(parts, findings, renderer, expand_errors, notes, spans, len(names), workers)
+    return _result(parts, findings, renderer, separator, expand_errors, notes, spans,
+                   len(names), workers)
 
 
 def _name(source: Source | str) -> str:
@@ -452,7 +460,8 @@ def _read(source: Source | str) -> Source:
 
 def _by_namespace(sources: list[SourceText | InputError], names: list[str],
                   expand_errors: list[InputError], notes: list[str], context: Context,
-                  jobs: int, renderer: LineRenderer | None) -> Result | WorkerFailure | None:
+                  jobs: int, renderer: LineRenderer | None, separator: str = "\n"
+                  ) -> Result | WorkerFailure | None:
     """The serial run's Result, made by workers that each read every file's documents of
     their namespaces (check.namespaces), when no cut of the files keeps each namespace in
     one share (a fleet whose every file holds every namespace). None when the files cannot
@@ -479,7 +488,7 @@ def _by_namespace(sources: list[SourceText | InputError], names: list[str],
     segmented = [(s, f) for s, f in zip(texts, found, strict=True) if f is not None]
     spans = [(names[0], names[-1])] * jobs  # every worker reads from every file
     workers = _started([_work_namespaces(segmented, owner, k, context, renderer)
-                        for k in range(jobs)])
+                        for k in range(jobs)], separator)
     try:
         answers = [w.receive() for w in workers]
         failure = _failure(answers, _Summary, spans)
@@ -500,7 +509,8 @@ def _by_namespace(sources: list[SourceText | InputError], names: list[str],
     finally:
         for w in workers:
             w.end()
-    return _result(parts, [], renderer, expand_errors, notes, spans, len(sources), workers)
+    return _result(parts, [], renderer, separator, expand_errors, notes, spans, len(sources),
+                   workers)
 
 
 def _whole(summaries: list[_Summary]) -> WholeInput:
@@ -509,8 +519,9 @@ def _whole(summaries: list[_Summary]) -> WholeInput:
 
 
 def _result(parts: list[_Part], findings: list[Finding], renderer: LineRenderer | None,
-            expand_errors: list[InputError], notes: list[str], spans: list[tuple[str, str]],
-            inputs: int, held: object = None) -> Result | WorkerFailure:
+            separator: str, expand_errors: list[InputError], notes: list[str],
+            spans: list[tuple[str, str]], inputs: int, held: object = None
+            ) -> Result | WorkerFailure:
     """The workers' parts and the parent's own `findings` as the serial run's Result
     (holding `held`: see Work)."""
     own = _severities(findings)
@@ -519,7 +530,7 @@ def _result(parts: list[_Part], findings: list[Finding], renderer: LineRenderer 
     findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
     rendered = None
     if renderer is not None:
-        joined = _joined(parts, findings, renderer, own)
+        joined = _joined(parts, findings, renderer, own, separator)
         if isinstance(joined, int):  # not expected: see where the files are told
             first, last = spans[joined]
             return WorkerFailure(joined + 1, len(parts), first, last,
@@ -544,30 +555,68 @@ def _severities(findings: list[Finding]) -> dict[int, int]:
 
 
 def _joined(parts: list[_Part], findings: list[Finding], renderer: LineRenderer,
-            own: dict[int, int]) -> Rendered | int:
+            own: dict[int, int], separator: str = "\n") -> Rendered | int:
     """The workers' lines and `findings` (sorted; about documents no worker wrote lines
     for) as one output in the serial order: document by document, in file order, as the
     serial sort puts them (by file, then line: a document's findings are on its own lines).
     `own`: the severities of the findings the parent made. If a worker wrote lines about a
     document that other findings are about too (lines cannot be sorted among them), its
     number."""
-    by_document: dict[tuple[str, int], list[str]] = {}
+    # Each document's lines, or where their text is in a worker's (part, start, end).
+    by_document: dict[tuple[str, int], list[str] | tuple[int, int, int]] = {}
+    gap = len(separator.encode())
     for k, part in enumerate(parts):
         for file, doc_index, lines in part.lines:
             if (file, doc_index) in by_document:
                 return k
             by_document[(file, doc_index)] = lines
+        at = 0
+        for file, doc_index, size in part.stored:
+            if (file, doc_index) in by_document:
+                return k
+            by_document[(file, doc_index)] = (k, at, at + size)
+            at += size + gap
     for key, group in groupby(findings, key=attrgetter("file", "doc_index")):
         if key in by_document:
             return next(k for k, part in enumerate(parts)
-                        if key in {(file, doc_index) for file, doc_index, _ in part.lines})
+                        if key in {(f, d) for f, d, _ in (*part.lines, *part.stored)})
         by_document[key] = list(renderer(group))
     severities = {s: 0 for s in Severity}
     for counts in (own, *(part.severities for part in parts)):
         for level, n in counts.items():
             severities[Severity(level)] += n
-    return Rendered([line for key in sorted(by_document) for line in by_document[key]],
-                    renderer, severities)
+    # Lines next to lines make one block; documents next to each other in one worker's
+    # text, one span of it.
+    blocks: list[list[str] | _Span] = []
+    for key in sorted(by_document):
+        value = by_document[key]
+        last = blocks[-1] if blocks else None
+        if isinstance(value, list):
+            if isinstance(last, list):
+                last.extend(value)
+            else:
+                blocks.append(list(value))
+        elif isinstance(last, _Span) and last.part == value[0] and last.end + gap == value[1]:
+            last.end = value[2]
+        else:
+            blocks.append(_Span(*value))
+    return Rendered([b.of(parts) if isinstance(b, _Span) else b for b in blocks], renderer,
+                    separator, severities)
+
+
+@dataclass
+class _Span:
+    """Bytes start..end of a worker's text (of parts[part])."""
+
+    part: int
+    start: int
+    end: int
+
+    def of(self, parts: list[_Part]) -> Block:
+        text = parts[self.part].text
+        if text is None:
+            raise RuntimeError("a worker's lines stored without their text")
+        return text[self.start:self.end]
 
 
 @dataclass
@@ -655,8 +704,9 @@ class _Worker:
         self.pid, self.reading, self.writing, self.store = pid, reading, writing, store
 
     @classmethod
-    def start(cls, work: Work) -> _Worker:
-        """A worker doing `work` (not started yet) in a forked process."""
+    def start(cls, work: Work, separator: str) -> _Worker:
+        """A worker doing `work` (not started yet) in a forked process; its lines, if any, are
+        joined by `separator`."""
         up_read, up_write = os.pipe()
         down_read, down_write = os.pipe()
         store = _store()
@@ -667,7 +717,7 @@ class _Worker:
             code = 1
             try:
                 with os.fdopen(up_write, "wb") as up, os.fdopen(down_read, "rb") as down:
-                    code = _serve(work, up, down, store)
+                    code = _serve(work, up, down, store, separator)
             finally:
                 os._exit(code)  # no atexit handlers, no flush of the parent's buffers
         os.close(up_write)
@@ -679,8 +729,14 @@ class _Worker:
         try:
             answer = pickle.load(self.reading)
             if isinstance(answer, _Stored):
-                self.store.seek(0)
+                at = answer.at
+                self.store.seek(at)
                 answer = pickle.load(self.store)
+                if isinstance(answer, _Part) and answer.stored:
+                    import mmap  # only here: the worker's text, written from the pages it is in
+
+                    answer.text = memoryview(mmap.mmap(self.store.fileno(), at,
+                                                       access=mmap.ACCESS_READ))
             return answer
         except EOFError:
             return _Failed("the worker ended without an answer")
@@ -693,17 +749,33 @@ class _Worker:
             self.writing.flush()
 
     def end(self) -> None:
+        """Its pipes and store closed, and the process reaped if it has ended: ending takes
+        it ~5-10 ms (its memory unmapped), which the parent spends writing the output
+        instead; then it is reaped when this object is freed (the Result holds it: see
+        Work), or never, as the command ends its process."""
         for stream in (self.writing, self.reading, self.store):
             with contextlib.suppress(OSError):
                 stream.close()
-        os.waitpid(self.pid, 0)
+        self._reap(os.WNOHANG)
+
+    def _reap(self, options: int) -> None:
+        if self.pid:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(self.pid, options)[0]:
+                    self.pid = 0
+
+    def __del__(self) -> None:
+        self._reap(0)
 
 
 @dataclass(frozen=True)
 class _Stored:
     """A worker's word that its part is in its store: a pipe holds 64 KiB, so the part's
     megabytes (6.8 MB of json lines for 5,000 findings-heavy objects) crossed it only while
-    the parent read, after its own share; a file takes them at once."""
+    the parent read, after its own share; a file takes them at once. The part is pickled
+    `at` bytes in, after its lines' text (see _store_lines)."""
+
+    at: int = 0
 
 
 def _store() -> IO[bytes]:
@@ -715,7 +787,8 @@ def _store() -> IO[bytes]:
     return tempfile.TemporaryFile()
 
 
-def _serve(work: Work, up: IO[bytes], down: IO[bytes], store: IO[bytes]) -> int:
+def _serve(work: Work, up: IO[bytes], down: IO[bytes], store: IO[bytes],
+           separator: str) -> int:
     """Do a share's work in a worker process: its summary up, the parent's answer down, its
     part into the store (or why it failed, up); the exit code."""
     try:
@@ -726,20 +799,42 @@ def _serve(work: Work, up: IO[bytes], down: IO[bytes], store: IO[bytes]) -> int:
         if part is None:  # told to stop: the input is checked in one process
             return 0
         failpoint("check.worker.checked")
+        part.stored, part.lines = _store_lines(part.lines, separator, store), []
+        at = store.tell()
         pickle.dump(part, store, protocol=pickle.HIGHEST_PROTOCOL)
         store.flush()
     except BaseException as exc:  # the parent checks serially, and says why
         pickle.dump(_Failed(_cause(exc)), up)
         up.flush()
         return 1
-    pickle.dump(_Stored(), up)
+    pickle.dump(_Stored(at), up)
     up.flush()
     return 0
 
 
-def _started(works: list[Work]) -> list[_Local | _Worker]:
+def _store_lines(lines: list[tuple[str, int, list[str]]], separator: str,
+                 store: IO[bytes]) -> list[tuple[str, int, int]]:
+    """A part's lines written to the store as the output's text, UTF-8, joined by
+    `separator`: the output writes each run of them as it stands, and the parent makes no
+    str objects of them, joins none, encodes none: for the sarif of 5,000 findings-heavy
+    objects (12.6 MB), unpickling its lines took the parent ~14 ms of its serial end
+    (3,300 page faults), this takes the worker ~3 ms more than pickling them. By file and
+    document index, the bytes of each document's lines."""
+    ascii = separator.isascii()
+    for piece in pieces([line for _, _, document in lines for line in document], separator):
+        ascii = ascii and piece.isascii()
+        store.write(piece.encode())
+    if ascii:  # json and sarif lines are: a character is a byte
+        gap = len(separator)
+        return [(file, doc_index, sum(map(len, document)) + gap * (len(document) - 1))
+                for file, doc_index, document in lines]
+    return [(file, doc_index, len(separator.join(document).encode()))
+            for file, doc_index, document in lines]
+
+
+def _started(works: list[Work], separator: str) -> list[_Local | _Worker]:
     """The shares' work under way: the first here, the others forked (first)."""
-    forked = [_Worker.start(work) for work in works[1:]]
+    forked = [_Worker.start(work, separator) for work in works[1:]]
     return [_Local(works[0]), *forked]
 
 

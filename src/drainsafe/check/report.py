@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+import io
 import json
 from collections.abc import Iterable, Iterator
 from functools import partial
@@ -12,7 +14,7 @@ from typing import IO, Any
 
 from drainsafe import __version__
 from drainsafe.check.context import Context
-from drainsafe.check.engine import LineRenderer, Result
+from drainsafe.check.engine import PIECE_CHARS, LineRenderer, Result
 from drainsafe.check.findings import Finding, ObjectRef, Severity
 from drainsafe.check.rules import Rule
 
@@ -113,44 +115,42 @@ def to_json(result: Result) -> dict[str, Any]:
     return {"findings": [f.to_json() for f in result.findings]}
 
 
-PIECE_CHARS = 32 * 1024
-"""Characters (about) joined per write: the output is written in pieces as it is made, never
-held whole (at 10,000 findings-heavy objects the whole json text and its list of lines were
-a quarter of the command's peak memory, sarif's more), and a write per line would cost a call
-each. A piece, and its encoding, stay below glibc's mmap threshold (128 KiB): pieces of 256
-sarif lines (~270 KB) were each mapped and faulted in anew, twice, 10,000 page faults and
-~50 ms of system time for the findings-heavy corpus's 25 MB."""
-
-
-def _pieces(lines: Iterable[str], separator: str, size: int) -> Iterator[str]:
-    """`lines` joined by `separator`, about `size` characters at a time: the pieces written
-    one after another are the lines joined by it (each but the first starts with it)."""
-    batch: list[str] = []
-    start = 0  # the lines in batch from here on (before: the separator's empty start)
-    chars = 0
-    for line in lines:
-        batch.append(line)
-        chars += len(line)
-        if chars >= size:
-            yield separator.join(batch)
-            batch, start, chars = [""], 1, 0  # the next piece starts with the separator
-    if len(batch) > start:
-        yield separator.join(batch)
+JSON_SEPARATOR = ",\n  "
+"""What joins -o json's findings (one per line)."""
+SARIF_SEPARATOR = ",\n        "
+"""What joins -o sarif's results: one per line, at the indentation of the run's "results"
+(write_sarif)."""
 
 
 def write_json(result: Result, out: IO[str], *, piece: int = PIECE_CHARS) -> None:
     # One finding per line: it reads and diffs well, and json's C encoder only runs without
     # indent (indent=2 took a quarter of the CLI's time on 10,000 objects).
-    pieces = _pieces(result.lines(json_lines), ",\n  ", piece)
-    first = next(pieces, None)
+    texts = result.texts(json_lines, JSON_SEPARATOR, piece)
+    first = next(texts, None)
     if first is None:
         out.write('{"findings": []}\n')
         return
     out.write('{"findings": [\n  ')
-    out.write(first)
-    for more in pieces:
-        out.write(more)
+    _write(out, first)
+    for more in texts:
+        _write(out, more)
     out.write("\n]}\n")
+
+
+def _write(out: IO[str], text: str | memoryview) -> None:
+    """Text, or text a worker wrote (UTF-8): as bytes when `out` encodes so (no str made),
+    else decoded."""
+    if isinstance(text, str):
+        out.write(text)
+        return
+    if isinstance(out, io.TextIOWrapper) and codecs.lookup(out.encoding).name == "utf-8":
+        out.flush()
+        out.buffer.write(text)
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for at in range(0, len(text), PIECE_CHARS):
+        out.write(decoder.decode(text[at:at + PIECE_CHARS]))
+    out.write(decoder.decode(b"", final=True))
 
 
 _TEXTS_KEPT = 8192
@@ -334,17 +334,17 @@ def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str], *,
     text = json.dumps(sarif, indent=2)
     at = text.rfind('"results": []')  # the run's last key; inside strings quotes are \"
     indent = " " * (at - text.rfind("\n", 0, at) - 1)
-    separator = f",\n{indent}  "
-    pieces = _pieces(result.lines(renderer or sarif_renderer(rules)), separator, piece)
-    first = next(pieces, None)
+    separator = f",\n{indent}  "  # SARIF_SEPARATOR
+    texts = result.texts(renderer or sarif_renderer(rules), separator, piece)
+    first = next(texts, None)
     if first is None:
         out.write(text)
         out.write("\n")
         return
     out.write(f'{text[:at]}"results": [\n{indent}  ')
-    out.write(first)
-    for more in pieces:
-        out.write(more)
+    _write(out, first)
+    for more in texts:
+        _write(out, more)
     out.write(f"\n{indent}]{text[at + 13:]}\n")
 
 
