@@ -30,8 +30,9 @@ serial reading's), the input is checked in one process; so is an input with an e
 file that two shares cut.
 
 The findings of each document are one process's, but in the straddling namespaces' files:
-with json or sarif output each worker writes its findings' lines (engine.Rendered), joined
-by the parent document by document; the others come back as objects, sorted together.
+with json or sarif output each worker writes its findings' lines (engine.Rendered), as the
+output's text in its store, which the parent writes as it stands, joined with its own
+document by document; the others come back as objects, sorted together.
 
 The findings are joined and sorted as the serial run sorts them; findings that sort equal
 are of one rule about one object, so they come from one process in the serial order. Input
