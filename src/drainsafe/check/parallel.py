@@ -209,11 +209,14 @@ def shares(files: _Input, jobs: int) -> list[Share] | None:
         target = total * k / jobs
         holder = min(bisect_right(offsets, target) - 1, count - 1)
         # A cut before file i is clean when the files before it and after it share none.
-        between = [_Cut(i, 0, offsets[i])
-                   for i in range(max(holder - WINDOW + 1, 1), min(holder + WINDOW + 1, count))
-                   if files.namespaces(i - WINDOW, i).isdisjoint(files.namespaces(i, i + WINDOW))]
-        options = [c for c in (min(between, key=lambda c: abs(c.at - target), default=None),
-                               _inside(files, holder, offsets[holder], target, found))
+        # The nearest is looked for nearest first: each try reads the files it asks of, and
+        # what the parent reads it reads before the fork (15 files of the findings-heavy
+        # corpus when all were tried, 10 so: shares() 4.4 -> 3.1 ms CPU).
+        near = sorted(range(max(holder - WINDOW + 1, 1), min(holder + WINDOW + 1, count)),
+                      key=lambda i: abs(offsets[i] - target))
+        between = next((_Cut(i, 0, offsets[i]) for i in near if files.namespaces(
+            i - WINDOW, i).isdisjoint(files.namespaces(i, i + WINDOW))), None)
+        options = [c for c in (between, _inside(files, holder, offsets[holder], target, found))
                    if c is not None and (not cuts or c > cuts[-1])]
         # Between files when about as near: each file then read by one worker.
         slack = total / jobs / 100
