@@ -49,7 +49,7 @@ import os
 import pickle
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate, groupby
 from operator import attrgetter
@@ -324,6 +324,13 @@ class _Part:
     index, how many bytes of its text each document's lines are."""
     text: memoryview | None = None
     """That text, mapped from the worker's store by the parent."""
+    unwritten: _Unwritten | None = None
+    """Until they are `lines` or `stored` (never pickled)."""
+
+    def write_lines(self) -> None:
+        """The parent's own share's lines written (as `lines`)."""
+        if self.unwritten is not None:
+            self.lines, self.unwritten = self.unwritten.lines(), None
 
 
 @dataclass(frozen=True)
@@ -687,7 +694,10 @@ class _Local:
             if not self.told:
                 return next(self.work)
             next(self.work)
-            return _told(self.work, self.answer)
+            part = _told(self.work, self.answer)
+            if part is not None:
+                part.write_lines()
+            return part
         except Exception as exc:  # the input is checked serially, and the command says why
             return _Failed(_cause(exc))
 
@@ -803,7 +813,8 @@ def _serve(work: Work, up: IO[bytes], down: IO[bytes], store: IO[bytes],
         if part is None:  # told to stop: the input is checked in one process
             return 0
         failpoint("check.worker.checked")
-        part.stored, part.lines = _store_lines(part.lines, separator, store), []
+        if part.unwritten is not None:
+            part.stored, part.unwritten = _store_lines(part.unwritten, separator, store), None
         at = store.tell()
         pickle.dump(part, store, protocol=pickle.HIGHEST_PROTOCOL)
         store.flush()
@@ -816,24 +827,31 @@ def _serve(work: Work, up: IO[bytes], down: IO[bytes], store: IO[bytes],
     return 0
 
 
-def _store_lines(lines: list[tuple[str, int, list[str]]], separator: str,
+def _store_lines(unwritten: _Unwritten, separator: str,
                  store: IO[bytes]) -> list[tuple[str, int, int]]:
     """A part's lines written to the store as the output's text, UTF-8, joined by
     `separator`: the output writes each run of them as it stands, and the parent makes no
     str objects of them, joins none, encodes none: for the sarif of 5,000 findings-heavy
     objects (12.6 MB), unpickling its lines took the parent ~14 ms of its serial end
-    (3,300 page faults), this takes the worker ~3 ms more than pickling them. By file and
-    document index, the bytes of each document's lines."""
-    ascii = separator.isascii()
-    for piece in pieces([line for _, _, document in lines for line in document], separator):
-        ascii = ascii and piece.isascii()
+    (3,300 page faults). Written as they are made, a piece at a time, they are never held
+    all at once: their memory is used again, not faulted in anew. By file and document
+    index, the bytes of each document's lines."""
+    sizes: list[int] = []  # each line's, in bytes
+
+    def measured(lines: Iterable[str]) -> Iterator[str]:
+        for line in lines:
+            sizes.append(len(line) if line.isascii() else len(line.encode()))
+            yield line
+
+    for piece in pieces(measured(unwritten.renderer(unwritten.findings)), separator):
         store.write(piece.encode())
-    if ascii:  # json and sarif lines are: a character is a byte
-        gap = len(separator)
-        return [(file, doc_index, sum(map(len, document)) + gap * (len(document) - 1))
-                for file, doc_index, document in lines]
-    return [(file, doc_index, len(separator.join(document).encode()))
-            for file, doc_index, document in lines]
+    gap = len(separator.encode())
+    documents = []
+    at = 0
+    for file, doc_index, n in unwritten.runs:
+        documents.append((file, doc_index, sum(sizes[at:at + n]) + gap * (n - 1)))
+        at += n
+    return documents
 
 
 def _started(works: list[Work], separator: str) -> list[_Local | _Worker]:
@@ -948,7 +966,6 @@ def _part(findings: list[Finding], renderer: LineRenderer | None,
     """A worker's answer. With a renderer, the findings as lines, document by document, but
     those in the `shared` files (the parent sorts them among others')."""
     severities = _severities(findings)
-    lines: list[tuple[str, int, list[str]]] = []
     if renderer is not None and shared is not None:
         kept: list[Finding] = []
         written: list[Finding] = []
@@ -960,16 +977,32 @@ def _part(findings: list[Finding], renderer: LineRenderer | None,
                 before = len(written)
                 written.extend(group)
                 runs.append((file, doc_index, len(written) - before))
+        findings = kept
+        unwritten = _Unwritten(renderer, written, runs)
+    return _Part(_encode(findings), [], severities, loaded.errors,
+                 field_errors_by_kind(index), len(loaded.documents), loaded.inputs,
+                 index.checked, {str(d.obj.get("kind")) for d in loaded.documents},
+                 unwritten=unwritten if renderer is not None and shared is not None else None)
+
+
+class _Unwritten(NamedTuple):
+    """Findings whose lines are still to write: the parent's own share writes them as
+    `lines`, a worker straight into its store (_store_lines)."""
+
+    renderer: LineRenderer
+    findings: list[Finding]
+    runs: list[tuple[str, int, int]]
+    """Of which documents, in order: file, document index, how many findings."""
+
+    def lines(self) -> list[tuple[str, int, list[str]]]:
         # One renderer call for all (its caches span documents), cut into documents after.
-        rendered = list(renderer(written))
+        rendered = list(self.renderer(self.findings))
+        lines = []
         at = 0
-        for file, doc_index, n in runs:
+        for file, doc_index, n in self.runs:
             lines.append((file, doc_index, rendered[at:at + n]))
             at += n
-        findings = kept
-    return _Part(_encode(findings), lines, severities, loaded.errors,
-                 field_errors_by_kind(index), len(loaded.documents), loaded.inputs,
-                 index.checked, {str(d.obj.get("kind")) for d in loaded.documents})
+        return lines
 
 
 def _encode(findings: list[Finding]) -> Encoded:
