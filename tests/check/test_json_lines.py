@@ -49,11 +49,12 @@ def test_sarif_lines_match_json_dumps(items: list[Finding], index: dict[str, int
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(findings, max_size=9), st.integers(1, 4), st.booleans())
+@given(st.lists(findings, max_size=9), st.integers(1, 3000), st.booleans())
 def test_pieced_output_is_json_dumps_of_the_whole(items: list[Finding], piece: int,
                                                   errors: bool) -> None:
-    # Any number of findings against any piece size: none, fewer than a piece, whole pieces
-    # and a rest. The text is what one string of all lines gave, and parses to the whole.
+    # Any number of findings against any piece size (in characters): none, fewer than a
+    # piece, whole pieces and a rest. The text is what one string of all lines gave, and
+    # parses to the whole.
     result = Result(items, [InputError("a.yaml", 3, "bad")] if errors else [])
     out = io.StringIO()
     write_json(result, out, piece=piece)

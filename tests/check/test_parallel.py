@@ -19,7 +19,7 @@ from check_manifests import container, deployment, hpa, lws, pdb, service, to_ya
 
 from drainsafe.check import parallel, report
 from drainsafe.check.context import Context
-from drainsafe.check.engine import Result
+from drainsafe.check.engine import Rendered, Result
 from drainsafe.check.findings import Severity
 from drainsafe.check.load import InputError, SourceText, expand_paths, read_input
 from drainsafe.check.model import UNTOLD, Index
@@ -106,6 +106,16 @@ def _cut_inside(args: list[str], jobs: int) -> bool:
         for share in cut for s in share)
 
 
+def _lines(rendered: Rendered | None) -> list[str]:
+    """The lines of rendered output, as written (parallel.run's default separator, a line
+    break, is in no json or sarif line)."""
+    assert rendered is not None
+    result = Result(rendered=rendered)
+    text = "".join(t if isinstance(t, str) else str(t, "utf-8")
+                   for t in result.texts(rendered.by, rendered.separator, size=100))
+    return text.split(rendered.separator) if text else []
+
+
 def _names(share: parallel.Share) -> set[str]:
     return {s if isinstance(s, str) else s.name for s in share if not isinstance(s, InputError)}
 
@@ -132,14 +142,16 @@ def test_workers_write_the_serial_runs_lines(tmp_path: Path, parent_share: float
             for jobs in (2, 3):
                 result = run(args, Context(), jobs=jobs, renderer=renderer)
                 assert result.rendered is not None and result.findings == []
-                assert result.rendered.lines == expected
+                assert _lines(result.rendered) == expected
                 assert result.rendered.severities == counts
                 for threshold in Severity:
                     context = Context(fail_on=threshold)
                     assert result.failed(context) == serial.failed(context)
                 with pytest.raises(ValueError, match="another output"):
-                    result.lines(report.json_lines if renderer is not report.json_lines
-                                 else report.sarif_renderer(all_rules()))
+                    next(result.texts(report.json_lines if renderer is not report.json_lines
+                                      else report.sarif_renderer(all_rules()), "\n"))
+                with pytest.raises(ValueError, match="another output"):
+                    next(result.texts(renderer, report.JSON_SEPARATOR))
 
 
 @pytest.mark.usefixtures("small_is_large")
@@ -195,7 +207,7 @@ def test_workers_by_namespace_say_what_the_serial_run_says(tmp_path: Path) -> No
         assert _all_of(run(args, Context(), jobs=jobs)) == _all_of(serial)
         for renderer, lines in expected.items():
             rendered = run(args, Context(), jobs=jobs, renderer=renderer).rendered
-            assert rendered is not None and rendered.lines == lines
+            assert _lines(rendered) == lines
 
 
 @pytest.mark.usefixtures("small_is_large")
@@ -279,7 +291,7 @@ def test_a_file_cut_between_two_workers_is_read_as_one(tmp_path: Path) -> None:
     assert isinstance(parallel._in_workers(args, Context(), 2), Result)
     assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
     rendered = run(args, Context(), jobs=2, renderer=report.json_lines).rendered
-    assert rendered is not None and rendered.lines == list(report.json_lines(serial.findings))
+    assert _lines(rendered) == list(report.json_lines(serial.findings))
     # The error after the cut, in the second worker's piece: its documents after the error
     # are not read, whoever reads them.
     broken = next(f for f in files if str(f) == piece)
@@ -316,7 +328,7 @@ def test_a_namespace_beyond_the_window_straddles_and_is_still_exact(
     assert cut is not None
     assert _all_of(run(args, Context(), jobs=2)) == _all_of(serial)
     rendered = run(args, Context(), jobs=2, renderer=report.json_lines).rendered
-    assert rendered is not None and rendered.lines == list(report.json_lines(serial.findings))
+    assert _lines(rendered) == list(report.json_lines(serial.findings))
 
 
 @pytest.mark.usefixtures("small_is_large")
@@ -469,8 +481,25 @@ def test_lines_of_one_document_from_two_processes_are_refused() -> None:
                             {}) == 2
     joined = parallel._joined([part("b"), part("a")], [], report.json_lines, {})
     assert not isinstance(joined, int)
-    assert joined.lines == ["a-line", "b-line"]  # file by file, as the serial sort
+    assert joined.blocks == [["a-line", "b-line"]]  # file by file, as the serial sort
     assert joined.severities[Severity.WARNING] == 2
+
+
+def test_a_workers_stored_lines_are_joined_as_spans_of_its_text() -> None:
+    """A forked worker's lines come as its text (bytes); documents next to each other in it
+    are written as one span, and the parent's own lines between them as lines."""
+    here = parallel._Part(([], [], [], []), [("b", 0, ["b-line"])], {2: 1}, [],
+                          ([], [], []), 1, 1, 1, set())
+    text = ",".join(["a-0", "a-1", "c-0"]).encode()
+    forked = parallel._Part(([], [], [], []), [], {2: 3}, [], ([], [], []), 1, 1, 1, set(),
+                            stored=[("a", 0, 3), ("a", 1, 3), ("c", 0, 3)],
+                            text=memoryview(text))
+    joined = parallel._joined([here, forked], [], report.json_lines, {}, ",")
+    assert not isinstance(joined, int)
+    assert [b if isinstance(b, list) else bytes(b) for b in joined.blocks] == [
+        b"a-0,a-1", ["b-line"], b"c-0"]
+    assert _lines(joined) == ["a-0", "a-1", "b-line", "c-0"]
+    assert parallel._joined([forked, forked], [], report.json_lines, {}, ",") == 1
 
 
 def test_a_rule_asking_the_whole_input_before_it_is_told_fails_loudly() -> None:

@@ -49,9 +49,24 @@ def test_a_drainsafe_table_is_found_however_its_key_is_written(tmp_path: Path) -
     # pyproject.toml is parsed only when its text can hold the key: plainly or escaped.
     pyproject = tmp_path / "pyproject.toml"
     for text in ("[tool.drainsafe]\n", '[tool."drain\\u0073afe"]\n',
-                 '[tool]\n"drain\\U00000073afe" = {}\n'):
+                 '[tool]\n"drain\\U00000073afe" = {}\n', "[ tool . 'drainsafe' ]\n",
+                 '[tool]\ndrainsafe = {fail-on = "error"}\n', "tool.drainsafe.fail-on = 'x'\n",
+                 '"tool" = {drainsafe = {}}\n', '[project]\nname = "x"\n  [tool.drainsafe]\n'):
         pyproject.write_text(text)
         assert find_config(tmp_path) == pyproject, text
-    for text in ("[tool.ruff]\n", '[tool."drain\\u0074afe"]\n', "[tool.drainsafe\n"):
+    for text in ("[tool.ruff]\n", '[tool."drain\\u0074afe"]\n', "[tool.drainsafe\n",
+                 '[tool.ruff]\ndrainsafe = {}\n'):
         pyproject.write_text(text)
         assert find_config(tmp_path) is None, text
+
+
+def test_a_project_naming_drainsafe_elsewhere_parses_no_toml(tmp_path: Path) -> None:
+    # A project that depends on drainsafe, or is drainsafe, names it outside `tool`: its
+    # pyproject.toml is not parsed (tomllib and the parse were ~3.5 ms of start-up).
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "drainsafe"\ndependencies = ["drainsafe>=1"]\n'
+        '[project.scripts]\ndrainsafe = "drainsafe.cli:main"\n[tool.ruff]\n'
+        'src = ["drainsafe"]\n')
+    code, _, loaded = _modules_after("check", str(GOOD), "-o", "json", cwd=tmp_path)
+    assert code == 0
+    assert "tomllib" not in loaded

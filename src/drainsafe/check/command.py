@@ -77,13 +77,14 @@ def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], s
     # json and sarif lines are written by the workers that made the findings (see
     # check.parallel); text output groups and counts them, --diff needs them as objects.
     renderer: LineRenderer | None = None
+    separator = "\n"
     if not (args.diff or args.fix):
         if args.output == "json":
-            renderer = report.json_lines
+            renderer, separator = report.json_lines, report.JSON_SEPARATOR
         elif args.output == "sarif":
-            renderer = report.sarif_renderer(rules)
+            renderer, separator = report.sarif_renderer(rules), report.SARIF_SEPARATOR
     result = run(args.paths, context, stdin, jobs=default_jobs() if jobs is None else jobs,
-                 renderer=renderer)
+                 renderer=renderer, separator=separator)
     if result.worker_failure is not None:  # the findings are complete: the exit code stays
         err.write(f"drainsafe check: {result.worker_failure}\n")
     for note in result.notes:

@@ -25,6 +25,36 @@ LineRenderer = Callable[[Iterable[Finding]], Iterator[str]]
 report.sarif_lines closure): what each finding writes depends on it alone."""
 
 
+PIECE_CHARS = 32 * 1024
+"""Characters (about) joined per write: output is written in pieces as it is made, never
+held whole (at 10,000 findings-heavy objects the whole json text and its list of lines were
+a quarter of the command's peak memory, sarif's more), and a write per line would cost a call
+each. A piece, and its encoding, stay below glibc's mmap threshold (128 KiB): pieces of 256
+sarif lines (~270 KB) were each mapped and faulted in anew, twice, 10,300 page faults and
+~50 ms of system time for the findings-heavy corpus's 25 MB."""
+
+
+def pieces(lines: Iterable[str], separator: str, size: int = PIECE_CHARS) -> Iterator[str]:
+    """`lines` joined by `separator`, about `size` characters at a time: the pieces written
+    one after another are the lines joined by it (each but the first starts with it)."""
+    batch: list[str] = []
+    start = 0  # the lines in batch from here on (before: the separator's empty start)
+    chars = 0
+    for line in lines:
+        batch.append(line)
+        chars += len(line)
+        if chars >= size:
+            yield separator.join(batch)
+            batch, start, chars = [""], 1, 0  # the next piece starts with the separator
+    if len(batch) > start:
+        yield separator.join(batch)
+
+
+Block = list[str] | memoryview
+"""Lines to join, or text of lines joined already, UTF-8 (a forked worker's: its bytes are
+written as they are, never made str objects in the parent)."""
+
+
 @dataclass
 class Rendered:
     """The findings already written as output lines, in the serial run's order: check.parallel
@@ -32,9 +62,12 @@ class Rendered:
     them (turning them back into objects, sorting and writing them was the parent's serial
     part, ~0.07 s of 24,000 findings)."""
 
-    lines: list[str]
+    blocks: list[Block]
+    """The output's lines, in blocks joined by `separator` as their lines are."""
     by: LineRenderer
     """The renderer that wrote them (the output asks for its own)."""
+    separator: str
+    """What joins the lines."""
     severities: dict[Severity, int]
     """How many findings of each severity (the exit code's threshold)."""
 
@@ -75,14 +108,22 @@ class Result:
             return any(n for s, n in self.rendered.severities.items() if s >= threshold)
         return any(f.severity >= threshold for f in self.findings)
 
-    def lines(self, renderer: LineRenderer) -> Iterable[str]:
-        """The findings as `renderer` writes them (already written, when check.parallel
-        rendered them with it)."""
+    def texts(self, renderer: LineRenderer, separator: str,
+              size: int = PIECE_CHARS) -> Iterator[str | memoryview]:
+        """The findings as `renderer` writes them, joined by `separator`, in pieces to write
+        one after another (see pieces): str, or text a worker wrote, UTF-8."""
         if self.rendered is None:
-            return renderer(self.findings)
-        if self.rendered.by != renderer:
+            yield from pieces(renderer(self.findings), separator, size)
+            return
+        if self.rendered.by != renderer or self.rendered.separator != separator:
             raise ValueError("findings rendered for another output")
-        return self.rendered.lines
+        for n, block in enumerate(self.rendered.blocks):
+            if n:
+                yield separator
+            if isinstance(block, memoryview):
+                yield block
+            else:
+                yield from pieces(block, separator, size)
 
     def exit_code(self, context: Context) -> int:
         if self.errors:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+import io
 import json
 from collections.abc import Iterable, Iterator
 from functools import partial
@@ -12,7 +14,7 @@ from typing import IO, Any
 
 from drainsafe import __version__
 from drainsafe.check.context import Context
-from drainsafe.check.engine import LineRenderer, Result
+from drainsafe.check.engine import PIECE_CHARS, LineRenderer, Result
 from drainsafe.check.findings import Finding, ObjectRef, Severity
 from drainsafe.check.rules import Rule
 
@@ -113,37 +115,42 @@ def to_json(result: Result) -> dict[str, Any]:
     return {"findings": [f.to_json() for f in result.findings]}
 
 
-PIECE_LINES = 256
-"""Lines joined per write: the output is written in pieces as it is made, never held whole
-(at 10,000 findings-heavy objects the whole json text and its list of lines were a quarter
-of the command's peak memory, sarif's more), and a write per line would cost a call each."""
+JSON_SEPARATOR = ",\n  "
+"""What joins -o json's findings (one per line)."""
+SARIF_SEPARATOR = ",\n        "
+"""What joins -o sarif's results: one per line, at the indentation of the run's "results"
+(write_sarif)."""
 
 
-def _pieces(lines: Iterable[str], separator: str, size: int) -> Iterator[str]:
-    """`lines` joined by `separator`, `size` at a time; the pieces joined by `separator`
-    are the lines joined by it."""
-    batch: list[str] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) >= size:
-            yield separator.join(batch)
-            batch = []
-    if batch:
-        yield separator.join(batch)
-
-
-def write_json(result: Result, out: IO[str], *, piece: int = PIECE_LINES) -> None:
+def write_json(result: Result, out: IO[str], *, piece: int = PIECE_CHARS) -> None:
     # One finding per line: it reads and diffs well, and json's C encoder only runs without
     # indent (indent=2 took a quarter of the CLI's time on 10,000 objects).
-    pieces = _pieces(result.lines(json_lines), ",\n  ", piece)
-    first = next(pieces, None)
+    texts = result.texts(json_lines, JSON_SEPARATOR, piece)
+    first = next(texts, None)
     if first is None:
         out.write('{"findings": []}\n')
         return
-    out.write('{"findings": [\n  ' + first)
-    for more in pieces:
-        out.write(",\n  " + more)
+    out.write('{"findings": [\n  ')
+    _write(out, first)
+    for more in texts:
+        _write(out, more)
     out.write("\n]}\n")
+
+
+def _write(out: IO[str], text: str | memoryview) -> None:
+    """Text, or text a worker wrote (UTF-8): as bytes when `out` encodes so (no str made),
+    else decoded."""
+    if isinstance(text, str):
+        out.write(text)
+        return
+    if isinstance(out, io.TextIOWrapper) and codecs.lookup(out.encoding).name == "utf-8":
+        out.flush()
+        out.buffer.write(text)
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for at in range(0, len(text), PIECE_CHARS):
+        out.write(decoder.decode(text[at:at + PIECE_CHARS]))
+    out.write(decoder.decode(b"", final=True))
 
 
 _TEXTS_KEPT = 8192
@@ -318,7 +325,7 @@ def sarif_renderer(rules: dict[str, Rule]) -> LineRenderer:
 
 
 def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str], *,
-                piece: int = PIECE_LINES, renderer: LineRenderer | None = None) -> None:
+                piece: int = PIECE_CHARS, renderer: LineRenderer | None = None) -> None:
     """`renderer`: the sarif_renderer the findings were rendered with, if they were."""
     # The run's envelope indented, its results one per line, as -o json writes findings:
     # json's C encoder runs only without indent (indent=2 over every result took over half
@@ -327,16 +334,17 @@ def write_sarif(result: Result, rules: dict[str, Rule], out: IO[str], *,
     text = json.dumps(sarif, indent=2)
     at = text.rfind('"results": []')  # the run's last key; inside strings quotes are \"
     indent = " " * (at - text.rfind("\n", 0, at) - 1)
-    separator = f",\n{indent}  "
-    pieces = _pieces(result.lines(renderer or sarif_renderer(rules)), separator, piece)
-    first = next(pieces, None)
+    separator = f",\n{indent}  "  # SARIF_SEPARATOR
+    texts = result.texts(renderer or sarif_renderer(rules), separator, piece)
+    first = next(texts, None)
     if first is None:
         out.write(text)
         out.write("\n")
         return
-    out.write(f'{text[:at]}"results": [\n{indent}  {first}')
-    for more in pieces:
-        out.write(separator + more)
+    out.write(f'{text[:at]}"results": [\n{indent}  ')
+    _write(out, first)
+    for more in texts:
+        _write(out, more)
     out.write(f"\n{indent}]{text[at + 13:]}\n")
 
 
