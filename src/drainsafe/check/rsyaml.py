@@ -158,7 +158,14 @@ def _token_ok(token: str) -> bool:
     verdict = _VERDICTS.get(token)
     if verdict is not None:
         return verdict
-    if _FLOW.search(token) is None:
+    core = token.lstrip("[{").rstrip("]},")
+    if len(core) < len(token) and core and not core.endswith(":") \
+            and _FLOW.search(core) is None:
+        # A scalar between flow indicators (`llm-7}}`, `[a,`): its one piece and the whole
+        # token as a block scalar are both `core`, whose verdict is kept (the same name is
+        # in several such tokens: -2.9 % instructions on the mixed corpus).
+        verdict = _token_ok(core) and core[:1] not in ("|", ">")
+    elif _FLOW.search(token) is None:
         verdict = _piece_ok(token)
     else:
         # Split at flow indicators (flow context), and also take the whole token as one
