@@ -146,11 +146,40 @@ def _whole(build: Callable[..., Any], name: str, namespace: str, args: tuple[Any
     return dump_once(build(name, namespace, *args, tail))  # never repeats: no memo
 
 
+_TAILS: dict[tuple[str, bytes], str | None] = {}
+"""_tail's answers (None: _Unsure) by the stand-in's line and marshal's version 4 bytes of
+(args, tail)."""
+
+
 def _tail(text: str, tail: dict[str, Any], args: tuple[Any, ...]) -> str:
     """`tail`'s lines, from a line break, as emit() writes them where the stand-in's line
     (the text's last) holds it."""
     if type(tail) is not dict or not tail:
         raise _Unsure
+    line = text[text.rfind("\n") + 1:]
+    # A fleet's bare Pods share their specs: each distinct one is written once (walking
+    # it for anchors and writing it was ~100,000 instructions a Pod). Version 4, unlike
+    # _written's 2, writes a collection met again as a reference to the first: equal bytes
+    # are equal values shared alike, hence the same anchors (bytes that differ only by
+    # reference counts are a miss, never a wrong answer).
+    try:
+        key = (line, marshal.dumps((args, tail), 4))
+    except ValueError:  # a type marshal does not write: no memo
+        return _tail_once(line, tail, args)
+    found = _TAILS.get(key, _NOT_YET)
+    if found is _NOT_YET:
+        try:
+            found = _tail_once(line, tail, args)
+        except _Unsure:
+            found = None
+        if len(_TAILS) < 1_000:
+            _TAILS[key] = found
+    if found is None:
+        raise _Unsure
+    return found
+
+
+def _tail_once(line: str, tail: dict[str, Any], args: tuple[Any, ...]) -> str:
     seen: set[int] = set()
     for arg in args:  # a collection of args met again in the tail would be anchored
         if type(arg) is dict or type(arg) is list:
@@ -159,7 +188,6 @@ def _tail(text: str, tail: dict[str, Any], args: tuple[Any, ...]) -> str:
     _find_anchors(tail, seen, anchors)
     if anchors:
         raise _Unsure
-    line = text[text.rfind("\n") + 1:]
     key = line.lstrip(" ")
     if key.startswith("-"):  # a list item's first key: not built so here
         raise _Unsure
