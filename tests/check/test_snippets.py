@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from drainsafe.check.snippets import WIDTH, dump, dump_named, emit
+from drainsafe.check.snippets import WIDTH, dump, dump_named, dump_once, emit
 
 WORDS = st.one_of(
     st.sampled_from(["name", "vllm", "--port", "--shutdown-timeout=90", "8000", "1", "true",
@@ -158,3 +158,17 @@ def test_a_tail_put_in_is_the_whole_dump(name: str, namespace: str, labels: dict
         pod = {**pod, "again": next(iter(pod.values()))}
     assert dump_named(_deployment, name, namespace, labels, tail=pod) == \
         dump(_deployment(name, namespace, labels, pod))
+
+
+def test_equal_tails_shared_otherwise_are_not_mixed_up() -> None:
+    # _tail's memo: the same content with a collection shared (anchors: dumped whole) and
+    # not shared (filled in), in both orders, each the whole dump's text.
+    labels = {"app": "tail-memo"}
+    for first_shared in (True, False):
+        for shared in (first_shared, not first_shared):
+            inner = ["a", "b"]
+            pod = {"one": inner, "two": inner if shared else list(inner),
+                   "order": first_shared}
+            # dump_once: dump()'s own memo (marshal version 2) does not tell them apart
+            assert dump_named(_deployment, "n", "ns", labels, tail=pod) == \
+                dump_once(_deployment("n", "ns", labels, pod))

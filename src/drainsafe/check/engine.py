@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from drainsafe.check.context import IGNORE_ANNOTATION, Context
 from drainsafe.check.findings import Finding, ObjectRef, Severity
 from drainsafe.check.load import Document, InputError, Loaded, load
-from drainsafe.check.locate import locate
+from drainsafe.check.locate import place
 from drainsafe.check.model import Index, Subject, WholeInput, build_index
 from drainsafe.check.rules import Rule, all_rules
 from drainsafe.check.validate import field_errors
@@ -190,7 +190,19 @@ def placed(findings: list[Finding]) -> list[Finding]:
 
 def in_order(findings: list[Finding]) -> list[Finding]:
     """The findings (on their lines) in the output's order: by file and line."""
-    findings.sort(key=lambda f: (f.file, f.line, str(f.object), -f.severity, f.rule))
+    # The keys made in one loop, not by a key function, so that an object's text is made
+    # once for its findings that come together (place_lines' order: by document), not once
+    # per finding (~2,000 instructions each); then sorted by position, stably.
+    keys: list[tuple[str, int, str, int, str]] = []
+    ref: ObjectRef | None = None
+    text = ""
+    for f in findings:
+        if f.object is not ref:
+            ref = f.object
+            text = str(ref)
+        keys.append((f.file, f.line, text, -f.severity, f.rule))
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    findings[:] = [findings[i] for i in order]
     return findings
 
 
@@ -204,11 +216,7 @@ def place_lines(findings: list[Finding]) -> list[Finding]:
     addresses), which is nearer the output's order than the rules' order: in_order then
     costs ~7 % less."""
     by_document = sorted(findings, key=_document_of)
-    for f in by_document:
-        doc = f.doc
-        if doc is not None:
-            f.line = locate(doc, f.path)
-            f.doc = None
+    place(by_document)
     return by_document
 
 

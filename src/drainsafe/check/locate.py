@@ -12,8 +12,9 @@ parent's block: C speed instead of a Python loop per line.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from drainsafe.check.findings import Path
 from drainsafe.check.load import Document
@@ -58,42 +59,86 @@ class _Located:
         self.quoted = ('"' in text and '":' in text) or ("'" in text and "':" in text)
 
 
+class _Placed(Protocol):
+    """What place() fills in: a finding, or locate()'s one question."""
+
+    doc: Document | None
+    path: Path
+    line: int
+
+
+class _Question:
+    __slots__ = ("doc", "line", "path")
+
+    def __init__(self, doc: Document, path: Path) -> None:
+        self.doc: Document | None = doc
+        self.path, self.line = path, 0
+
+
 def locate(doc: Document, path: Path) -> int:
-    source = doc.source
-    start = doc.start_line - 1
-    located = source.located.get(start)
-    if located is None:  # every line, the first too, follows a line break (see _key_pattern)
-        located = source.located[start] = _Located("\n" + _lines(doc))
-    text, quoted = located.text, located.quoted
-    full = (*doc.prefix, *path) if doc.prefix else path
-    # Follow the keys found before as far as they go.
-    pos, parent_indent, offset = start, -1, 1
-    below = located.below
-    depth = 0
-    for key in full:
-        seen = below.get(key)
-        if seen is None:
-            break
-        (pos, parent_indent, offset), below = seen
-        if pos < 0:
-            return -pos
-        depth += 1
-    for d in range(depth, len(full)):
-        key = full[d]
-        if isinstance(key, int):
-            found = _nth_item(text, pos, parent_indent, key, offset)
+    """The line of the field at `path` (relative to the document's object)."""
+    question = _Question(doc, path)
+    place([question])
+    return question.line
+
+
+def place(findings: Iterable[_Placed]) -> None:
+    """Each one's line, found in its `doc`, which is then cleared (None: already placed).
+    One loop for all of them, the walk and the searches inline: findings of one document
+    come together (engine.place_lines), and its text and key tree are looked up once for
+    them; a call of locate() per finding cost ~20 M instructions more on the findings-heavy
+    corpus (24,000 findings)."""
+    doc: Document | None = None
+    text, quoted, start = "", False, 0
+    root: dict[str | int, tuple[_Place, dict[str | int, Any]]] = {}
+    prefix: Path = ()
+    for f in findings:
+        its = f.doc
+        if its is None:
+            continue
+        f.doc = None
+        if its is not doc:
+            doc = its
+            source = doc.source
+            start = doc.start_line - 1
+            located = source.located.get(start)
+            if located is None:  # every line, the first too, follows a line break
+                located = source.located[start] = _Located("\n" + _lines(doc))
+            text, quoted, root, prefix = located.text, located.quoted, located.below, doc.prefix
+        full = (*prefix, *f.path) if prefix else f.path
+        # Follow the keys found before as far as they go.
+        pos, parent_indent, offset = start, -1, 1
+        below = root
+        depth = 0
+        for key in full:
+            seen = below.get(key)
+            if seen is None:
+                break
+            (pos, parent_indent, offset), below = seen
+            if pos < 0:
+                break
+            depth += 1
+        if pos < 0:  # known to be missing from here: the nearest line found
+            f.line = -pos
+            continue
+        for d in range(depth, len(full)):
+            key = full[d]
+            if isinstance(key, int):
+                found = _nth_item(text, pos, parent_indent, key, offset)
+            else:
+                found = _key(text, pos, offset, parent_indent, key, quoted)
+            if found is None:
+                # Not found below here: remember the nearest line (negated) for this path.
+                line = pos + 1 if d else doc.start_line
+                below[key] = ((-line, 0, 0), {})
+                f.line = line
+                break
+            pos, parent_indent, offset = found
+            deeper: dict[str | int, Any] = {}
+            below[key] = (found, deeper)
+            below = deeper
         else:
-            found = _key(text, pos, offset, parent_indent, key, quoted)
-        if found is None:
-            # Not found below here: remember the nearest line (negated) for this path.
-            line = pos + 1 if d else doc.start_line
-            below[key] = ((-line, 0, 0), {})
-            return line
-        pos, parent_indent, offset = found
-        deeper: dict[str | int, Any] = {}
-        below[key] = (found, deeper)
-        below = deeper
-    return pos + 1 if full else doc.start_line
+            f.line = pos + 1 if full else doc.start_line
 
 
 # Field names are few (those of CRDs' pod templates come from input). One argument each:
