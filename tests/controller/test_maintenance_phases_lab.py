@@ -606,16 +606,21 @@ async def test_events_of_the_last_writes_survive_a_graceful_stop(lab: Lab) -> No
 
 # -- waves by surge room ------------------------------------------------------------------
 
-def _gpu_pods(lab: Lab) -> collections.Counter[str]:
-    """Active GPU pods per node."""
-    out: collections.Counter[str] = collections.Counter()
+def _active_gpu_pods(lab: Lab) -> list[dict[str, Any]]:
+    """The placed GPU pods not terminating (of the module's workloads: llm, slow)."""
+    out = []
     for pod in lab_store(lab).items(PODS, "default"):
         spec = pod["spec"]
         wants = any("nvidia.com/gpu" in ((c.get("resources") or {}).get("requests") or {})
                     for c in spec.get("containers") or [])
         if wants and spec.get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
-            out[spec["nodeName"]] += 1
+            out.append(pod)
     return out
+
+
+def _gpu_pods(lab: Lab) -> collections.Counter[str]:
+    """Active GPU pods per node."""
+    return collections.Counter(p["spec"]["nodeName"] for p in _active_gpu_pods(lab))
 
 
 async def test_a_node_whose_stand_ins_do_not_fit_beside_the_wave_waits_uncordoned(
@@ -658,8 +663,10 @@ async def test_a_node_whose_stand_ins_do_not_fit_beside_the_wave_waits_uncordone
     tainted: set[bool] = set()
     landed: set[str] = set()
     before = {p["metadata"]["uid"] for p in store.items(PODS, "default")}
-    olds = {p["metadata"]["uid"] for p in store.items(PODS, "default")
-            if p["spec"].get("nodeName") == a and p["metadata"]["name"].startswith("llm-")}
+    # A's pods, every workload's: the slow fixture's pod may be on A, even alone (then
+    # "llm- pods only" was the empty set, always "none evicted yet", and every new pod of
+    # the test, B's replacement on B included, counted as A's stand-in)
+    olds = {p["metadata"]["uid"] for p in _active_gpu_pods(lab) if p["spec"]["nodeName"] == a}
     # A's stand-ins: the new pods made before any of A's pods was evicted (the surge
     # waits for them to be Available before the first eviction)
     stand_ins: set[str] = set()
