@@ -452,6 +452,34 @@ def test_a_failed_worker_is_said_and_its_share_still_checked(large: Path,
         r"the input was checked in one process instead", said[0]), said[0]
 
 
+_SUBREAPER = """
+import ctypes, os, subprocess, sys
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+command = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+os.waitpid(command.pid, 0)
+try:  # a worker the command left behind is ours now (its reaper), alive or a zombie
+    print(os.waitpid(-1, 0)[0])
+except ChildProcessError:
+    print("none")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER")
+def test_the_command_ends_after_its_workers(large: Path, tmp_path: Path) -> None:
+    # Its caller's wait (a shell's `time`, a bench's rusage) then counts the workers' CPU,
+    # and none of them is left to init. The failpoint proves a worker ran.
+    points = tmp_path / "points"
+    points.mkdir()
+    (points / "check.worker.checked").write_text("print")
+    env = {k: v for k, v in os.environ.items() if k != ENV} | {ENV: str(points)}
+    left = subprocess.run(
+        [sys.executable, "-c", _SUBREAPER, sys.executable, "-m", "drainsafe", "check",
+         "--no-config", "--jobs", "2", "-o", "json", str(large)],
+        capture_output=True, text=True, env=env, check=True)
+    assert (points / "check.worker.checked.hit").exists(), "no worker ran"
+    assert left.stdout.strip() == "none", left
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "x"])
 def test_jobs_must_be_one_or_more(value: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "drainsafe", "check", "--jobs", value, "-"],

@@ -12,7 +12,7 @@ from drainsafe.check import report
 from drainsafe.check.context import ConfigError, Context, apply_config, find_config, load_config
 from drainsafe.check.engine import LineRenderer, gc_paused
 from drainsafe.check.findings import Finding
-from drainsafe.check.parallel import default_jobs, run
+from drainsafe.check.parallel import await_workers, default_jobs, run
 from drainsafe.check.rules import Rule, all_rules
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -102,6 +102,8 @@ def _check(args: argparse.Namespace, context: Context, rules: dict[str, Rule], s
         report.text(result, context, out)
     code = result.exit_code(context)
     if end_process:
+        out.flush()
+        await_workers()
         shell.end_process(code)
     return code
 

@@ -782,6 +782,18 @@ class _Worker:
         self._reap(0)
 
 
+def await_workers() -> None:
+    """Wait until every worker this process forked has ended, for a command about to end its
+    process: the command then ends after its workers, and whoever waits for it (a shell's
+    `time`, a caller's rusage) counts their CPU and memory too, instead of init reaping them.
+    Called once the output is written, when they have stored their parts and are ending on
+    their own, so the wait is their last few milliseconds of unmapping, which a reader of
+    the output waits for anyway (they hold its pipe until they end)."""
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            os.waitpid(-1, 0)
+
+
 @dataclass(frozen=True)
 class _Stored:
     """A worker's word that its part is in its store: a pipe holds 64 KiB, so the part's
