@@ -17,8 +17,12 @@ from check_manifests import (
     to_yaml,
 )
 
+from drainsafe.check.context import Context
 from drainsafe.check.findings import Severity
+from drainsafe.check.load import Loaded, SourceText, parse
+from drainsafe.check.model import Index
 from drainsafe.check.rules import all_rules
+from drainsafe.check.rules.termination import over_budget, serving
 
 
 def base(**kw: object) -> list[dict[str, object]]:
@@ -51,6 +55,22 @@ def test_grace_budget_flags_vllm_drain_longer_than_grace() -> None:
     assert f.budget is not None and f.budget.arithmetic() == "10s + 90s + 5s = 105s > 60s"
     assert "terminationGracePeriodSeconds: 105" in f.fix
     assert f.edits and f.edits[0].value == 105
+
+
+def test_a_servers_kept_budget_is_for_one_context() -> None:
+    """over_budget keeps its answer on the server, for the context it was asked under."""
+    loaded = Loaded()
+    parse(SourceText("t.yaml", to_yaml(deployment(
+        grace=70, containers=[vllm("--shutdown-timeout", "50")]))), loaded)
+    index = Index()
+    for doc in loaded.documents:
+        index.add(doc)
+    w = index.workloads[0]
+    s = serving(w)[0]
+    assert over_budget(w, s, Context()) is None  # 10 + 50 + 5 = 65 <= 70
+    found = over_budget(w, s, Context(buffer_seconds=15))  # 75 > 70
+    assert found is not None and found[0].buffer == 15
+    assert over_budget(w, s, Context()) is None
 
 
 @pytest.mark.parametrize("args, grace, fires", [

@@ -57,13 +57,17 @@ def shell_less(image: str) -> bool:
 @dataclass(slots=True)
 class Serving:
     """One serving container with what check knows about its shutdown. Not changed once
-    made; a class with slots, not a named tuple: rules read its fields in every loop, and
-    CPython 3.11 reads a slot directly where a named tuple's field is a descriptor call."""
+    made (but for the budget kept below); a class with slots, not a named tuple: rules
+    read its fields in every loop, and CPython 3.11 reads a slot directly where a named
+    tuple's field is a descriptor call."""
 
     container: Container
     line: CommandLine | None
     server: ServerShutdown | None
     delay: DrainDelay
+    budget: tuple[Context, tuple[Budget, str] | None] | None = None
+    """over_budget's answer and the context it was for: grace-budget asks for every
+    server, grace-default again for every workload whose grace is unset."""
 
 
 def serving(w: Workload) -> list[Serving]:
@@ -124,6 +128,16 @@ def shutdown_deadline(w: Workload, s: Serving, context: Context) -> tuple[float 
 def over_budget(w: Workload, s: Serving, context: Context) -> tuple[Budget, str] | None:
     """The budget grace-budget reports: a known deadline that does not fit. An unset grace
     measured only against the longest request is grace-default's case."""
+    # s is one of w's (serving(w) keeps them), so the context is all that can differ.
+    kept = s.budget
+    if kept is not None and kept[0] is context:
+        return kept[1]
+    found = _over_budget(w, s, context)
+    s.budget = (context, found)
+    return found
+
+
+def _over_budget(w: Workload, s: Serving, context: Context) -> tuple[Budget, str] | None:
     deadline, source = shutdown_deadline(w, s, context)
     if deadline is None:
         return None
