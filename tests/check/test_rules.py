@@ -232,6 +232,33 @@ def test_readiness_slow_behind_load_balancer() -> None:
                   "readiness-slow")
 
 
+def _slow_fixes(c: dict[str, object], **context: object) -> list[str]:
+    d = deployment(grace=60, containers=[c])
+    return [f.fix for f in of(check(d, service(type="LoadBalancer"), pdb(), **context),
+                              "readiness-slow")]
+
+
+_SLOW_PROBE = {"httpGet": {"path": "/ready", "port": 8000}}
+
+
+@pytest.mark.parametrize("c, context", [
+    (container("api", pre_stop=SLEEP10, readiness=_SLOW_PROBE), {}),
+    (container(pre_stop={"exec": {"command": ["sleep", "10"]}}, readiness=_SLOW_PROBE), {}),
+    (container(pre_stop=SLEEP10, readiness=_SLOW_PROBE), {"propagation_seconds": 8}),
+])
+def test_a_kept_readiness_slow_fix_is_the_one_made_for_its_container(
+        c: dict[str, object], context: dict[str, object]) -> None:
+    # readiness-slow keeps its snippets: one kept for another container (name, preStop
+    # handler, propagation seconds) must not be handed out here.
+    from drainsafe.check.rules import probes
+    probes._FAST_FIXES.clear()
+    made = _slow_fixes(c, **context)
+    probes._FAST_FIXES.clear()
+    other = _slow_fixes(container(pre_stop=SLEEP10, readiness=_SLOW_PROBE))
+    assert made and other and not set(made) & set(other)
+    assert _slow_fixes(c, **context) == made
+
+
 # liveness-on-readiness ------------------------------------------------------------------
 
 def test_liveness_on_readiness_endpoint_is_a_style_preference() -> None:
