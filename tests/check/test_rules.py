@@ -159,6 +159,29 @@ def test_prestop_missing() -> None:
     assert "exec:" in old[0].fix
 
 
+def _delay_fixes(d: dict[str, object], **context: object) -> list[str]:
+    return [f.fix for f in of(check(d, service(), pdb(), **context), "prestop-missing")]
+
+
+@pytest.mark.parametrize("d, context", [
+    (deployment(grace=60, containers=[container("api")]), {}),
+    (deployment(grace=90, containers=[container()]), {}),
+    (deployment(grace=62, containers=[container()]), {"propagation_seconds": 8}),  # 70 too
+    (deployment(grace=60, containers=[container()]), {"cluster_version": (1, 28)}),
+])
+def test_a_kept_prestop_missing_fix_is_the_one_made_for_its_container(
+        d: dict[str, object], context: dict[str, object]) -> None:
+    # prestop-missing keeps its snippets: one kept for another container (name, grace,
+    # propagation seconds, cluster version) must not be handed out here.
+    from drainsafe.check.rules import termination
+    termination._DELAY_FIXES.clear()
+    made = _delay_fixes(d, **context)
+    termination._DELAY_FIXES.clear()
+    other = _delay_fixes(deployment(grace=60, containers=[container()]))
+    assert made and other and not set(made) & set(other)
+    assert _delay_fixes(d, **context) == made
+
+
 def test_prestop_missing_accepts_drainsafe_serve_delay() -> None:
     c = container(command=["drainsafe", "serve", "--drain-delay", "10", "--shutdown-timeout",
                            "30", "app:app"])

@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from drainsafe.budget import Budget, fit_deadline, recommended_grace
 from drainsafe.check.context import MAX_REQUEST_ANNOTATION, SHUTDOWN_ANNOTATION, Context
-from drainsafe.check.findings import SECONDS, Edit, Finding, Severity
+from drainsafe.check.findings import SECONDS, Edit, Finding, Path, Severity
 from drainsafe.check.hooks import DrainDelay, drain_delay, needs_shell
 from drainsafe.check.model import Container, Index, Workload, mapping, sequence
 from drainsafe.check.rules.registry import rule
@@ -411,7 +411,6 @@ def _prestop_missing(index: Index, context: Context) -> Iterator[Finding]:
             if s.delay.present:
                 continue
             seconds = math.ceil(context.propagation_seconds)
-            hook = _sleep_hook(context, seconds)
             grace = math.ceil(w.grace + seconds)
             yield PRESTOP_MISSING.finding(
                 w,
@@ -419,10 +418,26 @@ def _prestop_missing(index: Index, context: Context) -> Iterator[Finding]:
                 "but nothing delays SIGTERM; endpoint removal takes "
                 f"~{SECONDS[context.propagation_seconds]}s to propagate, so requests arriving "
                 "meanwhile are refused",
-                container_fix(w.pod_path, s.container.name, {"lifecycle": {"preStop": hook}},
-                              {"terminationGracePeriodSeconds": grace}),
+                _delay_fix(w.pod_path, s.container.name, context, seconds, grace),
                 path=s.container.path,
             )
+
+
+_DELAY_FIXES: dict[tuple[Path, str, bool, int, int], str] = {}
+
+
+def _delay_fix(pod_path: Path, name: str, context: Context, seconds: int, grace: int) -> str:
+    """prestop-missing's fix, kept on all it is made of: a fleet's servers share it (2,001
+    findings, 3 fixes on the findings-heavy corpus; its sarif -0.38 % instructions)."""
+    sleep_action = context.at_least(1, 30)
+    key = (pod_path, name, sleep_action, seconds, grace)
+    text = _DELAY_FIXES.get(key)
+    if text is None:
+        text = container_fix(pod_path, name, {"lifecycle": {"preStop": _sleep_hook(
+            context, seconds)}}, {"terminationGracePeriodSeconds": grace})
+        if len(_DELAY_FIXES) < 10_000:
+            _DELAY_FIXES[key] = text
+    return text
 
 
 def _sleep_hook(context: Context, seconds: int) -> dict[str, object]:
