@@ -255,6 +255,40 @@ def test_readiness_slow_behind_load_balancer() -> None:
                   "readiness-slow")
 
 
+def _missing_fixes(c: dict[str, object]) -> list[str]:
+    d = deployment(grace=60, containers=[c])
+    return [f.fix for f in of(check(d, service(), pdb()), "readiness-missing")]
+
+
+_DRAINSAFE = ["drainsafe", "serve", "--drain-delay", "10", "--shutdown-timeout", "30", "app:app"]
+
+
+@pytest.mark.parametrize("c", [
+    container("api", ready_probe=False),
+    container(port=9000, ready_probe=False),
+    container(port=True, ready_probe=False),  # type: ignore[arg-type]  # == 1, written true
+    container(command=["tritonserver", "--model-repository=/m"], ready_probe=False),
+    container(command=[*_DRAINSAFE[:2], "--ready-path", "/ok", *_DRAINSAFE[2:]],
+              ready_probe=False),
+    container(command=[*_DRAINSAFE[:2], "--admin-port", "9001", *_DRAINSAFE[2:]],
+              ready_probe=False),
+])
+def test_a_kept_readiness_missing_fix_is_the_one_made_for_its_container(
+        c: dict[str, object]) -> None:
+    # readiness-missing keeps its snippets: one kept for another container (name, port and
+    # its type, server, admin port and path) must not be handed out here.
+    from drainsafe.check.rules import probes
+    probes._READINESS_FIXES.clear()
+    made = _missing_fixes(c)
+    probes._READINESS_FIXES.clear()
+    other = _missing_fixes(container(ready_probe=False))
+    other += _missing_fixes(container(port=1, ready_probe=False))
+    other += _missing_fixes(container(command=_DRAINSAFE, ready_probe=False))
+    other += _missing_fixes(container(command=["vllm", "serve", "m"], ready_probe=False))
+    assert made and not set(made) & set(other)
+    assert _missing_fixes(c) == made
+
+
 def _slow_fixes(c: dict[str, object], **context: object) -> list[str]:
     d = deployment(grace=60, containers=[c])
     return [f.fix for f in of(check(d, service(type="LoadBalancer"), pdb(), **context),
