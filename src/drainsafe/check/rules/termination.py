@@ -279,9 +279,10 @@ def deadline_fix(w: Workload, s: Serving, context: Context, deadline: int) -> st
     assert s.server is not None
     spec = s.container.spec
     line = s.line
+    readiness = mapping(spec.get("readinessProbe"))
     key = (w.pod_path, w.grace, s.container.name,
            _words(spec.get("command")), bool(spec.get("command")), _words(spec.get("args")),
-           tuple([h for h in PROBE_HANDLERS if h in mapping(spec.get("readinessProbe"))]),
+           tuple([h for h in PROBE_HANDLERS if h in readiness]),
            None if line is None else (line.argv[:line.entrypoint], line.shell_script),
            s.server.server, s.server.release, s.delay.present, s.delay.known,
            context.propagation_seconds, context.buffer_seconds, deadline)
