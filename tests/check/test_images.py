@@ -201,3 +201,45 @@ def test_a_drain_flag_older_than_the_release_stops_the_server(
 ])
 def test_a_drain_flag_the_release_has_is_fine(image: str, args: list[str]) -> None:
     assert not of(check(*served(image, args)), "deadline-flag-unreleased")
+
+
+def _deadline_fixes(objs: list[dict[str, Any]], **context: Any) -> list[str]:
+    findings = check(*objs, **context)
+    return [f.fix for f in findings
+            if f.rule in ("deadline-flag-unreleased", "server-aborts-on-sigterm")]
+
+
+_OLD_VLLM = (f"{VLLM}:v0.11.0", ["--model", "m", "--shutdown-timeout=90"])
+
+
+@pytest.mark.parametrize("objs, context", [
+    (served(*_OLD_VLLM, grace=120), {}),
+    (served(*_OLD_VLLM, grace=90, name="api"), {}),
+    (served(f"{VLLM}:v0.11.0", ["--model", "n", "--shutdown-timeout=90"], grace=90), {}),
+    (served(f"{VLLM}:v0.11.0", ["m", "--shutdown-timeout=90"], grace=90,
+            command=["/usr/bin/vllm", "serve", "--model"]), {}),  # the same argv, split apart
+    (served(*_OLD_VLLM, grace=90, command=["vllm", "serve", "m"]), {}),
+    (served(*_OLD_VLLM, grace=90, readiness={"exec": {"command": ["true"]}}), {}),
+    ([deployment(grace=90, containers=[container(image=_OLD_VLLM[0], args=_OLD_VLLM[1],
+                                                 pre_stop={"sleep": {"seconds": 20}})]),
+      service(), pdb()], {}),
+    ([deployment(grace=90, containers=[container(image=_OLD_VLLM[0], args=_OLD_VLLM[1])]),
+      service(), pdb()], {"propagation_seconds": 8}),
+    (served(*_OLD_VLLM, grace=90), {"buffer_seconds": 9}),
+    (served(f"{VLLM}:v0.18.0", ["--model", "m"], grace=90), {}),  # the flag, no note
+    (served(f"{VLLM}:latest", ["--model", "m"], grace=90), {}),  # the flag, with a note
+])
+def test_a_kept_deadline_fix_is_the_one_made_for_its_server(
+        objs: list[dict[str, Any]], context: dict[str, Any]) -> None:
+    # deadline_fix keeps its snippets: one kept for another server (grace, name, args,
+    # command and args apart, probe, drain delay, context, release) must not be handed out here.
+    from drainsafe.check.rules import termination
+    termination._DEADLINE_FIXES.clear()
+    made = _deadline_fixes(objs, **context)
+    termination._DEADLINE_FIXES.clear()
+    others = _deadline_fixes(served(*_OLD_VLLM, grace=90))
+    others += _deadline_fixes(served(f"{VLLM}:latest", ["--model", "m"], grace=90),
+                              buffer_seconds=9)
+    others += _deadline_fixes(served(*_OLD_VLLM, grace=90, command=["/usr/bin/vllm", "serve"]))
+    assert made and not set(made) & set(others)
+    assert _deadline_fixes(objs, **context) == made

@@ -17,8 +17,12 @@ from check_manifests import (
     to_yaml,
 )
 
+from drainsafe.check.context import Context
 from drainsafe.check.findings import Severity
+from drainsafe.check.load import Loaded, SourceText, parse
+from drainsafe.check.model import Index
 from drainsafe.check.rules import all_rules
+from drainsafe.check.rules.termination import over_budget, serving
 
 
 def base(**kw: object) -> list[dict[str, object]]:
@@ -51,6 +55,22 @@ def test_grace_budget_flags_vllm_drain_longer_than_grace() -> None:
     assert f.budget is not None and f.budget.arithmetic() == "10s + 90s + 5s = 105s > 60s"
     assert "terminationGracePeriodSeconds: 105" in f.fix
     assert f.edits and f.edits[0].value == 105
+
+
+def test_a_servers_kept_budget_is_for_one_context() -> None:
+    """over_budget keeps its answer on the server, for the context it was asked under."""
+    loaded = Loaded()
+    parse(SourceText("t.yaml", to_yaml(deployment(
+        grace=70, containers=[vllm("--shutdown-timeout", "50")]))), loaded)
+    index = Index()
+    for doc in loaded.documents:
+        index.add(doc)
+    w = index.workloads[0]
+    s = serving(w)[0]
+    assert over_budget(w, s, Context()) is None  # 10 + 50 + 5 = 65 <= 70
+    found = over_budget(w, s, Context(buffer_seconds=15))  # 75 > 70
+    assert found is not None and found[0].buffer == 15
+    assert over_budget(w, s, Context()) is None
 
 
 @pytest.mark.parametrize("args, grace, fires", [
@@ -139,6 +159,29 @@ def test_prestop_missing() -> None:
     assert "exec:" in old[0].fix
 
 
+def _delay_fixes(d: dict[str, object], **context: object) -> list[str]:
+    return [f.fix for f in of(check(d, service(), pdb(), **context), "prestop-missing")]
+
+
+@pytest.mark.parametrize("d, context", [
+    (deployment(grace=60, containers=[container("api")]), {}),
+    (deployment(grace=90, containers=[container()]), {}),
+    (deployment(grace=62, containers=[container()]), {"propagation_seconds": 8}),  # 70 too
+    (deployment(grace=60, containers=[container()]), {"cluster_version": (1, 28)}),
+])
+def test_a_kept_prestop_missing_fix_is_the_one_made_for_its_container(
+        d: dict[str, object], context: dict[str, object]) -> None:
+    # prestop-missing keeps its snippets: one kept for another container (name, grace,
+    # propagation seconds, cluster version) must not be handed out here.
+    from drainsafe.check.rules import termination
+    termination._DELAY_FIXES.clear()
+    made = _delay_fixes(d, **context)
+    termination._DELAY_FIXES.clear()
+    other = _delay_fixes(deployment(grace=60, containers=[container()]))
+    assert made and other and not set(made) & set(other)
+    assert _delay_fixes(d, **context) == made
+
+
 def test_prestop_missing_accepts_drainsafe_serve_delay() -> None:
     c = container(command=["drainsafe", "serve", "--drain-delay", "10", "--shutdown-timeout",
                            "30", "app:app"])
@@ -210,6 +253,67 @@ def test_readiness_slow_behind_load_balancer() -> None:
     # A fast probe fits inside the drain delay.
     assert not of(check(*base(), service("lb", selector={"app": "web"}, type="LoadBalancer")),
                   "readiness-slow")
+
+
+def _missing_fixes(c: dict[str, object]) -> list[str]:
+    d = deployment(grace=60, containers=[c])
+    return [f.fix for f in of(check(d, service(), pdb()), "readiness-missing")]
+
+
+_DRAINSAFE = ["drainsafe", "serve", "--drain-delay", "10", "--shutdown-timeout", "30", "app:app"]
+
+
+@pytest.mark.parametrize("c", [
+    container("api", ready_probe=False),
+    container(port=9000, ready_probe=False),
+    container(port=True, ready_probe=False),  # type: ignore[arg-type]  # == 1, written true
+    container(command=["tritonserver", "--model-repository=/m"], ready_probe=False),
+    container(command=[*_DRAINSAFE[:2], "--ready-path", "/ok", *_DRAINSAFE[2:]],
+              ready_probe=False),
+    container(command=[*_DRAINSAFE[:2], "--admin-port", "9001", *_DRAINSAFE[2:]],
+              ready_probe=False),
+])
+def test_a_kept_readiness_missing_fix_is_the_one_made_for_its_container(
+        c: dict[str, object]) -> None:
+    # readiness-missing keeps its snippets: one kept for another container (name, port and
+    # its type, server, admin port and path) must not be handed out here.
+    from drainsafe.check.rules import probes
+    probes._READINESS_FIXES.clear()
+    made = _missing_fixes(c)
+    probes._READINESS_FIXES.clear()
+    other = _missing_fixes(container(ready_probe=False))
+    other += _missing_fixes(container(port=1, ready_probe=False))
+    other += _missing_fixes(container(command=_DRAINSAFE, ready_probe=False))
+    other += _missing_fixes(container(command=["vllm", "serve", "m"], ready_probe=False))
+    assert made and not set(made) & set(other)
+    assert _missing_fixes(c) == made
+
+
+def _slow_fixes(c: dict[str, object], **context: object) -> list[str]:
+    d = deployment(grace=60, containers=[c])
+    return [f.fix for f in of(check(d, service(type="LoadBalancer"), pdb(), **context),
+                              "readiness-slow")]
+
+
+_SLOW_PROBE = {"httpGet": {"path": "/ready", "port": 8000}}
+
+
+@pytest.mark.parametrize("c, context", [
+    (container("api", pre_stop=SLEEP10, readiness=_SLOW_PROBE), {}),
+    (container(pre_stop={"exec": {"command": ["sleep", "10"]}}, readiness=_SLOW_PROBE), {}),
+    (container(pre_stop=SLEEP10, readiness=_SLOW_PROBE), {"propagation_seconds": 8}),
+])
+def test_a_kept_readiness_slow_fix_is_the_one_made_for_its_container(
+        c: dict[str, object], context: dict[str, object]) -> None:
+    # readiness-slow keeps its snippets: one kept for another container (name, preStop
+    # handler, propagation seconds) must not be handed out here.
+    from drainsafe.check.rules import probes
+    probes._FAST_FIXES.clear()
+    made = _slow_fixes(c, **context)
+    probes._FAST_FIXES.clear()
+    other = _slow_fixes(container(pre_stop=SLEEP10, readiness=_SLOW_PROBE))
+    assert made and other and not set(made) & set(other)
+    assert _slow_fixes(c, **context) == made
 
 
 # liveness-on-readiness ------------------------------------------------------------------
