@@ -122,6 +122,18 @@ def test_a_collection_met_twice_gets_pyyaml_anchors(shared: Any) -> None:
     assert dump(node) == _pyyaml(node)
 
 
+def test_dumps_of_equal_values_shared_otherwise_are_not_mixed_up() -> None:
+    # dump()'s memo: the same content with a collection met twice (anchors) and with two
+    # equal ones (none), in both orders, each its own text (keys no other test dumps).
+    for first_shared in (True, False):
+        for shared in (first_shared, not first_shared):
+            inner = ["memo-a", "memo-b"]
+            node = {"memo-one": inner, "memo-two": inner if shared else list(inner),
+                    "memo-order": first_shared}
+            assert dump(node) == dump_once(node) == _pyyaml(node)
+            assert ("&id001" in dump(node)) is shared
+
+
 def _budget(name: str, namespace: str, labels: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": name, "namespace": namespace},
@@ -169,6 +181,6 @@ def test_equal_tails_shared_otherwise_are_not_mixed_up() -> None:
             inner = ["a", "b"]
             pod = {"one": inner, "two": inner if shared else list(inner),
                    "order": first_shared}
-            # dump_once: dump()'s own memo (marshal version 2) does not tell them apart
+            # dump_once: the whole text without any memo
             assert dump_named(_deployment, "n", "ns", labels, tail=pod) == \
                 dump_once(_deployment("n", "ns", labels, pod))

@@ -13,13 +13,16 @@ from drainsafe.check.findings import Path
 
 
 def _written(value: Any) -> bytes | str:
-    """A key that is equal for two plain-data values exactly when their reprs are: marshal's
-    bytes (version 2: no back-references, so nothing hangs on reference counts) name each
-    exact type and value as repr does, at under half repr's cost (repr takes ~110
-    instructions a character, ~16,000 for a fix snippet's value). Types marshal does not
-    write (a date, a subclass) keep their repr, which is never equal to bytes."""
+    """A key that is equal for two plain-data values only when their reprs are and they share
+    the same collections: marshal's bytes name each exact type and value as repr does, at
+    under half repr's cost (repr takes ~110 instructions a character, ~16,000 for a fix
+    snippet's value), and version 4 writes a collection met twice as a reference to the
+    first, which the dump shows as an anchor (version 2 did not: an equal value without
+    sharing got the anchored text, or the reverse). Version 4 also flags any object held
+    elsewhere, so equal values may differ in bytes: a miss, never a wrong text. Types
+    marshal does not write (a date, a subclass) keep their repr, never equal to bytes."""
     try:
-        return marshal.dumps(value, 2)
+        return marshal.dumps(value, 4)
     except ValueError:
         return repr(value)
 
